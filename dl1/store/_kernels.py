@@ -1,0 +1,132 @@
+"""Numba kernels of the store: validation and counting-sort transposition.
+
+They take raw compressed-sparse arrays and scalars only, and are tested against NumPy
+references in ``tests/test_store_kernels.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Status codes returned by :func:`check_compressed`.
+OK = 0
+BAD_INDPTR = 1
+NEGATIVE_INDEX = 2
+INDEX_TOO_LARGE = 3
+UNSORTED = 4
+DUPLICATE = 5
+NOT_FINITE = 6
+
+PROBLEMS = {
+    BAD_INDPTR: "index pointer is not non-decreasing or does not match the number of nonzeros",
+    NEGATIVE_INDEX: "negative index",
+    INDEX_TOO_LARGE: "index out of range",
+    UNSORTED: "indices are not sorted",
+    DUPLICATE: "duplicate index",
+    NOT_FINITE: "value is NaN or infinite",
+}
+
+
+@njit(nogil=True, cache=True)
+def check_compressed(indptr, indices, data, limit):  # pragma: no cover - compiled
+    """First structural problem of a compressed-sparse matrix.
+
+    Parameters
+    ----------
+    indptr, indices, data : arrays of a CSR (or CSC) matrix.
+    limit : int
+        Indices must be ``< limit``; a negative ``limit`` disables the upper check.
+
+    Returns
+    -------
+    (status, major, pos) : the status code (``OK`` when valid), the row (column) and the
+        position in ``indices`` of the first problem.
+    """
+    n_major = indptr.shape[0] - 1
+    if n_major < 0 or indptr[0] != 0 or indptr[n_major] != indices.shape[0]:
+        return BAD_INDPTR, 0, 0
+    if data.shape[0] != indices.shape[0]:
+        return BAD_INDPTR, 0, 0
+    for r in range(n_major):
+        start = indptr[r]
+        end = indptr[r + 1]
+        if end < start:
+            return BAD_INDPTR, r, start
+        for k in range(start, end):
+            c = indices[k]
+            if c < 0:
+                return NEGATIVE_INDEX, r, k
+            if limit >= 0 and c >= limit:
+                return INDEX_TOO_LARGE, r, k
+            if k > start:
+                prev = indices[k - 1]
+                if c == prev:
+                    return DUPLICATE, r, k
+                if c < prev:
+                    return UNSORTED, r, k
+            if not np.isfinite(data[k]):
+                return NOT_FINITE, r, k
+    return OK, 0, 0
+
+
+@njit(nogil=True, cache=True)
+def csr_to_col_sorted(indptr, indices, data, index_base, n_cols):  # pragma: no cover
+    """Entries of a CSR batch sorted by column, rows ascending inside a column.
+
+    A stable counting sort, O(nnz + n_cols). ``indices - index_base`` must lie in
+    ``[0, n_cols)``.
+
+    Returns
+    -------
+    rows : int32, row of each entry inside the batch.
+    cols : int32, column of each entry (``indices - index_base``).
+    vals : values, same dtype as ``data``.
+    counts : int64, number of entries per column (length ``n_cols``).
+    """
+    nnz = indices.shape[0]
+    counts = np.zeros(n_cols, dtype=np.int64)
+    for k in range(nnz):
+        counts[indices[k] - index_base] += 1
+    starts = np.empty(n_cols + 1, dtype=np.int64)
+    starts[0] = 0
+    for c in range(n_cols):
+        starts[c + 1] = starts[c] + counts[c]
+    fill = starts[:-1].copy()
+    rows = np.empty(nnz, dtype=np.int32)
+    cols = np.empty(nnz, dtype=np.int32)
+    vals = np.empty(nnz, dtype=data.dtype)
+    for r in range(indptr.shape[0] - 1):
+        for k in range(indptr[r], indptr[r + 1]):
+            c = indices[k] - index_base
+            dst = fill[c]
+            fill[c] = dst + 1
+            rows[dst] = r
+            cols[dst] = c
+            vals[dst] = data[k]
+    return rows, cols, vals, counts
+
+
+@njit(nogil=True, cache=True)
+def coo_to_csc(rows, cols, vals, n_cols):  # pragma: no cover - compiled
+    """CSC arrays of COO entries by a stable counting sort on the column.
+
+    Entries of one column keep their input order, so rows given in ascending order per
+    column stay sorted. ``cols`` must lie in ``[0, n_cols)``.
+    """
+    nnz = cols.shape[0]
+    indptr = np.zeros(n_cols + 1, dtype=np.int64)
+    for k in range(nnz):
+        indptr[cols[k] + 1] += 1
+    for c in range(n_cols):
+        indptr[c + 1] += indptr[c]
+    fill = indptr[:-1].copy()
+    indices = np.empty(nnz, dtype=np.int32)
+    data = np.empty(nnz, dtype=vals.dtype)
+    for k in range(nnz):
+        c = cols[k]
+        dst = fill[c]
+        fill[c] = dst + 1
+        indices[dst] = rows[k]
+        data[dst] = vals[k]
+    return indptr, indices, data

@@ -1,0 +1,120 @@
+"""On-disk layout of a dl1 store (format ``dl1-sparse``, version 1).
+
+A store is a directory holding a zarr v3 group::
+
+    STORE/
+      zarr.json                      root group, attributes {"dl1_format": "dl1-sparse", ...}
+      dl1-manifest.json              written last and atomically; a store without it is refused
+      train/                         one group per split ("train", optionally "test")
+        y                            float64 (n,)
+        sample_weight                float64 (n,), optional
+        stats/col_nnz                int64 (p,)   nonzeros per column
+        stats/col_sum                float64 (p,) sum of each column (means for implicit centering)
+        stats/col_sqsum              float64 (p,) squared norm of each column
+        stats/row_nnz                int64 (n,)   nonzeros per row
+        X/csc/b{i}.{j}/indptr        int64 (cols_j + 1,)  block (row block i, feature block j)
+        X/csc/b{i}.{j}/indices       int32 (nnz_ij,)      row indices local to the row block
+        X/csc/b{i}.{j}/data          float32 or float64 (nnz_ij,)
+        X/csr/b{i}.{j}/...           the same block as CSR (column indices local), if asked
+
+Row block ``i`` covers rows ``row_bounds[i]:row_bounds[i+1]`` and feature block ``j`` covers
+columns ``col_bounds[j]:col_bounds[j+1]``; both bounds are int64, so the total number of
+nonzeros may exceed 2**31 while indices inside a block stay int32. Inside a block, indices
+are sorted and unique and every value is finite.
+
+Every chunk is written, empty ones included, and compressed with zstd followed by a CRC32C
+checksum codec, so a flipped bit is detected when the chunk is decoded. The manifest records
+the format version, the shape, dtype and block grid of each split, the nnz of every block,
+and a CRC32C of the decoded bytes of every array; with it a missing chunk (which zarr would
+silently read as zeros) or a chunk swapped between stores is detected and named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import numpy as np
+import zarr
+from zarr.codecs import Crc32cCodec, ZstdCodec
+
+FORMAT_NAME = "dl1-sparse"
+FORMAT_VERSION = 1
+MANIFEST = "dl1-manifest.json"
+#: Elements per zarr chunk of the 1-D arrays (4 Mi elements: 32 MiB of float64 decoded).
+CHUNK_ELEMS = 1 << 22
+SPLITS = ("train", "test")
+FORMATS = ("csc", "csr")
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+STAT_NAMES = ("col_nnz", "col_sum", "col_sqsum", "row_nnz")
+
+
+def block_key(split: str, fmt: str, i: int, j: int) -> str:
+    """Group path of block ``(i, j)`` of a split in a given format."""
+    return f"{split}/X/{fmt}/b{i}.{j}"
+
+
+def checksum(a: np.ndarray) -> int:
+    """CRC32C of the bytes of an array (C order)."""
+    return int(crc32c.crc32c(memoryview(np.ascontiguousarray(a)).cast("B")))
+
+
+def codecs(level: int = 3) -> list[Any]:
+    """Compressors of every array: zstd, then a CRC32C checksum of the compressed bytes."""
+    return [ZstdCodec(level=level, checksum=False), Crc32cCodec()]
+
+
+def write_array(
+    root: str | os.PathLike, key: str, a: np.ndarray, *, chunk_elems: int = CHUNK_ELEMS
+) -> dict[str, Any]:
+    """Write a 1-D array under ``root/key`` with every chunk stored; return its manifest entry."""
+    a = np.ascontiguousarray(a)
+    chunks = (max(1, min(chunk_elems, a.shape[0])),)
+    arr = zarr.create_array(
+        store=os.fspath(root),
+        name=key,
+        shape=a.shape,
+        chunks=chunks,
+        dtype=a.dtype,
+        compressors=codecs(),
+        fill_value=0,
+        config={"write_empty_chunks": True},
+        overwrite=False,
+    )
+    if a.shape[0]:
+        arr[:] = a
+    entry = {"shape": list(a.shape), "dtype": a.dtype.str, "chunk": chunks[0]}
+    entry["crc32c"] = checksum(a)
+    # Stored (compressed) size of every chunk: a truncated chunk is found by a stat on open.
+    entry["chunk_bytes"] = [chunk_path(root, key, k).stat().st_size for k in range(n_chunks(entry))]
+    return entry
+
+
+def n_chunks(entry: dict[str, Any]) -> int:
+    """Number of chunks an array of this manifest entry stores."""
+    n = entry["shape"][0]
+    return 0 if n == 0 else -(-n // entry["chunk"])
+
+
+def chunk_path(root: str | os.PathLike, key: str, k: int) -> Path:
+    """File of chunk ``k`` of the 1-D array ``key`` (zarr v3 default chunk key encoding)."""
+    return Path(root) / key / "c" / str(k)
+
+
+def write_manifest(root: str | os.PathLike, manifest: dict[str, Any]) -> None:
+    """Write the manifest atomically: temporary file, fsync, rename, fsync of the directory."""
+    root = Path(root)
+    tmp = root / (MANIFEST + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, root / MANIFEST)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

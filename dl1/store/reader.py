@@ -1,0 +1,325 @@
+"""Opening and reading dl1 stores, eagerly or as lazy dask arrays."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import dask.array as da
+import numpy as np
+import scipy.sparse as sp
+import zarr
+from dask.base import tokenize
+
+from dl1.errors import IncompleteStoreError, StoreCorruptError, StoreError
+from dl1.store import _kernels as K
+from dl1.store.format import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST,
+    block_key,
+    checksum,
+    chunk_path,
+    n_chunks,
+)
+
+ChunkType = Literal["scipy", "sparse", "dense"]
+
+
+def _load_manifest(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise FileNotFoundError(f"no dl1 store at {path}")
+    mf = path / MANIFEST
+    if not mf.exists():
+        raise IncompleteStoreError(
+            f"{path} has no {MANIFEST}: the store was not completely written (the writer was "
+            "interrupted or failed) or it is not a dl1 store; write it again"
+        )
+    try:
+        with open(mf, encoding="utf-8") as fh:
+            manifest = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise IncompleteStoreError(f"{mf} is unreadable or truncated: {e}") from e
+    if manifest.get("format") != FORMAT_NAME:
+        raise StoreError(f"{path} is not a {FORMAT_NAME} store (format={manifest.get('format')!r})")
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise StoreError(
+            f"{path} has format version {version!r}; this dl1 reads versions <= {FORMAT_VERSION}"
+        )
+    return manifest
+
+
+def _array_entries(split: str, entry: dict[str, Any]):
+    """(key, array manifest entry) of every array of a split."""
+    for name, a in entry["arrays"].items():
+        yield f"{split}/{name}", a
+    for fmt, rows in entry["blocks"].items():
+        for i, row in enumerate(rows):
+            for j, blk in enumerate(row):
+                for name, a in blk["arrays"].items():
+                    yield f"{block_key(split, fmt, i, j)}/{name}", a
+
+
+def _check_chunks_present(root: Path, key: str, a: dict[str, Any]) -> None:
+    for k in range(n_chunks(a)):
+        f = chunk_path(root, key, k)
+        try:
+            size = f.stat().st_size
+        except FileNotFoundError:
+            raise StoreCorruptError(f"chunk {k} of array {key!r} is missing ({f})") from None
+        if size != a["chunk_bytes"][k]:
+            raise StoreCorruptError(
+                f"chunk {k} of array {key!r} has {size} bytes, the manifest says "
+                f"{a['chunk_bytes'][k]} (truncated or replaced: {f})"
+            )
+
+
+def read_array(
+    root: str | os.PathLike, key: str, entry: dict[str, Any], sl: slice | None = None
+) -> np.ndarray:
+    """Read a stored 1-D array, verifying its chunks; the whole array is checked against the
+    manifest checksum, a slice by the per-chunk CRC32C codec."""
+    root = Path(root)
+    try:
+        arr = zarr.open_array(os.fspath(root / key), mode="r")
+    except Exception as e:
+        raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
+    if list(arr.shape) != entry["shape"] or arr.dtype.str != entry["dtype"]:
+        raise StoreCorruptError(
+            f"array {key!r} has shape {arr.shape} and dtype {arr.dtype}, the manifest says "
+            f"{tuple(entry['shape'])} and {entry['dtype']}"
+        )
+    _check_chunks_present(root, key, entry)
+    try:
+        a = arr[sl] if sl is not None else arr[:]
+    except Exception as e:
+        raise StoreCorruptError(f"{_failing_chunk(arr, key, entry)}: {e}") from e
+    if sl is None and checksum(a) != entry["crc32c"]:
+        raise StoreCorruptError(
+            f"array {key!r} does not match its manifest checksum (a chunk was replaced or the "
+            "manifest belongs to another store)"
+        )
+    return a
+
+
+def _failing_chunk(arr: Any, key: str, entry: dict[str, Any]) -> str:
+    c = entry["chunk"]
+    for k in range(n_chunks(entry)):
+        try:
+            arr[k * c : (k + 1) * c]
+        except Exception:
+            return f"chunk {k} of array {key!r} is corrupt (checksum or decompression failed)"
+    return f"array {key!r} could not be read"
+
+
+def read_block_arrays(
+    root: str | os.PathLike,
+    split: str,
+    fmt: str,
+    i: int,
+    j: int,
+    blk: dict[str, Any],
+    shape: tuple[int, int],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Verified ``(indptr, indices, data)`` of block ``(i, j)``.
+
+    Besides the checksums, the structure is checked before any kernel sees the arrays:
+    the index pointer, indices inside the block, sorted and unique, and finite values.
+    """
+    key = block_key(split, fmt, i, j)
+    indptr = read_array(root, f"{key}/indptr", blk["arrays"]["indptr"])
+    indices = read_array(root, f"{key}/indices", blk["arrays"]["indices"])
+    data = read_array(root, f"{key}/data", blk["arrays"]["data"])
+    n_major, n_minor = (shape[1], shape[0]) if fmt == "csc" else shape
+    if indptr.shape[0] != n_major + 1 or indices.shape[0] != blk["nnz"]:
+        raise StoreCorruptError(
+            f"block {key!r}: index pointer of length {indptr.shape[0]} / {indices.shape[0]} "
+            f"nonzeros do not match the block grid ({n_major} major, nnz {blk['nnz']})"
+        )
+    status, m, k = K.check_compressed(indptr, indices, data, n_minor)
+    if status != K.OK:
+        raise StoreCorruptError(
+            f"block {key!r}, {'column' if fmt == 'csc' else 'row'} {m} of the block: "
+            f"{K.PROBLEMS[status]}"
+        )
+    return indptr, indices, data
+
+
+def _to_chunk(arrs, shape, fmt: str, chunk_type: ChunkType):
+    cls = sp.csc_matrix if fmt == "csc" else sp.csr_matrix
+    m = cls((arrs[2], arrs[1], arrs[0]), shape=shape)
+    if chunk_type == "scipy":
+        return m
+    if chunk_type == "dense":
+        return m.toarray()
+    import sparse
+
+    return sparse.GCXS.from_scipy_sparse(m)
+
+
+def _read_block_task(root, split, fmt, i, j, blk, shape, chunk_type):
+    return _to_chunk(read_block_arrays(root, split, fmt, i, j, blk, shape), shape, fmt, chunk_type)
+
+
+def _read_slice_task(root, key, entry, lo, hi):
+    return read_array(root, key, entry, slice(lo, hi))
+
+
+def _meta(chunk_type: ChunkType, fmt: str, dtype: np.dtype):
+    if chunk_type == "dense":
+        return np.empty((0, 0), dtype=dtype)
+    m = (sp.csc_matrix if fmt == "csc" else sp.csr_matrix)((0, 0), dtype=dtype)
+    if chunk_type == "scipy":
+        return m
+    import sparse
+
+    return sparse.GCXS.from_scipy_sparse(m)
+
+
+class Store:
+    """An opened dl1 store: manifest, verified eager reads, and lazy dask arrays."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+        self.path = path
+        self.manifest = manifest
+
+    def __repr__(self) -> str:
+        parts = [
+            f"{s}: {e['shape'][0]}x{e['shape'][1]}, nnz={e['nnz']}"
+            for s, e in self.manifest["splits"].items()
+        ]
+        return f"Store({str(self.path)!r}; " + "; ".join(parts) + ")"
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.manifest["splits"])
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return self.manifest.get("attrs", {})
+
+    def entry(self, split: str = "train") -> dict[str, Any]:
+        try:
+            return self.manifest["splits"][split]
+        except KeyError:
+            raise KeyError(
+                f"store {self.path} has no split {split!r} (has {self.splits})"
+            ) from None
+
+    def shape(self, split: str = "train") -> tuple[int, int]:
+        return tuple(self.entry(split)["shape"])
+
+    def nnz(self, split: str = "train") -> int:
+        return int(self.entry(split)["nnz"])
+
+    def dtype(self, split: str = "train") -> np.dtype:
+        return np.dtype(self.entry(split)["dtype"])
+
+    def row_bounds(self, split: str = "train") -> np.ndarray:
+        return np.asarray(self.entry(split)["row_bounds"], dtype=np.int64)
+
+    def col_bounds(self, split: str = "train") -> np.ndarray:
+        return np.asarray(self.entry(split)["col_bounds"], dtype=np.int64)
+
+    def block_nnz(self, split: str = "train", fmt: str | None = None) -> np.ndarray:
+        e = self.entry(split)
+        fmt = fmt or e["formats"][0]
+        return np.array([[b["nnz"] for b in row] for row in e["blocks"][fmt]], dtype=np.int64)
+
+    def _fmt(self, split: str, fmt: str | None) -> str:
+        e = self.entry(split)
+        fmt = fmt or e["formats"][0]
+        if fmt not in e["formats"]:
+            raise ValueError(f"split {split!r} is stored as {e['formats']}, not {fmt!r}")
+        return fmt
+
+    def block_shape(self, split: str, i: int, j: int) -> tuple[int, int]:
+        rb, cb = self.row_bounds(split), self.col_bounds(split)
+        return int(rb[i + 1] - rb[i]), int(cb[j + 1] - cb[j])
+
+    def read_block(
+        self,
+        split: str = "train",
+        i: int = 0,
+        j: int = 0,
+        fmt: str | None = None,
+        chunk_type: ChunkType = "scipy",
+    ):
+        """Block ``(i, j)`` as a scipy.sparse matrix (or ``chunk_type``), verified."""
+        fmt = self._fmt(split, fmt)
+        blk = self.entry(split)["blocks"][fmt][i][j]
+        shape = self.block_shape(split, i, j)
+        return _read_block_task(os.fspath(self.path), split, fmt, i, j, blk, shape, chunk_type)
+
+    def read_block_arrays(
+        self, split: str = "train", i: int = 0, j: int = 0, fmt: str | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Verified raw ``(indptr, indices, data)`` of block ``(i, j)``."""
+        fmt = self._fmt(split, fmt)
+        blk = self.entry(split)["blocks"][fmt][i][j]
+        return read_block_arrays(self.path, split, fmt, i, j, blk, self.block_shape(split, i, j))
+
+    def read(self, name: str, split: str = "train") -> np.ndarray:
+        """A verified split-level array: ``"y"``, ``"sample_weight"`` or ``"stats/<name>"``."""
+        arrays = self.entry(split)["arrays"]
+        if name not in arrays:
+            raise KeyError(f"split {split!r} has no array {name!r} (has {sorted(arrays)})")
+        return read_array(self.path, f"{split}/{name}", arrays[name])
+
+    def to_dask(
+        self, split: str = "train", fmt: str | None = None, chunk_type: ChunkType = "scipy"
+    ) -> da.Array:
+        """X as a dask array whose chunks are the stored blocks, read where the task runs."""
+        if chunk_type not in ("scipy", "sparse", "dense"):
+            raise ValueError(f"chunk_type must be 'scipy', 'sparse' or 'dense', got {chunk_type!r}")
+        fmt = self._fmt(split, fmt)
+        e = self.entry(split)
+        rb, cb = self.row_bounds(split), self.col_bounds(split)
+        name = f"dl1-{split}-{fmt}-" + tokenize(os.fspath(self.path), e, chunk_type)
+        root = os.fspath(self.path)
+        dsk = {
+            (name, i, j): (
+                _read_block_task,
+                root,
+                split,
+                fmt,
+                i,
+                j,
+                e["blocks"][fmt][i][j],
+                self.block_shape(split, i, j),
+                chunk_type,
+            )
+            for i in range(len(rb) - 1)
+            for j in range(len(cb) - 1)
+        }
+        chunks = (tuple(np.diff(rb).tolist()), tuple(np.diff(cb).tolist()))
+        return da.Array(dsk, name, chunks, meta=_meta(chunk_type, fmt, self.dtype(split)))
+
+    def vector_dask(self, name: str = "y", split: str = "train") -> da.Array:
+        """A length-n split array (``y`` or ``sample_weight``) chunked like the row blocks of X."""
+        arrays = self.entry(split)["arrays"]
+        if name not in arrays:
+            raise KeyError(f"split {split!r} has no array {name!r}")
+        rb = self.row_bounds(split)
+        key = f"{split}/{name}"
+        tok = f"dl1-{split}-{name}-" + tokenize(os.fspath(self.path), arrays[name], rb)
+        root = os.fspath(self.path)
+        dsk = {
+            (tok, i): (_read_slice_task, root, key, arrays[name], int(rb[i]), int(rb[i + 1]))
+            for i in range(len(rb) - 1)
+        }
+        return da.Array(dsk, tok, (tuple(np.diff(rb).tolist()),), meta=np.empty(0, np.float64))
+
+
+def open_store(path: str | os.PathLike) -> Store:
+    """Open a dl1 store, refusing an incomplete one, and check that every chunk is present
+    with the size the manifest records (cheap: one ``stat`` per chunk)."""
+    path = Path(path).absolute()
+    manifest = _load_manifest(path)
+    for split, entry in manifest["splits"].items():
+        for key, a in _array_entries(split, entry):
+            _check_chunks_present(path, key, a)
+    return Store(path, manifest)

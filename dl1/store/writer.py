@@ -1,0 +1,627 @@
+"""Writing dl1 stores: an out-of-core row-to-feature-block transpose.
+
+Rows arrive in batches (CSR). Each batch is validated, sorted by column with a counting sort,
+and spilled to raw files inside the store directory, with the offsets of every granule of
+``GRANULE`` columns. When a split is closed, each block ``(i, j)`` is assembled by reading
+only its granule ranges from every spilled batch, sorted into CSC, checksummed and written.
+
+Memory is bounded independently of the number of rows and nonzeros. Above the interpreter's
+baseline, a :class:`SplitWriter` holds
+
+* one batch being appended and its sorted copy: about ``3 * 16 * batch_nnz`` bytes;
+* one block being assembled (spilled entries, CSC arrays and, if asked, CSR arrays):
+  about ``64 * block_nnz`` bytes, where a block holds at most ``block_nnz`` nonzeros plus the
+  nonzeros of one column inside one row block (row blocks are added automatically when a
+  single column holds more than ``block_nnz`` nonzeros);
+* per-column statistics: ``40 * n_features`` bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+
+from dl1 import __version__
+from dl1.errors import ValidationError
+from dl1.store import _kernels as K
+from dl1.store.format import (
+    CHUNK_ELEMS,
+    DTYPES,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    FORMATS,
+    MANIFEST,
+    SPLITS,
+    block_key,
+    write_array,
+    write_manifest,
+)
+
+#: Columns per granule of the spilled batches (the unit of reading a column range back).
+GRANULE = 1024
+#: Default target of nonzeros per block (4 Mi: about 48 MiB of float64 CSC).
+DEFAULT_BLOCK_NNZ = 1 << 22
+MAX_BLOCK_NNZ = (1 << 31) - 1
+
+
+def _prepare_fresh(path: Path, overwrite: bool) -> None:
+    if path.exists():
+        if path.is_dir() and not any(path.iterdir()):
+            return
+        is_store = (path / MANIFEST).exists() or _has_dl1_root(path)
+        if not overwrite:
+            raise FileExistsError(
+                f"{path} already exists; a store is always written into a fresh path "
+                "(pass overwrite=True to replace an existing dl1 store)"
+            )
+        if not is_store:
+            raise FileExistsError(
+                f"{path} exists and is not a dl1 store; refusing to delete it with overwrite=True"
+            )
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+
+
+def _has_dl1_root(path: Path) -> bool:
+    try:
+        g = zarr.open_group(os.fspath(path), mode="r")
+    except Exception:
+        return False
+    return g.attrs.get("dl1_format") == FORMAT_NAME
+
+
+class StoreWriter:
+    """Write a new dl1 store; the manifest is written last, atomically, on :meth:`close`.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        A path that does not exist yet (or is an empty directory).
+    overwrite : bool
+        Replace an existing dl1 store at ``path``. Anything else at ``path`` is never deleted.
+    attrs : dict, optional
+        JSON-serialisable attributes recorded in the manifest (provenance, generator settings).
+    chunk_elems : int
+        Elements per zarr chunk of the stored 1-D arrays.
+
+    Use it as a context manager: leaving the block with an exception removes the spill files
+    and leaves no manifest, so the partial store is refused by :func:`dl1.open`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        overwrite: bool = False,
+        attrs: dict[str, Any] | None = None,
+        chunk_elems: int = CHUNK_ELEMS,
+    ) -> None:
+        self.path = Path(path).absolute()
+        _prepare_fresh(self.path, overwrite)
+        zarr.open_group(
+            os.fspath(self.path),
+            mode="w-",
+            attributes={"dl1_format": FORMAT_NAME, "dl1_format_version": FORMAT_VERSION},
+        )
+        self.attrs: dict[str, Any] = dict(attrs or {})
+        self.chunk_elems = int(chunk_elems)
+        self._splits: dict[str, dict[str, Any]] = {}
+        self._spill = Path(tempfile.mkdtemp(prefix=".dl1-spill-", dir=self.path))
+        self._open_split: SplitWriter | None = None
+        self.closed = False
+
+    def split(
+        self,
+        name: str = "train",
+        *,
+        n_features: int | None = None,
+        dtype: Any = np.float64,
+        block_nnz: int = DEFAULT_BLOCK_NNZ,
+        n_feature_blocks: int | None = None,
+        col_bounds: Any = None,
+        row_block_rows: int | None = None,
+        formats: tuple[str, ...] = ("csc",),
+        has_sample_weight: bool = False,
+    ) -> SplitWriter:
+        """Start writing a split; returns a :class:`SplitWriter` to ``append`` row batches to."""
+        if name not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
+        if name in self._splits:
+            raise ValueError(f"split {name!r} was already written")
+        if self._open_split is not None:
+            raise RuntimeError(f"split {self._open_split.name!r} is still open; close it first")
+        sw = SplitWriter(
+            self,
+            name,
+            n_features=n_features,
+            dtype=dtype,
+            block_nnz=block_nnz,
+            n_feature_blocks=n_feature_blocks,
+            col_bounds=col_bounds,
+            row_block_rows=row_block_rows,
+            formats=formats,
+            has_sample_weight=has_sample_weight,
+        )
+        self._open_split = sw
+        return sw
+
+    def _register(self, name: str, entry: dict[str, Any]) -> None:
+        self._splits[name] = entry
+        self._open_split = None
+
+    def close(self) -> Path:
+        """Write the manifest (atomically) and remove the spill directory."""
+        if self.closed:
+            return self.path
+        if self._open_split is not None:
+            raise RuntimeError(f"split {self._open_split.name!r} was not closed")
+        if "train" not in self._splits:
+            raise ValueError("a store needs a 'train' split")
+        manifest = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "dl1_version": __version__,
+            "attrs": self.attrs,
+            "splits": self._splits,
+        }
+        shutil.rmtree(self._spill, ignore_errors=True)
+        write_manifest(self.path, manifest)
+        self.closed = True
+        return self.path
+
+    def abort(self) -> None:
+        """Remove the spill files; the store stays without a manifest."""
+        shutil.rmtree(self._spill, ignore_errors=True)
+        self.closed = True
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def _as_csr_arrays(X: Any, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(data, indices, indptr, n_cols_or_-1) of a batch, with checked dtypes."""
+    if isinstance(X, tuple):
+        data, indices, indptr = X
+        n_cols = -1
+    else:
+        if not sp.issparse(X):
+            X = sp.csr_matrix(np.asarray(X))
+        if X.format != "csr":
+            X = X.tocsr()
+        data, indices, indptr = X.data, X.indices, X.indptr
+        n_cols = X.shape[1]
+    data = np.asarray(data)
+    if data.dtype != dtype:
+        if data.dtype == np.float32 and dtype == np.float64:
+            data = data.astype(np.float64)
+        else:
+            raise ValidationError(
+                f"unsupported value dtype {data.dtype} for a store of dtype {dtype}; "
+                "stores hold float32 or float64 (cast explicitly if that is what you want)"
+            )
+    indices = np.asarray(indices)
+    if indices.dtype.kind not in "iu":
+        raise ValidationError(f"indices must be integers, got dtype {indices.dtype}")
+    if indices.dtype != np.int32:
+        if indices.size and (indices.max() >= 2**31 or indices.min() < -(2**31)):
+            raise ValidationError("column indices >= 2**31 are not supported")
+        indices = indices.astype(np.int32)
+    indptr = np.asarray(indptr).astype(np.int64, copy=False)
+    return data, indices, indptr, n_cols
+
+
+class SplitWriter:
+    """Append row batches of one split; :meth:`close` transposes them into blocks.
+
+    Obtained from :meth:`StoreWriter.split`. Column indices are stored as given
+    ("raw"); ``close(index_base=1)`` turns one-based raw indices into zero-based columns.
+    """
+
+    def __init__(
+        self,
+        owner: StoreWriter,
+        name: str,
+        *,
+        n_features: int | None,
+        dtype: Any,
+        block_nnz: int,
+        n_feature_blocks: int | None,
+        col_bounds: Any,
+        row_block_rows: int | None,
+        formats: tuple[str, ...],
+        has_sample_weight: bool,
+    ) -> None:
+        self.owner = owner
+        self.name = name
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in DTYPES:
+            raise ValidationError(f"unsupported dtype {self.dtype}; use float32 or float64")
+        formats = tuple(formats)
+        if (
+            not formats
+            or any(f not in FORMATS for f in formats)
+            or len(set(formats)) != len(formats)
+        ):
+            raise ValueError(f"formats must be a non-empty subset of {FORMATS}, got {formats}")
+        self.formats = formats
+        if not 1 <= block_nnz <= MAX_BLOCK_NNZ:
+            raise ValueError(f"block_nnz must be in [1, {MAX_BLOCK_NNZ}], got {block_nnz}")
+        self.block_nnz = int(block_nnz)
+        self.n_features = None if n_features is None else int(n_features)
+        self.n_feature_blocks = n_feature_blocks
+        self.col_bounds = None if col_bounds is None else np.asarray(col_bounds, dtype=np.int64)
+        self.row_block_rows = row_block_rows
+        self.has_sample_weight = has_sample_weight
+        self.dir = owner._spill / name
+        self.dir.mkdir()
+        self._fh = {
+            k: open(self.dir / f"{k}.bin", "ab")
+            for k in ("rows", "cols", "vals", "goff", "y", "w", "row_nnz")
+        }
+        # per batch: first row, number of rows, first entry, granule-offset file position, n
+        self._batches: list[tuple[int, int, int, int, int]] = []
+        self.n_rows = 0
+        self.nnz = 0
+        self.min_index: int | None = None
+        self.max_index: int | None = None
+        self.argmin_row = -1
+        self.argmax_row = -1
+        self._col_nnz = np.zeros(0, dtype=np.int64)
+        self._col_sum = np.zeros(0, dtype=np.float64)
+        self._col_sqsum = np.zeros(0, dtype=np.float64)
+        self.closed = False
+
+    def _grow(self, n: int) -> None:
+        if n > self._col_nnz.shape[0]:
+            m = max(n, int(self._col_nnz.shape[0] * 1.5))
+            for attr in ("_col_nnz", "_col_sum", "_col_sqsum"):
+                old = getattr(self, attr)
+                new = np.zeros(m, dtype=old.dtype)
+                new[: old.shape[0]] = old
+                setattr(self, attr, new)
+
+    def append(self, X: Any, y: Any, sample_weight: Any = None) -> None:
+        """Append a batch of rows.
+
+        Parameters
+        ----------
+        X : scipy.sparse matrix, dense array, or tuple ``(data, indices, indptr)`` of CSR
+            arrays. Indices within a row must be sorted and unique, values finite.
+        y : array of length ``X.shape[0]``, finite.
+        sample_weight : array of the same length, finite and non-negative; required if and
+            only if the split was opened with ``has_sample_weight=True``.
+        """
+        if self.closed:
+            raise RuntimeError("split writer is closed")
+        data, indices, indptr, n_cols = _as_csr_arrays(X, self.dtype)
+        n_b = indptr.shape[0] - 1
+        r0 = self.n_rows
+        if self.n_features is not None and n_cols > self.n_features:
+            raise ValidationError(
+                f"batch starting at row {r0} has {n_cols} columns, more than "
+                f"n_features={self.n_features}"
+            )
+        status, r, k = K.check_compressed(indptr, indices, data, -1)
+        if status != K.OK:
+            where = f"row {r0 + r}"
+            if status != K.BAD_INDPTR:
+                where += f", column index {int(indices[k])}"
+            raise ValidationError(f"split {self.name!r}, {where}: {K.PROBLEMS[status]}")
+        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        if y.shape[0] != n_b:
+            raise ValidationError(
+                f"split {self.name!r}, rows {r0}..{r0 + n_b - 1}: y has {y.shape[0]} values "
+                f"for {n_b} rows"
+            )
+        _check_finite(y, "y", self.name, r0)
+        if self.has_sample_weight != (sample_weight is not None):
+            raise ValidationError(
+                f"split {self.name!r}: sample_weight must be given for every batch or none"
+            )
+        if sample_weight is not None:
+            w = np.asarray(sample_weight, dtype=np.float64).reshape(-1)
+            if w.shape[0] != n_b:
+                raise ValidationError(
+                    f"split {self.name!r}: sample_weight has {w.shape[0]} values for {n_b} rows"
+                )
+            _check_finite(w, "sample_weight", self.name, r0)
+            if (w < 0).any():
+                bad = int(np.flatnonzero(w < 0)[0])
+                raise ValidationError(
+                    f"split {self.name!r}, row {r0 + bad}: negative sample_weight {w[bad]}"
+                )
+            w.tofile(self._fh["w"])
+        nnz_b = indices.shape[0]
+        if nnz_b:
+            lo = int(indices.min())
+            hi = int(indices.max())
+            if self.min_index is None or lo < self.min_index:
+                self.min_index = lo
+                self.argmin_row = r0 + int(np.searchsorted(indptr, np.argmin(indices), "right")) - 1
+            if self.max_index is None or hi > self.max_index:
+                self.max_index = hi
+                self.argmax_row = r0 + int(np.searchsorted(indptr, np.argmax(indices), "right")) - 1
+            n_raw = hi + 1
+        else:
+            n_raw = 0
+        rows, cols, vals, counts = K.csr_to_col_sorted(indptr, indices, data, 0, n_raw)
+        n_gran = -(-n_raw // GRANULE)
+        cum = np.zeros(n_raw + 1, dtype=np.int64)
+        np.cumsum(counts, out=cum[1:])
+        goff = cum[np.minimum(np.arange(n_gran + 1, dtype=np.int64) * GRANULE, n_raw)]
+        goff_pos = self._fh["goff"].tell()
+        rows.tofile(self._fh["rows"])
+        cols.tofile(self._fh["cols"])
+        vals.tofile(self._fh["vals"])
+        goff.tofile(self._fh["goff"])
+        y.tofile(self._fh["y"])
+        np.diff(indptr).tofile(self._fh["row_nnz"])
+        self._batches.append((r0, n_b, self.nnz, goff_pos, n_gran))
+        self._grow(n_raw)
+        self._col_nnz[:n_raw] += counts
+        self._col_sum[:n_raw] += np.bincount(cols, weights=vals, minlength=n_raw)
+        self._col_sqsum[:n_raw] += np.bincount(
+            cols, weights=np.square(vals, dtype=np.float64), minlength=n_raw
+        )
+        self.n_rows += n_b
+        self.nnz += nnz_b
+
+    # ------------------------------------------------------------------ close
+    def close(self, *, index_base: int = 0) -> dict[str, Any]:
+        """Transpose the spilled batches into blocks and write the split.
+
+        Parameters
+        ----------
+        index_base : int
+            Raw column index of the first column (1 for one-based input).
+        """
+        if self.closed:
+            raise RuntimeError("split writer is closed")
+        for fh in self._fh.values():
+            fh.close()
+        if self.min_index is not None and self.min_index - index_base < 0:
+            raise ValidationError(
+                f"split {self.name!r}, row {self.argmin_row}: column index {self.min_index} is "
+                f"below the index base {index_base}"
+            )
+        seen = 0 if self.max_index is None else self.max_index + 1 - index_base
+        p = seen if self.n_features is None else self.n_features
+        if seen > p:
+            raise ValidationError(
+                f"split {self.name!r}, row {self.argmax_row}: column index {self.max_index} is "
+                f"out of range for n_features={p} (index base {index_base})"
+            )
+        n = self.n_rows
+        col_nnz = self._shifted(self._col_nnz, index_base, p)
+        row_bounds = self._row_bounds(col_nnz)
+        col_bounds = self._col_bounds(col_nnz, p, len(row_bounds) - 1)
+        root = self.owner.path
+        ce = self.owner.chunk_elems
+        blocks: dict[str, list[list[dict[str, Any]]]] = {f: [] for f in self.formats}
+        for i in range(len(row_bounds) - 1):
+            for f in self.formats:
+                blocks[f].append([])
+            for j in range(len(col_bounds) - 1):
+                indptr, indices, data = self._assemble(
+                    row_bounds[i], row_bounds[i + 1], col_bounds[j], col_bounds[j + 1], index_base
+                )
+                shape = (
+                    int(row_bounds[i + 1] - row_bounds[i]),
+                    int(col_bounds[j + 1] - col_bounds[j]),
+                )
+                for f in self.formats:
+                    if f == "csc":
+                        arrs = (indptr, indices, data)
+                    else:
+                        m = sp.csc_matrix((data, indices, indptr), shape=shape).tocsr()
+                        m.sort_indices()
+                        arrs = (m.indptr.astype(np.int64), m.indices.astype(np.int32), m.data)
+                    blocks[f][i].append(
+                        write_block(root, self.name, f, i, j, *arrs, chunk_elems=ce)
+                    )
+                del indptr, indices, data
+        arrays = {
+            "y": write_array(
+                root, f"{self.name}/y", self._read_all("y", np.float64), chunk_elems=ce
+            ),
+            "stats/col_nnz": write_array(
+                root, f"{self.name}/stats/col_nnz", col_nnz, chunk_elems=ce
+            ),
+            "stats/col_sum": write_array(
+                root,
+                f"{self.name}/stats/col_sum",
+                self._shifted(self._col_sum, index_base, p),
+                chunk_elems=ce,
+            ),
+            "stats/col_sqsum": write_array(
+                root,
+                f"{self.name}/stats/col_sqsum",
+                self._shifted(self._col_sqsum, index_base, p),
+                chunk_elems=ce,
+            ),
+            "stats/row_nnz": write_array(
+                root,
+                f"{self.name}/stats/row_nnz",
+                self._read_all("row_nnz", np.int64),
+                chunk_elems=ce,
+            ),
+        }
+        if self.has_sample_weight:
+            arrays["sample_weight"] = write_array(
+                root, f"{self.name}/sample_weight", self._read_all("w", np.float64), chunk_elems=ce
+            )
+        entry = {
+            "shape": [n, p],
+            "nnz": int(self.nnz),
+            "dtype": self.dtype.str,
+            "formats": list(self.formats),
+            "row_bounds": [int(b) for b in row_bounds],
+            "col_bounds": [int(b) for b in col_bounds],
+            "has_sample_weight": self.has_sample_weight,
+            "blocks": blocks,
+            "arrays": arrays,
+        }
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.closed = True
+        self.owner._register(self.name, entry)
+        return entry
+
+    def __enter__(self) -> SplitWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None and not self.closed:
+            self.close()
+
+    def _read_all(self, key: str, dtype: Any) -> np.ndarray:
+        return np.fromfile(self.dir / f"{key}.bin", dtype=dtype)
+
+    @staticmethod
+    def _shifted(a: np.ndarray, base: int, p: int) -> np.ndarray:
+        out = np.zeros(p, dtype=a.dtype)
+        src = a[base : base + p]
+        out[: src.shape[0]] = src
+        return out
+
+    def _row_bounds(self, col_nnz: np.ndarray) -> np.ndarray:
+        n = self.n_rows
+        if self.row_block_rows is not None:
+            step = int(self.row_block_rows)
+            if step < 1:
+                raise ValueError("row_block_rows must be >= 1")
+            n_rb = max(1, -(-n // step))
+            return np.minimum(np.arange(n_rb + 1, dtype=np.int64) * step, n)
+        # One row block unless a single column holds more than block_nnz nonzeros.
+        max_col = int(col_nnz.max()) if col_nnz.size else 0
+        n_rb = max(1, min(n, -(-max_col // self.block_nnz)))
+        return np.linspace(0, n, n_rb + 1).round().astype(np.int64)
+
+    def _col_bounds(self, col_nnz: np.ndarray, p: int, n_rb: int) -> np.ndarray:
+        if self.col_bounds is not None:
+            b = self.col_bounds
+            if b.ndim != 1 or b.size < 2 or b[0] != 0 or b[-1] != p or np.any(np.diff(b) <= 0):
+                raise ValueError(
+                    f"col_bounds must increase strictly from 0 to n_features={p}, got {b.tolist()}"
+                )
+            return b
+        total = int(col_nnz.sum())
+        if self.n_feature_blocks is not None:
+            n_fb = int(self.n_feature_blocks)
+        else:
+            n_fb = max(1, math.ceil(total / (self.block_nnz * n_rb)))
+        n_fb = max(1, min(n_fb, p)) if p else 1
+        if p == 0:
+            return np.array([0, 0], dtype=np.int64)
+        if total == 0:
+            return np.linspace(0, p, n_fb + 1).round().astype(np.int64)
+        # Equal-nnz cuts: column c ends in the block whose share of the cumulative nnz it reaches.
+        cum = np.cumsum(col_nnz)
+        targets = total * np.arange(1, n_fb, dtype=np.float64) / n_fb
+        cuts = np.searchsorted(cum, targets, side="left") + 1
+        b = np.concatenate([[0], cuts, [p]]).astype(np.int64)
+        # Keep every block non-empty in columns.
+        for k in range(1, len(b) - 1):
+            b[k] = min(max(b[k], b[k - 1] + 1), p - (len(b) - 1 - k))
+        return b
+
+    def _assemble(
+        self, r_lo: int, r_hi: int, c_lo: int, c_hi: int, base: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """CSC arrays of the block rows [r_lo, r_hi) x columns [c_lo, c_hi)."""
+        raw_lo, raw_hi = c_lo + base, c_hi + base
+        g_lo = raw_lo // GRANULE
+        parts_r, parts_c, parts_v = [], [], []
+        isz = np.dtype(np.int32).itemsize
+        vsz = self.dtype.itemsize
+        with (
+            open(self.dir / "rows.bin", "rb") as fr,
+            open(self.dir / "cols.bin", "rb") as fc,
+            open(self.dir / "vals.bin", "rb") as fv,
+            open(self.dir / "goff.bin", "rb") as fg,
+        ):
+            for row0, n_b, e0, goff_pos, n_gran in self._batches:
+                if row0 + n_b <= r_lo or row0 >= r_hi or g_lo >= n_gran or n_b == 0:
+                    continue
+                g_hi = min(-(-raw_hi // GRANULE), n_gran)
+                fg.seek(goff_pos + 8 * g_lo)
+                offs = np.fromfile(fg, dtype=np.int64, count=g_hi - g_lo + 1)
+                a, b = int(offs[0]), int(offs[-1])
+                if b == a:
+                    continue
+                fr.seek((e0 + a) * isz)
+                rows = np.fromfile(fr, dtype=np.int32, count=b - a)
+                fc.seek((e0 + a) * isz)
+                cols = np.fromfile(fc, dtype=np.int32, count=b - a)
+                fv.seek((e0 + a) * vsz)
+                vals = np.fromfile(fv, dtype=self.dtype, count=b - a)
+                keep = (cols >= raw_lo) & (cols < raw_hi)
+                if row0 < r_lo or row0 + n_b > r_hi:
+                    grow = rows.astype(np.int64) + row0
+                    keep &= (grow >= r_lo) & (grow < r_hi)
+                if not keep.all():
+                    rows, cols, vals = rows[keep], cols[keep], vals[keep]
+                parts_r.append((rows + np.int32(row0 - r_lo)).astype(np.int32, copy=False))
+                parts_c.append((cols - np.int32(raw_lo)).astype(np.int32, copy=False))
+                parts_v.append(vals)
+        if parts_r:
+            rows = np.concatenate(parts_r)
+            cols = np.concatenate(parts_c)
+            vals = np.concatenate(parts_v)
+        else:
+            rows = np.zeros(0, dtype=np.int32)
+            cols = np.zeros(0, dtype=np.int32)
+            vals = np.zeros(0, dtype=self.dtype)
+        del parts_r, parts_c, parts_v
+        return K.coo_to_csc(rows, cols, vals, c_hi - c_lo)
+
+
+def _check_finite(a: np.ndarray, what: str, split: str, r0: int) -> None:
+    bad = ~np.isfinite(a)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise ValidationError(f"split {split!r}, row {r0 + k}: {what} is {a[k]} (not finite)")
+
+
+def write_block(
+    root: str | os.PathLike,
+    split: str,
+    fmt: str,
+    i: int,
+    j: int,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    *,
+    chunk_elems: int = CHUNK_ELEMS,
+) -> dict[str, Any]:
+    """Write the arrays of one block; return its manifest entry (nnz and array entries)."""
+    key = block_key(split, fmt, i, j)
+    return {
+        "nnz": int(indices.shape[0]),
+        "arrays": {
+            "indptr": write_array(
+                root, f"{key}/indptr", indptr.astype(np.int64, copy=False), chunk_elems=chunk_elems
+            ),
+            "indices": write_array(
+                root,
+                f"{key}/indices",
+                indices.astype(np.int32, copy=False),
+                chunk_elems=chunk_elems,
+            ),
+            "data": write_array(root, f"{key}/data", data, chunk_elems=chunk_elems),
+        },
+    }
