@@ -153,7 +153,10 @@ class StoreWriter:
         self._open_split = sw
         return sw
 
-    def _register(self, name: str, entry: dict[str, Any]) -> None:
+    def register_split(self, name: str, entry: dict[str, Any]) -> None:
+        """Record the manifest entry of a split whose blocks were written elsewhere."""
+        if name in self._splits:
+            raise ValueError(f"split {name!r} was already written")
         self._splits[name] = entry
         self._open_split = None
 
@@ -477,7 +480,7 @@ class SplitWriter:
         }
         shutil.rmtree(self.dir, ignore_errors=True)
         self.closed = True
-        self.owner._register(self.name, entry)
+        self.owner.register_split(self.name, entry)
         return entry
 
     def __enter__(self) -> SplitWriter:

@@ -1,0 +1,3 @@
+from dl1.cli import main
+
+main()

@@ -1,0 +1,180 @@
+"""The ``dl1`` command line: ``dl1 demo``, ``dl1 generate``, ``dl1 convert``, ``dl1 info``."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+from dl1.errors import Dl1Error
+from dl1.store import Store, open_store
+
+
+def summary(store: Store) -> str:
+    """Human-readable summary of a store: shape, nnz, density, blocks, column frequencies."""
+    lines = [f"store   {store.path}"]
+    for key in ("preset", "source", "task", "seed", "row_multiplier", "snr"):
+        if key in store.attrs:
+            lines.append(f"{key:<7} {store.attrs[key]}")
+    for split in store.splits:
+        n, p = store.shape(split)
+        nnz = store.nnz(split)
+        bn = store.block_nnz(split)
+        e = store.entry(split)
+        col_nnz = store.read("stats/col_nnz", split)
+        lines += [
+            f"[{split}]",
+            f"  shape          {n:,} x {p:,}   dtype {np.dtype(e['dtype']).name}",
+            f"  nnz            {nnz:,}   density {nnz / max(1, n * p):.4%}"
+            f"   nnz/row {nnz / max(1, n):,.1f}",
+            f"  blocks         {bn.shape[0]} row x {bn.shape[1]} feature blocks "
+            f"({', '.join(e['formats'])}); nnz per block min {bn.min():,} / "
+            f"median {int(np.median(bn)):,} / max {bn.max():,}",
+        ]
+        if p and nnz:
+            srt = np.sort(col_nnz)[::-1]
+            top = max(1, p // 100)
+            q = np.percentile(col_nnz, [50, 90, 99, 100])
+            lines += [
+                "  column frequency (rows per column): "
+                f"median {q[0]:g}, p90 {q[1]:g}, p99 {q[2]:g}, max {q[3]:g}",
+                f"  empty columns  {int((col_nnz == 0).sum()):,}"
+                f"   columns in <= 2 rows {(col_nnz <= 2).mean():.1%}"
+                f"   top 1% of columns hold {srt[:top].sum() / nnz:.1%} of nonzeros",
+            ]
+    return "\n".join(lines)
+
+
+@click.group()
+@click.version_option(package_name="dl1")
+def cli() -> None:
+    """dl1: L1 / elastic-net models on sparse data larger than memory, on Dask."""
+
+
+@cli.command()
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where to write the store (default: a temporary directory, removed after).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+def demo(out: str | None, seed: int) -> None:
+    """The main job on its embedded default: generate the 'small' E2006-like preset."""
+    from dl1.datasets import make_e2006_like
+
+    with tempfile.TemporaryDirectory(prefix="dl1-demo-") as tmp:
+        path = Path(out) if out else Path(tmp) / "small.zarr"
+        t0 = time.perf_counter()
+        store = make_e2006_like(path, preset="small", seed=seed, overwrite=out is not None)
+        click.echo(f"generated in {time.perf_counter() - t0:.1f} s")
+        click.echo(summary(store))
+
+
+@cli.command()
+@click.argument("dst", type=click.Path(file_okay=False))
+@click.option(
+    "--preset", type=click.Choice(["small", "tfidf", "log1p"]), default="small", show_default=True
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--row-multiplier", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--task",
+    type=click.Choice(["regression", "classification"]),
+    default="regression",
+    show_default=True,
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing dl1 store at DST.")
+def generate(
+    dst: str, preset: str, seed: int, row_multiplier: int, task: str, overwrite: bool
+) -> None:
+    """Generate an E2006-like synthetic store at DST (out-of-core)."""
+    from dl1.datasets import make_e2006_like
+
+    t0 = time.perf_counter()
+    store = make_e2006_like(
+        dst, preset=preset, seed=seed, row_multiplier=row_multiplier, task=task, overwrite=overwrite
+    )
+    click.echo(f"generated in {time.perf_counter() - t0:.1f} s")
+    click.echo(summary(store))
+
+
+@cli.command()
+@click.argument("src", type=click.Path(exists=True, dir_okay=False))
+@click.argument("dst", type=click.Path(file_okay=False))
+@click.option(
+    "--zero-based",
+    type=click.Choice(["auto", "true", "false"]),
+    default="auto",
+    show_default=True,
+    help="Index base of the svmlight file.",
+)
+@click.option(
+    "--n-features",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Number of features (default: largest index seen).",
+)
+@click.option(
+    "--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True
+)
+@click.option(
+    "--formats",
+    default="csc",
+    show_default=True,
+    help="Comma-separated block formats to store: csc, csr or csc,csr.",
+)
+@click.option(
+    "--block-nnz", type=click.IntRange(min=1), default=None, help="Target nonzeros per block."
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing dl1 store at DST.")
+def convert(
+    src: str,
+    dst: str,
+    zero_based: str,
+    n_features: int | None,
+    dtype: str,
+    formats: str,
+    block_nnz: int | None,
+    overwrite: bool,
+) -> None:
+    """Convert an svmlight/libsvm file (plain, .gz or .bz2) SRC into a store at DST."""
+    from dl1.io.svmlight import from_svmlight
+
+    zb: bool | str = {"auto": "auto", "true": True, "false": False}[zero_based]
+    kw = {} if block_nnz is None else {"block_nnz": block_nnz}
+    t0 = time.perf_counter()
+    store = from_svmlight(
+        src,
+        dst,
+        zero_based=zb,
+        n_features=n_features,
+        dtype=np.dtype(dtype),
+        formats=tuple(f.strip() for f in formats.split(",")),
+        overwrite=overwrite,
+        **kw,
+    )
+    dt = time.perf_counter() - t0
+    size = Path(src).stat().st_size
+    click.echo(f"converted {size / 1e6:,.1f} MB in {dt:.1f} s ({size / 1e6 / dt:,.1f} MB/s)")
+    click.echo(summary(store))
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+def info(store: str) -> None:
+    """Shape, nnz, density, blocks and column-frequency summary of STORE."""
+    click.echo(summary(open_store(store)))
+
+
+def main() -> None:
+    """Entry point: dl1 errors become a one-line message and exit status 1."""
+    try:
+        cli(standalone_mode=True)
+    except (Dl1Error, FileExistsError, FileNotFoundError) as e:
+        click.echo(f"dl1: error: {e}", err=True)
+        sys.exit(1)

@@ -1,0 +1,30 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+
+def random_csr(n, p, density, seed, dtype=np.float64, empty_rows=(), empty_cols=()):
+    """Random CSR with chosen empty rows and columns."""
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, p, density=density, format="lil", random_state=rng, dtype=dtype)
+    for r in empty_rows:
+        X[r, :] = 0
+    for c in empty_cols:
+        X[:, c] = 0
+    X = sp.csr_matrix(X)
+    X.eliminate_zeros()
+    return X
+
+
+@pytest.fixture(scope="session")
+def local_cluster():
+    """A real two-process LocalCluster shared by the distributed tests."""
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
