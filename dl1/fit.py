@@ -1,0 +1,237 @@
+"""``dl1.fit`` and ``dl1.alpha_max``: the functional core of the estimators."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import scipy.sparse as sp
+
+from dl1.datafits import Logistic, Quadratic, normalize_sample_weight
+from dl1.errors import ValidationError
+from dl1.penalties.elastic_net import ElasticNet
+from dl1.solvers import _tasks as T
+from dl1.solvers.cd import FitResult, solve
+from dl1.solvers.executor import executor_for
+from dl1.store import Store, open_store
+
+LOSSES = {"squared": Quadratic, "logistic": Logistic}
+
+
+def _as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray | None]:
+    """(X as a 2-D dask array, y from a store or None, sample weights from a store or None)."""
+    if isinstance(X, (str, os.PathLike)):
+        X = open_store(X)
+    if isinstance(X, Store):
+        y = X.read("y", split)
+        sw = X.read("sample_weight", split) if X.entry(split)["has_sample_weight"] else None
+        return X.to_dask(split, "csc" if "csc" in X.entry(split)["formats"] else None), y, sw
+    if isinstance(X, da.Array):
+        if X.ndim != 2:
+            raise ValidationError(f"X must be 2-D, got {X.ndim} dimensions")
+        if any(np.isnan(c) for cs in X.chunks for c in cs):
+            raise ValidationError("X has unknown chunk sizes; call X.compute_chunk_sizes()")
+        return X, None, None
+    if sp.issparse(X) or isinstance(X, np.ndarray):
+        n, p = X.shape
+        X = sp.csc_matrix(X) if sp.issparse(X) else np.asarray(X)
+        return da.from_array(X, chunks=(n, max(1, -(-p // 4))), asarray=False), None, None
+    raise ValidationError(
+        f"X must be a dask array, a dl1 Store or store path, a scipy.sparse matrix or a "
+        f"NumPy array; got {type(X).__name__}"
+    )
+
+
+def _vector(v: Any, n: int, what: str) -> np.ndarray:
+    v = v.compute() if isinstance(v, da.Array) else v
+    v = np.asarray(v, dtype=np.float64).ravel()
+    if v.shape[0] != n:
+        raise ValidationError(f"{what} has {v.shape[0]} values for {n} rows of X")
+    bad = ~np.isfinite(v)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise ValidationError(f"{what}[{k}] is {v[k]} (not finite)")
+    return v
+
+
+def _problem(X, y, sample_weight, loss, split):
+    Xd, y_store, sw_store = _as_dask(X, split)
+    n, p = Xd.shape
+    if np.dtype(Xd.dtype) not in (np.float32, np.float64):
+        raise ValidationError(f"X has dtype {Xd.dtype}; use float32 or float64")
+    if y is None:
+        if y_store is None:
+            raise ValidationError("y is required unless X is a dl1 store")
+        y = y_store
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {loss!r}")
+    datafit = LOSSES[loss]()
+    y = datafit.validate_y(_vector(y, n, "y"))
+    if sample_weight is None:
+        sample_weight = sw_store
+    sw = np.zeros(0)
+    if sample_weight is not None:
+        s = _vector(sample_weight, n, "sample_weight")
+        if (s < 0).any():
+            raise ValidationError(f"sample_weight[{int(np.flatnonzero(s < 0)[0])}] is negative")
+        sw = normalize_sample_weight(s, n)
+    return Xd, y, sw, datafit
+
+
+def _load(ex, Xd: da.Array, sw: np.ndarray, standardize: bool, center: bool, n_partitions: int):
+    cb = np.concatenate([[0], np.cumsum(Xd.chunks[1])]).astype(np.int64)
+    K = len(cb) - 1
+    dl = Xd.to_delayed()
+    tasks = [
+        dask.delayed(T.assemble_block, pure=True)(
+            j, int(cb[j]), sw, standardize, center, *dl[:, j].tolist()
+        )
+        for j in range(K)
+    ]
+    part_of = np.concatenate(
+        [
+            np.full(len(a), q)
+            for q, a in enumerate(np.array_split(np.arange(K), max(1, min(n_partitions, K))))
+        ]
+    )
+    return ex.compute(tasks, workers=part_of.tolist()), cb
+
+
+def _check_params(alpha: float, l1_ratio: float, tol: float) -> None:
+    if not (np.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
+    if not 0.0 <= l1_ratio <= 1.0:
+        raise ValueError(f"l1_ratio must be in [0, 1], got {l1_ratio!r}")
+    if alpha == 0 or alpha * l1_ratio == 0 and alpha * (1 - l1_ratio) == 0:
+        raise ValueError("alpha must be > 0 (an unregularised fit is not certified here)")
+    if not tol > 0:
+        raise ValueError(f"tol must be > 0, got {tol!r}")
+
+
+def fit(
+    X: Any,
+    y: Any = None,
+    *,
+    alpha: float,
+    l1_ratio: float = 1.0,
+    loss: str = "squared",
+    fit_intercept: bool = True,
+    standardize: bool = False,
+    sample_weight: Any = None,
+    tol: float = 1e-4,
+    max_rounds: int = 1000,
+    n_partitions: int = 2,
+    n_epochs: int = 1,
+    random_order: bool = False,
+    seed: int = 0,
+    client: Any = None,
+    split: str = "train",
+    verbose: bool = False,
+) -> FitResult:
+    """Fit an L1 / elastic-net linear model, certified by its duality gap.
+
+    Minimises ``F(X w + b) + alpha * (l1_ratio ||w||_1 + (1 - l1_ratio) / 2 ||w||_2^2)`` with
+    ``F`` the mean squared loss ``1/(2n) ||y - X w - b||^2`` (scikit-learn's ElasticNet
+    convention) or the mean logistic loss (labels in {-1, +1}), weighted by
+    ``sample_weight`` (normalised to sum to n).
+
+    Parameters
+    ----------
+    X : dask array (scipy.sparse, pydata sparse or dense chunks), dl1 Store, store path,
+        scipy.sparse matrix or ndarray
+        Each column chunk of a dask array is a feature block.
+    y : array_like or dask array, optional
+        Targets; read from the store when X is a store.
+    alpha, l1_ratio : float
+        Penalty strength and mix (1.0: Lasso / L1 logistic).
+    loss : {"squared", "logistic"}
+    fit_intercept : bool
+        Fit an unpenalised intercept.
+    standardize : bool
+        Penalise coefficients of features scaled to unit (weighted) standard deviation,
+        implicitly (never densifying X); ``coef_`` is returned in the input's scale.
+    sample_weight : array_like, optional
+    tol : float
+        Stop when the duality gap is ``<= tol * P(0)``.
+    max_rounds : int
+        Round limit; reaching it warns (ConvergenceWarning) with the gap reached.
+    n_partitions : int
+        Groups of feature blocks whose updates are added each round (CoCoA+ sigma').
+        Fixed by the caller, not by the cluster, so results do not depend on the number of
+        workers.
+    n_epochs : int
+        Local coordinate-descent epochs per round.
+    random_order : bool
+        Uniformly random coordinate order (stochastic coordinate descent) instead of cyclic.
+    seed : int
+        Seed of the random order.
+    client : distributed.Client, optional
+        The cluster to run on; without it everything runs in this process. A global client
+        is never picked up implicitly.
+    split : str
+        Split of a store to fit on.
+
+    Returns
+    -------
+    FitResult
+    """
+    _check_params(alpha, l1_ratio, tol)
+    Xd, y, sw, datafit = _problem(X, y, sample_weight, loss, split)
+    ex = executor_for(client)
+    blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions)
+    res, _ = solve(
+        ex,
+        blocks,
+        cb,
+        y,
+        sw,
+        datafit,
+        ElasticNet(alpha, l1_ratio),
+        fit_intercept=fit_intercept,
+        tol=tol,
+        max_rounds=max_rounds,
+        n_partitions=n_partitions,
+        n_epochs=n_epochs,
+        random_order=random_order,
+        seed=seed,
+        loss_name=loss,
+        verbose=verbose,
+    )
+    if standardize:
+        scales = np.concatenate(ex.gather([ex.submit(_scale, b) for b in blocks]))
+        res.coef_ = res.coef_ * scales
+    return res
+
+
+def _scale(block: T.Block) -> np.ndarray:
+    return block.col_scale
+
+
+def alpha_max(
+    X: Any,
+    y: Any = None,
+    *,
+    l1_ratio: float = 1.0,
+    loss: str = "squared",
+    fit_intercept: bool = True,
+    standardize: bool = False,
+    sample_weight: Any = None,
+    client: Any = None,
+    split: str = "train",
+) -> float:
+    """Smallest ``alpha`` whose solution is ``w = 0``: ``||X^T grad F(b0)||_inf / l1_ratio``.
+
+    One pass over the data (per-block reductions on the workers).
+    """
+    Xd, y, sw, datafit = _problem(X, y, sample_weight, loss, split)
+    ex = executor_for(client)
+    blocks, _ = _load(ex, Xd, sw, standardize, fit_intercept, 1)
+    s = None if sw.shape[0] == 0 else sw
+    b0 = datafit.initial_intercept(y, s) if fit_intercept else 0.0
+    theta = datafit.dual_point(y, np.full(y.shape[0], b0), s, fit_intercept)
+    stats = ex.gather([ex.submit(T.xt_theta_task, [b], theta, np.inf) for b in blocks])
+    absmax = max((st[0][0] for st in stats), default=0.0)
+    return ElasticNet.alpha_max(absmax / y.shape[0], l1_ratio)

@@ -1,0 +1,107 @@
+"""Where the solver's tasks run: a Dask distributed client, or in-process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask
+import numpy as np
+
+from dl1.solvers import _tasks as T
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) every kernel the solver uses, for both dtypes."""
+    import scipy.sparse as sp
+
+    for dtype in (np.float64, np.float32):
+        m = sp.csc_matrix(np.array([[1.0, 0.0], [2.0, 3.0]], dtype=dtype))
+        blk = T.assemble_block(0, 0, np.zeros(0), False, True, m)
+        g = np.array([0.1, -0.1])
+        T.round_task(
+            [blk],
+            [(np.zeros(0, np.int64), np.zeros(0))],
+            g,
+            g,
+            np.zeros(0),
+            1.0,
+            1.0,
+            0.1,
+            0.0,
+            1,
+            False,
+            0,
+            0.2,
+            True,
+        )
+        T.round_task(
+            [blk],
+            [(np.zeros(0, np.int64), np.zeros(0))],
+            g,
+            g,
+            np.ones(2),
+            1.0,
+            1.0,
+            0.1,
+            0.0,
+            1,
+            True,
+            0,
+            0.2,
+            True,
+        )
+        T.matvec_task([blk], [(np.array([0]), np.array([1.0]))], 2)
+
+
+class LocalExecutor:
+    """Runs tasks in this process (no cluster): for small data and tests."""
+
+    n_workers = 1
+
+    def __init__(self) -> None:
+        warm_up()
+
+    def submit(self, fn, *args):
+        return fn(*args)
+
+    def gather(self, handles: list[Any]) -> list[Any]:
+        return list(handles)
+
+    def compute(self, delayed: list[Any], workers: list[int] | None = None) -> list[Any]:
+        return list(dask.compute(*delayed, scheduler="sync"))
+
+
+class DistributedExecutor:
+    """Runs tasks on a ``distributed.Client``; futures keep blocks in worker memory.
+
+    A block lost with its worker is recomputed by the scheduler from its graph (a read of
+    the store or of the input dask array), and tasks running there are rescheduled, so a
+    worker killed mid-fit does not fail the fit.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        client.run(warm_up)
+        self.workers = sorted(client.scheduler_info()["workers"])
+        self.n_workers = len(self.workers)
+
+    def submit(self, fn, *args):
+        return self.client.submit(fn, *args, pure=False)
+
+    def gather(self, handles: list[Any]) -> list[Any]:
+        return self.client.gather(handles)
+
+    def compute(self, delayed: list[Any], workers: list[int] | None = None) -> list[Any]:
+        if workers is None or not self.workers:
+            return self.client.compute(delayed)
+        return [
+            self.client.compute(
+                d, workers=[self.workers[k % self.n_workers]], allow_other_workers=True
+            )
+            for d, k in zip(delayed, workers, strict=True)
+        ]
+
+
+def executor_for(client: Any):
+    """The executor of ``client`` (None: in-process)."""
+    return LocalExecutor() if client is None else DistributedExecutor(client)
