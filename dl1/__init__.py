@@ -3,9 +3,22 @@
 __version__ = "0.1.0"
 
 from dl1.convert import from_dask, from_scipy, open  # noqa: E402
+from dl1.fit import alpha_max, fit  # noqa: E402
+from dl1.solvers.cd import ConvergenceWarning, FitResult  # noqa: E402
 from dl1.store import Store, open_store  # noqa: E402
 
-__all__ = ["Store", "__version__", "from_dask", "from_scipy", "open", "open_store"]
+__all__ = [
+    "ConvergenceWarning",
+    "FitResult",
+    "Store",
+    "__version__",
+    "alpha_max",
+    "fit",
+    "from_dask",
+    "from_scipy",
+    "open",
+    "open_store",
+]
 
 
 def __getattr__(name: str):

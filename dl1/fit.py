@@ -130,6 +130,7 @@ def fit(
     client: Any = None,
     split: str = "train",
     verbose: bool = False,
+    callback: Any = None,
 ) -> FitResult:
     """Fit an L1 / elastic-net linear model, certified by its duality gap.
 
@@ -173,6 +174,10 @@ def fit(
         is never picked up implicitly.
     split : str
         Split of a store to fit on.
+    verbose : bool
+        Print one line per round.
+    callback : callable, optional
+        Called with each round's history entry (for progress display).
 
     Returns
     -------
@@ -199,6 +204,7 @@ def fit(
         seed=seed,
         loss_name=loss,
         verbose=verbose,
+        callback=callback,
     )
     if standardize:
         scales = np.concatenate(ex.gather([ex.submit(_scale, b) for b in blocks]))

@@ -128,6 +128,7 @@ def solve(
     b0: float | None = None,
     loss_name: str = "",
     verbose: bool = False,
+    callback: Any = None,
 ) -> tuple[FitResult, np.ndarray]:
     """Run the rounds; returns the result (coef in the solver's scaled space) and ``z``.
 
@@ -236,6 +237,8 @@ def solve(
         history.append(entry)
         if verbose:
             print(f"round {r:4d}  objective {primal:.10g}  gap {rel:.3e}  nnz {entry['nnz']}")
+        if callback is not None:
+            callback(entry)
         rounds = r
         if rel <= tol:
             converged = True

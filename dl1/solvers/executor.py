@@ -81,7 +81,7 @@ class DistributedExecutor:
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        client.run(warm_up)
+        client.run(warm_up, on_error="ignore")
         self.workers = sorted(client.scheduler_info()["workers"])
         self.n_workers = len(self.workers)
 

@@ -1,0 +1,295 @@
+"""dl1.fit against scikit-learn, closed forms and recomputed certificates, on real clusters."""
+
+import threading
+import time
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.linear_model import ElasticNet, Lasso, LogisticRegression
+
+import dl1
+
+
+def make_regression(n=120, p=53, density=0.15, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, p, density=density, format="csc", random_state=rng, dtype=dtype)
+    w = np.zeros(p)
+    w[rng.choice(p, 8, replace=False)] = rng.standard_normal(8) * 3
+    y = X @ w + 0.5 + 0.1 * rng.standard_normal(n)
+    return X, y
+
+
+def make_classification(n=150, p=41, seed=1):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, p, density=0.2, format="csc", random_state=rng)
+    w = np.zeros(p)
+    w[:6] = rng.standard_normal(6) * 4
+    prob = 1 / (1 + np.exp(-(X @ w - 0.3)))
+    y = np.where(rng.random(n) < prob, 1.0, -1.0)
+    return X, y
+
+
+def as_dask(X, n_blocks):
+    """Column chunks of unequal widths that do not divide p evenly."""
+    p = X.shape[1]
+    cuts = np.unique(
+        np.linspace(0, p, n_blocks + 1).astype(int) + np.r_[0, [1] * (n_blocks - 1), 0]
+    )
+    widths = tuple(np.diff(cuts).tolist())
+    assert len(widths) == n_blocks and sum(widths) == p
+    return da.from_array(sp.csc_matrix(X), chunks=(X.shape[0], widths), asarray=False)
+
+
+def objective(X, y, coef, b, alpha, l1_ratio, loss):
+    z = X @ coef + b
+    if loss == "squared":
+        f = 0.5 * np.mean((y - z) ** 2)
+    else:
+        f = np.mean(np.logaddexp(0, -y * z))
+    return f + alpha * (l1_ratio * np.abs(coef).sum() + (1 - l1_ratio) / 2 * coef @ coef)
+
+
+def numpy_gap_squared(X, y, coef, b, alpha, l1_ratio, fit_intercept):
+    """Duality gap recomputed from scratch (scikit-learn's formula, divided by n)."""
+    n = X.shape[0]
+    r = y - X @ coef - b
+    theta = r - r.mean() if fit_intercept else r
+    a1, a2 = alpha * l1_ratio, alpha * (1 - l1_ratio)
+    xt = X.T @ theta
+    primal = objective(X, y, coef, b, alpha, l1_ratio, "squared")
+    if a2 == 0:
+        scale = min(1.0, n * a1 / np.abs(xt).max())
+        th = scale * theta
+        dual = (
+            (th @ y - 0.5 * th @ th) / n if fit_intercept is False else (th @ y - 0.5 * th @ th) / n
+        )
+    else:
+        scale = min(1.0, n * a1 / np.abs(xt).max())
+        cands = []
+        for c in (1.0, scale):
+            th = c * theta
+            ex = np.maximum(np.abs(X.T @ th) / n - a1, 0)
+            cands.append((th @ y - 0.5 * th @ th) / n - ex @ ex / (2 * a2))
+        dual = max(cands)
+    return primal - dual
+
+
+@pytest.mark.parametrize("n_blocks", [1, 2, 4, 7])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.6])
+def test_squared_matches_sklearn(local_cluster, n_blocks, fit_intercept, l1_ratio):
+    X, y = make_regression()
+    amax = dl1.alpha_max(
+        as_dask(X, n_blocks),
+        y,
+        l1_ratio=l1_ratio,
+        fit_intercept=fit_intercept,
+        client=local_cluster,
+    )
+    alpha = amax / 10
+    res = dl1.fit(
+        as_dask(X, n_blocks),
+        y,
+        alpha=alpha,
+        l1_ratio=l1_ratio,
+        tol=1e-10,
+        fit_intercept=fit_intercept,
+        n_partitions=min(n_blocks, 3),
+        client=local_cluster,
+    )
+    Ref = Lasso(alpha=alpha) if l1_ratio == 1 else ElasticNet(alpha=alpha, l1_ratio=l1_ratio)
+    Ref.set_params(tol=1e-10, max_iter=100_000, fit_intercept=fit_intercept).fit(X, y)
+    ours = objective(X, y, res.coef_, res.intercept_, alpha, l1_ratio, "squared")
+    ref = objective(X, y, Ref.coef_, Ref.intercept_, alpha, l1_ratio, "squared")
+    assert res.converged_
+    assert abs(ours - ref) <= 1e-6 * ref
+    assert ours <= ref * (1 + 1e-9)
+    np.testing.assert_array_equal(res.coef_ != 0, np.abs(Ref.coef_) > 1e-12)
+    # the certificate recomputed in NumPy from coef_ agrees with the reported one
+    gap = numpy_gap_squared(X, y, res.coef_, res.intercept_, alpha, l1_ratio, fit_intercept)
+    assert gap >= -1e-15
+    np.testing.assert_allclose(gap, res.dual_gap_, rtol=1e-6, atol=1e-14)
+    assert res.gap_ <= 1e-10
+
+
+def logistic_reference(X, y, alpha, fit_intercept):
+    """scikit-learn's L1 logistic regression on this objective's scaling (C = 1 / (n alpha))."""
+    n = X.shape[0]
+    clf = LogisticRegression(
+        l1_ratio=1.0,
+        C=1.0 / (n * alpha),
+        solver="saga" if fit_intercept else "liblinear",
+        fit_intercept=fit_intercept,
+        tol=1e-12,
+        max_iter=1_000_000,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(X, y)
+    return clf.coef_.ravel(), float(clf.intercept_[0]) if fit_intercept else 0.0
+
+
+@pytest.mark.parametrize("n_blocks", [1, 2, 4, 7])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_logistic_matches_sklearn(local_cluster, n_blocks, fit_intercept):
+    X, y = make_classification()
+    amax = dl1.alpha_max(X, y, loss="logistic", fit_intercept=fit_intercept)
+    alpha = amax / 5
+    res = dl1.fit(
+        as_dask(X, n_blocks),
+        y,
+        alpha=alpha,
+        loss="logistic",
+        tol=1e-10,
+        fit_intercept=fit_intercept,
+        n_partitions=min(n_blocks, 2),
+        client=local_cluster,
+        max_rounds=20_000,
+    )
+    coef, b = logistic_reference(X, y, alpha, fit_intercept)
+    ours = objective(X, y, res.coef_, res.intercept_, alpha, 1.0, "logistic")
+    ref = objective(X, y, coef, b, alpha, 1.0, "logistic")
+    assert res.converged_
+    assert ours <= ref * (1 + 1e-6)
+    assert abs(ours - ref) <= 1e-6 * ref
+    np.testing.assert_array_equal(res.coef_ != 0, np.abs(coef) > 1e-6)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_alpha_max_gives_zero_in_at_most_one_round(loss):
+    X, y = make_classification() if loss == "logistic" else make_regression()
+    amax = dl1.alpha_max(X, y, loss=loss)
+    for alpha in (amax, 3 * amax):
+        res = dl1.fit(X, y, alpha=alpha, loss=loss, tol=1e-8)
+        assert not res.coef_.any()
+        assert res.n_rounds_ <= 1
+    res = dl1.fit(X, y, alpha=0.99 * amax, loss=loss, tol=1e-8)
+    assert res.coef_.any()
+
+
+def test_alpha_max_closed_form():
+    X, y = make_regression()
+    Xd = X.toarray()
+    expected = np.abs(Xd.T @ (y - y.mean())).max() / X.shape[0]
+    assert dl1.alpha_max(X, y) == pytest.approx(expected, rel=1e-12)
+    assert dl1.alpha_max(X, y, l1_ratio=0.5) == pytest.approx(2 * expected, rel=1e-12)
+
+
+def test_sparse_dense_float32_agree(local_cluster):
+    X, y = make_regression(seed=3)
+    kw = dict(alpha=0.01, tol=1e-10, client=local_cluster)
+    r_sparse = dl1.fit(as_dask(X, 3), y, **kw)
+    r_dense = dl1.fit(da.from_array(X.toarray(), chunks=(60, 20)), y, **kw)
+    np.testing.assert_allclose(r_dense.coef_, r_sparse.coef_, rtol=1e-7, atol=1e-9)
+    X32 = X.astype(np.float32)
+    r32 = dl1.fit(as_dask(X32, 3), y, **kw)
+    assert r32.converged_
+    ref = Lasso(alpha=0.01, tol=1e-12, max_iter=100_000).fit(X32.astype(np.float64), y)
+    np.testing.assert_allclose(r32.coef_, ref.coef_, atol=1e-6)
+
+
+def test_sample_weights_match_sklearn():
+    X, y = make_regression(seed=5)
+    sw = np.random.default_rng(0).uniform(0.2, 3, X.shape[0])
+    res = dl1.fit(as_dask(X, 2), y, alpha=0.01, sample_weight=sw, tol=1e-11)
+    ref = Lasso(alpha=0.01, tol=1e-12, max_iter=100_000).fit(X, y, sample_weight=sw)
+    # scikit-learn normalises weights to sum to n as well
+    np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-7)
+    np.testing.assert_allclose(res.intercept_, ref.intercept_, atol=1e-7)
+
+
+def test_standardize_equals_fitting_scaled_features():
+    X, y = make_regression(seed=6)
+    Xd = X.toarray()
+    std = Xd.std(axis=0)
+    res = dl1.fit(X, y, alpha=0.02, standardize=True, tol=1e-11)
+    ref = Lasso(alpha=0.02, tol=1e-12, max_iter=100_000).fit((Xd - Xd.mean(0)) / std, y)
+    np.testing.assert_allclose(res.coef_, ref.coef_ / std, atol=1e-7)
+
+
+def test_store_input_and_round_limit_warning(tmp_path):
+    X, y = make_regression(seed=7)
+    dl1.from_scipy(X, y, tmp_path / "s", n_feature_blocks=3)
+    res = dl1.fit(tmp_path / "s", alpha=0.01, tol=1e-10)
+    ref = dl1.fit(X, y, alpha=0.01, tol=1e-10)
+    np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-9)
+    with pytest.warns(dl1.ConvergenceWarning, match=r"relative duality gap .* > tol 1\.000e-12"):
+        r = dl1.fit(tmp_path / "s", alpha=0.001, tol=1e-12, max_rounds=3)
+    assert not r.converged_ and r.n_rounds_ == 3 and r.gap_ > 1e-12
+
+
+def test_bad_inputs_are_named():
+    X, y = make_regression()
+    with pytest.raises(dl1.errors.ValidationError, match="y has 3 values for 120 rows"):
+        dl1.fit(X, y[:3], alpha=0.1)
+    y2 = y.copy()
+    y2[4] = np.nan
+    with pytest.raises(dl1.errors.ValidationError, match=r"y\[4\] is nan"):
+        dl1.fit(X, y2, alpha=0.1)
+    with pytest.raises(ValueError, match="loss must be one of"):
+        dl1.fit(X, y, alpha=0.1, loss="hinge")
+    with pytest.raises(ValueError, match="alpha must be"):
+        dl1.fit(X, y, alpha=-1)
+    with pytest.raises(dl1.errors.ValidationError, match="labels"):
+        dl1.fit(X, y, alpha=0.1, loss="logistic")
+    bad = X.copy()
+    bad.data[0] = np.inf
+    with pytest.raises(dl1.errors.ValidationError, match="column 0: value is NaN or infinite"):
+        dl1.fit(bad, y, alpha=0.1)
+
+
+def _cluster(n_workers):
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
+    return cluster, Client(cluster)
+
+
+def test_identical_across_worker_counts_and_runs(local_cluster):
+    X, y = make_regression(n=200, p=90, seed=8)
+    kw = dict(alpha=0.005, tol=1e-8, n_partitions=3, random_order=True, seed=11)
+    results = [dl1.fit(as_dask(X, 5), y, client=local_cluster, **kw) for _ in range(2)]
+    for n_workers in (1, 3):
+        cluster, client = _cluster(n_workers)
+        with cluster, client:
+            results.append(dl1.fit(as_dask(X, 5), y, client=client, **kw))
+    results.append(dl1.fit(as_dask(X, 5), y, **kw))  # in-process
+    for r in results[1:]:
+        np.testing.assert_array_equal(r.coef_, results[0].coef_)
+        assert r.intercept_ == results[0].intercept_
+        assert r.n_rounds_ == results[0].n_rounds_
+
+
+def test_a_killed_worker_does_not_fail_the_fit():
+    X, y = make_regression(n=3000, p=4000, density=0.01, seed=9)
+    kw = dict(alpha=1e-4, tol=1e-9, n_partitions=2, max_rounds=100_000)
+    reference = dl1.fit(as_dask(X, 4), y, **kw)
+    cluster, client = _cluster(2)
+    with cluster, client:
+        out = {}
+        started = threading.Event()
+
+        def on_round(entry):
+            if entry["round"] == 3:
+                started.set()
+                time.sleep(0.2)  # let the next round's tasks reach the workers
+
+        t = threading.Thread(
+            target=lambda: out.setdefault(
+                "r", dl1.fit(as_dask(X, 4), y, client=client, callback=on_round, **kw)
+            )
+        )
+        t.start()
+        assert started.wait(timeout=120)
+        time.sleep(0.1)
+        assert t.is_alive(), "the fit finished before a worker could be killed; use more data"
+        nanny = next(iter(cluster.workers.values()))
+        nanny.process.process.kill()  # SIGKILL: the worker's blocks are lost
+        t.join(timeout=300)
+        assert "r" in out
+    np.testing.assert_array_equal(out["r"].coef_, reference.coef_)
