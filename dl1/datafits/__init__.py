@@ -1,0 +1,11 @@
+"""Datafits ``F(z) = (1/n) sum_i s_i loss(y_i, z_i)`` (plain picklable classes).
+
+Each datafit exposes ``beta`` (bound on ``loss''``), ``validate_y``, ``value``, ``gradient``,
+``initial_intercept``, ``intercept_update``, ``dual_point`` and ``conjugate``; see
+:mod:`dl1.gap` for the dual scaling.
+"""
+
+from dl1.datafits.logistic import Logistic
+from dl1.datafits.quadratic import Quadratic, normalize_sample_weight
+
+__all__ = ["Logistic", "Quadratic", "normalize_sample_weight"]

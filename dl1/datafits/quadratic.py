@@ -1,0 +1,261 @@
+"""Least-squares datafit ``F(z) = (1/n) sum_i s_i (y_i - z_i)^2 / 2``.
+
+Also holds the sample-weight helpers shared by the datafits.
+
+Dual convention (see :mod:`dl1.gap`): ``theta = -n grad F(z) = s * (y - z)``, the (weighted)
+residual, and the datafit part of the dual objective is ``-conjugate(y, theta, s)`` with
+``conjugate(y, theta, s) = F^*(-theta / n)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from dl1.errors import ValidationError
+
+
+def normalize_sample_weight(sample_weight: ArrayLike | None, n: int) -> NDArray[np.float64] | None:
+    """Validate sample weights and rescale them to sum to ``n``.
+
+    Parameters
+    ----------
+    sample_weight : array_like of shape (n,) or None
+        Non-negative finite weights with a positive sum; None for unit weights.
+    n : int
+        Number of samples.
+
+    Returns
+    -------
+    ndarray of float64 of shape (n,) or None
+        ``sample_weight * n / sum(sample_weight)``; None if ``sample_weight`` is None.
+
+    Raises
+    ------
+    ValidationError
+        Wrong shape, a negative or non-finite weight (naming the first bad index), or a zero
+        sum.
+    """
+    if sample_weight is None:
+        return None
+    s = np.asarray(sample_weight, dtype=np.float64)
+    if s.shape != (n,):
+        raise ValidationError(f"sample_weight has shape {s.shape}, expected ({n},)")
+    bad = np.flatnonzero(~np.isfinite(s) | (s < 0))
+    if bad.size:
+        i = int(bad[0])
+        raise ValidationError(
+            f"sample_weight[{i}] = {s[i].item()!r} is not a finite non-negative number"
+        )
+    total = s.sum()
+    if total <= 0.0:
+        raise ValidationError("sample_weight sums to 0")
+    return s * (n / total)
+
+
+def _weights(s: ArrayLike | None, n: int) -> NDArray[np.float64] | None:
+    """Sample weights as float64 of shape (n,), or None for unit weights."""
+    if s is None:
+        return None
+    s = np.asarray(s, dtype=np.float64)
+    if s.shape != (n,):
+        raise ValidationError(f"sample weights have shape {s.shape}, expected ({n},)")
+    return s
+
+
+def _weighted_sum(x: NDArray[np.float64], s: NDArray[np.float64] | None) -> float:
+    """``sum_i s_i x_i`` (``s`` None for unit weights)."""
+    return float(x.sum() if s is None else s @ x)
+
+
+def _check_finite_y(y: ArrayLike) -> NDArray[np.float64]:
+    """``y`` as a 1-D finite float64 array."""
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValidationError(f"y must be 1-D, got shape {y.shape}")
+    y = y.astype(np.float64, copy=False)
+    bad = np.flatnonzero(~np.isfinite(y))
+    if bad.size:
+        i = int(bad[0])
+        raise ValidationError(f"y[{i}] = {y[i].item()!r} is not finite")
+    return y
+
+
+class Quadratic:
+    """Squared loss ``loss(y, z) = (y - z)^2 / 2`` (scikit-learn ``ElasticNet`` convention).
+
+    All methods take length-``n`` float arrays; ``s`` are optional sample weights (None for
+    unit weights), normalised by the caller to sum to ``n``
+    (:func:`normalize_sample_weight`).
+    """
+
+    beta: float = 1.0
+    """Upper bound of ``loss''`` (Shalev-Shwartz & Tewari 2011, Eq. (7))."""
+
+    def __repr__(self) -> str:
+        return "Quadratic()"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self).__name__)
+
+    def validate_y(self, y: ArrayLike) -> NDArray[np.float64]:
+        """Check the targets.
+
+        Parameters
+        ----------
+        y : array_like of shape (n,)
+
+        Returns
+        -------
+        ndarray of float64
+
+        Raises
+        ------
+        ValidationError
+            ``y`` is not 1-D or has a NaN/inf (naming the first bad index).
+        """
+        return _check_finite_y(y)
+
+    def value(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None) -> float:
+        """``F(z) = (1/n) sum_i s_i (y_i - z_i)^2 / 2``.
+
+        Parameters
+        ----------
+        y, z : array_like of shape (n,)
+            Targets and linear predictor ``X w + b``.
+        s : array_like of shape (n,), optional
+            Sample weights.
+
+        Returns
+        -------
+        float
+        """
+        r = np.asarray(y, dtype=np.float64) - np.asarray(z, dtype=np.float64)
+        return 0.5 * _weighted_sum(r * r, _weights(s, r.shape[0])) / r.shape[0]
+
+    def gradient(
+        self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None
+    ) -> NDArray[np.float64]:
+        """``grad F(z)``: ``g_i = s_i (z_i - y_i) / n``.
+
+        Parameters
+        ----------
+        y, z : array_like of shape (n,)
+        s : array_like of shape (n,), optional
+
+        Returns
+        -------
+        ndarray of float64 of shape (n,)
+        """
+        g = np.asarray(z, dtype=np.float64) - np.asarray(y, dtype=np.float64)
+        s = _weights(s, g.shape[0])
+        if s is not None:
+            g *= s
+        g /= g.shape[0]
+        return g
+
+    def initial_intercept(self, y: ArrayLike, s: ArrayLike | None = None) -> float:
+        """Optimal intercept at ``w = 0``: the weighted mean of ``y``.
+
+        Parameters
+        ----------
+        y : array_like of shape (n,)
+        s : array_like of shape (n,), optional
+
+        Returns
+        -------
+        float
+        """
+        y = np.asarray(y, dtype=np.float64)
+        s = _weights(s, y.shape[0])
+        if s is None:
+            return float(y.mean())
+        return float(s @ y) / float(s.sum())
+
+    def intercept_update(
+        self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None, max_iter: int = 1
+    ) -> float:
+        """Intercept step minimising ``F(z + db)`` exactly.
+
+        Parameters
+        ----------
+        y, z : array_like of shape (n,)
+            ``z`` includes the current intercept.
+        s : array_like of shape (n,), optional
+        max_iter : int, default=1
+            Ignored (one step is exact); kept for API symmetry with :class:`Logistic`.
+
+        Returns
+        -------
+        float
+            ``db = sum_i s_i (y_i - z_i) / sum_i s_i``; the new intercept is ``b + db``.
+        """
+        r = np.asarray(y, dtype=np.float64) - np.asarray(z, dtype=np.float64)
+        s = _weights(s, r.shape[0])
+        if s is None:
+            return float(r.mean())
+        return float(s @ r) / float(s.sum())
+
+    def dual_point(
+        self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None, intercept: bool = False
+    ) -> NDArray[np.float64]:
+        """Dual candidate ``theta = -n grad F(z) = s * (y - z)`` (the weighted residual).
+
+        Parameters
+        ----------
+        y, z : array_like of shape (n,)
+        s : array_like of shape (n,), optional
+        intercept : bool, default=False
+            If True, ``theta`` is the weighted residual at the optimal intercept shift
+            ``z + db`` (:meth:`intercept_update`), i.e. ``theta - s sum(theta) / sum(s)``, so
+            that ``sum_i theta_i = 0`` (the dual constraint of the unpenalised intercept). For
+            unit weights this is the residual minus its mean.
+
+        Returns
+        -------
+        ndarray of float64 of shape (n,)
+            Not yet rescaled for L1 feasibility (:func:`dl1.gap.duality_gap` does that).
+        """
+        theta = np.asarray(y, dtype=np.float64) - np.asarray(z, dtype=np.float64)
+        s = _weights(s, theta.shape[0])
+        if s is not None:
+            theta *= s
+        if intercept:
+            if s is None:
+                theta -= theta.mean()
+            else:
+                theta -= s * (theta.sum() / s.sum())
+        return theta
+
+    def conjugate(self, y: ArrayLike, theta: ArrayLike, s: ArrayLike | None = None) -> float:
+        """``F^*(-theta / n) = (1/n) sum_i (theta_i^2 / (2 s_i) - theta_i y_i)``.
+
+        The dual objective is ``D(theta) = -conjugate(y, theta, s) - penalty^*(X^T theta / n)``.
+
+        Parameters
+        ----------
+        y, theta : array_like of shape (n,)
+        s : array_like of shape (n,), optional
+            Where ``s_i = 0`` the term is 0 if ``theta_i = 0`` and ``inf`` otherwise.
+
+        Returns
+        -------
+        float
+        """
+        y = np.asarray(y, dtype=np.float64)
+        theta = np.asarray(theta, dtype=np.float64)
+        n = theta.shape[0]
+        s = _weights(s, n)
+        if s is None:
+            quad = 0.5 * float(theta @ theta)
+        else:
+            pos = s > 0
+            if np.any(theta[~pos] != 0.0):
+                return math.inf
+            quad = 0.5 * float(theta[pos] @ (theta[pos] / s[pos]))
+        return (quad - float(theta @ y)) / n

@@ -1,0 +1,148 @@
+"""Numba linear-algebra kernels on one CSC column block.
+
+A block is given by raw CSC arrays: ``indptr`` (int64, length ``ncols + 1``), ``indices``
+(int32 row indices) and ``data`` (float32 or float64). Vectors (``w``, ``v``, ``theta``,
+``out``) are float64.
+
+Conventions shared by every kernel of :mod:`dl1.kernels`:
+
+* ``col_scale`` (float64) implements implicit column scaling (e.g. standardisation): column
+  ``j`` is used as ``x_j * col_scale[j]``. An **empty** array means no scaling; an array of
+  ones gives the same result at the cost of one multiplication per column.
+* ``sw`` (float64, length ``n``) are sample weights; an **empty** array means unit weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(nogil=True, cache=True)
+def csc_matvec(indptr, indices, data, col_scale, w, out):
+    """Accumulate ``out += X_k @ (col_scale * w)``.
+
+    Parameters
+    ----------
+    indptr : ndarray of int64, shape (ncols + 1,)
+    indices : ndarray of int32, shape (nnz,)
+    data : ndarray of float32 or float64, shape (nnz,)
+    col_scale : ndarray of float64, shape (ncols,) or (0,)
+        Column scaling; empty for none.
+    w : ndarray of float64, shape (ncols,)
+        Coefficients of the block; zero entries are skipped.
+    out : ndarray of float64, shape (n,)
+        Accumulator, updated in place.
+    """
+    ncols = indptr.shape[0] - 1
+    has_scale = col_scale.shape[0] > 0
+    for j in range(ncols):
+        wj = w[j]
+        if wj == 0.0:
+            continue
+        if has_scale:
+            wj *= col_scale[j]
+        for k in range(indptr[j], indptr[j + 1]):
+            out[indices[k]] += data[k] * wj
+
+
+@njit(nogil=True, cache=True)
+def csc_rmatvec(indptr, indices, data, col_scale, v, out):
+    """Compute ``out = col_scale * (X_k.T @ v)``.
+
+    Parameters
+    ----------
+    indptr, indices, data : CSC arrays of the block.
+    col_scale : ndarray of float64, shape (ncols,) or (0,)
+        Column scaling; empty for none.
+    v : ndarray of float64, shape (n,)
+    out : ndarray of float64, shape (ncols,)
+        Overwritten with the result.
+    """
+    ncols = indptr.shape[0] - 1
+    has_scale = col_scale.shape[0] > 0
+    for j in range(ncols):
+        acc = 0.0
+        for k in range(indptr[j], indptr[j + 1]):
+            acc += data[k] * v[indices[k]]
+        if has_scale:
+            acc *= col_scale[j]
+        out[j] = acc
+
+
+@njit(nogil=True, cache=True)
+def csc_col_sqnorms(indptr, indices, data, col_scale, sw):
+    """Weighted squared column norms ``sum_i sw_i (x_ij col_scale_j)^2``.
+
+    Parameters
+    ----------
+    indptr, indices, data : CSC arrays of the block.
+    col_scale : ndarray of float64, shape (ncols,) or (0,)
+        Column scaling; empty for none.
+    sw : ndarray of float64, shape (n,) or (0,)
+        Sample weights; empty for unit weights.
+
+    Returns
+    -------
+    ndarray of float64, shape (ncols,)
+        The ``col_sqnorm`` argument expected by :func:`dl1.kernels.cd.cd_block_epochs`.
+    """
+    ncols = indptr.shape[0] - 1
+    has_scale = col_scale.shape[0] > 0
+    has_sw = sw.shape[0] > 0
+    out = np.zeros(ncols, dtype=np.float64)
+    for j in range(ncols):
+        acc = 0.0
+        if has_sw:
+            for k in range(indptr[j], indptr[j + 1]):
+                x = np.float64(data[k])
+                acc += sw[indices[k]] * x * x
+        else:
+            for k in range(indptr[j], indptr[j + 1]):
+                x = np.float64(data[k])
+                acc += x * x
+        if has_scale:
+            acc *= col_scale[j] * col_scale[j]
+        out[j] = acc
+    return out
+
+
+@njit(nogil=True, cache=True)
+def csc_xt_theta_stats(indptr, indices, data, col_scale, theta, threshold):
+    """Dual-gap statistics of ``c = col_scale * (X_k.T @ theta)`` without storing ``c``.
+
+    Parameters
+    ----------
+    indptr, indices, data : CSC arrays of the block.
+    col_scale : ndarray of float64, shape (ncols,) or (0,)
+        Column scaling; empty for none.
+    theta : ndarray of float64, shape (n,)
+        Dual point (see :meth:`dl1.datafits.Quadratic.dual_point`).
+    threshold : float
+        ``n * alpha_l1`` for the elastic-net conjugate (see
+        :meth:`dl1.penalties.ElasticNet.xt_theta_stats`).
+
+    Returns
+    -------
+    absmax : float
+        ``max_j |c_j|`` (0.0 for a block without columns); the max over blocks is
+        ``||X.T theta||_inf``.
+    excess_sq : float
+        ``sum_j (|c_j| - threshold)_+^2``; sums over blocks.
+    """
+    ncols = indptr.shape[0] - 1
+    has_scale = col_scale.shape[0] > 0
+    absmax = 0.0
+    excess_sq = 0.0
+    for j in range(ncols):
+        acc = 0.0
+        for k in range(indptr[j], indptr[j + 1]):
+            acc += data[k] * theta[indices[k]]
+        if has_scale:
+            acc *= col_scale[j]
+        a = abs(acc)
+        if a > absmax:
+            absmax = a
+        if a > threshold:
+            excess_sq += (a - threshold) * (a - threshold)
+    return absmax, excess_sq

@@ -1,0 +1,527 @@
+"""Numba kernels against NumPy references, and end-to-end coordinate descent vs scikit-learn."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import ElasticNet as SkElasticNet
+from sklearn.linear_model import LogisticRegression
+
+from dl1.datafits import Logistic, Quadratic, normalize_sample_weight
+from dl1.gap import duality_gap_from_stats
+from dl1.kernels import (
+    cd_block_epochs,
+    csc_col_sqnorms,
+    csc_matvec,
+    csc_rmatvec,
+    csc_xt_theta_stats,
+    soft_threshold,
+)
+from dl1.kernels.cd import _shuffle
+from dl1.penalties import ElasticNet
+
+EMPTY = np.empty(0, dtype=np.float64)
+SHAPES = [(1, 2), (7, 5), (30, 12), (64, 40)]
+DTYPES = [np.float32, np.float64]
+
+
+def make_csc(n, p, density, dtype, seed):
+    """Random CSC matrix with column 0 empty and column 1 holding a single nonzero."""
+    rng = np.random.default_rng(seed)
+    dense = rng.standard_normal((n, p)) * (rng.random((n, p)) < density)
+    dense[:, 0] = 0.0
+    if p > 1:
+        dense[:, 1] = 0.0
+        dense[rng.integers(n), 1] = 1.5
+    return sp.csc_matrix(dense.astype(dtype))
+
+
+def arrays(X):
+    """Raw CSC arrays with the kernels' index types."""
+    X = sp.csc_matrix(X)
+    X.sort_indices()
+    return X.indptr.astype(np.int64), X.indices.astype(np.int32), X.data
+
+
+def scaled_dense(X, col_scale):
+    """Dense float64 ``X`` with ``col_scale`` applied (empty = none)."""
+    dense = X.toarray().astype(np.float64)
+    return dense if col_scale.size == 0 else dense * col_scale
+
+
+def maybe_scale(p, use, rng):
+    return rng.uniform(0.5, 2.0, p) if use else EMPTY
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("use_scale", [False, True])
+def test_csc_matvec(shape, dtype, use_scale):
+    n, p = shape
+    rng = np.random.default_rng(1)
+    X = make_csc(n, p, 0.4, dtype, 0)
+    col_scale = maybe_scale(p, use_scale, rng)
+    w = rng.standard_normal(p)
+    w[p // 2] = 0.0
+    out = rng.standard_normal(n)
+    expected = out + scaled_dense(X, col_scale) @ w
+    csc_matvec(*arrays(X), col_scale, w, out)
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("use_scale", [False, True])
+def test_csc_rmatvec(shape, dtype, use_scale):
+    n, p = shape
+    rng = np.random.default_rng(2)
+    X = make_csc(n, p, 0.4, dtype, 1)
+    col_scale = maybe_scale(p, use_scale, rng)
+    v = rng.standard_normal(n)
+    out = np.full(p, 123.0)
+    csc_rmatvec(*arrays(X), col_scale, v, out)
+    np.testing.assert_allclose(out, scaled_dense(X, col_scale).T @ v, rtol=1e-12, atol=1e-12)
+    if p > 1:
+        assert out[0] == 0.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("use_scale", [False, True])
+@pytest.mark.parametrize("use_sw", [False, True])
+def test_csc_col_sqnorms(shape, dtype, use_scale, use_sw):
+    n, p = shape
+    rng = np.random.default_rng(3)
+    X = make_csc(n, p, 0.4, dtype, 2)
+    col_scale = maybe_scale(p, use_scale, rng)
+    sw = rng.uniform(0.0, 3.0, n) if use_sw else EMPTY
+    dense = scaled_dense(X, col_scale)
+    expected = ((sw[:, None] if use_sw else 1.0) * dense**2).sum(axis=0)
+    got = csc_col_sqnorms(*arrays(X), col_scale, sw)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+    assert got[0] == 0.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("use_scale", [False, True])
+def test_csc_xt_theta_stats(shape, dtype, use_scale):
+    n, p = shape
+    rng = np.random.default_rng(4)
+    X = make_csc(n, p, 0.4, dtype, 3)
+    col_scale = maybe_scale(p, use_scale, rng)
+    theta = rng.standard_normal(n)
+    c = np.abs(scaled_dense(X, col_scale).T @ theta)
+    threshold = float(np.median(c))
+    absmax, excess_sq = csc_xt_theta_stats(*arrays(X), col_scale, theta, threshold)
+    np.testing.assert_allclose(absmax, c.max(), rtol=1e-12)
+    np.testing.assert_allclose(excess_sq, (np.maximum(c - threshold, 0.0) ** 2).sum(), rtol=1e-12)
+    empty_block = csc_xt_theta_stats(
+        np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, dtype), EMPTY, theta, 0.0
+    )
+    assert empty_block == (0.0, 0.0)
+
+
+def test_soft_threshold():
+    assert soft_threshold(3.0, 1.0) == 2.0
+    assert soft_threshold(-3.0, 1.0) == -2.0
+    assert soft_threshold(0.5, 1.0) == 0.0
+    assert soft_threshold(-1.0, 1.0) == 0.0
+
+
+def reference_cd(dense, w, g, u, sw, sigma, beta, n, a1, a2, n_epochs, active):
+    """NumPy transcription of the local subproblem's cyclic coordinate descent."""
+    s = np.ones(dense.shape[0]) if sw.size == 0 else sw
+    coef = sigma * beta / n
+    sq = (s[:, None] * dense**2).sum(axis=0)
+    n_changed, max_dz = 0, 0.0
+    for _ in range(n_epochs):
+        for j in active:
+            if sq[j] == 0.0:
+                n_changed += w[j] != 0.0
+                w[j] = 0.0
+                continue
+            grad = dense[:, j] @ (g + coef * s * u)
+            lj = coef * sq[j]
+            x = lj * w[j] - grad
+            new = np.sign(x) * max(abs(x) - a1, 0.0) / (lj + a2)
+            u += dense[:, j] * (new - w[j])
+            n_changed += new != w[j]
+            max_dz = max(max_dz, abs(new - w[j]) * np.sqrt(sq[j] / n))
+            w[j] = new
+    return w, u, n_changed, max_dz
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(
+    ("use_scale", "use_sw", "sigma", "beta", "l1_ratio"),
+    [
+        (False, False, 1.0, 1.0, 1.0),
+        (True, False, 3.0, 0.25, 0.5),
+        (False, True, 2.0, 1.0, 0.8),
+        (True, True, 1.0, 0.25, 1.0),
+    ],
+)
+def test_cd_block_epochs_matches_reference(shape, dtype, use_scale, use_sw, sigma, beta, l1_ratio):
+    n, p = shape
+    rng = np.random.default_rng(5)
+    X = make_csc(n, p, 0.5, dtype, 4)
+    col_scale = maybe_scale(p, use_scale, rng)
+    sw = rng.uniform(0.2, 2.0, n) if use_sw else EMPTY
+    dense = scaled_dense(X, col_scale)
+    w0 = rng.standard_normal(p) * (rng.random(p) < 0.5)
+    w0[0] = 0.7
+    g = rng.standard_normal(n) / n
+    alpha = 0.3 * np.abs(dense.T @ g).max() + 1e-3
+    a1, a2 = alpha * l1_ratio, alpha * (1.0 - l1_ratio)
+    active = rng.permutation(p)[: max(1, (3 * p) // 4)].astype(np.int64)
+    active = np.union1d(active, [0]).astype(np.int64)[::-1].copy()
+    sq = csc_col_sqnorms(*arrays(X), col_scale, sw)
+
+    w = w0.copy()
+    u = np.zeros(n)
+    n_changed, max_dz = cd_block_epochs(
+        *arrays(X), col_scale, w, g, u, sw, sq, sigma, beta, float(n), a1, a2, 3, False, 0, active
+    )
+    w_ref, u_ref, n_changed_ref, max_dz_ref = reference_cd(
+        dense, w0.copy(), g, np.zeros(n), sw, sigma, beta, n, a1, a2, 3, active
+    )
+    np.testing.assert_allclose(w, w_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(u, u_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(u, dense @ (w - w0), rtol=1e-10, atol=1e-12)
+    assert w[0] == 0.0
+    untouched = np.setdiff1d(np.arange(p), active)
+    np.testing.assert_array_equal(w[untouched], w0[untouched])
+    assert 1 <= n_changed_ref <= 3 * len(active)
+    assert 1 <= n_changed <= 3 * len(active)
+    np.testing.assert_allclose(max_dz, max_dz_ref, rtol=1e-10)
+
+
+def test_cd_block_epochs_fixed_point_and_empty_active():
+    X = make_csc(20, 6, 0.5, np.float64, 7)
+    indptr, indices, data = arrays(X)
+    sq = csc_col_sqnorms(indptr, indices, data, EMPTY, EMPTY)
+    w = np.zeros(6)
+    g = np.zeros(20)
+    u = np.zeros(20)
+    result = cd_block_epochs(
+        indptr,
+        indices,
+        data,
+        EMPTY,
+        w,
+        g,
+        u,
+        EMPTY,
+        sq,
+        1.0,
+        1.0,
+        20.0,
+        0.1,
+        0.0,
+        5,
+        True,
+        3,
+        np.arange(6, dtype=np.int64),
+    )
+    assert result == (0, 0.0)
+    result = cd_block_epochs(
+        indptr,
+        indices,
+        data,
+        EMPTY,
+        w,
+        g + 1.0,
+        u,
+        EMPTY,
+        sq,
+        1.0,
+        1.0,
+        20.0,
+        0.0,
+        0.0,
+        5,
+        False,
+        0,
+        np.zeros(0, dtype=np.int64),
+    )
+    assert result == (0, 0.0)
+    assert not w.any() and not u.any()
+
+
+def test_cd_block_epochs_random_order_is_seeded():
+    n, p = 40, 15
+    X = make_csc(n, p, 0.4, np.float64, 8)
+    indptr, indices, data = arrays(X)
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal(n) / n
+    sq = csc_col_sqnorms(indptr, indices, data, EMPTY, EMPTY)
+    active = np.arange(p, dtype=np.int64)
+
+    def run(seed, random_order=True):
+        w, u = np.zeros(p), np.zeros(n)
+        cd_block_epochs(
+            indptr,
+            indices,
+            data,
+            EMPTY,
+            w,
+            g,
+            u,
+            EMPTY,
+            sq,
+            1.0,
+            1.0,
+            float(n),
+            1e-3,
+            0.0,
+            1,
+            random_order,
+            seed,
+            active,
+        )
+        return w
+
+    np.testing.assert_array_equal(run(11), run(11))
+    cyclic = run(0, random_order=False)
+    assert any(not np.array_equal(run(seed), cyclic) for seed in range(5))
+
+
+def test_shuffle_is_uniform_permutation():
+    counts = {}
+    state = np.uint64(12345)
+    for _ in range(6000):
+        order = np.arange(3, dtype=np.int64)
+        state = _shuffle(order, state)
+        counts[tuple(order)] = counts.get(tuple(order), 0) + 1
+    assert len(counts) == 6
+    # Binomial(6000, 1/6): mean 1000, sd ~29.
+    assert all(850 < c < 1150 for c in counts.values())
+    order = np.arange(50, dtype=np.int64)
+    _shuffle(order, np.uint64(0))
+    np.testing.assert_array_equal(np.sort(order), np.arange(50))
+
+
+def block_arrays(X, n_blocks):
+    """Split the columns of ``X`` into contiguous CSC blocks."""
+    splits = np.array_split(np.arange(X.shape[1]), n_blocks)
+    return splits, [arrays(X[:, cols]) for cols in splits]
+
+
+def solve(
+    X,
+    y,
+    datafit,
+    penalty,
+    n_blocks=1,
+    s=None,
+    col_scale=EMPTY,
+    intercept=False,
+    n_epochs=1,
+    random_order=False,
+    gap_tol=1e-15,
+    max_rounds=50_000,
+):
+    """CoCoA+ with added updates: every block solves its subproblem from the same ``g``."""
+    n, p = X.shape
+    sw = EMPTY if s is None else s
+    splits, blocks = block_arrays(sp.csc_matrix(X), n_blocks)
+    scales = [col_scale[cols] if col_scale.size else EMPTY for cols in splits]
+    sqs = [csc_col_sqnorms(*b, c, sw) for b, c in zip(blocks, scales, strict=True)]
+    actives = [np.arange(len(cols), dtype=np.int64) for cols in splits]
+    w = np.zeros(p)
+    b = datafit.initial_intercept(y, s) if intercept else 0.0
+    z = np.full(n, b)
+    sigma = float(n_blocks)
+    gap = np.inf
+    for r in range(max_rounds):
+        g = datafit.gradient(y, z, s)
+        dz = np.zeros(n)
+        for k, cols in enumerate(splits):
+            wk = w[cols]
+            u = np.zeros(n)
+            cd_block_epochs(
+                *blocks[k],
+                scales[k],
+                wk,
+                g,
+                u,
+                sw,
+                sqs[k],
+                sigma,
+                datafit.beta,
+                float(n),
+                penalty.alpha_l1,
+                penalty.alpha_l2,
+                n_epochs,
+                random_order,
+                r * n_blocks + k,
+                actives[k],
+            )
+            w[cols] = wk
+            dz += u
+        z += dz
+        if intercept:
+            db = datafit.intercept_update(y, z, s)
+            b += db
+            z += db
+        if r % 10 == 9:
+            theta = datafit.dual_point(y, z, s, intercept)
+            stats = [
+                csc_xt_theta_stats(*blk, c, theta, n * penalty.alpha_l1)
+                for blk, c in zip(blocks, scales, strict=True)
+            ]
+            absmax = max(st[0] for st in stats)
+            excess = sum(st[1] for st in stats)
+            _, _, gap = duality_gap_from_stats(
+                datafit, penalty, y, z, w, absmax, excess, s=s, intercept=intercept, theta=theta
+            )
+            if gap < gap_tol:
+                break
+    return w, b, z, gap
+
+
+def regression_problem(n=80, p=40, dtype=np.float64, seed=0):
+    rng = np.random.default_rng(seed)
+    X = make_csc(n, p, 0.3, dtype, seed)
+    w_true = np.zeros(p)
+    w_true[2:8] = rng.standard_normal(6) * 2
+    y = X.astype(np.float64) @ w_true + 0.3 * rng.standard_normal(n)
+    return X, y
+
+
+def quadratic_alpha(X, y, fraction, l1_ratio):
+    g0 = Quadratic().gradient(y, np.zeros(len(y)))
+    return fraction * ElasticNet.alpha_max(np.abs(X.T @ g0).max(), l1_ratio)
+
+
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.5])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_quadratic_single_block_is_sklearn_enet(l1_ratio, dtype):
+    X, y = regression_problem(dtype=dtype)
+    alpha = quadratic_alpha(X, y, 0.1, l1_ratio)
+    sk = SkElasticNet(
+        alpha=alpha, l1_ratio=l1_ratio, fit_intercept=False, tol=1e-12, max_iter=100_000
+    ).fit(X.toarray().astype(np.float64), y)
+    w, _, _, gap = solve(X, y, Quadratic(), ElasticNet(alpha, l1_ratio))
+    assert gap < 1e-15
+    assert np.count_nonzero(sk.coef_) < X.shape[1]
+    np.testing.assert_allclose(w, sk.coef_, rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("n_blocks", [2, 3])
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.7])
+def test_quadratic_blocks_converge_to_sklearn(n_blocks, l1_ratio):
+    X, y = regression_problem(seed=1)
+    alpha = quadratic_alpha(X, y, 0.1, l1_ratio)
+    sk = SkElasticNet(
+        alpha=alpha, l1_ratio=l1_ratio, fit_intercept=False, tol=1e-12, max_iter=100_000
+    ).fit(X.toarray(), y)
+    w, _, _, gap = solve(
+        X,
+        y,
+        Quadratic(),
+        ElasticNet(alpha, l1_ratio),
+        n_blocks=n_blocks,
+        n_epochs=3,
+        random_order=True,
+    )
+    assert gap < 1e-15
+    np.testing.assert_allclose(w, sk.coef_, rtol=0, atol=1e-8)
+
+
+def test_quadratic_weights_scaling_intercept_match_sklearn():
+    X, y = regression_problem(seed=2)
+    n, p = X.shape
+    rng = np.random.default_rng(2)
+    s = normalize_sample_weight(rng.uniform(0.1, 3.0, n), n)
+    col_scale = rng.uniform(0.5, 2.0, p)
+    Xs = X.toarray() * col_scale
+    alpha, l1_ratio = quadratic_alpha(X, y, 0.05, 0.9), 0.9
+    sk = SkElasticNet(
+        alpha=alpha, l1_ratio=l1_ratio, fit_intercept=True, tol=1e-12, max_iter=100_000
+    ).fit(Xs, y, sample_weight=s)
+    w, b, _, gap = solve(
+        X,
+        y,
+        Quadratic(),
+        ElasticNet(alpha, l1_ratio),
+        n_blocks=2,
+        s=s,
+        col_scale=col_scale,
+        intercept=True,
+        n_epochs=2,
+    )
+    assert gap < 1e-15
+    np.testing.assert_allclose(w, sk.coef_, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(b, sk.intercept_, rtol=0, atol=1e-8)
+
+
+def classification_problem(n=100, p=30, seed=0):
+    rng = np.random.default_rng(seed)
+    X = make_csc(n, p, 0.3, np.float64, seed + 10)
+    w_true = np.zeros(p)
+    w_true[2:7] = 2 * rng.standard_normal(5)
+    y = np.where(X @ w_true + 0.5 * rng.standard_normal(n) > 0, 1.0, -1.0)
+    return X, y
+
+
+def sklearn_logistic(X, y, alpha, l1_ratio, intercept, solver, s=None):
+    """sklearn solves min C sum_i s_i loss_i + r(w); ours is that divided by C n."""
+    n = X.shape[0]
+    clf = LogisticRegression(
+        l1_ratio=l1_ratio,
+        C=1.0 / (n * alpha),
+        fit_intercept=intercept,
+        solver=solver,
+        tol=1e-14,
+        max_iter=100_000,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(X, y, sample_weight=s)
+    return clf.coef_[0], (clf.intercept_[0] if intercept else 0.0)
+
+
+@pytest.mark.parametrize("n_blocks", [1, 2, 3])
+def test_logistic_l1_matches_liblinear(n_blocks):
+    X, y = classification_problem()
+    n = X.shape[0]
+    g0 = Logistic().gradient(y, np.zeros(n))
+    alpha = 0.1 * ElasticNet.alpha_max(np.abs(X.T @ g0).max())
+    w_ref, _ = sklearn_logistic(X, y, alpha, 1.0, False, "liblinear")
+    w, _, _, gap = solve(X, y, Logistic(), ElasticNet(alpha, 1.0), n_blocks=n_blocks, n_epochs=2)
+    assert gap < 1e-14
+    assert 0 < np.count_nonzero(w) < X.shape[1]
+    np.testing.assert_allclose(w, w_ref, rtol=0, atol=1e-8)
+
+
+def test_logistic_enet_weights_intercept_match_saga():
+    X, y = classification_problem(seed=3)
+    n = X.shape[0]
+    rng = np.random.default_rng(3)
+    s = normalize_sample_weight(rng.uniform(0.2, 2.0, n), n)
+    datafit = Logistic()
+    z0 = np.full(n, datafit.initial_intercept(y, s))
+    alpha = 0.1 * ElasticNet.alpha_max(np.abs(X.T @ datafit.gradient(y, z0, s)).max(), 0.6)
+    w_ref, b_ref = sklearn_logistic(X, y, alpha, 0.6, True, "saga", s=s)
+    w, b, _, gap = solve(
+        X,
+        y,
+        datafit,
+        ElasticNet(alpha, 0.6),
+        n_blocks=2,
+        s=s,
+        intercept=True,
+        n_epochs=2,
+        gap_tol=1e-14,
+    )
+    assert gap < 1e-14
+    np.testing.assert_allclose(w, w_ref, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(b, b_ref, rtol=0, atol=1e-7)
