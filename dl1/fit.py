@@ -16,6 +16,7 @@ from dl1.penalties.elastic_net import ElasticNet
 from dl1.solvers import _tasks as T
 from dl1.solvers.cd import FitResult, solve
 from dl1.solvers.executor import executor_for
+from dl1.solvers.ws import solve_ws
 from dl1.store import Store, open_store
 
 LOSSES = {"squared": Quadratic, "logistic": Logistic}
@@ -127,6 +128,7 @@ def fit(
     n_epochs: int = 1,
     random_order: bool = False,
     seed: int = 0,
+    solver: str = "ws",
     client: Any = None,
     split: str = "train",
     verbose: bool = False,
@@ -169,6 +171,11 @@ def fit(
         Uniformly random coordinate order (stochastic coordinate descent) instead of cyclic.
     seed : int
         Seed of the random order.
+    solver : {"ws", "cd"}
+        ``"ws"``: working sets (:mod:`dl1.solvers.ws`): each round is one full pass that
+        certifies the current point and picks the features to gather; the restricted problem
+        is solved on one worker. ``"cd"``: every round runs coordinate descent on all
+        features of every partition (:mod:`dl1.solvers.cd`).
     client : distributed.Client, optional
         The cluster to run on; without it everything runs in this process. A global client
         is never picked up implicitly.
@@ -184,28 +191,27 @@ def fit(
     FitResult
     """
     _check_params(alpha, l1_ratio, tol)
+    if solver not in ("ws", "cd"):
+        raise ValueError(f"solver must be 'ws' or 'cd', got {solver!r}")
     Xd, y, sw, datafit = _problem(X, y, sample_weight, loss, split)
     ex = executor_for(client)
     blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions)
-    res, _ = solve(
-        ex,
-        blocks,
-        cb,
-        y,
-        sw,
-        datafit,
-        ElasticNet(alpha, l1_ratio),
+    common = dict(
         fit_intercept=fit_intercept,
         tol=tol,
         max_rounds=max_rounds,
         n_partitions=n_partitions,
-        n_epochs=n_epochs,
         random_order=random_order,
         seed=seed,
         loss_name=loss,
         verbose=verbose,
         callback=callback,
     )
+    penalty = ElasticNet(alpha, l1_ratio)
+    if solver == "ws":
+        res, _ = solve_ws(ex, blocks, cb, y, sw, datafit, penalty, **common)
+    else:
+        res, _ = solve(ex, blocks, cb, y, sw, datafit, penalty, n_epochs=n_epochs, **common)
     if standardize:
         scales = np.concatenate(ex.gather([ex.submit(_scale, b) for b in blocks]))
         res.coef_ = res.coef_ * scales

@@ -80,7 +80,8 @@ def numpy_gap_squared(X, y, coef, b, alpha, l1_ratio, fit_intercept):
 @pytest.mark.parametrize("n_blocks", [1, 2, 4, 7])
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.parametrize("l1_ratio", [1.0, 0.6])
-def test_squared_matches_sklearn(local_cluster, n_blocks, fit_intercept, l1_ratio):
+@pytest.mark.parametrize("solver", ["ws", "cd"])
+def test_squared_matches_sklearn(local_cluster, n_blocks, fit_intercept, l1_ratio, solver):
     X, y = make_regression()
     amax = dl1.alpha_max(
         as_dask(X, n_blocks),
@@ -134,7 +135,8 @@ def logistic_reference(X, y, alpha, fit_intercept):
 
 @pytest.mark.parametrize("n_blocks", [1, 2, 4, 7])
 @pytest.mark.parametrize("fit_intercept", [True, False])
-def test_logistic_matches_sklearn(local_cluster, n_blocks, fit_intercept):
+@pytest.mark.parametrize("solver", ["ws", "cd"])
+def test_logistic_matches_sklearn(local_cluster, n_blocks, fit_intercept, solver):
     X, y = make_classification()
     amax = dl1.alpha_max(X, y, loss="logistic", fit_intercept=fit_intercept)
     alpha = amax / 5

@@ -195,3 +195,203 @@ def matvec_task(blocks: list[Block], w_parts: list[tuple[np.ndarray, np.ndarray]
         w[idx] = val
         csc_matvec(b.indptr, b.indices, b.data, b.col_scale, w, out)
     return out
+
+
+def scan_task(
+    blocks: list[Block],
+    theta: np.ndarray,
+    threshold: float,
+    w_parts: list[tuple[np.ndarray, np.ndarray]],
+    n_candidates: int,
+):
+    """Full pass over a partition: gap statistics and working-set candidates.
+
+    For every block, ``c = X_k^T theta`` (scaled columns) gives the certificate statistics
+    ``(max |c_j|, sum_j (|c_j| - threshold)_+^2)`` and the KKT violation of each zero
+    coefficient, ``|c_j| - threshold`` (``threshold = n alpha_l1``; ``|c_j| / n`` is
+    ``|grad_j F|``). Returned per block: the statistics and the local indices and scores of the
+    ``n_candidates`` most violating zero coefficients (the support is always kept by the
+    coordinator). Only these few numbers travel, never ``c``.
+    """
+    from dl1.kernels.linalg import csc_rmatvec
+
+    out = []
+    for b, (idx, _) in zip(blocks, w_parts, strict=True):
+        c = np.empty(b.ncols)
+        csc_rmatvec(b.indptr, b.indices, b.data, b.col_scale, theta, c)
+        a = np.abs(c)
+        absmax = float(a.max()) if a.size else 0.0
+        ex = a - threshold
+        excess = float(np.square(ex[ex > 0]).sum())
+        score = ex.copy()
+        score[idx] = -np.inf  # the support is in the working set anyway
+        score[b.col_sqnorm == 0] = -np.inf
+        k = min(n_candidates, b.ncols)
+        if k:
+            top = np.argpartition(-score, k - 1)[:k]
+            top = top[score[top] > -np.inf]
+        else:
+            top = np.zeros(0, dtype=np.int64)
+        out.append(((absmax, excess), top.astype(np.int64), score[top]))
+    return out
+
+
+def extract_task(block: Block, local: np.ndarray):
+    """CSC arrays, scales and squared norms of the chosen columns of a block."""
+    local = np.asarray(local, dtype=np.int64)
+    starts, ends = block.indptr[local], block.indptr[local + 1]
+    lengths = ends - starts
+    indptr = np.zeros(local.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    sel = (
+        np.concatenate([np.arange(s, e) for s, e in zip(starts, ends, strict=True)])
+        if len(local)
+        else np.zeros(0, dtype=np.int64)
+    )
+    scale = block.col_scale[local] if block.col_scale.shape[0] else np.zeros(0)
+    return (
+        indptr,
+        block.indices[sel],
+        block.data[sel].astype(np.float64),
+        scale,
+        block.col_sqnorm[local],
+        block.col_scale.shape[0] > 0,
+    )
+
+
+def subproblem_task(
+    extracts: list[tuple],
+    w_ws: np.ndarray,
+    y: np.ndarray,
+    z: np.ndarray,
+    sw: np.ndarray,
+    datafit,
+    penalty,
+    fit_intercept: bool,
+    target_gap: float,
+    max_epochs: int,
+    check_every: int,
+    random_order: bool,
+    seed: int,
+    anderson: int = 5,
+):
+    """Solve the problem restricted to the working set to a gap of ``target_gap``.
+
+    Exact coordinate descent on the gathered columns (sigma' = 1; the gradient is refreshed
+    every epoch, so for the squared loss every coordinate step is the exact minimiser and for
+    the logistic loss the beta = 1/4 majorant of Shalev-Shwartz & Tewari's SCD is re-centred
+    every epoch), with the intercept re-fitted after each epoch. Every ``anderson + 1``
+    epochs the iterates are extrapolated by Anderson acceleration (as in skglm; Bertrand &
+    Massias, "Anderson acceleration of coordinate descent", AISTATS 2021, Alg. 1), kept only
+    if it lowers the objective.
+
+    Returns
+    -------
+    w_ws : the new coefficients of the working set.
+    dz : ndarray (n,), change of ``X w + b``.
+    db : float, change of the intercept.
+    info : dict (epochs, restricted gap, kernel seconds).
+    """
+    from dl1.gap import duality_gap_from_stats
+    from dl1.kernels.linalg import csc_xt_theta_stats
+
+    t0 = time.perf_counter()
+    n = y.shape[0]
+    has_scale = any(e[5] for e in extracts)
+    ip = [np.zeros(1, dtype=np.int64)]
+    off = 0
+    for e in extracts:
+        ip.append(e[0][1:] + off)
+        off += e[0][-1]
+    indptr = np.concatenate(ip)
+    indices = np.concatenate([e[1] for e in extracts]) if extracts else np.zeros(0, np.int32)
+    data = np.concatenate([e[2] for e in extracts]) if extracts else np.zeros(0)
+    if has_scale:
+        scale = np.concatenate([e[3] if e[5] else np.ones(e[0].shape[0] - 1) for e in extracts])
+    else:
+        scale = np.zeros(0)
+    sqn = np.concatenate([e[4] for e in extracts]) if extracts else np.zeros(0)
+    w = np.asarray(w_ws, dtype=np.float64).copy()
+    z0 = z
+    z = z.copy()
+    s = None if sw.shape[0] == 0 else sw
+    active = np.arange(w.shape[0], dtype=np.int64)
+    u = np.zeros(n)
+    db_total = 0.0
+    gap = np.inf
+    epochs = 0
+    threshold = n * penalty.alpha_l1
+    hist: list[np.ndarray] = []
+    for epoch in range(max_epochs):
+        if fit_intercept:
+            db = datafit.intercept_update(y, z, s)
+            z += db
+            db_total += db
+        if epoch % check_every == 0:
+            theta = datafit.dual_point(y, z, s, fit_intercept)
+            am, ex = csc_xt_theta_stats(indptr, indices, data, scale, theta, threshold)
+            _, _, gap = duality_gap_from_stats(
+                datafit, penalty, y, z, w, am, ex, s=s, intercept=fit_intercept, theta=theta
+            )
+            if gap <= target_gap:
+                break
+        g = datafit.gradient(y, z, s)
+        u[:] = 0.0
+        cd_block_epochs(
+            indptr,
+            indices,
+            data,
+            scale,
+            w,
+            g,
+            u,
+            sw,
+            sqn,
+            1.0,
+            datafit.beta,
+            float(n),
+            penalty.alpha_l1,
+            penalty.alpha_l2,
+            1,
+            random_order,
+            (seed * 1000003 + epoch) % (2**32),
+            active,
+        )
+        z += u
+        epochs += 1
+        hist.append(np.append(w, db_total))
+        if len(hist) == anderson + 1:
+            w, db_total = _anderson_step(
+                hist, w, db_total, z, y, s, datafit, penalty, indptr, indices, data, scale
+            )
+            hist = []
+    info = {"epochs": epochs, "gap": float(gap), "kernel_s": time.perf_counter() - t0}
+    return w, z - z0, db_total, info
+
+
+def _anderson_step(hist, w, db_total, z, y, s, datafit, penalty, indptr, indices, data, scale):
+    """Anderson extrapolation of the last iterates ``(w, b)``; accepted if it decreases P.
+
+    ``z`` is updated in place when the extrapolated point is accepted.
+    """
+    from dl1.kernels.linalg import csc_matvec
+
+    H = np.asarray(hist)
+    U = np.diff(H, axis=0)
+    C = U @ U.T
+    try:
+        c = np.linalg.solve(C, np.ones(C.shape[0]))
+    except np.linalg.LinAlgError:
+        return w, db_total
+    if not np.isfinite(c).all() or c.sum() == 0:
+        return w, db_total
+    c /= c.sum()
+    ext = c @ H[1:]
+    w_e, b_e = ext[:-1], ext[-1]
+    dz = np.full(z.shape[0], b_e - db_total)
+    csc_matvec(indptr, indices, data, scale, w_e - w, dz)
+    z_e = z + dz
+    if datafit.value(y, z_e, s) + penalty.value(w_e) < datafit.value(y, z, s) + penalty.value(w):
+        z[:] = z_e
+        return w_e, float(b_e)
+    return w, db_total

@@ -1,0 +1,198 @@
+"""Working-set solver: full distributed passes certify, small gathered subproblems solve.
+
+Each outer iteration makes one pass over the data on the workers (per partition
+:func:`dl1.solvers._tasks.scan_task`): it yields the duality gap of the current point (the
+certificate, from block-reduced statistics of ``X^T theta``) and each block's most
+violating features. The coordinator keeps the support and adds the worst violators, up to
+``max(ws_start, 2 |support|)`` features (the growth rule of skglm / celer); the chosen
+columns are extracted on the workers that hold them and gathered by one worker task, which
+solves the restricted problem by coordinate descent to a gap of ``inner_ratio`` times the
+current one. Only ``theta`` (length n), index lists, and the restricted solution travel
+through the coordinator; the columns move worker to worker.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from dl1.gap import duality_gap_from_stats
+from dl1.solvers import _tasks as T
+from dl1.solvers.cd import ConvergenceWarning, FitResult, _sparse_parts
+
+
+def solve_ws(
+    ex: Any,
+    blocks: list[Any],
+    col_bounds: np.ndarray,
+    y: np.ndarray,
+    sw: np.ndarray,
+    datafit: Any,
+    penalty: Any,
+    *,
+    fit_intercept: bool,
+    tol: float,
+    max_rounds: int,
+    n_partitions: int,
+    ws_start: int = 64,
+    inner_ratio: float = 0.3,
+    max_epochs: int = 50_000,
+    random_order: bool = False,
+    seed: int = 0,
+    loss_name: str = "",
+    verbose: bool = False,
+    callback: Any = None,
+) -> tuple[FitResult, np.ndarray]:
+    """Run outer iterations until ``gap <= tol * P(0)``; see the module docstring."""
+    n = y.shape[0]
+    p = int(col_bounds[-1])
+    K = len(blocks)
+    n_partitions = max(1, min(n_partitions, K))
+    parts = [list(a) for a in np.array_split(np.arange(K), n_partitions)]
+    s_arg = None if sw.shape[0] == 0 else sw
+    threshold = n * penalty.alpha_l1
+    b_zero = datafit.initial_intercept(y, s_arg) if fit_intercept else 0.0
+    p0 = datafit.value(y, np.full(n, b_zero), s_arg)
+    w = np.zeros(p)
+    b = b_zero
+    z = np.full(n, b)
+    history: list[dict[str, Any]] = []
+    t_start = time.perf_counter()
+    converged = False
+    primal = dual = gap = np.inf
+    rounds = 0
+    ws_size = ws_start
+    for r in range(max_rounds + 1):
+        if fit_intercept:
+            db = datafit.intercept_update(y, z, s_arg, max_iter=20)
+            b += db
+            z += db
+        theta = datafit.dual_point(y, z, s_arg, fit_intercept)
+        support = np.flatnonzero(w)
+        ws_size = max(ws_start, 2 * support.shape[0])
+        t0 = time.perf_counter()
+        scans = ex.gather(
+            [
+                ex.submit(
+                    T.scan_task,
+                    [blocks[j] for j in part],
+                    theta,
+                    threshold,
+                    _sparse_parts(w, col_bounds, part),
+                    ws_size,
+                )
+                for part in parts
+            ]
+        )
+        t_scan = time.perf_counter() - t0
+        per_block = [blk for res in scans for blk in res]
+        absmax = max((s[0][0] for s in per_block), default=0.0)
+        excess = float(sum(s[0][1] for s in per_block))
+        primal, dual, gap = duality_gap_from_stats(
+            datafit,
+            penalty,
+            y,
+            z,
+            w,
+            absmax,
+            excess,
+            s=s_arg,
+            intercept=fit_intercept,
+            theta=theta,
+        )
+        rel = gap / p0 if p0 > 0 else gap
+        entry = {
+            "round": r,
+            "objective": primal,
+            "gap": rel,
+            "nnz": int(support.shape[0]),
+            "seconds": time.perf_counter() - t_start,
+            "scan_s": t_scan,
+        }
+        history.append(entry)
+        rounds = r
+        if verbose:
+            print(f"outer {r:3d}  objective {primal:.10g}  gap {rel:.3e}  nnz {entry['nnz']}")
+        if callback is not None:
+            callback(entry)
+        if rel <= tol:
+            converged = True
+            break
+        if r == max_rounds:
+            break
+        # working set: the support plus the worst violators over all blocks
+        cand = np.concatenate(
+            [col_bounds[j] + s[1] for j, s in enumerate(per_block)] or [np.zeros(0, np.int64)]
+        )
+        score = np.concatenate([s[2] for s in per_block] or [np.zeros(0)])
+        n_new = max(ws_size - support.shape[0], 1)
+        if cand.shape[0] > n_new:
+            keep = np.argsort(-score, kind="stable")[:n_new]
+            cand = cand[keep]
+        ws = np.union1d(support, cand).astype(np.int64)
+        owner = np.searchsorted(col_bounds, ws, side="right") - 1
+        extracts = [
+            ex.submit(T.extract_task, blocks[j], ws[owner == j] - col_bounds[j])
+            for j in np.unique(owner)
+        ]
+        t1 = time.perf_counter()
+        (res,) = ex.gather(
+            [
+                ex.submit(
+                    T.subproblem_task,
+                    extracts,
+                    w[ws],
+                    y,
+                    z,
+                    sw,
+                    datafit,
+                    penalty,
+                    fit_intercept,
+                    inner_ratio * gap,
+                    max_epochs,
+                    10,
+                    random_order,
+                    seed * 7919 + r,
+                )
+            ]
+        )
+        w_ws, dz, db, info = res
+        w[ws] = w_ws
+        z += dz
+        b += db
+        entry.update(
+            {
+                "ws_size": int(ws.shape[0]),
+                "inner_epochs": info["epochs"],
+                "inner_s": time.perf_counter() - t1,
+                "inner_kernel_s": info["kernel_s"],
+            }
+        )
+    res_ = FitResult(
+        coef_=w,
+        intercept_=float(b),
+        gap_=float(rel),
+        dual_gap_=float(gap),
+        primal_=float(primal),
+        dual_=float(dual),
+        p0_=float(p0),
+        converged_=converged,
+        n_rounds_=rounds,
+        alpha=penalty.alpha,
+        l1_ratio=penalty.l1_ratio,
+        loss=loss_name,
+        tol=tol,
+        n_partitions=n_partitions,
+        history_=history,
+    )
+    if not converged:
+        warnings.warn(
+            f"dl1 did not converge: relative duality gap {rel:.3e} > tol {tol:.3e} after "
+            f"{rounds} rounds (alpha={penalty.alpha:.6g}); raise max_rounds or tol",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    return res_, z
