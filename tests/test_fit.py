@@ -100,6 +100,7 @@ def test_squared_matches_sklearn(local_cluster, n_blocks, fit_intercept, l1_rati
         fit_intercept=fit_intercept,
         n_partitions=min(n_blocks, 3),
         client=local_cluster,
+        solver=solver,
     )
     Ref = Lasso(alpha=alpha) if l1_ratio == 1 else ElasticNet(alpha=alpha, l1_ratio=l1_ratio)
     Ref.set_params(tol=1e-10, max_iter=100_000, fit_intercept=fit_intercept).fit(X, y)
@@ -150,6 +151,7 @@ def test_logistic_matches_sklearn(local_cluster, n_blocks, fit_intercept, solver
         n_partitions=min(n_blocks, 2),
         client=local_cluster,
         max_rounds=20_000,
+        solver=solver,
     )
     coef, b = logistic_reference(X, y, alpha, fit_intercept)
     ours = objective(X, y, res.coef_, res.intercept_, alpha, 1.0, "logistic")
