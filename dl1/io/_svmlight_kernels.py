@@ -575,13 +575,13 @@ def parse_lines(buf, mode, n_features, want_qid):  # pragma: no cover - compiled
             # index: fast path for plain digits followed by ':'
             idx = 0
             i = pos
-            while i < n and i - pos < 11:
+            while i < n:
                 d = np.int64(buf[i]) - 48
                 if d < 0 or d > 9:
                     break
                 idx = idx * 10 + d
                 i += 1
-            if i > pos and i < n and buf[i] == 58 and idx <= MAX_INDEX:
+            if pos < i <= pos + 10 and i < n and buf[i] == 58 and idx <= MAX_INDEX:
                 colon = i
             else:
                 te = _token_end(buf, pos, n)
