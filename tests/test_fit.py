@@ -220,9 +220,11 @@ def test_store_input_and_round_limit_warning(tmp_path):
     res = dl1.fit(tmp_path / "s", alpha=0.01, tol=1e-10)
     ref = dl1.fit(X, y, alpha=0.01, tol=1e-10)
     np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-9)
-    with pytest.warns(dl1.ConvergenceWarning, match=r"relative duality gap .* > tol 1\.000e-12"):
-        r = dl1.fit(tmp_path / "s", alpha=0.001, tol=1e-12, max_rounds=3)
-    assert not r.converged_ and r.n_rounds_ == 3 and r.gap_ > 1e-12
+    for solver in ("ws", "cd"):
+        with pytest.warns(dl1.ConvergenceWarning, match=r"relative duality gap .* > tol 1\.000e-15"):
+            r = dl1.fit(tmp_path / "s", alpha=0.001, tol=1e-15, max_rounds=1, solver=solver)
+        assert not r.converged_ and r.n_rounds_ == 1 and r.gap_ > 1e-15
+        assert r.gap_ == r.history_[-1]["gap"]
 
 
 def test_bad_inputs_are_named():
