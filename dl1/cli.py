@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import tempfile
 import time
@@ -55,6 +56,75 @@ def cli() -> None:
     """dl1: L1 / elastic-net models on sparse data larger than memory, on Dask."""
 
 
+def _client(scheduler: str | None, workers: int, memory_limit: str | None):
+    """A client of ``scheduler``, or of a new LocalCluster of ``workers`` processes."""
+    from contextlib import ExitStack
+
+    from distributed import Client, LocalCluster
+
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+    stack = ExitStack()
+    if scheduler:
+        client = stack.enter_context(Client(scheduler))
+    else:
+        cluster = stack.enter_context(
+            LocalCluster(
+                silence_logs=logging.WARNING,
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=":0",
+                memory_limit=memory_limit or "auto",
+            )
+        )
+        client = stack.enter_context(Client(cluster))
+    return stack, client
+
+
+def _fit_and_report(
+    path: Path,
+    *,
+    alpha: float | None,
+    alpha_ratio: float,
+    l1_ratio: float,
+    loss: str,
+    tol: float,
+    client,
+) -> None:
+    import dl1
+    from dl1.predict import decision_function
+
+    store = open_store(path)
+    t0 = time.perf_counter()
+    amax = dl1.alpha_max(store, l1_ratio=l1_ratio, loss=loss, client=client)
+    a = alpha if alpha is not None else amax / alpha_ratio
+    res = dl1.fit(store, alpha=a, l1_ratio=l1_ratio, loss=loss, tol=tol, client=client)
+    dt = time.perf_counter() - t0
+    click.echo(
+        f"fit ({loss}, alpha={a:.6g} = alpha_max/{amax / a:.4g}, l1_ratio={l1_ratio}) "
+        f"in {dt:.2f} s, {res.n_rounds_} rounds"
+    )
+    click.echo(
+        f"certificate: duality gap {res.dual_gap_:.3e} = {res.gap_:.3e} x P(0) "
+        f"({'certified' if res.converged_ else 'NOT certified'} at tol {tol:g}); "
+        f"objective {res.primal_:.8g}, dual {res.dual_:.8g}"
+    )
+    click.echo(
+        f"model: {int(np.count_nonzero(res.coef_)):,} nonzero coefficients of "
+        f"{res.coef_.shape[0]:,}, intercept {res.intercept_:.6g}"
+    )
+    if "test" in store.splits:
+        pred = client.compute(decision_function(store, res.coef_, res.intercept_, "test"))
+        pred = pred.result()
+        y_test = store.read("y", "test")
+        if loss == "squared":
+            mse = float(np.mean((y_test - pred) ** 2))
+            click.echo(f"test: MSE {mse:.6g} (variance of y_test {np.var(y_test):.6g})")
+        else:
+            acc = float(np.mean(np.where(pred >= 0, 1.0, -1.0) == y_test))
+            click.echo(f"test: accuracy {acc:.4f}")
+
+
 @cli.command()
 @click.option(
     "--out",
@@ -63,8 +133,16 @@ def cli() -> None:
     help="Where to write the store (default: a temporary directory, removed after).",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
-def demo(out: str | None, seed: int) -> None:
-    """The main job on its embedded default: generate the 'small' E2006-like preset."""
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Worker processes of the LocalCluster.",
+)
+def demo(out: str | None, seed: int, workers: int) -> None:
+    """The main job on its embedded default: generate the 'small' E2006-like preset, fit a
+    Lasso at alpha_max / 20 on a LocalCluster and print its certificate."""
     from dl1.datasets import make_e2006_like
 
     with tempfile.TemporaryDirectory(prefix="dl1-demo-") as tmp:
@@ -73,6 +151,68 @@ def demo(out: str | None, seed: int) -> None:
         store = make_e2006_like(path, preset="small", seed=seed, overwrite=out is not None)
         click.echo(f"generated in {time.perf_counter() - t0:.1f} s")
         click.echo(summary(store))
+        stack, client = _client(None, workers, None)
+        with stack:
+            _fit_and_report(
+                path,
+                alpha=None,
+                alpha_ratio=20.0,
+                l1_ratio=1.0,
+                loss="squared",
+                tol=1e-6,
+                client=client,
+            )
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--alpha", type=float, default=None, help="Penalty (default: alpha_max / ratio).")
+@click.option(
+    "--alpha-ratio",
+    type=float,
+    default=20.0,
+    show_default=True,
+    help="alpha = alpha_max / ratio when --alpha is not given.",
+)
+@click.option("--l1-ratio", type=click.FloatRange(0, 1), default=1.0, show_default=True)
+@click.option(
+    "--loss", type=click.Choice(["squared", "logistic"]), default="squared", show_default=True
+)
+@click.option(
+    "--tol", type=float, default=1e-6, show_default=True, help="Stop at duality gap <= tol * P(0)."
+)
+@click.option("--scheduler", default=None, help="Address of a running scheduler (tcp://...).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Worker processes of a LocalCluster when no --scheduler is given.",
+)
+@click.option("--memory-limit", default=None, help="Per-worker memory limit of the LocalCluster.")
+def fit(
+    store: str,
+    alpha: float | None,
+    alpha_ratio: float,
+    l1_ratio: float,
+    loss: str,
+    tol: float,
+    scheduler: str | None,
+    workers: int,
+    memory_limit: str | None,
+) -> None:
+    """Fit a certified L1 / elastic-net model on STORE and print its certificate."""
+    stack, client = _client(scheduler, workers, memory_limit)
+    with stack:
+        _fit_and_report(
+            Path(store),
+            alpha=alpha,
+            alpha_ratio=alpha_ratio,
+            l1_ratio=l1_ratio,
+            loss=loss,
+            tol=tol,
+            client=client,
+        )
 
 
 @cli.command()
