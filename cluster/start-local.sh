@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Start a Dask scheduler and N single-threaded workers on 127.0.0.1 (default N=2).
+# The scheduler's address is written to dl1-scheduler.json; stop with cluster/stop-local.sh.
+set -euo pipefail
+n="${1:-2}"
+file="${DL1_SCHEDULER_FILE:-dl1-scheduler.json}"
+rm -f "$file"
+dask scheduler --host 127.0.0.1 --port 0 --no-dashboard --scheduler-file "$file" \
+    > dl1-scheduler.log 2>&1 &
+echo $! > dl1-cluster.pids
+for _ in $(seq 100); do [ -s "$file" ] && break; sleep 0.1; done
+[ -s "$file" ] || { echo "scheduler did not start; see dl1-scheduler.log" >&2; exit 1; }
+for i in $(seq "$n"); do
+    dask worker --scheduler-file "$file" --nthreads 1 --no-dashboard --name "w$i" \
+        > "dl1-worker-$i.log" 2>&1 &
+    echo $! >> dl1-cluster.pids
+done
+echo "scheduler: $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['address'])" "$file")"
