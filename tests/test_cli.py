@@ -1,0 +1,74 @@
+"""The dl1 command line, run as a user runs it (subprocesses)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from conftest import random_csr
+
+import dl1
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
+def run(*args, check=True):
+    out = subprocess.run(
+        [sys.executable, "-m", "dl1", *map(str, args)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if check:
+        assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_demo_generates_fits_and_certifies():
+    out = run("demo", "--workers", "2").stdout
+    assert "2,000 x 50,000" in out
+    assert "certified at tol 1e-06" in out
+    assert "test: MSE" in out
+
+
+def test_info_reports_shape_nnz_blocks_and_column_frequencies(tmp_path):
+    X = random_csr(50, 30, 0.2, seed=1, empty_cols=(4,))
+    dl1.from_scipy(X, np.zeros(50), tmp_path / "s", n_feature_blocks=3)
+    out = run("info", tmp_path / "s").stdout
+    assert "50 x 30" in out
+    assert f"nnz            {X.nnz:,}" in out
+    assert "1 row x 3 feature blocks" in out
+    assert "empty columns  1" in out
+    assert "top 1% of columns hold" in out
+
+
+def test_convert_svmlight_and_errors_are_one_line(tmp_path):
+    src = tmp_path / "a.svm"
+    src.write_text("1 1:0.5 3:2\n-1 2:1.5\n2.5\n")
+    out = run("convert", src, tmp_path / "s").stdout
+    assert "3 x 3" in out
+    X, y = dl1.open(tmp_path / "s")
+    np.testing.assert_array_equal(
+        X.compute().toarray(), sp.csr_matrix([[0.5, 0, 2], [0, 1.5, 0], [0, 0, 0]]).toarray()
+    )
+    np.testing.assert_array_equal(y.compute(), [1, -1, 2.5])
+    bad = tmp_path / "b.svm"
+    bad.write_text("1 1:0.5\n1 2:x\n")
+    out = run("convert", bad, tmp_path / "t", check=False)
+    assert out.returncode == 1
+    assert "line 2" in out.stderr and "Traceback" not in out.stderr
+    out = run("convert", src, tmp_path / "s", check=False)
+    assert out.returncode == 1 and "fresh path" in out.stderr
+
+
+def test_fit_command_on_a_store(tmp_path):
+    X = random_csr(200, 60, 0.1, seed=2)
+    y = X @ np.r_[np.ones(4), np.zeros(56)]
+    dl1.from_scipy(X, y, tmp_path / "s", n_feature_blocks=2)
+    out = run("fit", tmp_path / "s", "--alpha-ratio", "10", "--workers", "1").stdout
+    assert "certified at tol 1e-06" in out
+    assert "alpha_max/10" in out
