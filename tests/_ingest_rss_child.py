@@ -60,7 +60,7 @@ def main() -> None:
         "shape": list(store.shape()),
         "nnz": store.nnz(),
         "n_blocks": [len(store.row_bounds()) - 1, len(store.col_bounds()) - 1],
-        "parse_seconds": store.attrs["svmlight"]["seconds_read_parse_append"],
+        "parse_seconds": store.attrs["svmlight"]["train"]["seconds_read_parse_append"],
     }
     print(json.dumps(report))
 

@@ -14,14 +14,14 @@ import crc32c
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.datasets import load_svmlight_file
+from sklearn.datasets import load_svmlight_file, load_svmlight_files
 
 import dl1
 from dl1.errors import IncompleteStoreError, SvmlightFormatError
 from dl1.io import _svmlight_kernels as K
-from dl1.io import from_svmlight
+from dl1.io import from_svmlight, write_svmlight_split
 from dl1.io.svmlight import memory_bound
-from dl1.store import open_store
+from dl1.store import StoreWriter, open_store
 from dl1.store.format import MANIFEST
 
 # ----------------------------------------------------------------------------- generators
@@ -112,11 +112,13 @@ def write(path: Path, text: bytes, compression: str | None = None) -> Path:
     return path
 
 
-def read_back(dst: Path, fmt: str | None = None) -> tuple[sp.csr_matrix, np.ndarray]:
+def read_back(
+    dst: Path, fmt: str | None = None, split: str = "train"
+) -> tuple[sp.csr_matrix, np.ndarray]:
     store = open_store(dst)
-    X = sp.csr_matrix(store.to_dask(fmt=fmt).compute())
+    X = sp.csr_matrix(store.to_dask(split, fmt=fmt).compute())
     X.sort_indices()
-    return X, store.vector_dask().compute()
+    return X, store.vector_dask("y", split).compute()
 
 
 def assert_bit_identical(X: sp.csr_matrix, y: np.ndarray, Xs, ys) -> None:
@@ -169,12 +171,10 @@ def test_equals_sklearn(
         assert_bit_identical(*read_back(tmp_path / "s", fmt), Xs, ys)
     if "n_feature_blocks" in opts:
         assert len(store.col_bounds()) - 1 == opts["n_feature_blocks"]
-    rec = store.attrs["svmlight"]
+    rec = store.attrs["svmlight"]["train"]
     assert rec["name"] == src.name
     assert rec["size"] == src.stat().st_size
-    assert (
-        rec["compression"] == {None: "none", "gz": "gzip", "bz2": "bzip2", "xz": "xz"}[compression]
-    )
+    assert rec["compression"] == {None: None, "gz": "gzip", "bz2": "bzip2", "xz": "xz"}[compression]
     assert rec["text_bytes"] == len(text)
     assert rec["text_crc32c"] == crc32c.crc32c(text)
     assert rec["lines"] == text.count(b"\n") + (not text.endswith(b"\n"))
@@ -222,7 +222,7 @@ def test_long_lines_span_many_batches(tmp_path):
 def test_n_features_and_zero_based_auto(tmp_path):
     src = write(tmp_path / "a.svm", b"1 1:1 3:2\n-1 2:5\n")
     store = from_svmlight(src, tmp_path / "s1")  # one-based: 3 columns
-    assert store.shape() == (2, 3) and store.attrs["svmlight"]["index_base"] == 1
+    assert store.shape() == (2, 3) and store.attrs["svmlight"]["train"]["index_base"] == 1
     store = from_svmlight(src, tmp_path / "s2", zero_based=True)
     assert store.shape() == (2, 4)
     store = from_svmlight(src, tmp_path / "s3", n_features=10)
@@ -252,8 +252,10 @@ def test_arguments(tmp_path):
     src = write(tmp_path / "a.svm", b"1 1:1\n")
     with pytest.raises(NotImplementedError, match="query_id"):
         from_svmlight(src, tmp_path / "s", query_id=True)
-    with pytest.raises(ValueError, match="train"):
+    with pytest.raises(ValueError, match="write_svmlight_split"):
         from_svmlight(src, tmp_path / "s", split="test")
+    with pytest.raises(ValueError, match="split must be one of"):
+        from_svmlight(src, tmp_path / "s", split="valid")
     with pytest.raises(ValueError, match="zero_based"):
         from_svmlight(src, tmp_path / "s", zero_based="yes")
     with pytest.raises(ValueError, match="reserved"):
@@ -269,12 +271,30 @@ def test_arguments(tmp_path):
     assert dl1.from_svmlight is from_svmlight
 
 
+def test_train_and_test_files_in_one_store(tmp_path):
+    rng = np.random.default_rng(11)
+    texts = [make_text(rng, 90, 30, 1), make_text(rng, 40, 30, 1)]
+    train = write(tmp_path / "a.train", texts[0])
+    test = write(tmp_path / "a.test", texts[1], "bz2")
+    p = 31
+    with StoreWriter(tmp_path / "s") as w:
+        rec = write_svmlight_split(w, train, split="train", zero_based=False, n_features=p)
+        write_svmlight_split(w, test, split="test", zero_based=False, n_features=p, block_nnz=50)
+    store = open_store(tmp_path / "s")
+    assert sorted(store.splits) == ["test", "train"]
+    assert store.attrs["svmlight"]["train"] == rec
+    assert store.attrs["svmlight"]["test"]["compression"] == "bzip2"
+    ref = load_svmlight_files([io.BytesIO(t) for t in texts], zero_based=False, n_features=p)
+    assert_bit_identical(*read_back(tmp_path / "s", split="train"), *ref[:2])
+    assert_bit_identical(*read_back(tmp_path / "s", split="test"), *ref[2:])
+
+
 def test_compression_detected_by_magic_bytes(tmp_path):
     text = b"1 1:1 2:3.5\n-1 3:1e-5\n"
     src = write(tmp_path / "a.svm", text, "gz")
     renamed = src.rename(tmp_path / "no_extension")
     store = from_svmlight(renamed, tmp_path / "s")
-    assert store.attrs["svmlight"]["compression"] == "gzip"
+    assert store.attrs["svmlight"]["train"]["compression"] == "gzip"
     assert_bit_identical(*read_back(tmp_path / "s"), *load_svmlight_file(io.BytesIO(text)))
 
 

@@ -160,11 +160,12 @@ def from_svmlight(
         Bytes of text parsed at a time (the batch is extended to the end of a longer line).
     split : str
         Name of the split to write; a store needs a ``"train"`` split, so only ``"train"``
-        is accepted here.
+        is accepted here (see :func:`write_svmlight_split` for a test split).
     attrs : dict, optional
         Extra JSON-serialisable attributes of the store. The ingest records its own under
-        ``attrs["svmlight"]``: the source's name, path, size, compression, uncompressed
-        bytes, CRC32C of the text, lines, and the parse settings.
+        ``attrs["svmlight"][split]``: the source's name, path, size, compression (None for
+        plain text), uncompressed bytes, CRC32C of the text, lines, rows, nonzeros, the parse
+        settings, the index base used and timings.
 
     Returns
     -------
@@ -185,7 +186,15 @@ def from_svmlight(
 
     Notes
     -----
-    Memory is bounded independently of the size of the file. A reader thread reads,
+    Numbers are converted exactly as Python's ``float()`` converts them: plain decimals
+    with at most 19 significant digits (and most longer ones) by the numba kernel, the
+    rest (``inf``, ``nan``, underscores as in ``1_000``, hexadecimal, a long mantissa whose
+    rounding needs all its digits) by ``float()`` itself, which is slower but rare.
+    Indices are read as Python's ``int()`` reads them (signs, leading zeros and
+    underscores accepted). Beyond scikit-learn, a qid token must read ``qid:<integer>``.
+
+    Memory does not grow with the size of the file, except for the writer's 16 bytes per
+    row when it closes the split (below). A reader thread reads,
     decompresses and parses the next batch while the calling thread appends the previous
     one to the writer, so two batches are alive at a time. Above the interpreter's
     baseline, with ``B = batch_bytes`` (or the longest line, if longer), ``nnz_b`` and
@@ -209,7 +218,122 @@ def from_svmlight(
     416 MiB typically, plus ``40 p + 16 n``; lower ``batch_bytes`` and ``block_nnz`` to
     use less.
     """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if split != "train":
+        raise ValueError(
+            "from_svmlight writes a new store, and a store needs a 'train' split; write a "
+            f"{split!r} split next to it with write_svmlight_split"
+        )
+    user_attrs = dict(attrs or {})
+    if "svmlight" in user_attrs:
+        raise ValueError("attrs['svmlight'] is reserved for the ingest's own record")
+    kw: dict[str, Any] = dict(
+        n_features=n_features,
+        zero_based=zero_based,
+        dtype=dtype,
+        query_id=query_id,
+        block_nnz=block_nnz,
+        n_feature_blocks=n_feature_blocks,
+        formats=formats,
+        batch_bytes=batch_bytes,
+    )
+    _settings(src, split, **kw)  # refuse bad arguments before dst is created
+    with StoreWriter(dst, overwrite=overwrite, attrs=user_attrs) as w:
+        write_svmlight_split(w, src, split=split, **kw)
+    return open_store(dst)
+
+
+def write_svmlight_split(
+    writer: StoreWriter,
+    src: str | os.PathLike,
+    *,
+    split: str = "train",
+    n_features: int | None = None,
+    zero_based: bool | str = "auto",
+    dtype: Any = np.float64,
+    query_id: bool = False,
+    block_nnz: int = DEFAULT_BLOCK_NNZ,
+    n_feature_blocks: int | None = None,
+    formats: tuple[str, ...] = ("csc",),
+    batch_bytes: int = 16 << 20,
+) -> dict[str, Any]:
+    """Stream an svmlight / libsvm file into one split of an open store writer.
+
+    The building block of :func:`from_svmlight`, with the same parameters, parsing rules,
+    errors and memory bound; use it to put a train and a test file into one store::
+
+        with StoreWriter(dst) as w:
+            write_svmlight_split(w, "a.train", split="train", zero_based=False)
+            write_svmlight_split(w, "a.test", split="test", zero_based=False, n_features=p)
+
+    (pass ``zero_based`` explicitly, and the train split's number of features to the test
+    split, so that both splits index the same columns).
+
+    Returns
+    -------
+    dict
+        The ingest's record (source, settings, rows, nnz, ...), also stored in
+        ``writer.attrs["svmlight"][split]``.
+    """
+    st = _settings(
+        src,
+        split,
+        n_features=n_features,
+        zero_based=zero_based,
+        dtype=dtype,
+        query_id=query_id,
+        block_nnz=block_nnz,
+        n_feature_blocks=n_feature_blocks,
+        formats=formats,
+        batch_bytes=batch_bytes,
+    )
     src_path = Path(src)
+    with _open_text(src_path, st["compression"]) as fh:
+        sw = writer.split(
+            split,
+            n_features=st["n_features"],
+            dtype=np.dtype(st["dtype"]),
+            block_nnz=block_nnz,
+            n_feature_blocks=n_feature_blocks,
+            formats=tuple(formats),
+        )
+        ingest = _Ingest(sw, os.fspath(src), st["mode"], st["n_features"], np.dtype(st["dtype"]))
+        t0 = time.perf_counter()
+        ingest.run(fh, st["batch_bytes"])
+        base = ingest.index_base(st["zero_based"])
+        t_parse = time.perf_counter() - t0
+    sw.close(index_base=base)
+    del st["mode"]
+    record = {
+        **st,
+        "index_base": base,
+        "text_bytes": ingest.text_bytes,
+        "text_crc32c": ingest.crc,
+        "lines": ingest.line + (not ingest.ends_with_newline),
+        "rows": ingest.rows,
+        "nnz": ingest.nnz,
+        "seconds_read_parse_append": round(t_parse, 3),
+        "seconds_total": round(time.perf_counter() - t0, 3),
+    }
+    writer.attrs.setdefault("svmlight", {})[split] = record
+    return record
+
+
+def _settings(
+    src: str | os.PathLike,
+    split: str,
+    *,
+    n_features: int | None,
+    zero_based: bool | str,
+    dtype: Any,
+    query_id: bool,
+    block_nnz: int,
+    n_feature_blocks: int | None,
+    formats: tuple[str, ...],
+    batch_bytes: int,
+) -> dict[str, Any]:
+    """Checked settings of an ingest and the facts of its source file."""
     if query_id:
         raise NotImplementedError(
             "query_id=True: a dl1 store has no place for query ids yet; with query_id=False "
@@ -217,11 +341,6 @@ def from_svmlight(
         )
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if split != "train":
-        raise ValueError(
-            "from_svmlight writes a new store, and a store needs a 'train' split; "
-            f"split={split!r} is not possible here"
-        )
     if isinstance(zero_based, str):
         if zero_based != "auto":
             raise ValueError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
@@ -240,53 +359,22 @@ def from_svmlight(
         raise ValueError(f"batch_bytes must be in [1, {MAX_BATCH_BYTES}], got {batch_bytes}")
     if any(f not in FORMATS for f in formats):
         raise ValueError(f"formats must be a subset of {FORMATS}, got {formats}")
-    user_attrs = dict(attrs or {})
-    if "svmlight" in user_attrs:
-        raise ValueError("attrs['svmlight'] is reserved for the ingest's own record")
+    src_path = Path(src)
     if not src_path.is_file():
         raise FileNotFoundError(f"no svmlight file at {src_path}")
     compression = _compression(src_path)
-    settings = {
+    return {
         "name": src_path.name,
         "path": os.fspath(src_path.absolute()),
         "size": src_path.stat().st_size,
-        "compression": compression or "none",
+        "compression": compression,
         "zero_based": zero_based,
         "n_features": n_features,
         "dtype": dtype.name,
         "query_id": bool(query_id),
         "batch_bytes": int(batch_bytes),
+        "mode": mode,
     }
-    with (
-        _open_text(src_path, compression) as fh,
-        StoreWriter(dst, overwrite=overwrite, attrs=user_attrs) as w,
-    ):
-        sw = w.split(
-            split,
-            n_features=n_features,
-            dtype=dtype,
-            block_nnz=block_nnz,
-            n_feature_blocks=n_feature_blocks,
-            formats=tuple(formats),
-        )
-        ingest = _Ingest(sw, os.fspath(src), mode, n_features, dtype)
-        t0 = time.perf_counter()
-        ingest.run(fh, int(batch_bytes))
-        base = ingest.index_base(zero_based)
-        t_parse = time.perf_counter() - t0
-        sw.close(index_base=base)
-        w.attrs["svmlight"] = {
-            **settings,
-            "index_base": base,
-            "text_bytes": ingest.text_bytes,
-            "text_crc32c": ingest.crc,
-            "lines": ingest.line + (not ingest.ends_with_newline),
-            "rows": ingest.rows,
-            "nnz": ingest.nnz,
-            "seconds_read_parse_append": round(t_parse, 3),
-            "seconds_total": round(time.perf_counter() - t0, 3),
-        }
-    return open_store(dst)
 
 
 class _Ingest:
@@ -545,4 +633,4 @@ class _Ingest:
         return base
 
 
-__all__ = ["from_svmlight", "memory_bound"]
+__all__ = ["from_svmlight", "memory_bound", "write_svmlight_split"]
