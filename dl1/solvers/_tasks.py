@@ -17,6 +17,9 @@ from dl1.kernels.cd import cd_block_epochs
 from dl1.kernels.linalg import csc_col_sqnorms, csc_xt_theta_stats
 from dl1.store import _kernels as SK
 
+#: Largest working set (rows x columns) densified to form its Gram matrix by BLAS (256 MiB).
+GRAM_DENSE_MAX = 1 << 25
+
 
 @dataclass
 class Block:
@@ -450,10 +453,18 @@ def _solve_gram(
     n, m = y.shape[0], w.shape[0]
     vals = data if scale.shape[0] == 0 else data * np.repeat(scale, np.diff(indptr))
     Xs = sp.csc_matrix((vals, indices, indptr), shape=(n, m))
-    Xw = Xs if s is None else sp.csc_matrix(Xs.multiply(s[:, None]))
-    Q = (Xs.T @ Xw).toarray()
-    if fit_intercept:
+    if indices.shape[0] > 0.02 * n * m and n * m <= GRAM_DENSE_MAX:
+        # dense enough: one BLAS product is much faster than a sparse-sparse product
+        Xd = Xs.toarray()
+        Xwd = Xd if s is None else Xd * s[:, None]
+        Q = Xd.T @ Xwd
+        colsum = Xwd.sum(axis=0)
+        del Xd, Xwd
+    else:
+        Xw = Xs if s is None else sp.csc_matrix(Xs.multiply(s[:, None]))
+        Q = (Xs.T @ Xw).toarray()
         colsum = np.asarray(Xw.sum(axis=0)).ravel()
+    if fit_intercept:
         Q -= np.outer(colsum, colsum) / (n if s is None else float(s.sum()))
     Q = np.ascontiguousarray(Q / n)
     z_start = z.copy()
