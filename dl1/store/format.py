@@ -93,6 +93,43 @@ def write_array(
     return entry
 
 
+def write_array_from_file(
+    root: str | os.PathLike,
+    key: str,
+    src: str | os.PathLike,
+    dtype: Any,
+    *,
+    chunk_elems: int = CHUNK_ELEMS,
+) -> dict[str, Any]:
+    """Write a raw binary file of ``dtype`` values as a 1-D array, one chunk at a time.
+
+    Memory is one chunk, whatever the length; the checksum is accumulated chunk by chunk.
+    """
+    dtype = np.dtype(dtype)
+    n = os.path.getsize(src) // dtype.itemsize
+    chunk = max(1, min(chunk_elems, n))
+    arr = zarr.create_array(
+        store=os.fspath(root),
+        name=key,
+        shape=(n,),
+        chunks=(chunk,),
+        dtype=dtype,
+        compressors=codecs(),
+        fill_value=0,
+        config={"write_empty_chunks": True},
+        overwrite=False,
+    )
+    crc = 0
+    with open(src, "rb") as fh:
+        for start in range(0, n, chunk):
+            piece = np.fromfile(fh, dtype=dtype, count=min(chunk, n - start))
+            arr[start : start + piece.shape[0]] = piece
+            crc = crc32c.crc32c(memoryview(piece).cast("B"), crc)
+    entry = {"shape": [n], "dtype": dtype.str, "chunk": chunk, "crc32c": int(crc)}
+    entry["chunk_bytes"] = [chunk_path(root, key, k).stat().st_size for k in range(n_chunks(entry))]
+    return entry
+
+
 def n_chunks(entry: dict[str, Any]) -> int:
     """Number of chunks an array of this manifest entry stores."""
     n = entry["shape"][0]

@@ -13,7 +13,9 @@ baseline, a :class:`SplitWriter` holds
   about ``64 * block_nnz`` bytes, where a block holds at most ``block_nnz`` nonzeros plus the
   nonzeros of one column inside one row block (row blocks are added automatically when a
   single column holds more than ``block_nnz`` nonzeros);
-* per-column statistics: ``40 * n_features`` bytes.
+* per-column statistics: ``40 * n_features`` bytes;
+* when closing, one chunk of the length-n arrays (``y``, weights, row counts), which are
+  streamed from their spill files.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from dl1.store.format import (
     SPLITS,
     block_key,
     write_array,
+    write_array_from_file,
     write_manifest,
 )
 
@@ -182,6 +185,9 @@ class StoreWriter:
 
     def abort(self) -> None:
         """Remove the spill files; the store stays without a manifest."""
+        if self._open_split is not None:
+            for fh in self._open_split._fh.values():
+                fh.close()
         shutil.rmtree(self._spill, ignore_errors=True)
         self.closed = True
 
@@ -377,9 +383,9 @@ class SplitWriter:
         self._grow(n_raw)
         self._col_nnz[:n_raw] += counts
         self._col_sum[:n_raw] += np.bincount(cols, weights=vals, minlength=n_raw)
-        self._col_sqsum[:n_raw] += np.bincount(
-            cols, weights=np.square(vals, dtype=np.float64), minlength=n_raw
-        )
+        with np.errstate(over="ignore"):  # |x| > 1.3e154: the statistic is inf, not an error
+            sq = np.square(vals, dtype=np.float64)
+        self._col_sqsum[:n_raw] += np.bincount(cols, weights=sq, minlength=n_raw)
         self.n_rows += n_b
         self.nnz += nnz_b
 
@@ -438,8 +444,8 @@ class SplitWriter:
                     )
                 del indptr, indices, data
         arrays = {
-            "y": write_array(
-                root, f"{self.name}/y", self._read_all("y", np.float64), chunk_elems=ce
+            "y": write_array_from_file(
+                root, f"{self.name}/y", self.dir / "y.bin", np.float64, chunk_elems=ce
             ),
             "stats/col_nnz": write_array(
                 root, f"{self.name}/stats/col_nnz", col_nnz, chunk_elems=ce
@@ -456,16 +462,21 @@ class SplitWriter:
                 self._shifted(self._col_sqsum, index_base, p),
                 chunk_elems=ce,
             ),
-            "stats/row_nnz": write_array(
+            "stats/row_nnz": write_array_from_file(
                 root,
                 f"{self.name}/stats/row_nnz",
-                self._read_all("row_nnz", np.int64),
+                self.dir / "row_nnz.bin",
+                np.int64,
                 chunk_elems=ce,
             ),
         }
         if self.has_sample_weight:
-            arrays["sample_weight"] = write_array(
-                root, f"{self.name}/sample_weight", self._read_all("w", np.float64), chunk_elems=ce
+            arrays["sample_weight"] = write_array_from_file(
+                root,
+                f"{self.name}/sample_weight",
+                self.dir / "w.bin",
+                np.float64,
+                chunk_elems=ce,
             )
         entry = {
             "shape": [n, p],
@@ -489,9 +500,6 @@ class SplitWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None and not self.closed:
             self.close()
-
-    def _read_all(self, key: str, dtype: Any) -> np.ndarray:
-        return np.fromfile(self.dir / f"{key}.bin", dtype=dtype)
 
     @staticmethod
     def _shifted(a: np.ndarray, base: int, p: int) -> np.ndarray:
