@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import dask
@@ -195,7 +196,10 @@ def fit(
         raise ValueError(f"solver must be 'ws' or 'cd', got {solver!r}")
     Xd, y, sw, datafit = _problem(X, y, sample_weight, loss, split)
     ex = executor_for(client)
+    t0 = time.perf_counter()
     blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions)
+    ex.wait(blocks)
+    t_load = time.perf_counter() - t0
     common = dict(
         fit_intercept=fit_intercept,
         tol=tol,
@@ -212,6 +216,8 @@ def fit(
         res, _ = solve_ws(ex, blocks, cb, y, sw, datafit, penalty, **common)
     else:
         res, _ = solve(ex, blocks, cb, y, sw, datafit, penalty, n_epochs=n_epochs, **common)
+    res.load_seconds_ = t_load
+    res.solve_seconds_ = time.perf_counter() - t0 - t_load
     if standardize:
         scales = np.concatenate(ex.gather([ex.submit(_scale, b) for b in blocks]))
         res.coef_ = res.coef_ * scales

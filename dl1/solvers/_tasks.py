@@ -218,6 +218,7 @@ def scan_task(
     """
     from dl1.kernels.linalg import csc_rmatvec
 
+    t0 = time.perf_counter()
     out = []
     for b, (idx, _) in zip(blocks, w_parts, strict=True):
         c = np.empty(b.ncols)
@@ -236,7 +237,7 @@ def scan_task(
         else:
             top = np.zeros(0, dtype=np.int64)
         out.append(((absmax, excess), top.astype(np.int64), score[top]))
-    return out
+    return out, time.perf_counter() - t0
 
 
 def extract_task(block: Block, local: np.ndarray):

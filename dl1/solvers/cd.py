@@ -67,6 +67,8 @@ class FitResult:
         Per round: objective, gap (relative), nnz, seconds since start, kernel and overhead
         seconds.
     alpha, l1_ratio, loss, tol : the problem solved.
+    load_seconds_, solve_seconds_ : float
+        Time to read the feature blocks into worker memory, and to solve afterwards.
     """
 
     coef_: np.ndarray
@@ -84,6 +86,8 @@ class FitResult:
     tol: float
     n_partitions: int
     history_: list[dict[str, Any]] = field(default_factory=list)
+    load_seconds_: float = float("nan")
+    solve_seconds_: float = float("nan")
 
     @property
     def overhead_fraction_(self) -> float:

@@ -70,6 +70,9 @@ class LocalExecutor:
     def compute(self, delayed: list[Any], workers: list[int] | None = None) -> list[Any]:
         return list(dask.compute(*delayed, scheduler="sync"))
 
+    def wait(self, handles: list[Any]) -> None:
+        pass
+
 
 class DistributedExecutor:
     """Runs tasks on a ``distributed.Client``; futures keep blocks in worker memory.
@@ -90,6 +93,14 @@ class DistributedExecutor:
 
     def gather(self, handles: list[Any]) -> list[Any]:
         return self.client.gather(handles)
+
+    def wait(self, handles: list[Any]) -> None:
+        from distributed import wait
+
+        wait(handles)
+        for h in handles:
+            if h.status == "error":
+                h.result()  # raises the task's own exception (e.g. a ValidationError)
 
     def compute(self, delayed: list[Any], workers: list[int] | None = None) -> list[Any]:
         if workers is None or not self.workers:

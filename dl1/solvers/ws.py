@@ -88,7 +88,8 @@ def solve_ws(
             ]
         )
         t_scan = time.perf_counter() - t0
-        per_block = [blk for res in scans for blk in res]
+        per_block = [blk for res, _ in scans for blk in res]
+        scan_kernel = max(dt for _, dt in scans)
         absmax = max((s[0][0] for s in per_block), default=0.0)
         excess = float(sum(s[0][1] for s in per_block))
         primal, dual, gap = duality_gap_from_stats(
@@ -111,6 +112,7 @@ def solve_ws(
             "nnz": int(support.shape[0]),
             "seconds": time.perf_counter() - t_start,
             "scan_s": t_scan,
+            "scan_kernel_s": scan_kernel,
         }
         history.append(entry)
         rounds = r
@@ -171,6 +173,9 @@ def solve_ws(
                 "inner_kernel_s": info["kernel_s"],
             }
         )
+        wall = entry["scan_s"] + entry["inner_s"]
+        busy = entry["scan_kernel_s"] + entry["inner_kernel_s"]
+        entry["overhead_fraction"] = max(0.0, 1.0 - busy / wall) if wall > 0 else 0.0
     res_ = FitResult(
         coef_=w,
         intercept_=float(b),
