@@ -72,3 +72,15 @@ def test_fit_command_on_a_store(tmp_path):
     out = run("fit", tmp_path / "s", "--alpha-ratio", "10", "--workers", "1").stdout
     assert "certified at tol 1e-06" in out
     assert "alpha_max/10" in out
+
+
+def test_quickstart_example_runs(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "quickstart.py"), tmp_path],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("(certified: True)") == 3
