@@ -221,7 +221,9 @@ def test_store_input_and_round_limit_warning(tmp_path):
     ref = dl1.fit(X, y, alpha=0.01, tol=1e-10)
     np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-9)
     for solver in ("ws", "cd"):
-        with pytest.warns(dl1.ConvergenceWarning, match=r"relative duality gap .* > tol 1\.000e-15"):
+        with pytest.warns(
+            dl1.ConvergenceWarning, match=r"relative duality gap .* > tol 1\.000e-15"
+        ):
             r = dl1.fit(tmp_path / "s", alpha=0.001, tol=1e-15, max_rounds=1, solver=solver)
         assert not r.converged_ and r.n_rounds_ == 1 and r.gap_ > 1e-15
         assert r.gap_ == r.history_[-1]["gap"]
@@ -299,3 +301,29 @@ def test_a_killed_worker_does_not_fail_the_fit():
         t.join(timeout=300)
         assert "r" in out
     np.testing.assert_array_equal(out["r"].coef_, reference.coef_)
+
+
+def test_estimators_match_sklearn_and_reject_unknown_parameters():
+    from dl1.estimators import ElasticNet as Enet
+    from dl1.estimators import Lasso as L1
+    from dl1.estimators import LogisticRegression as LR
+
+    X, y = make_regression(seed=12)
+    ours = L1(alpha=0.01, tol=1e-10).fit(X, y)
+    ref = Lasso(alpha=0.01, tol=1e-12, max_iter=100_000).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-8)
+    np.testing.assert_allclose(ours.predict(X), ref.predict(X), atol=1e-8)
+    assert ours.n_iter_ >= 1 and ours.gap_ <= 1e-10
+    en = Enet(alpha=0.01, l1_ratio=0.3, tol=1e-10).fit(X, y)
+    ref = ElasticNet(alpha=0.01, l1_ratio=0.3, tol=1e-12, max_iter=100_000).fit(X, y)
+    np.testing.assert_allclose(en.coef_, ref.coef_, atol=1e-8)
+    with pytest.raises(ValueError, match="invalid parameter 'alhpa'"):
+        L1().set_params(alhpa=1)
+    with pytest.raises(TypeError):
+        L1(alhpa=1)
+    assert L1(alpha=2.0).get_params()["alpha"] == 2.0
+    Xc, yc = make_classification()
+    clf = LR(alpha=0.01, tol=1e-8).fit(Xc, yc)
+    assert set(np.unique(clf.predict(Xc))) <= {-1.0, 1.0}
+    assert (clf.predict(Xc) == yc).mean() > 0.7
+    np.testing.assert_allclose(clf.predict_proba(Xc).sum(1), 1.0)
