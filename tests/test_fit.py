@@ -160,6 +160,32 @@ def test_logistic_matches_sklearn(local_cluster, n_blocks, fit_intercept, solver
     assert ours <= ref * (1 + 1e-6)
     assert abs(ours - ref) <= 1e-6 * ref
     np.testing.assert_array_equal(res.coef_ != 0, np.abs(coef) > 1e-6)
+    gap = numpy_gap_logistic(X, y, res.coef_, res.intercept_, alpha, fit_intercept)
+    assert gap >= -1e-15
+    # the reported gap may use a slightly better dual point (Newton-refitted intercept)
+    assert res.dual_gap_ <= gap * (1 + 1e-6) + 1e-15
+    assert gap <= 1e-10 * res.p0_ * 10
+
+
+def numpy_gap_logistic(X, y, coef, b, alpha, fit_intercept):
+    """Lasso-logistic duality gap from scratch: theta_i = y_i sigmoid(-y_i z_i), made to sum
+    to zero (intercept) and scaled into the dual feasible set."""
+    n = X.shape[0]
+    z = X @ coef + b
+    theta = y / (1 + np.exp(y * z))
+    if fit_intercept:
+        pos, neg = theta[theta > 0].sum(), -theta[theta < 0].sum()
+        if pos > neg:
+            theta[theta > 0] *= neg / pos
+        else:
+            theta[theta < 0] *= pos / neg
+    theta *= min(1.0, n * alpha / np.abs(X.T @ theta).max())
+    u = y * theta  # in [0, 1]
+    ent = np.where(u > 0, u * np.log(np.where(u > 0, u, 1)), 0) + np.where(
+        u < 1, (1 - u) * np.log(np.where(u < 1, 1 - u, 1)), 0
+    )
+    dual = -ent.sum() / n
+    return objective(X, y, coef, b, alpha, 1.0, "logistic") - dual
 
 
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
