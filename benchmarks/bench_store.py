@@ -182,7 +182,6 @@ def bench_ingest(preset: str, out: Path, repeat: int, gen_rows: list[dict[str, A
         return {"unavailable": f"dl1.io.svmlight.from_svmlight is not available ({e})"}
     store_path = out / f"{preset}.dl1"
     if not any(r["preset"] == preset for r in gen_rows):
-        print(f"generating {preset} -> {store_path}", flush=True)
         gen_rows.append(bench_generate([preset], out, 1)[0])
     src = out / f"{preset}-train.svm"
     print(f"writing {src} (sklearn dump_svmlight_file)", flush=True)
