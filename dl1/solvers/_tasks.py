@@ -240,31 +240,44 @@ def scan_task(
     return out, time.perf_counter() - t0
 
 
+def _select_columns(indptr, indices, data, cols):
+    """CSC arrays of the columns ``cols`` (in that order) of a CSC matrix."""
+    cols = np.asarray(cols, dtype=np.int64)
+    starts, ends = indptr[cols], indptr[cols + 1]
+    out_ptr = np.zeros(cols.shape[0] + 1, dtype=np.int64)
+    np.cumsum(ends - starts, out=out_ptr[1:])
+    sel = (
+        np.concatenate([np.arange(a, b) for a, b in zip(starts, ends, strict=True)])
+        if cols.shape[0]
+        else np.zeros(0, dtype=np.int64)
+    )
+    return out_ptr, indices[sel], data[sel]
+
+
 def extract_task(block: Block, local: np.ndarray):
     """CSC arrays, scales and squared norms of the chosen columns of a block."""
     local = np.asarray(local, dtype=np.int64)
-    starts, ends = block.indptr[local], block.indptr[local + 1]
-    lengths = ends - starts
-    indptr = np.zeros(local.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
-    sel = (
-        np.concatenate([np.arange(s, e) for s, e in zip(starts, ends, strict=True)])
-        if len(local)
-        else np.zeros(0, dtype=np.int64)
-    )
+    indptr, indices, data = _select_columns(block.indptr, block.indices, block.data, local)
     scale = block.col_scale[local] if block.col_scale.shape[0] else np.zeros(0)
     return (
         indptr,
-        block.indices[sel],
-        block.data[sel].astype(np.float64),
+        indices,
+        data.astype(np.float64),
         scale,
         block.col_sqnorm[local],
         block.col_scale.shape[0] > 0,
     )
 
 
+def identity(x):
+    """A task holding a value: unlike ``scatter``, the scheduler can recompute it."""
+    return x
+
+
 def subproblem_task(
     extracts: list[tuple],
+    extract_ids: list[np.ndarray],
+    ws: np.ndarray,
     w_ws: np.ndarray,
     y: np.ndarray,
     z: np.ndarray,
@@ -289,6 +302,9 @@ def subproblem_task(
     epochs the iterates are extrapolated by Anderson acceleration (as in skglm; Bertrand &
     Massias, "Anderson acceleration of coordinate descent", AISTATS 2021, Alg. 1), kept only
     if it lowers the objective.
+
+    ``extracts`` are groups of columns gathered in earlier rounds (cached where this task runs)
+    and ``extract_ids`` their global feature ids; the columns of ``ws`` are picked from them.
 
     Returns
     -------
@@ -316,6 +332,14 @@ def subproblem_task(
     else:
         scale = np.zeros(0)
     sqn = np.concatenate([e[4] for e in extracts]) if extracts else np.zeros(0)
+    ids = np.concatenate(extract_ids) if extract_ids else np.zeros(0, np.int64)
+    order = np.argsort(ids, kind="stable")
+    pos = order[np.searchsorted(ids[order], ws)]
+    if pos.shape[0] != ids.shape[0] or np.any(pos != np.arange(pos.shape[0])):
+        indptr, indices, data = _select_columns(indptr, indices, data, pos)
+        sqn = sqn[pos]
+        if has_scale:
+            scale = scale[pos]
     w = np.asarray(w_ws, dtype=np.float64).copy()
     z0 = z
     z = z.copy()

@@ -65,6 +65,10 @@ def solve_ws(
     primal = dual = gap = np.inf
     rounds = 0
     ws_size = ws_start
+    groups: list[tuple[Any, np.ndarray]] = []
+    # constant inputs of the subproblem travel once (held by tasks, hence recomputable)
+    y_h = ex.submit(T.identity, y)
+    sw_h = ex.submit(T.identity, sw)
     for r in range(max_rounds + 1):
         if fit_intercept:
             db = datafit.intercept_update(y, z, s_arg, max_iter=20)
@@ -135,21 +139,26 @@ def solve_ws(
             keep = np.argsort(-score, kind="stable")[:n_new]
             cand = cand[keep]
         ws = np.union1d(support, cand).astype(np.int64)
-        owner = np.searchsorted(col_bounds, ws, side="right") - 1
-        extracts = [
-            ex.submit(T.extract_task, blocks[j], ws[owner == j] - col_bounds[j])
-            for j in np.unique(owner)
-        ]
+        # columns are gathered once and cached where the subproblem runs: only new ones move
+        groups = [(h, ids) for h, ids in groups if np.isin(ids, ws).any()]
+        cached = np.concatenate([ids for _, ids in groups] or [np.zeros(0, np.int64)])
+        new = np.setdiff1d(ws, cached)
+        owner = np.searchsorted(col_bounds, new, side="right") - 1
+        for j in np.unique(owner):
+            ids = new[owner == j]
+            groups.append((ex.submit(T.extract_task, blocks[j], ids - col_bounds[j]), ids))
         t1 = time.perf_counter()
         (res,) = ex.gather(
             [
                 ex.submit(
                     T.subproblem_task,
-                    extracts,
+                    [h for h, _ in groups],
+                    [ids for _, ids in groups],
+                    ws,
                     w[ws],
-                    y,
+                    y_h,
                     z,
-                    sw,
+                    sw_h,
                     datafit,
                     penalty,
                     fit_intercept,
