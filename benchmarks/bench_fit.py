@@ -31,6 +31,11 @@ TARGET = 1e-6
 
 
 def _peak_mb() -> float:
+    """Peak RSS of this process (VmHWM; ru_maxrss would include a forking parent's peak)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

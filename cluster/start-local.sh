@@ -8,7 +8,7 @@ rm -f "$file"
 dask scheduler --host 127.0.0.1 --port 0 --no-dashboard --scheduler-file "$file" \
     > dl1-scheduler.log 2>&1 &
 echo $! > dl1-cluster.pids
-for _ in $(seq 100); do [ -s "$file" ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ -s "$file" ] && break; sleep 0.1; done
 [ -s "$file" ] || { echo "scheduler did not start; see dl1-scheduler.log" >&2; exit 1; }
 for i in $(seq "$n"); do
     dask worker --scheduler-file "$file" --nthreads 1 --no-dashboard --name "w$i" \

@@ -67,7 +67,7 @@ def test_fit_on_a_real_scheduler_and_workers(tmp_path, recipe_cluster):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr
     assert "certified at tol 1e-08" in out.stdout
