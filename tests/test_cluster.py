@@ -30,7 +30,7 @@ def recipe_cluster(tmp_path):
         cwd=tmp_path,
         env=env,
         check=True,
-        timeout=60,
+        timeout=300,
         capture_output=True,
     )
     address = json.loads((tmp_path / "scheduler.json").read_text())["address"]
