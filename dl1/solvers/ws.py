@@ -45,8 +45,16 @@ def solve_ws(
     loss_name: str = "",
     verbose: bool = False,
     callback: Any = None,
+    w0: np.ndarray | None = None,
+    b0: float | None = None,
+    handles: tuple[Any, Any] | None = None,
 ) -> tuple[FitResult, np.ndarray]:
-    """Run outer iterations until ``gap <= tol * P(0)``; see the module docstring."""
+    """Run outer iterations until ``gap <= tol * P(0)``; see the module docstring.
+
+    ``w0, b0`` warm-start the solve (``X w0 + b0`` is recomputed on the workers, so a warm
+    start from a checkpoint gives bit-identical results); ``handles`` are task handles of
+    ``y`` and ``sw`` shared between solves of a path.
+    """
     n = y.shape[0]
     p = int(col_bounds[-1])
     K = len(blocks)
@@ -56,19 +64,30 @@ def solve_ws(
     threshold = n * penalty.alpha_l1
     b_zero = datafit.initial_intercept(y, s_arg) if fit_intercept else 0.0
     p0 = datafit.value(y, np.full(n, b_zero), s_arg)
-    w = np.zeros(p)
-    b = b_zero
+    w = np.zeros(p) if w0 is None else np.asarray(w0, dtype=np.float64).copy()
+    b = (b_zero if b0 is None else float(b0)) if fit_intercept else 0.0
     z = np.full(n, b)
+    if w.any():
+        for u in ex.gather(
+            [
+                ex.submit(
+                    T.matvec_task, [blocks[j] for j in part], _sparse_parts(w, col_bounds, part), n
+                )
+                for part in parts
+            ]
+        ):
+            z += u
     history: list[dict[str, Any]] = []
     t_start = time.perf_counter()
     converged = False
     primal = dual = gap = np.inf
     rounds = 0
     ws_size = ws_start
-    groups: list[tuple[Any, np.ndarray]] = []
+    groups: list[tuple[Any, np.ndarray, bool]] = []
     # constant inputs of the subproblem travel once (held by tasks, hence recomputable)
-    y_h = ex.submit(T.identity, y)
-    sw_h = ex.submit(T.identity, sw)
+    if handles is None:
+        handles = (ex.submit(T.identity, y), ex.submit(T.identity, sw))
+    y_h, sw_h = handles
     for r in range(max_rounds + 1):
         if fit_intercept:
             db = datafit.intercept_update(y, z, s_arg, max_iter=20)
@@ -140,20 +159,21 @@ def solve_ws(
             cand = cand[keep]
         ws = np.union1d(support, cand).astype(np.int64)
         # columns are gathered once and cached where the subproblem runs: only new ones move
-        groups = [(h, ids) for h, ids in groups if np.isin(ids, ws).any()]
-        cached = np.concatenate([ids for _, ids in groups] or [np.zeros(0, np.int64)])
+        groups = [(h, ids, False) for h, ids, _ in groups if np.isin(ids, ws).any()]
+        cached = np.concatenate([ids for _, ids, _ in groups] or [np.zeros(0, np.int64)])
         new = np.setdiff1d(ws, cached)
         owner = np.searchsorted(col_bounds, new, side="right") - 1
         for j in np.unique(owner):
             ids = new[owner == j]
-            groups.append((ex.submit(T.extract_task, blocks[j], ids - col_bounds[j]), ids))
+            groups.append((ex.submit(T.extract_task, blocks[j], ids - col_bounds[j]), ids, True))
         t1 = time.perf_counter()
         (res,) = ex.gather(
             [
                 ex.submit(
                     T.subproblem_task,
-                    [h for h, _ in groups],
-                    [ids for _, ids in groups],
+                    [h for h, _, _ in groups],
+                    [ids for _, ids, _ in groups],
+                    [fresh for _, _, fresh in groups],
                     ws,
                     w[ws],
                     y_h,
