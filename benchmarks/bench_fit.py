@@ -12,7 +12,8 @@ first and excluded); its solve time alone is reported too.
 
 Peers' tolerances are set to their documented stopping rules' equivalent of 1e-6:
 scikit-learn and celer stop on ``gap <= tol * ||y||^2 / n`` (with centred y, i.e.
-``2 P(0)``), so they get ``tol = 5e-7``; skglm stops on a KKT violation, so it starts at ``tol = 1e-6``.
+``2 P(0)``), so they get ``tol = 5e-7``; skglm stops on a KKT violation and starts at
+``tol = 1e-6``.
 Any peer whose answer dl1's check does not certify is rerun with a 10x tighter tol (up to
 three times); the time of the last run is reported.
 """
