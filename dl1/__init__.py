@@ -4,6 +4,7 @@ __version__ = "0.1.0"
 
 from dl1.convert import from_dask, from_scipy, open  # noqa: E402
 from dl1.fit import alpha_max, fit  # noqa: E402
+from dl1.pathfit import path  # noqa: E402
 from dl1.solvers.cd import ConvergenceWarning, FitResult  # noqa: E402
 from dl1.store import Store, open_store  # noqa: E402
 
@@ -18,6 +19,7 @@ __all__ = [
     "from_scipy",
     "open",
     "open_store",
+    "path",
 ]
 
 

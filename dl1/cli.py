@@ -318,3 +318,97 @@ def main() -> None:
     except (Dl1Error, FileExistsError, FileNotFoundError) as e:
         click.echo(f"dl1: error: {e}", err=True)
         sys.exit(1)
+
+
+@cli.command("path")
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--n-alphas", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option(
+    "--eps",
+    type=float,
+    default=1e-2,
+    show_default=True,
+    help="Smallest alpha as a fraction of alpha_max.",
+)
+@click.option("--l1-ratio", type=click.FloatRange(0, 1), default=1.0, show_default=True)
+@click.option(
+    "--loss", type=click.Choice(["squared", "logistic"]), default="squared", show_default=True
+)
+@click.option(
+    "--tol",
+    type=float,
+    default=1e-6,
+    show_default=True,
+    help="Certify each alpha at duality gap <= tol * P(0).",
+)
+@click.option("--scheduler", default=None, help="Address of a running scheduler (tcp://...).")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--memory-limit", default=None, help="Per-worker memory limit of the LocalCluster.")
+@click.option(
+    "--checkpoint",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Zarr group for incremental results; an interrupted path resumes there.",
+)
+@click.option(
+    "--plots",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Directory for the PNG figures (default: STORE-path-plots).",
+)
+def path_cmd(
+    store: str,
+    n_alphas: int,
+    eps: float,
+    l1_ratio: float,
+    loss: str,
+    tol: float,
+    scheduler: str | None,
+    workers: int,
+    memory_limit: str | None,
+    checkpoint: str | None,
+    plots: str | None,
+) -> None:
+    """Regularisation path on STORE: every alpha certified; validation error on its test
+    split when it has one; figures written as PNG."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    import dl1
+
+    st = open_store(store)
+    stack, client = _client(scheduler, workers, memory_limit)
+    with (
+        stack,
+        Progress(
+            TextColumn("[bold]path"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+        ) as progress,
+    ):
+        task = progress.add_task("path", total=n_alphas, info="")
+
+        def on_alpha(k, alpha, res):
+            progress.update(
+                task,
+                advance=1,
+                info=f"alpha {alpha:.3e}  nnz {int(np.count_nonzero(res.coef_))}  "
+                f"gap {res.gap_:.1e}  passes {res.n_rounds_ + 1}",
+            )
+
+        result = dl1.path(
+            st,
+            n_alphas=n_alphas,
+            eps=eps,
+            l1_ratio=l1_ratio,
+            loss=loss,
+            tol=tol,
+            client=client,
+            checkpoint=checkpoint,
+            X_test="test" if "test" in st.splits else None,
+            callback=on_alpha,
+        )
+    click.echo(result.summary())
+    out = Path(plots) if plots else Path(str(st.path) + "-path-plots")
+    for f in result.plot(out):
+        click.echo(f"wrote {f}")

@@ -27,6 +27,8 @@ def decision_function(X: Any, coef: np.ndarray, intercept: float, split: str = "
         X = open_store(X)
     if isinstance(X, Store):
         X = X.to_dask(split)
+    if not isinstance(X, da.Array):  # in memory already (scipy.sparse or ndarray)
+        return da.from_array(np.asarray(X @ coef).ravel() + float(intercept))
     cb = np.concatenate([[0], np.cumsum(X.chunks[1])]).astype(np.int64)
     dl = X.to_delayed()
     rows = []

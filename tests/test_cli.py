@@ -84,3 +84,43 @@ def test_quickstart_example_runs(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("(certified: True)") == 3
+
+
+def test_path_command_with_checkpoint_and_plots(tmp_path):
+    X = random_csr(150, 40, 0.15, seed=3)
+    y = X @ np.r_[np.ones(5), np.zeros(35)] + 0.01 * np.arange(150) % 0.1
+    Xt = random_csr(40, 40, 0.15, seed=4)
+    dl1.from_scipy(X, y, tmp_path / "s", X_test=Xt, y_test=Xt @ np.r_[np.ones(5), np.zeros(35)])
+    out = run(
+        "path",
+        tmp_path / "s",
+        "--n-alphas",
+        "8",
+        "--workers",
+        "1",
+        "--checkpoint",
+        tmp_path / "ck",
+        "--plots",
+        tmp_path / "plots",
+    ).stdout
+    assert "best alpha" in out and "val.err" in out
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "coefficients.png",
+        "support_and_gap.png",
+        "validation.png",
+    ]
+    # rerun resumes from the complete checkpoint and gives the same table
+    again = run(
+        "path",
+        tmp_path / "s",
+        "--n-alphas",
+        "8",
+        "--workers",
+        "1",
+        "--checkpoint",
+        tmp_path / "ck",
+        "--plots",
+        tmp_path / "plots",
+    ).stdout
+    strip = [ln.split()[:5] for ln in out.splitlines() if ln[:4].strip().isdigit()]
+    assert strip == [ln.split()[:5] for ln in again.splitlines() if ln[:4].strip().isdigit()]

@@ -141,15 +141,15 @@ def chunk_path(root: str | os.PathLike, key: str, k: int) -> Path:
     return Path(root) / key / "c" / str(k)
 
 
-def write_manifest(root: str | os.PathLike, manifest: dict[str, Any]) -> None:
-    """Write the manifest atomically: temporary file, fsync, rename, fsync of the directory."""
+def write_manifest(root: str | os.PathLike, manifest: dict[str, Any], name: str = MANIFEST) -> None:
+    """Write a JSON file atomically: temporary file, fsync, rename, fsync of the directory."""
     root = Path(root)
-    tmp = root / (MANIFEST + ".tmp")
+    tmp = root / (name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=1, sort_keys=True)
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, root / MANIFEST)
+    os.replace(tmp, root / name)
     fd = os.open(root, os.O_RDONLY)
     try:
         os.fsync(fd)

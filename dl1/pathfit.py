@@ -1,0 +1,245 @@
+"""``dl1.path``: regularisation paths, warm-started and certified, with checkpoint/resume."""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from dl1.errors import ValidationError
+from dl1.fit import _check_params, _load, _problem
+from dl1.penalties.elastic_net import ElasticNet
+from dl1.solvers import _tasks as T
+from dl1.solvers.cd import ConvergenceWarning
+from dl1.solvers.executor import executor_for
+from dl1.solvers.ws import solve_ws
+from dl1.store import Store, open_store
+
+
+def _fingerprint(X: Any, y: np.ndarray, split: str) -> dict[str, Any]:
+    """What identifies the data of a checkpoint: store checksums, or a token of the input."""
+    from dask.base import tokenize
+
+    from dl1.store.format import checksum
+
+    if isinstance(X, (str, os.PathLike)):
+        X = open_store(X)
+    if isinstance(X, Store):
+        e = X.entry(split)
+        return {
+            "kind": "store",
+            "split": split,
+            "shape": list(e["shape"]),
+            "nnz": int(e["nnz"]),
+            "blocks": tokenize(e["blocks"]),
+            "y_crc32c": checksum(y),
+        }
+    return {"kind": type(X).__name__, "token": tokenize(X), "y_crc32c": checksum(y)}
+
+
+def alpha_grid(alpha_max: float, n_alphas: int = 100, eps: float = 1e-2) -> np.ndarray:
+    """``n_alphas`` values from ``alpha_max`` down to ``eps * alpha_max``, geometrically."""
+    if n_alphas < 1 or not 0 < eps < 1:
+        raise ValueError(f"need n_alphas >= 1 and 0 < eps < 1, got {n_alphas}, {eps}")
+    return np.geomspace(alpha_max, alpha_max * eps, n_alphas)
+
+
+def path(
+    X: Any,
+    y: Any = None,
+    *,
+    n_alphas: int = 100,
+    eps: float = 1e-2,
+    alphas: Any = None,
+    l1_ratio: float = 1.0,
+    loss: str = "squared",
+    fit_intercept: bool = True,
+    standardize: bool = False,
+    sample_weight: Any = None,
+    tol: float = 1e-4,
+    max_rounds: int = 1000,
+    n_partitions: int = 2,
+    client: Any = None,
+    checkpoint: str | os.PathLike | None = None,
+    X_test: Any = None,
+    y_test: Any = None,
+    split: str = "train",
+    verbose: bool = False,
+    callback: Any = None,
+):
+    """Regularisation path: warm-started, every alpha certified by its duality gap.
+
+    Parameters
+    ----------
+    X, y, l1_ratio, loss, fit_intercept, standardize, sample_weight, tol, max_rounds,
+    n_partitions, client, split
+        As in :func:`dl1.fit`.
+    n_alphas, eps : grid from ``alpha_max`` down to ``eps * alpha_max`` (geometric).
+    alphas : array_like, optional
+        Explicit grid (sorted decreasing for warm starts to help).
+    checkpoint : path, optional
+        A zarr group where each alpha's result is written atomically before the next starts;
+        an interrupted path resumes there (redoing at most the alpha in progress, with
+        bit-identical results). A checkpoint of other data, settings or versions is refused.
+    X_test, y_test : held-out data for the validation error per alpha (a store's split name,
+        e.g. ``X_test="test"`` with a store X, is accepted too).
+    callback : callable, optional
+        Called after each alpha with ``(k, alpha, result)``.
+
+    Returns
+    -------
+    dl1.regpath.PathResult
+    """
+    from dl1.predict import decision_function
+    from dl1.regpath import PathCheckpoint, PathResult
+
+    _check_params(1.0, l1_ratio, tol)
+    Xd, yv, sw, datafit = _problem(X, y, sample_weight, loss, split)
+    ex = executor_for(client)
+    blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions)
+    ex.wait(blocks)
+    n = yv.shape[0]
+    s = None if sw.shape[0] == 0 else sw
+    b_zero = datafit.initial_intercept(yv, s) if fit_intercept else 0.0
+    theta0 = datafit.dual_point(yv, np.full(n, b_zero), s, fit_intercept)
+    stats = ex.gather([ex.submit(T.xt_theta_task, [b], theta0, np.inf) for b in blocks])
+    amax = ElasticNet.alpha_max(max((st[0][0] for st in stats), default=0.0) / n, l1_ratio)
+    if alphas is None:
+        if not np.isfinite(amax) or amax <= 0:
+            raise ValidationError(f"alpha_max is {amax}; give the alphas explicitly")
+        grid = alpha_grid(amax, n_alphas, eps)
+    else:
+        grid = np.asarray(alphas, dtype=np.float64).ravel()
+        if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
+            raise ValueError("alphas must be finite and > 0")
+
+    test = None
+    if X_test is not None:
+        if isinstance(X_test, str) and isinstance(X, (str, os.PathLike, Store)):
+            st = X if isinstance(X, Store) else open_store(X)
+            test = (st.to_dask(X_test), st.read("y", X_test))
+        else:
+            if y_test is None:
+                raise ValidationError("y_test is required with X_test")
+            test = (X_test, np.asarray(y_test, dtype=np.float64).ravel())
+
+    p = int(cb[-1])
+    settings = {
+        "l1_ratio": l1_ratio,
+        "loss": loss,
+        "fit_intercept": fit_intercept,
+        "standardize": standardize,
+        "tol": tol,
+        "max_rounds": max_rounds,
+        "n_partitions": n_partitions,
+        "solver": "ws",
+        "sample_weight": None if s is None else _crc(sw),
+        "test": None if test is None else _crc(np.asarray(test[1])),
+    }
+    ck = None
+    if checkpoint is not None:
+        ck = PathCheckpoint.open_or_create(
+            checkpoint,
+            fingerprint=_fingerprint(X, yv, split),
+            settings=settings,
+            alphas=grid,
+            n_features=p,
+        )
+    handles = (ex.submit(T.identity, yv), ex.submit(T.identity, sw))
+    w = np.zeros(p)
+    b: float | None = None
+    start = 0
+    if ck is not None and ck.n_done:
+        start = ck.n_done
+        w = ck.coef(start - 1)
+        b = float(ck.load()["intercepts"][start - 1])
+    records: list[dict[str, Any]] = []
+    for k in range(start, grid.shape[0]):
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            res, _ = solve_ws(
+                ex,
+                blocks,
+                cb,
+                yv,
+                sw,
+                datafit,
+                ElasticNet(float(grid[k]), l1_ratio),
+                fit_intercept=fit_intercept,
+                tol=tol,
+                max_rounds=max_rounds,
+                n_partitions=n_partitions,
+                loss_name=loss,
+                w0=w,
+                b0=b,
+                handles=handles,
+            )
+        w = res.coef_
+        b = res.intercept_
+        metric = None
+        if test is not None:
+            coef = w if not standardize else w * _scales(ex, blocks)
+            pred = decision_function(test[0], coef, b)
+            pred = (
+                client.compute(pred).result()
+                if client is not None
+                else pred.compute(scheduler="sync")
+            )
+            metric = _metrics(loss, test[1], pred)
+        rec = dict(
+            coef=w if not standardize else w * _scales(ex, blocks),
+            intercept=b,
+            gap=res.gap_,
+            converged=res.converged_,
+            n_active=int(np.count_nonzero(w)),
+            passes=res.n_rounds_ + 1,
+            seconds=time.perf_counter() - t0,
+            rounds=res.n_rounds_,
+            test_metric=metric,
+        )
+        if ck is not None:
+            ck.record(k, **rec)
+        records.append(rec)
+        if not res.converged_:
+            warnings.warn(
+                f"alpha[{k}] = {grid[k]:.6g} is not certified: relative duality gap "
+                f"{res.gap_:.3e} > tol {tol:.3e} after {res.n_rounds_} rounds",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        if verbose:
+            print(
+                f"alpha[{k:3d}] {grid[k]:.4e}  nnz {rec['n_active']:6d}  gap {res.gap_:.2e}"
+                f"  passes {rec['passes']}"
+            )
+        if callback is not None:
+            callback(k, float(grid[k]), res)
+    if ck is not None:
+        return PathResult.from_arrays(ck.load(), alphas=grid, l1_ratio=l1_ratio, loss=loss, tol=tol)
+    return PathResult.from_records(records, alphas=grid, l1_ratio=l1_ratio, loss=loss, tol=tol)
+
+
+def _crc(a: np.ndarray) -> int:
+    from dl1.store.format import checksum
+
+    return checksum(np.ascontiguousarray(a, dtype=np.float64))
+
+
+def _scales(ex, blocks) -> np.ndarray:
+    from dl1.fit import _scale
+
+    return np.concatenate(ex.gather([ex.submit(_scale, b) for b in blocks]))
+
+
+def _metrics(loss: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    if loss == "squared":
+        return {"mse": float(np.mean((y - pred) ** 2))}
+    margin = y * pred
+    return {
+        "logloss": float(np.mean(np.logaddexp(0.0, -margin))),
+        "accuracy": float(np.mean(margin > 0)),
+    }

@@ -1,0 +1,152 @@
+"""dl1.path against scikit-learn's paths; checkpoint kill-and-resume; flags and plots."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.linear_model import LogisticRegression, enet_path, lasso_path
+
+import dl1
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_data(n=150, p=80, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, p, density=0.15, format="csc", random_state=rng)
+    w = np.zeros(p)
+    w[rng.choice(p, 10, replace=False)] = rng.standard_normal(10) * 2
+    y = X @ w + 0.1 * rng.standard_normal(n)
+    return X, y
+
+
+def objective(X, y, coef, b, alpha, l1_ratio):
+    r = y - X @ coef - b
+    return 0.5 * np.mean(r**2) + alpha * (
+        l1_ratio * np.abs(coef).sum() + (1 - l1_ratio) / 2 * coef @ coef
+    )
+
+
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.5])
+def test_path_matches_sklearn_paths(local_cluster, l1_ratio):
+    X, y = make_data()
+    res = dl1.path(
+        X,
+        y,
+        n_alphas=30,
+        eps=1e-2,
+        l1_ratio=l1_ratio,
+        tol=1e-10,
+        fit_intercept=False,
+        client=local_cluster,
+    )
+    assert res.coefs_.shape == (80, 30)
+    assert np.all(np.diff(res.alphas_) < 0)
+    assert res.alphas_[0] == pytest.approx(
+        dl1.alpha_max(X, y, l1_ratio=l1_ratio, fit_intercept=False), rel=1e-12
+    )
+    fn = lasso_path if l1_ratio == 1 else enet_path
+    kw = {} if l1_ratio == 1 else {"l1_ratio": l1_ratio}
+    _, ref, _ = fn(X, y, alphas=res.alphas_, tol=1e-12, max_iter=100_000, **kw)
+    dense = res.coefs_.toarray()
+    for k, a in enumerate(res.alphas_):
+        ours = objective(X, y, dense[:, k], 0.0, a, l1_ratio)
+        theirs = objective(X, y, ref[:, k], 0.0, a, l1_ratio)
+        assert abs(ours - theirs) <= 1e-6 * theirs, k
+    assert res.converged_.all() and (res.gaps_ <= 1e-10).all()
+    assert not dense[:, 0].any()  # alpha_max: all zero
+    np.testing.assert_array_equal(res.n_active_, (dense != 0).sum(0))
+    assert (res.passes_ >= 1).all()
+
+
+def test_logistic_path_matches_sklearn():
+    rng = np.random.default_rng(3)
+    X = sp.random(120, 30, density=0.25, format="csc", random_state=rng)
+    y = np.where(X @ rng.standard_normal(30) + 0.3 * rng.standard_normal(120) > 0, 1.0, -1.0)
+    res = dl1.path(X, y, loss="logistic", n_alphas=6, eps=0.05, tol=1e-10, fit_intercept=False)
+    n = X.shape[0]
+    for k, a in enumerate(res.alphas_[1:], start=1):
+        clf = LogisticRegression(
+            l1_ratio=1.0,
+            C=1 / (n * a),
+            solver="liblinear",
+            fit_intercept=False,
+            tol=1e-12,
+            max_iter=100_000,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            clf.fit(X, y)
+
+        def obj(c, a=a):
+            return np.mean(np.logaddexp(0, -y * (X @ c))) + a * np.abs(c).sum()
+
+        ours, theirs = obj(res.coefs_[:, k].toarray().ravel()), obj(clf.coef_.ravel())
+        assert ours <= theirs * (1 + 1e-6) and abs(ours - theirs) <= 1e-6 * theirs
+
+
+def test_test_metrics_best_alpha_and_plots(tmp_path):
+    X, y = make_data(n=300, seed=1)
+    Xtr, ytr, Xte, yte = X[:200], y[:200], X[200:], y[200:]
+    res = dl1.path(Xtr, ytr, n_alphas=12, X_test=Xte, y_test=yte, tol=1e-8)
+    dense = res.coefs_.toarray()
+    mse = [np.mean((yte - Xte @ dense[:, k] - res.intercepts_[k]) ** 2) for k in range(12)]
+    np.testing.assert_allclose(res.test_mse_, mse, rtol=1e-10)
+    assert res.best_alpha_ == res.alphas_[int(np.argmin(mse))]
+    files = res.plot(tmp_path / "plots")
+    assert files and all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in files)
+
+
+def test_uncertified_alpha_is_flagged_and_named():
+    X, y = make_data(seed=2)
+    with pytest.warns(dl1.ConvergenceWarning, match=r"alpha\[\d+\] = .* is not certified"):
+        res = dl1.path(X, y, n_alphas=5, tol=1e-14, max_rounds=1)
+    assert not res.converged_.all()
+    assert (res.gaps_[~res.converged_] > 1e-14).all()
+
+
+def _child_script(store, ck, kill_after):
+    return textwrap.dedent(
+        f"""
+        import os, signal, sys
+        import dl1
+        def cb(k, alpha, res):
+            if k == {kill_after}:
+                os.kill(os.getpid(), signal.SIGKILL)
+        dl1.path({str(store)!r}, n_alphas=15, tol=1e-9, checkpoint={str(ck)!r}, callback=cb)
+        """
+    )
+
+
+def test_kill_and_resume_is_bit_identical(tmp_path):
+    X, y = make_data(n=200, p=120, seed=4)
+    store = tmp_path / "s.zarr"
+    dl1.from_scipy(X, y, store, n_feature_blocks=3)
+    reference = dl1.path(store, n_alphas=15, tol=1e-9)
+    ck = tmp_path / "ck.zarr"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", _child_script(store, ck, 6)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    resumed = dl1.path(store, n_alphas=15, tol=1e-9, checkpoint=ck)
+    assert (resumed.coefs_ != reference.coefs_).nnz == 0
+    np.testing.assert_array_equal(resumed.intercepts_, reference.intercepts_)
+    np.testing.assert_array_equal(resumed.gaps_, reference.gaps_)
+    # a checkpoint of other settings is refused, naming the field
+    with pytest.raises(Exception, match="tol"):
+        dl1.path(store, n_alphas=15, tol=1e-8, checkpoint=ck)
