@@ -393,7 +393,7 @@ def path_cmd(
                 task,
                 advance=1,
                 info=f"alpha {alpha:.3e}  nnz {int(np.count_nonzero(res.coef_))}  "
-                f"gap {res.gap_:.1e}  passes {res.n_rounds_ + 1}",
+                f"gap {res.gap_:.1e}  passes {res.passes_:.2f}",
             )
 
         result = dl1.path(

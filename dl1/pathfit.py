@@ -196,7 +196,7 @@ def path(
             gap=res.gap_,
             converged=res.converged_,
             n_active=int(np.count_nonzero(w)),
-            passes=res.n_rounds_ + 1,
+            passes=res.passes_,
             seconds=time.perf_counter() - t0,
             rounds=res.n_rounds_,
             test_metric=metric,

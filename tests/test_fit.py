@@ -353,3 +353,44 @@ def test_estimators_match_sklearn_and_reject_unknown_parameters():
     assert set(np.unique(clf.predict(Xc))) <= {-1.0, 1.0}
     assert (clf.predict(Xc) == yc).mean() > 0.7
     np.testing.assert_allclose(clf.predict_proba(Xc).sum(1), 1.0)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_screening_never_discards_a_feature_of_the_solution(loss, fit_intercept):
+    """Gap-safe screening is safe: every screened feature is zero in the exact solution."""
+    if loss == "squared":
+        X, y = make_regression(n=200, p=300, density=0.05, seed=13)
+    else:
+        X, y = make_classification(n=200, p=300, seed=14)
+    sw = np.random.default_rng(0).uniform(0.5, 2, X.shape[0])
+    amax = dl1.alpha_max(X, y, loss=loss, fit_intercept=fit_intercept, sample_weight=sw)
+    n_screened = 0
+    for ratio in (1.5, 4, 10, 30):
+        alpha = amax / ratio
+        res = dl1.fit(
+            as_dask(X, 3),
+            y,
+            alpha=alpha,
+            loss=loss,
+            tol=1e-12,
+            max_rounds=100,
+            fit_intercept=fit_intercept,
+            sample_weight=sw,
+        )
+        ref = dl1.fit(
+            as_dask(X, 3),
+            y,
+            alpha=alpha,
+            loss=loss,
+            tol=1e-10,
+            max_rounds=200_000,
+            fit_intercept=fit_intercept,
+            sample_weight=sw,
+            solver="cd",
+        )
+        support = np.abs(ref.coef_) > 1e-9
+        assert not (res.screened_ & support).any()
+        np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-4)
+        n_screened += int(res.screened_.sum())
+    assert n_screened > 0  # the rule did screen something

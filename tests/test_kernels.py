@@ -587,3 +587,35 @@ def test_csc_select_columns_matches_scipy(dtype):
         got = sp.csc_matrix((dat, ind, ip), shape=(30, len(cols)))
         assert dat.dtype == dtype
         np.testing.assert_array_equal(got.toarray(), ref.toarray())
+
+
+def test_csc_scan_screen_matches_numpy():
+    from dl1.kernels.screen import csc_scan_screen
+
+    rng = np.random.default_rng(5)
+    X = sp.random(40, 25, density=0.3, format="csc", random_state=rng)
+    scale = rng.uniform(0.5, 2, 25)
+    theta, prev = rng.standard_normal(40), rng.standard_normal(40)
+    cols = np.array([3, 0, 24, 7, 7], dtype=np.int64)
+    Xs = X.toarray() * scale
+    for sc in (scale, np.zeros(0)):
+        A = Xs if sc.size else X.toarray()
+        c, keep = csc_scan_screen(
+            X.indptr.astype(np.int64), X.indices, X.data, sc, cols, theta, prev, 0.7, 0.3, 1.5
+        )
+        np.testing.assert_allclose(c, A[:, cols].T @ theta, rtol=1e-12)
+        ref = 0.7 * np.abs(A[:, cols].T @ prev) + 0.3 * np.linalg.norm(A[:, cols], axis=0) >= 1.5
+        np.testing.assert_array_equal(keep, ref)
+        c, keep = csc_scan_screen(
+            X.indptr.astype(np.int64),
+            X.indices,
+            X.data,
+            sc,
+            cols,
+            theta,
+            np.zeros(0),
+            0.7,
+            0.3,
+            1.5,
+        )
+        assert keep.all()

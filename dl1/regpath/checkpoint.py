@@ -34,8 +34,8 @@ from dl1.store.reader import read_array
 FORMAT_VERSION = 1
 META = "meta.json"
 PROGRESS = "progress.json"
-SCALARS = ("intercept", "gap", "seconds")
-INTS = ("n_active", "passes", "rounds")
+SCALARS = ("intercept", "gap", "seconds", "passes")
+INTS = ("n_active", "rounds")
 
 
 class CheckpointMismatchError(StoreError):
@@ -132,9 +132,9 @@ class PathCheckpoint:
             "converged": bool(converged),
             "test_metric": {m: _hex(v) for m, v in (test_metric or {}).items()},
         }
-        for name, v in zip(SCALARS, (intercept, gap, seconds), strict=True):
+        for name, v in zip(SCALARS, (intercept, gap, seconds, passes), strict=True):
             entry[name] = _hex(v)
-        for name, v in zip(INTS, (n_active, passes, rounds), strict=True):
+        for name, v in zip(INTS, (n_active, rounds), strict=True):
             entry[name] = int(v)
         write_manifest(self.path, {"done": [*self._done, entry]}, PROGRESS)
         self._done.append(entry)
@@ -168,7 +168,7 @@ class PathCheckpoint:
             shape=(p, m),
         )
         out: dict[str, Any] = {"coefs": coefs}
-        for name, key in zip(SCALARS, ("intercepts", "gaps", "seconds"), strict=True):
+        for name, key in zip(SCALARS, ("intercepts", "gaps", "seconds", "passes"), strict=True):
             out[key] = np.array([_unhex(e[name]) for e in self._done])
         for name in INTS:
             out[name] = np.array([e[name] for e in self._done], dtype=np.int64)

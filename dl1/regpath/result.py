@@ -20,7 +20,8 @@ class PathResult:
     coefs_ : scipy.sparse.csc_matrix (p, n_alphas)
     intercepts_, gaps_ (relative to P(0)), seconds_ : ndarray (n_alphas,)
     converged_ : bool ndarray; False marks an alpha whose gap did not reach ``tol``
-    n_active_, passes_ (full passes over the data), rounds_ : int ndarrays
+    n_active_, rounds_ : int ndarrays
+    passes_ : float ndarray, passes over the data per alpha (screened columns are skipped)
     test_mse_ (squared loss) or test_logloss_ and test_accuracy_ (logistic): validation
         error per alpha when test data was given, else None
     best_alpha_ : alpha of least validation error (None without test data)
@@ -80,7 +81,7 @@ class PathResult:
             "gaps": np.array([r["gap"] for r in records]),
             "converged": np.array([r["converged"] for r in records], dtype=bool),
             "n_active": np.array([r["n_active"] for r in records], dtype=np.int64),
-            "passes": np.array([r["passes"] for r in records], dtype=np.int64),
+            "passes": np.array([r["passes"] for r in records], dtype=np.float64),
             "seconds": np.array([r["seconds"] for r in records]),
             "rounds": np.array([r["rounds"] for r in records], dtype=np.int64),
             "test_metrics": {
@@ -119,14 +120,14 @@ class PathResult:
         for k, a in enumerate(self.alphas_):
             line = (
                 f"{k:4d} {a:11.4e} {self.n_active_[k]:7d} {self.gaps_[k]:9.2e} "
-                f"{'yes' if self.converged_[k] else 'NO':>5s} {self.passes_[k]:6d} "
+                f"{'yes' if self.converged_[k] else 'NO':>5s} {self.passes_[k]:6.2f} "
                 f"{self.seconds_[k]:8.2f}"
             )
             if err is not None:
                 line += f" {err[k]:10.4g}"
             lines.append(line)
         lines.append(
-            f"total {self.seconds_.sum():.2f} s, {int(self.passes_.sum())} passes; "
+            f"total {self.seconds_.sum():.2f} s, {self.passes_.sum():.1f} passes; "
             f"best alpha {self.best_alpha_}"
         )
         return "\n".join(lines)

@@ -206,37 +206,62 @@ def scan_task(
     threshold: float,
     w_parts: list[tuple[np.ndarray, np.ndarray]],
     n_candidates: int,
+    alive: list[np.ndarray | None] | None = None,
+    prev: tuple[np.ndarray, float, float] | None = None,
 ):
-    """Full pass over a partition: gap statistics and working-set candidates.
+    """One pass over a partition: gap statistics, working-set candidates, screening.
 
-    For every block, ``c = X_k^T theta`` (scaled columns) gives the certificate statistics
-    ``(max |c_j|, sum_j (|c_j| - threshold)_+^2)`` and the KKT violation of each zero
-    coefficient, ``|c_j| - threshold`` (``threshold = n alpha_l1``; ``|c_j| / n`` is
-    ``|grad_j F|``). Returned per block: the statistics and the local indices and scores of the
-    ``n_candidates`` most violating zero coefficients (the support is always kept by the
-    coordinator). Only these few numbers travel, never ``c``.
+    For every block, ``c = X_k^T theta`` (scaled columns) on its alive columns gives the
+    certificate statistics ``(max |c_j|, sum_j (|c_j| - threshold)_+^2)`` and the KKT
+    violation of each zero coefficient, ``|c_j| - threshold`` (``threshold = n alpha_l1``).
+    With ``prev = (theta_prev, scale, radius)`` the same pass applies the gap-safe sphere test
+    of the previous point (:mod:`dl1.kernels.screen`); screened columns are dropped from the
+    alive set (the support is always kept). Returned per block: the statistics, the local
+    indices and scores of the ``n_candidates`` most violating zero coefficients, the new alive
+    set (None: all columns) and the nonzeros visited. Only these few numbers travel.
     """
-    from dl1.kernels.linalg import csc_rmatvec
+    from dl1.kernels.screen import csc_scan_screen
 
     t0 = time.perf_counter()
     out = []
-    for b, (idx, _) in zip(blocks, w_parts, strict=True):
-        c = np.empty(b.ncols)
-        csc_rmatvec(b.indptr, b.indices, b.data, b.col_scale, theta, c)
+    theta_prev, prev_scale, radius = prev if prev is not None else (np.zeros(0), 1.0, 0.0)
+    for k_blk, (b, (idx, _)) in enumerate(zip(blocks, w_parts, strict=True)):
+        cols = None if alive is None else alive[k_blk]
+        visit = np.arange(b.ncols, dtype=np.int64) if cols is None else cols
+        c, keep = csc_scan_screen(
+            b.indptr,
+            b.indices,
+            b.data,
+            b.col_scale,
+            visit,
+            theta,
+            theta_prev,
+            prev_scale,
+            radius,
+            threshold,
+        )
+        visited = int((b.indptr[visit + 1] - b.indptr[visit]).sum())
+        new_alive = cols
+        if not keep.all():
+            keep[np.isin(visit, idx)] = True  # never screen the support
+            if not keep.all():
+                new_alive = visit[keep]
+                c = c[keep]
+                visit = new_alive
         a = np.abs(c)
         absmax = float(a.max()) if a.size else 0.0
         ex = a - threshold
         excess = float(np.square(ex[ex > 0]).sum())
         score = ex.copy()
-        score[idx] = -np.inf  # the support is in the working set anyway
-        score[b.col_sqnorm == 0] = -np.inf
-        k = min(n_candidates, b.ncols)
-        if k:
-            top = np.argpartition(-score, k - 1)[:k]
+        score[np.isin(visit, idx)] = -np.inf  # the support is in the working set anyway
+        score[b.col_sqnorm[visit] == 0] = -np.inf
+        kk = min(n_candidates, visit.shape[0])
+        if kk:
+            top = np.argpartition(-score, kk - 1)[:kk]
             top = top[score[top] > -np.inf]
         else:
             top = np.zeros(0, dtype=np.int64)
-        out.append(((absmax, excess), top.astype(np.int64), score[top]))
+        out.append(((absmax, excess), visit[top].astype(np.int64), score[top], new_alive, visited))
     return out, time.perf_counter() - t0
 
 

@@ -67,6 +67,10 @@ class FitResult:
         Per round: objective, gap (relative), nnz, seconds since start, kernel and overhead
         seconds.
     alpha, l1_ratio, loss, tol : the problem solved.
+    passes_ : float
+        Passes over the data, in units of the whole matrix (screened columns are skipped).
+    screened_ : bool ndarray (p,) or None
+        Features proven zero by gap-safe screening during the solve (working-set solver).
     load_seconds_, solve_seconds_ : float
         Time to read the feature blocks into worker memory, and to solve afterwards.
     """
@@ -86,6 +90,8 @@ class FitResult:
     tol: float
     n_partitions: int
     history_: list[dict[str, Any]] = field(default_factory=list)
+    passes_: float = float("nan")
+    screened_: np.ndarray | None = None
     load_seconds_: float = float("nan")
     solve_seconds_: float = float("nan")
 
