@@ -263,6 +263,41 @@ def solve(
                 seg[:] = 0.0
                 seg[idx] = val
             z += u
+    res = finish(
+        w,
+        b,
+        gap,
+        primal,
+        dual,
+        p0,
+        converged,
+        rounds,
+        penalty,
+        loss_name,
+        tol,
+        n_partitions,
+        history,
+    )
+    return res, z
+
+
+def finish(
+    w,
+    b,
+    gap,
+    primal,
+    dual,
+    p0,
+    converged,
+    rounds,
+    penalty,
+    loss_name,
+    tol,
+    n_partitions,
+    history,
+    **extra: Any,
+) -> FitResult:
+    """The :class:`FitResult` of a solve, warning (ConvergenceWarning) if it is not certified."""
     rel = gap / p0 if p0 > 0 else gap
     res = FitResult(
         coef_=w,
@@ -280,12 +315,13 @@ def solve(
         tol=tol,
         n_partitions=n_partitions,
         history_=history,
+        **extra,
     )
     if not converged:
         warnings.warn(
             f"dl1 did not converge: relative duality gap {rel:.3e} > tol {tol:.3e} after "
             f"{rounds} rounds (alpha={penalty.alpha:.6g}); raise max_rounds or tol",
             ConvergenceWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
-    return res, z
+    return res

@@ -14,14 +14,13 @@ through the coordinator; the columns move worker to worker.
 from __future__ import annotations
 
 import time
-import warnings
 from typing import Any
 
 import numpy as np
 
 from dl1.gap import duality_gap_from_stats
 from dl1.solvers import _tasks as T
-from dl1.solvers.cd import ConvergenceWarning, FitResult, _sparse_parts
+from dl1.solvers.cd import FitResult, _sparse_parts, finish
 
 
 def solve_ws(
@@ -238,30 +237,21 @@ def solve_ws(
         if a is not None:
             screened[col_bounds[j] : col_bounds[j + 1]] = True
             screened[col_bounds[j] + a] = False
-    res_ = FitResult(
+    res_ = finish(
+        w,
+        b,
+        gap,
+        primal,
+        dual,
+        p0,
+        converged,
+        rounds,
+        penalty,
+        loss_name,
+        tol,
+        n_partitions,
+        history,
         passes_=passes,
         screened_=screened,
-        coef_=w,
-        intercept_=float(b),
-        gap_=float(rel),
-        dual_gap_=float(gap),
-        primal_=float(primal),
-        dual_=float(dual),
-        p0_=float(p0),
-        converged_=converged,
-        n_rounds_=rounds,
-        alpha=penalty.alpha,
-        l1_ratio=penalty.l1_ratio,
-        loss=loss_name,
-        tol=tol,
-        n_partitions=n_partitions,
-        history_=history,
     )
-    if not converged:
-        warnings.warn(
-            f"dl1 did not converge: relative duality gap {rel:.3e} > tol {tol:.3e} after "
-            f"{rounds} rounds (alpha={penalty.alpha:.6g}); raise max_rounds or tol",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
     return res_, z
