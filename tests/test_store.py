@@ -381,3 +381,18 @@ def test_process_killed_mid_write_leaves_a_refused_store(tmp_path):
     assert path.exists()
     with pytest.raises(IncompleteStoreError, match="not completely written"):
         dl1.open(path)
+
+
+def test_block_metadata_mismatch_is_named(small_store):
+    path, _ = small_store
+    m = json.loads((path / MANIFEST).read_text())
+    m["splits"]["train"]["blocks"]["csc"][0][1]["nnz"] += 1
+    (path / MANIFEST).write_text(json.dumps(m))
+    X, _ = dl1.open(path)
+    X.blocks[0, 0].compute()  # other blocks are fine
+    with pytest.raises(StoreCorruptError, match=r"block 'train/X/csc/b0.1'.*do not match"):
+        X.blocks[0, 1].compute()
+    m["splits"]["train"]["col_bounds"][1] += 1  # grid no longer matches the stored blocks
+    (path / MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(StoreCorruptError, match="block 'train/X/csc/b0.0'"):
+        dl1.open(path)[0].blocks[0, 0].compute()
