@@ -51,6 +51,34 @@ def warm_up() -> None:
             True,
         )
         T.matvec_task([blk], [(np.array([0]), np.array([1.0]))], 2)
+        # working-set solver: scan (with screening), gathering, both subproblem paths
+        from dl1.datafits import Logistic, Quadratic
+        from dl1.penalties.elastic_net import ElasticNet
+
+        none = [(np.zeros(0, np.int64), np.zeros(0))]
+        T.scan_task([blk], g, 0.2, none, 1, [None], (g, 1.0, 0.1))
+        ext = T.extract_task(blk, np.array([0, 1]))
+        y = np.array([1.0, -1.0])
+        for datafit, gram_max in ((Quadratic(), 4096), (Quadratic(), 0), (Logistic(), 4096)):
+            T.subproblem_task(
+                [ext],
+                [np.array([0, 1])],
+                [True],
+                np.array([0, 1]),
+                np.zeros(2),
+                y,
+                np.zeros(2),
+                np.zeros(0),
+                datafit,
+                ElasticNet(0.01),
+                True,
+                0.0,
+                12,
+                10,
+                False,
+                0,
+                gram_max=gram_max,
+            )
 
 
 class LocalExecutor:
