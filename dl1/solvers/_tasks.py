@@ -209,6 +209,7 @@ def scan_task(
     alive: list[np.ndarray | None] | None = None,
     prev: tuple[np.ndarray, float, float] | None = None,
 ):
+    # ``alive``: per block, None (all columns) or the alive columns as packed bits.
     """One pass over a partition: gap statistics, working-set candidates, screening.
 
     For every block, ``c = X_k^T theta`` (scaled columns) on its alive columns gives the
@@ -226,7 +227,12 @@ def scan_task(
     out = []
     theta_prev, prev_scale, radius = prev if prev is not None else (np.zeros(0), 1.0, 0.0)
     for k_blk, (b, (idx, _)) in enumerate(zip(blocks, w_parts, strict=True)):
-        cols = None if alive is None else alive[k_blk]
+        packed = None if alive is None else alive[k_blk]
+        cols = (
+            None
+            if packed is None
+            else np.flatnonzero(np.unpackbits(packed, count=b.ncols)).astype(np.int64)
+        )
         visit = np.arange(b.ncols, dtype=np.int64) if cols is None else cols
         c, keep = csc_scan_screen(
             b.indptr,
@@ -241,13 +247,15 @@ def scan_task(
             threshold,
         )
         visited = int((b.indptr[visit + 1] - b.indptr[visit]).sum())
-        new_alive = cols
+        new_alive = packed
         if not keep.all():
             keep[np.isin(visit, idx)] = True  # never screen the support
             if not keep.all():
-                new_alive = visit[keep]
                 c = c[keep]
-                visit = new_alive
+                visit = visit[keep]
+                mask = np.zeros(b.ncols, dtype=bool)
+                mask[visit] = True
+                new_alive = np.packbits(mask)  # 1 bit per column travels, not an index list
         a = np.abs(c)
         absmax = float(a.max()) if a.size else 0.0
         ex = a - threshold

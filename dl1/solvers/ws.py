@@ -158,7 +158,9 @@ def solve_ws(
             "scan_kernel_s": scan_kernel,
             "alive": int(
                 sum(
-                    col_bounds[j + 1] - col_bounds[j] if a is None else a.shape[0]
+                    col_bounds[j + 1] - col_bounds[j]
+                    if a is None
+                    else int(np.unpackbits(a, count=int(col_bounds[j + 1] - col_bounds[j])).sum())
                     for j, a in enumerate(alive)
                 )
             ),
@@ -235,8 +237,8 @@ def solve_ws(
     screened = np.zeros(p, dtype=bool)
     for j, a in enumerate(alive):
         if a is not None:
-            screened[col_bounds[j] : col_bounds[j + 1]] = True
-            screened[col_bounds[j] + a] = False
+            width = int(col_bounds[j + 1] - col_bounds[j])
+            screened[col_bounds[j] : col_bounds[j + 1]] = np.unpackbits(a, count=width) == 0
     res_ = finish(
         w,
         b,
