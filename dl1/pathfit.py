@@ -63,6 +63,7 @@ def path(
     max_rounds: int = 1000,
     n_partitions: int = 2,
     client: Any = None,
+    screen: bool = False,
     checkpoint: str | os.PathLike | None = None,
     X_test: Any = None,
     y_test: Any = None,
@@ -80,6 +81,8 @@ def path(
     n_alphas, eps : grid from ``alpha_max`` down to ``eps * alpha_max`` (geometric).
     alphas : array_like, optional
         Explicit grid (sorted decreasing for warm starts to help).
+    screen : bool
+        Gap-safe screening in every pass (see :func:`dl1.fit`).
     checkpoint : path, optional
         A zarr group where each alpha's result is written atomically before the next starts;
         an interrupted path resumes there (redoing at most the alpha in progress, with
@@ -136,6 +139,7 @@ def path(
         "max_rounds": max_rounds,
         "n_partitions": n_partitions,
         "solver": "ws",
+        "screen": screen,
         "sample_weight": None if s is None else _crc(sw),
         "test": None if test is None else _crc(np.asarray(test[1])),
     }
@@ -177,6 +181,7 @@ def path(
                 w0=w,
                 b0=b,
                 handles=handles,
+                screen=screen,
             )
         w = res.coef_
         b = res.intercept_
@@ -219,8 +224,31 @@ def path(
         if callback is not None:
             callback(k, float(grid[k]), res)
     if ck is not None:
-        return PathResult.from_arrays(ck.load(), alphas=grid, l1_ratio=l1_ratio, loss=loss, tol=tol)
-    return PathResult.from_records(records, alphas=grid, l1_ratio=l1_ratio, loss=loss, tol=tol)
+        d = ck.load()
+    else:
+        d = _as_arrays(records, p)
+    return PathResult.from_checkpoint_arrays(d, alphas=grid, l1_ratio=l1_ratio, loss=loss, tol=tol)
+
+
+def _as_arrays(records: list[dict[str, Any]], p: int) -> dict[str, Any]:
+    """The per-alpha records of a run without checkpoint, in the checkpoint's load() form."""
+    import scipy.sparse as sp
+
+    names = sorted({m for r in records for m in (r["test_metric"] or {})})
+    coefs = np.column_stack([r["coef"] for r in records]) if records else np.zeros((p, 0))
+    return {
+        "coefs": sp.csc_matrix(coefs),
+        "intercepts": np.array([r["intercept"] for r in records], dtype=np.float64),
+        "gaps": np.array([r["gap"] for r in records], dtype=np.float64),
+        "converged": np.array([r["converged"] for r in records], dtype=bool),
+        "n_active": np.array([r["n_active"] for r in records], dtype=np.int64),
+        "passes": np.array([r["passes"] for r in records], dtype=np.float64),
+        "seconds": np.array([r["seconds"] for r in records], dtype=np.float64),
+        "rounds": np.array([r["rounds"] for r in records], dtype=np.int64),
+        "test_metrics": {
+            m: np.array([(r["test_metric"] or {}).get(m, np.nan) for r in records]) for m in names
+        },
+    }
 
 
 def _crc(a: np.ndarray) -> int:

@@ -103,9 +103,9 @@ def test_path_command_with_checkpoint_and_plots(tmp_path):
         "--plots",
         tmp_path / "plots",
     ).stdout
-    assert "best alpha" in out and "val.err" in out
+    assert "best alpha" in out and "test_mse" in out
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
-        "coefficients.png",
+        "coefficient_paths.png",
         "support_and_gap.png",
         "validation.png",
     ]

@@ -374,6 +374,7 @@ def test_screening_never_discards_a_feature_of_the_solution(loss, fit_intercept)
             alpha=alpha,
             loss=loss,
             tol=1e-12,
+            screen=True,
             max_rounds=100,
             fit_intercept=fit_intercept,
             sample_weight=sw,

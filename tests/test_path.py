@@ -45,6 +45,7 @@ def test_path_matches_sklearn_paths(local_cluster, l1_ratio):
         l1_ratio=l1_ratio,
         tol=1e-10,
         fit_intercept=False,
+        screen=l1_ratio == 1.0,
         client=local_cluster,
     )
     assert res.coefs_.shape == (80, 30)

@@ -1,4 +1,4 @@
-"""Regularisation paths: checkpoints and results (the path itself is :func:`dl1.path`)."""
+"""Regularisation paths: resumable checkpoints and results."""
 
 from dl1.regpath.checkpoint import CheckpointMismatchError, PathCheckpoint
 from dl1.regpath.result import PathResult

@@ -1,4 +1,4 @@
-"""The result of :func:`dl1.path`, with a text summary and PNG figures."""
+"""The result of a regularisation path, with a text summary and PNG figures."""
 
 from __future__ import annotations
 
@@ -9,22 +9,45 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+#: Validation metrics per loss, as named in ``test_metrics`` dicts; the first one is minimised
+#: to choose ``best_alpha_``.
+METRICS = {"squared": ("mse",), "logistic": ("logloss", "accuracy")}
+_LABELS = {"test_mse": "test MSE", "test_logloss": "test log-loss", "test_acc": "test accuracy"}
+#: Coefficient paths drawn at most (the features of largest max |coef|).
+MAX_PATHS = 50
 
-@dataclass
+
+@dataclass(repr=False, eq=False)
 class PathResult:
-    """Regularisation path.
+    """Regularisation path: one fitted model per alpha, from the largest alpha down.
 
     Attributes
     ----------
     alphas_ : ndarray (n_alphas,)
     coefs_ : scipy.sparse.csc_matrix (p, n_alphas)
-    intercepts_, gaps_ (relative to P(0)), seconds_ : ndarray (n_alphas,)
-    converged_ : bool ndarray; False marks an alpha whose gap did not reach ``tol``
-    n_active_, rounds_ : int ndarrays
-    passes_ : float ndarray, passes over the data per alpha (screened columns are skipped)
-    test_mse_ (squared loss) or test_logloss_ and test_accuracy_ (logistic): validation
-        error per alpha when test data was given, else None
-    best_alpha_ : alpha of least validation error (None without test data)
+        Column ``k`` holds the coefficients of ``alphas_[k]``.
+    intercepts_ : ndarray (n_alphas,)
+    gaps_ : ndarray (n_alphas,)
+        Relative duality gaps ``(P - D) / P(0)``.
+    converged_ : bool ndarray (n_alphas,)
+        False flags an alpha whose gap did not reach ``tol`` (not certified).
+    n_active_ : int ndarray (n_alphas,)
+        Nonzero coefficients per alpha.
+    passes_ : ndarray (n_alphas,)
+        Passes over the data per alpha, in units of the whole matrix.
+    seconds_ : ndarray (n_alphas,)
+        Wall time per alpha.
+    rounds_ : int ndarray (n_alphas,)
+        Solver rounds per alpha.
+    l1_ratio : float
+    loss : {"squared", "logistic"}
+    tol : float
+    test_mse_ : ndarray (n_alphas,) or None
+        Test mean squared error (squared loss with test data), NaN where not computed.
+    test_logloss_, test_accuracy_ : ndarray (n_alphas,) or None
+        Test log-loss and accuracy (logistic loss with test data).
+    extra_ : list of dict or None, optional
+        Per-alpha extra data recorded by the path coordinator.
     """
 
     alphas_: np.ndarray
@@ -42,16 +65,71 @@ class PathResult:
     test_mse_: np.ndarray | None = None
     test_logloss_: np.ndarray | None = None
     test_accuracy_: np.ndarray | None = None
+    extra_: list[dict[str, Any] | None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.loss not in METRICS:
+            raise ValueError(f"loss must be one of {sorted(METRICS)}, got {self.loss!r}")
+        self.alphas_ = np.asarray(self.alphas_, dtype=np.float64)
+        n = self.alphas_.shape[0]
+        self.coefs_ = sp.csc_matrix(self.coefs_, dtype=np.float64)
+        if self.coefs_.shape[1] != n:
+            raise ValueError(f"coefs_ has {self.coefs_.shape[1]} columns for {n} alphas")
+        for name, dtype in (
+            ("intercepts_", np.float64),
+            ("gaps_", np.float64),
+            ("converged_", bool),
+            ("n_active_", np.int64),
+            ("passes_", np.float64),
+            ("seconds_", np.float64),
+            ("rounds_", np.int64),
+            ("test_mse_", np.float64),
+            ("test_logloss_", np.float64),
+            ("test_accuracy_", np.float64),
+        ):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            v = np.asarray(v, dtype=dtype)
+            if v.shape != (n,):
+                raise ValueError(f"{name} has shape {v.shape}, expected ({n},)")
+            setattr(self, name, v)
 
     @classmethod
-    def from_arrays(
-        cls, d: dict[str, Any], *, alphas: np.ndarray, l1_ratio: float, loss: str, tol: float
+    def from_checkpoint_arrays(
+        cls,
+        d: dict[str, Any],
+        *,
+        l1_ratio: float,
+        loss: str,
+        tol: float,
+        alphas: np.ndarray | None = None,
     ) -> PathResult:
-        """From the dict of :meth:`dl1.regpath.PathCheckpoint.load` (or the same keys)."""
-        tm = d.get("test_metrics", {})
+        """Build from the dict of :meth:`dl1.regpath.PathCheckpoint.load` (or the same keys).
+
+        Parameters
+        ----------
+        d : dict
+            ``coefs``, ``intercepts``, ``gaps``, ``converged``, ``n_active``, ``passes``,
+            ``seconds``, ``rounds``; optionally ``alphas``, ``test_metrics`` (dict of metric
+            name to array: ``mse``, or ``logloss`` and ``accuracy``) and ``extra``.
+        l1_ratio, loss, tol
+            The problem solved.
+        alphas : ndarray, optional
+            The alpha grid, when ``d`` has no ``alphas``; only its first ``coefs.shape[1]``
+            values are kept (a partial path).
+        """
+        n = d["coefs"].shape[1]
+        if "alphas" in d:
+            a = np.asarray(d["alphas"], dtype=np.float64)
+        elif alphas is not None:
+            a = np.asarray(alphas, dtype=np.float64)[:n]
+        else:
+            raise ValueError("the alphas are neither in d nor given")
+        tm = d.get("test_metrics") or {}
         return cls(
-            alphas_=np.asarray(alphas, dtype=np.float64)[: d["coefs"].shape[1]],
-            coefs_=sp.csc_matrix(d["coefs"]),
+            alphas_=a,
+            coefs_=d["coefs"],
             intercepts_=d["intercepts"],
             gaps_=d["gaps"],
             converged_=d["converged"],
@@ -65,138 +143,192 @@ class PathResult:
             test_mse_=tm.get("mse"),
             test_logloss_=tm.get("logloss"),
             test_accuracy_=tm.get("accuracy"),
+            extra_=d.get("extra"),
         )
 
-    @classmethod
-    def from_records(cls, records: list[dict[str, Any]], **kw: Any) -> PathResult:
-        """From the per-alpha records of a path run without checkpoint."""
-        p = records[0]["coef"].shape[0] if records else 0
-        coefs = sp.csc_matrix(
-            np.column_stack([r["coef"] for r in records]) if records else np.zeros((p, 0))
-        )
-        names = sorted({m for r in records for m in (r["test_metric"] or {})})
-        d = {
-            "coefs": coefs,
-            "intercepts": np.array([r["intercept"] for r in records]),
-            "gaps": np.array([r["gap"] for r in records]),
-            "converged": np.array([r["converged"] for r in records], dtype=bool),
-            "n_active": np.array([r["n_active"] for r in records], dtype=np.int64),
-            "passes": np.array([r["passes"] for r in records], dtype=np.float64),
-            "seconds": np.array([r["seconds"] for r in records]),
-            "rounds": np.array([r["rounds"] for r in records], dtype=np.int64),
-            "test_metrics": {
-                m: np.array([(r["test_metric"] or {}).get(m, np.nan) for r in records])
-                for m in names
-            },
-        }
-        return cls.from_arrays(d, **kw)
+    @property
+    def n_alphas(self) -> int:
+        """Number of alphas of the path."""
+        return int(self.alphas_.shape[0])
 
     @property
     def validation_error_(self) -> np.ndarray | None:
+        """Test MSE (squared loss) or log-loss (logistic), None without test data."""
         return self.test_mse_ if self.loss == "squared" else self.test_logloss_
 
     @property
-    def best_alpha_(self) -> float | None:
+    def best_index_(self) -> int | None:
+        """Index of the alpha of least validation error (the first on ties), or None."""
         err = self.validation_error_
         if err is None or not np.isfinite(err).any():
             return None
-        return float(self.alphas_[int(np.nanargmin(err))])
+        return int(np.argmin(np.where(np.isfinite(err), err, np.inf)))
+
+    @property
+    def best_alpha_(self) -> float | None:
+        """Alpha of least validation error, None without test data."""
+        k = self.best_index_
+        return None if k is None else float(self.alphas_[k])
+
+    def _metric_columns(self) -> list[tuple[str, np.ndarray]]:
+        cols = [("test_mse", self.test_mse_)]
+        if self.loss == "logistic":
+            cols = [("test_logloss", self.test_logloss_), ("test_acc", self.test_accuracy_)]
+        return [(name, v) for name, v in cols if v is not None]
 
     def __repr__(self) -> str:
+        n = self.n_alphas
+        span = f"alpha {self.alphas_[0]:.3g}..{self.alphas_[-1]:.3g}, " if n else ""
+        bad = np.flatnonzero(~self.converged_)
+        best = "" if self.best_alpha_ is None else f", best_alpha={self.best_alpha_:.4g}"
         return (
-            f"PathResult({self.loss}, l1_ratio={self.l1_ratio}, {len(self.alphas_)} alphas, "
-            f"certified {int(self.converged_.sum())}/{len(self.alphas_)}, "
-            f"best_alpha={self.best_alpha_})"
+            f"PathResult(loss={self.loss!r}, l1_ratio={self.l1_ratio}, n_alphas={n}, {span}"
+            f"max_nnz={int(self.n_active_.max()) if n else 0}, "
+            f"certified={n - bad.size}/{n}{best})"
         )
 
     def summary(self) -> str:
-        """A text table: alpha, nnz, gap, certified, passes, seconds, validation error."""
-        err = self.validation_error_
+        """Text table: alpha, nnz, relative gap, certified, passes, seconds, test metrics.
+
+        Non-certified alphas read ``NO`` in the certified column; the best alpha is starred.
+        """
+        metrics = self._metric_columns()
+        best = self.best_index_
         head = (
-            f"{'k':>4s} {'alpha':>11s} {'nnz':>7s} {'rel.gap':>9s} {'cert':>5s} "
-            f"{'passes':>6s} {'seconds':>8s}" + (f" {'val.err':>10s}" if err is not None else "")
-        )
+            f"{'k':>4} {'alpha':>11} {'nnz':>8} {'rel_gap':>9} {'certified':>9} "
+            f"{'passes':>8} {'seconds':>9}"
+        ) + "".join(f" {name:>12}" for name, _ in metrics)
         lines = [head]
-        for k, a in enumerate(self.alphas_):
+        for k in range(self.n_alphas):
             line = (
-                f"{k:4d} {a:11.4e} {self.n_active_[k]:7d} {self.gaps_[k]:9.2e} "
-                f"{'yes' if self.converged_[k] else 'NO':>5s} {self.passes_[k]:6.2f} "
-                f"{self.seconds_[k]:8.2f}"
-            )
-            if err is not None:
-                line += f" {err[k]:10.4g}"
-            lines.append(line)
-        lines.append(
-            f"total {self.seconds_.sum():.2f} s, {self.passes_.sum():.1f} passes; "
-            f"best alpha {self.best_alpha_}"
+                f"{k:4d} {self.alphas_[k]:11.4e} {self.n_active_[k]:8d} {self.gaps_[k]:9.2e} "
+                f"{'yes' if self.converged_[k] else 'NO':>9} {self.passes_[k]:8.2f} "
+                f"{self.seconds_[k]:9.2f}"
+            ) + "".join(f" {v[k]:12.6g}" for _, v in metrics)
+            lines.append(line + (" *" if k == best else ""))
+        n_bad = int((~self.converged_).sum())
+        tail = (
+            f"{self.n_alphas} alphas ({self.loss}, l1_ratio={self.l1_ratio}, tol={self.tol:g}): "
+            f"{self.n_alphas - n_bad} certified, {n_bad} not; "
+            f"{self.passes_.sum():.1f} passes, {self.seconds_.sum():.2f} s"
         )
+        if best is not None:
+            tail += f"; best alpha {self.best_alpha_:.6g} (k={best}, *)"
+        lines.append(tail)
         return "\n".join(lines)
 
     def plot(self, directory: str | Path) -> list[Path]:
-        """Write PNG figures (coefficient paths, support and gap, validation error)."""
-        import matplotlib
+        """Write PNG figures of the path into ``directory`` (created if missing).
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        Figures: ``coefficient_paths.png`` (coefficient against alpha for the features ever
+        nonzero, at most the 50 of largest max |coef|), ``support_and_gap.png`` (support size,
+        and relative gap on a log scale with ``tol`` and the non-certified alphas marked) and,
+        with test data, ``validation.png`` (validation error against alpha, best alpha
+        marked). Rendered with matplotlib's Agg canvas; no display is used.
 
+        Returns
+        -------
+        list of Path
+            The files written.
+        """
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        files = []
-        la = np.log10(self.alphas_)
-        C = self.coefs_.tocsr()
-        ever = np.flatnonzero(np.diff(C.indptr))
-        if ever.size > 50:
-            top = np.argsort(-abs(C[ever]).max(axis=1).toarray().ravel())[:50]
-            ever = ever[top]
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for j in ever:
-            ax.plot(la, C[j].toarray().ravel(), lw=1)
-        ax.set(
-            xlabel="log10(alpha)",
-            ylabel="coefficient",
-            title=f"coefficient paths ({len(ever)} features shown)",
-        )
-        ax.invert_xaxis()
-        files.append(_save(fig, out / "coefficients.png"))
-        fig, ax1 = plt.subplots(figsize=(7, 4.5))
-        ax1.plot(la, self.n_active_, "o-", ms=3, label="support size")
-        ax1.set(xlabel="log10(alpha)", ylabel="nonzero coefficients")
-        ax1.invert_xaxis()
-        ax2 = ax1.twinx()
-        gaps = np.maximum(self.gaps_, 1e-300)
-        ax2.semilogy(la, gaps, "s", ms=3, color="tab:red", label="relative gap")
-        bad = ~self.converged_
-        if bad.any():
-            ax2.semilogy(la[bad], gaps[bad], "x", ms=8, color="black", label="not certified")
-        ax2.axhline(self.tol, color="tab:red", lw=0.8, ls="--")
-        ax2.set_ylabel("relative duality gap")
-        fig.legend(loc="upper left")
-        files.append(_save(fig, out / "support_and_gap.png"))
-        err = self.validation_error_
-        if err is not None:
-            fig, ax = plt.subplots(figsize=(7, 4.5))
-            ax.plot(la, err, "o-", ms=3)
-            if self.best_alpha_ is not None:
-                ax.axvline(
-                    np.log10(self.best_alpha_),
-                    color="gray",
-                    ls="--",
-                    label=f"best alpha {self.best_alpha_:.3g}",
-                )
-                ax.legend()
-            ax.set(
-                xlabel="log10(alpha)",
-                ylabel="test MSE" if self.loss == "squared" else "test log-loss",
-            )
-            ax.invert_xaxis()
-            files.append(_save(fig, out / "validation.png"))
+        files = [
+            _save(self._plot_coefs(), out / "coefficient_paths.png"),
+            _save(self._plot_support_gap(), out / "support_and_gap.png"),
+        ]
+        if self.validation_error_ is not None:
+            files.append(_save(self._plot_validation(), out / "validation.png"))
         return files
 
+    def _top_features(self) -> np.ndarray:
+        C = self.coefs_
+        ever, inv = np.unique(C.indices, return_inverse=True)
+        if ever.size <= MAX_PATHS:
+            return ever
+        peak = np.zeros(ever.size)
+        np.maximum.at(peak, inv, np.abs(C.data))
+        return np.sort(ever[np.argsort(-peak, kind="stable")[:MAX_PATHS]])
 
-def _save(fig, path: Path) -> Path:
-    import matplotlib.pyplot as plt
+    def _plot_coefs(self) -> Any:
+        fig, ax = _figure()
+        feats = self._top_features()
+        paths = self.coefs_.tocsr()[feats].toarray() if feats.size else np.zeros((0, 0))
+        for j, row in zip(feats, paths, strict=True):
+            ax.plot(
+                self.alphas_, row, lw=1, marker="." if self.n_alphas < 3 else None, label=f"x{j}"
+            )
+        n_ever = np.unique(self.coefs_.indices).size
+        shown = f"{feats.size} of {n_ever}" if feats.size < n_ever else f"{n_ever}"
+        ax.set_title(f"coefficient paths ({shown} features ever nonzero)")
+        ax.set_ylabel("coefficient")
+        ax.axhline(0.0, color="gray", lw=0.5)
+        if 0 < feats.size <= 10:
+            ax.legend(fontsize="small")
+        self._alpha_axis(ax)
+        return fig
 
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    def _plot_support_gap(self) -> Any:
+        fig, (ax1, ax2) = _figure(nrows=2, sharex=True, height=6.0)
+        ax1.plot(self.alphas_, self.n_active_, "o-", ms=3)
+        ax1.set_ylabel("nonzero coefficients")
+        ax1.set_title(f"support size and relative duality gap (tol={self.tol:g})")
+        gaps = self.gaps_
+        positive = np.isfinite(gaps) & (gaps > 0)
+        ok, bad = self.converged_, ~self.converged_
+        ax2.plot(self.alphas_[ok], gaps[ok], "o", ms=3, color="tab:blue", label="certified")
+        if bad.any():
+            ax2.plot(
+                self.alphas_[bad], gaps[bad], "X", ms=8, color="tab:red", label="not certified"
+            )
+        if positive.any() and self.tol > 0:
+            ax2.set_yscale("log")
+        ax2.axhline(self.tol, color="gray", ls="--", lw=0.8, label="tol")
+        ax2.set_ylabel("relative gap")
+        ax2.legend(fontsize="small")
+        self._alpha_axis(ax2)
+        return fig
+
+    def _plot_validation(self) -> Any:
+        metrics = self._metric_columns()
+        fig, axes = _figure(nrows=len(metrics), sharex=True, height=3.0 + 2.0 * len(metrics))
+        axes = np.atleast_1d(axes)
+        best = self.best_alpha_
+        for ax, (name, v) in zip(axes, metrics, strict=True):
+            ax.plot(self.alphas_, v, "o-", ms=3)
+            ax.set_ylabel(_LABELS[name])
+            if best is not None:
+                ax.axvline(best, color="tab:green", ls="--", lw=1, label=f"best alpha {best:.4g}")
+                ax.legend(fontsize="small")
+        axes[0].set_title("validation error")
+        self._alpha_axis(axes[-1])
+        return fig
+
+    def _alpha_axis(self, ax: Any) -> None:
+        a = self.alphas_
+        if a.size and np.all(np.isfinite(a) & (a > 0)):
+            ax.set_xscale("log")
+            lo, hi = a.min(), a.max()
+            if lo == hi:
+                lo, hi = lo / 2, hi * 2
+            ax.set_xlim(hi, lo)  # alpha decreases to the right, as the path runs
+        ax.set_xlabel("alpha")
+
+
+def _figure(nrows: int = 1, sharex: bool = False, height: float = 4.5) -> Any:
+    # A bare Figure on an Agg canvas: no pyplot state, no backend switch, no display needed.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows=nrows, sharex=sharex)
+    return fig, axes
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.savefig(path, dpi=100, format="png")
     return path
+
+
+__all__ = ["PathResult"]

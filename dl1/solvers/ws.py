@@ -47,7 +47,7 @@ def solve_ws(
     w0: np.ndarray | None = None,
     b0: float | None = None,
     handles: tuple[Any, Any] | None = None,
-    screen: bool = True,
+    screen: bool = False,
 ) -> tuple[FitResult, np.ndarray]:
     """Run outer iterations until ``gap <= tol * P(0)``; see the module docstring.
 
