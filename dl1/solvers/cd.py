@@ -97,9 +97,15 @@ class FitResult:
 
     @property
     def overhead_fraction_(self) -> float:
-        """Median over rounds of ``1 - max partition kernel time / round wall time``."""
-        fr = [h["overhead_fraction"] for h in self.history_ if "overhead_fraction" in h]
-        return float(np.median(fr)) if fr else float("nan")
+        """``1 - kernel time / wall time`` over all rounds (kernel: the slowest partition's).
+
+        Wall time is the coordinator's, from sending a round's work to holding its result:
+        what remains after the kernels is scheduling, serialization and transfer.
+        """
+        rounds = [h for h in self.history_ if "wall_s" in h]
+        wall = sum(h["wall_s"] for h in rounds)
+        busy = sum(h["busy_s"] for h in rounds)
+        return max(0.0, 1.0 - busy / wall) if wall > 0 else float("nan")
 
     def __repr__(self) -> str:
         return (
@@ -238,11 +244,10 @@ def solve(
             "gap": rel,
             "nnz": int(np.count_nonzero(w)),
             "seconds": time.perf_counter() - t_start,
-            "wall_s": wall,
         }
         if not last:
             kern = max(res[3]["kernel_s"] for res in results)
-            entry["kernel_s"] = kern
+            entry.update(wall_s=wall, kernel_s=kern, busy_s=kern)
             entry["overhead_fraction"] = max(0.0, 1.0 - kern / wall) if wall > 0 else 0.0
         history.append(entry)
         if verbose:

@@ -231,8 +231,8 @@ def solve_ws(
                 "inner_kernel_s": info["kernel_s"],
             }
         )
-        wall = entry["scan_s"] + entry["inner_s"]
-        busy = entry["scan_kernel_s"] + entry["inner_kernel_s"]
+        entry["wall_s"] = wall = entry["scan_s"] + entry["inner_s"]
+        entry["busy_s"] = busy = entry["scan_kernel_s"] + entry["inner_kernel_s"]
         entry["overhead_fraction"] = max(0.0, 1.0 - busy / wall) if wall > 0 else 0.0
     screened = np.zeros(p, dtype=bool)
     for j, a in enumerate(alive):
