@@ -60,7 +60,10 @@ def _vector(v: Any, n: int, what: str) -> np.ndarray:
 
 
 def _problem(X, y, sample_weight, loss, split):
-    Xd, y_store, sw_store = _as_dask(X, split)
+    """(X as dask, y, normalised sample weights (empty: none), datafit, the Store or None)."""
+    store = open_store(X) if isinstance(X, (str, os.PathLike)) else X
+    store = store if isinstance(store, Store) else None
+    Xd, y_store, sw_store = _as_dask(X if store is None else store, split)
     n, p = Xd.shape
     if np.dtype(Xd.dtype) not in (np.float32, np.float64):
         raise ValidationError(f"X has dtype {Xd.dtype}; use float32 or float64")
@@ -80,10 +83,93 @@ def _problem(X, y, sample_weight, loss, split):
         if (s < 0).any():
             raise ValidationError(f"sample_weight[{int(np.flatnonzero(s < 0)[0])}] is negative")
         sw = normalize_sample_weight(s, n)
-    return Xd, y, sw, datafit
+    return Xd, y, sw, datafit, store
 
 
-def _load(ex, Xd: da.Array, sw: np.ndarray, standardize: bool, center: bool, n_partitions: int):
+#: Memory of a worker process before it holds any data (interpreter, dask, compiled kernels).
+WORKER_BASELINE = 256 * 2**20
+
+
+def block_memory(store: Store, split: str) -> int:
+    """Bytes the feature blocks of ``split`` take in worker memory (CSC, int32 indices)."""
+    p = store.shape(split)[1]
+    return store.nnz(split) * (store.dtype(split).itemsize + 4) + 16 * (p + 1)
+
+
+def decide_stream(stream: bool | None, store: Store | None, split: str, ex: Any) -> bool:
+    """Whether blocks are re-read from the store by every task instead of kept in memory.
+
+    ``None`` (auto) streams when the blocks would take more than half of the memory the
+    workers have for data: the sum over workers of ``memory_limit`` minus
+    :data:`WORKER_BASELINE` (in-process: half of the available RAM).
+    """
+    if stream is False:
+        return False
+    if store is None:
+        if stream:
+            raise ValidationError(
+                "stream=True reads blocks from a dl1 store: X must be a Store or a store path "
+                "(convert a dask array with dl1.from_dask)"
+            )
+        return False
+    if stream:
+        return True
+    import psutil
+
+    need = block_memory(store, split)
+    if hasattr(ex, "client"):
+        limits = [
+            w.get("memory_limit") or 0 for w in ex.client.scheduler_info()["workers"].values()
+        ]
+        total = psutil.virtual_memory().total
+        budget = sum(max((lim or total) - WORKER_BASELINE, 0) for lim in limits)
+    else:
+        budget = psutil.virtual_memory().available
+    return need > 0.5 * budget
+
+
+def _sources(store: Store, split: str, sw: np.ndarray, standardize: bool, center: bool):
+    e = store.entry(split)
+    fmt = "csc" if "csc" in e["formats"] else e["formats"][0]
+    rb, cb = store.row_bounds(split), store.col_bounds(split)
+    nnz = store.block_nnz(split, fmt)
+    root = os.fspath(store.path)
+    return [
+        T.BlockSource(
+            j,
+            int(cb[j]),
+            int(cb[j + 1] - cb[j]),
+            int(nnz[:, j].sum()),
+            root,
+            split,
+            fmt,
+            tuple(
+                (i, e["blocks"][fmt][i][j], store.block_shape(split, i, j))
+                for i in range(len(rb) - 1)
+            ),
+            sw,
+            standardize,
+            center,
+        )
+        for j in range(len(cb) - 1)
+    ], cb.astype(np.int64)
+
+
+def _load(
+    ex,
+    Xd: da.Array,
+    sw: np.ndarray,
+    standardize: bool,
+    center: bool,
+    n_partitions: int,
+    store: Store | None = None,
+    split: str = "train",
+    stream: bool = False,
+):
+    """The feature blocks: futures of blocks in worker memory, or (``stream``) their sources."""
+    if stream:
+        assert store is not None
+        return _sources(store, split, sw, standardize, center)
     cb = np.concatenate([[0], np.cumsum(Xd.chunks[1])]).astype(np.int64)
     K = len(cb) - 1
     dl = Xd.to_delayed()
@@ -131,6 +217,7 @@ def fit(
     seed: int = 0,
     solver: str = "ws",
     screen: bool = False,
+    stream: bool | None = None,
     client: Any = None,
     split: str = "train",
     verbose: bool = False,
@@ -182,6 +269,12 @@ def fit(
         Gap-safe sphere screening during the passes of the ``"ws"`` solver (Lasso and
         L1-logistic): screened columns are skipped by later passes. Off by default: on the
         log1p preset at alpha_max/20 its extra gather per column cost more than it saved.
+    stream : bool, optional
+        Out-of-core mode (X a store): every task reads the blocks it needs from the store
+        and drops them when done, so a worker holds one block at a time, instead of the
+        blocks being kept in worker memory. ``None`` (default) streams when the blocks would
+        take more than half of the workers' memory for data (:func:`decide_stream`).
+        Results are identical either way.
     client : distributed.Client, optional
         The cluster to run on; without it everything runs in this process. A global client
         is never picked up implicitly.
@@ -199,11 +292,13 @@ def fit(
     _check_params(alpha, l1_ratio, tol)
     if solver not in ("ws", "cd"):
         raise ValueError(f"solver must be 'ws' or 'cd', got {solver!r}")
-    Xd, y, sw, datafit = _problem(X, y, sample_weight, loss, split)
+    Xd, y, sw, datafit, store = _problem(X, y, sample_weight, loss, split)
     ex = executor_for(client)
+    streamed = decide_stream(stream, store, split, ex)
     t0 = time.perf_counter()
-    blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions)
-    ex.wait(blocks)
+    blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, streamed)
+    if not streamed:
+        ex.wait(blocks)
     t_load = time.perf_counter() - t0
     common = dict(
         fit_intercept=fit_intercept,
@@ -221,6 +316,7 @@ def fit(
         res, _ = solve_ws(ex, blocks, cb, y, sw, datafit, penalty, screen=screen, **common)
     else:
         res, _ = solve(ex, blocks, cb, y, sw, datafit, penalty, n_epochs=n_epochs, **common)
+    res.streamed_ = streamed
     res.load_seconds_ = t_load
     res.solve_seconds_ = time.perf_counter() - t0 - t_load
     if standardize:
@@ -229,8 +325,8 @@ def fit(
     return res
 
 
-def _scale(block: T.Block) -> np.ndarray:
-    return block.col_scale
+def _scale(block: T.Block | T.BlockSource) -> np.ndarray:
+    return T.loaded(block).col_scale
 
 
 def alpha_max(
@@ -244,14 +340,17 @@ def alpha_max(
     sample_weight: Any = None,
     client: Any = None,
     split: str = "train",
+    stream: bool | None = None,
 ) -> float:
     """Smallest ``alpha`` whose solution is ``w = 0``: ``||X^T grad F(b0)||_inf / l1_ratio``.
 
-    One pass over the data (per-block reductions on the workers).
+    One pass over the data (per-block reductions on the workers; ``stream`` as in
+    :func:`fit`).
     """
-    Xd, y, sw, datafit = _problem(X, y, sample_weight, loss, split)
+    Xd, y, sw, datafit, store = _problem(X, y, sample_weight, loss, split)
     ex = executor_for(client)
-    blocks, _ = _load(ex, Xd, sw, standardize, fit_intercept, 1)
+    streamed = decide_stream(stream, store, split, ex)
+    blocks, _ = _load(ex, Xd, sw, standardize, fit_intercept, 1, store, split, streamed)
     s = None if sw.shape[0] == 0 else sw
     b0 = datafit.initial_intercept(y, s) if fit_intercept else 0.0
     theta = datafit.dual_point(y, np.full(y.shape[0], b0), s, fit_intercept)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from dl1.errors import ValidationError
-from dl1.fit import _check_params, _load, _problem
+from dl1.fit import _check_params, _load, _problem, decide_stream
 from dl1.penalties.elastic_net import ElasticNet
 from dl1.solvers import _tasks as T
 from dl1.solvers.cd import ConvergenceWarning
@@ -64,6 +64,7 @@ def path(
     n_partitions: int = 2,
     client: Any = None,
     screen: bool = False,
+    stream: bool | None = None,
     checkpoint: str | os.PathLike | None = None,
     X_test: Any = None,
     y_test: Any = None,
@@ -78,6 +79,10 @@ def path(
     X, y, l1_ratio, loss, fit_intercept, standardize, sample_weight, tol, max_rounds,
     n_partitions, client, split
         As in :func:`dl1.fit`.
+    stream : bool, optional
+        Out-of-core mode, as in :func:`dl1.fit` (default: decided from the size of the
+        blocks and the workers' memory limits). Each pass then reads the blocks it visits
+        from the store; blocks whose columns are all screened out are not read.
     n_alphas, eps : grid from ``alpha_max`` down to ``eps * alpha_max`` (geometric).
     alphas : array_like, optional
         Explicit grid (sorted decreasing for warm starts to help).
@@ -100,10 +105,12 @@ def path(
     from dl1.regpath import PathCheckpoint, PathResult
 
     _check_params(1.0, l1_ratio, tol)
-    Xd, yv, sw, datafit = _problem(X, y, sample_weight, loss, split)
+    Xd, yv, sw, datafit, store = _problem(X, y, sample_weight, loss, split)
     ex = executor_for(client)
-    blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions)
-    ex.wait(blocks)
+    streamed = decide_stream(stream, store, split, ex)
+    blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, streamed)
+    if not streamed:
+        ex.wait(blocks)
     n = yv.shape[0]
     s = None if sw.shape[0] == 0 else sw
     b_zero = datafit.initial_intercept(yv, s) if fit_intercept else 0.0

@@ -79,3 +79,26 @@ def test_coo_to_csc_matches_scipy(seed):
     np.testing.assert_array_equal(indices, ref.indices)
     np.testing.assert_array_equal(data, ref.data)
     assert data.dtype == np.float32
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_csc_append_rows_equals_vstack(seed):
+    rng = np.random.default_rng(seed)
+    chunks = [
+        sp.csc_matrix(random_csr(int(rng.integers(1, 30)), 17, 0.3, seed + k, empty_cols=[3]))
+        for k in range(4)
+    ]
+    ref = sp.vstack(chunks, format="csc")
+    counts = sum(np.diff(c.indptr) for c in chunks)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    indices = np.full(indptr[-1], -1, dtype=np.int32)
+    data = np.zeros(indptr[-1])
+    cursor = indptr[:-1].copy()
+    offset = 0
+    for c in chunks:
+        K.csc_append_rows(c.indptr, c.indices, c.data, offset, indices, data, cursor)
+        offset += c.shape[0]
+    np.testing.assert_array_equal(cursor, indptr[1:])
+    np.testing.assert_array_equal(indptr, ref.indptr)
+    np.testing.assert_array_equal(indices, ref.indices)
+    np.testing.assert_array_equal(data, ref.data)

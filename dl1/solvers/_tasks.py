@@ -42,6 +42,64 @@ class Block:
         return self.indptr.nbytes + self.indices.nbytes + self.data.nbytes
 
 
+@dataclass(frozen=True)
+class BlockSource:
+    """A feature block left in its store: read, verified and assembled by each task using it.
+
+    Out-of-core mode: the block's nonzeros never stay in worker memory between tasks, so a
+    worker holds one block at a time (plus its n-vectors), whatever the size of the data.
+    ``reads`` holds, per row block, the arguments of the store's verified block reader.
+    """
+
+    j: int
+    c0: int
+    ncols: int
+    nnz: int
+    root: str
+    split: str
+    fmt: str
+    reads: tuple  # ((i, block manifest entry, block shape), ...)
+    sw: np.ndarray
+    standardize: bool
+    center: bool
+
+    def load(self) -> Block:
+        from dl1.store.format import block_key
+        from dl1.store.reader import _read_block_task, read_array, read_block_arrays
+
+        if self.fmt != "csc" or len(self.reads) == 1:
+            chunks = [
+                _read_block_task(self.root, self.split, self.fmt, i, self.j, blk, shape, "scipy")
+                for i, blk, shape in self.reads
+            ]
+            return assemble_block(self.j, self.c0, self.sw, self.standardize, self.center, *chunks)
+        # Row chunks are stacked one at a time into preallocated arrays: besides the block,
+        # one chunk is in memory (the column counts come from the small index pointers first).
+        counts = np.zeros(self.ncols, dtype=np.int64)
+        for i, blk, _ in self.reads:
+            key = block_key(self.split, self.fmt, i, self.j)
+            counts += np.diff(read_array(self.root, f"{key}/indptr", blk["arrays"]["indptr"]))
+        indptr = np.zeros(self.ncols + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        indices = np.empty(indptr[-1], dtype=np.int32)
+        data = None
+        cursor = indptr[:-1].copy()
+        offset = 0
+        for i, blk, shape in self.reads:
+            ip, ix, dx = read_block_arrays(self.root, self.split, self.fmt, i, self.j, blk, shape)
+            if data is None:
+                data = np.empty(indptr[-1], dtype=dx.dtype)
+            SK.csc_append_rows(ip, ix, dx, offset, indices, data, cursor)
+            offset += shape[0]
+        m = sp.csc_matrix((data, indices, indptr), shape=(offset, self.ncols))
+        return assemble_block(self.j, self.c0, self.sw, self.standardize, self.center, m)
+
+
+def loaded(block: Block | BlockSource) -> Block:
+    """The block itself, or the block read from its store."""
+    return block.load() if isinstance(block, BlockSource) else block
+
+
 def _to_csc(chunk) -> sp.csc_matrix:
     if sp.issparse(chunk):
         m = chunk
@@ -79,8 +137,8 @@ def assemble_block(
     if not m.has_canonical_format:
         m = m.copy()
         m.sum_duplicates()
-    indptr = m.indptr.astype(np.int64)
-    indices = m.indices.astype(np.int32)
+    indptr = m.indptr.astype(np.int64, copy=False)
+    indices = m.indices.astype(np.int32, copy=False)
     status, c, k = SK.check_compressed(indptr, indices, m.data, m.shape[0])
     if status != SK.OK:
         raise ValidationError(f"feature block {j}, column {c0 + c}: {SK.PROBLEMS[status]}")
@@ -100,21 +158,23 @@ def assemble_block(
     return Block(j, indptr, indices, m.data, scale, sqn, n)
 
 
-def block_info(block: Block) -> tuple[int, int, int]:
+def block_info(block: Block | BlockSource) -> tuple[int, int, int]:
     """(columns, nonzeros, bytes) of a loaded block."""
+    block = loaded(block)
     return block.ncols, int(block.indices.shape[0]), block.nbytes
 
 
-def xt_theta_task(blocks: list[Block], theta: np.ndarray, threshold: float):
+def xt_theta_task(blocks: list[Block | BlockSource], theta: np.ndarray, threshold: float):
     """Per-block ``(||X_k^T theta||_inf, sum_j (|x_j^T theta| - threshold)_+^2)``."""
-    return [
-        csc_xt_theta_stats(b.indptr, b.indices, b.data, b.col_scale, theta, threshold)
-        for b in blocks
-    ]
+    out = []
+    for b in blocks:
+        b = loaded(b)
+        out.append(csc_xt_theta_stats(b.indptr, b.indices, b.data, b.col_scale, theta, threshold))
+    return out
 
 
 def round_task(
-    blocks: list[Block],
+    blocks: list[Block | BlockSource],
     w_parts: list[tuple[np.ndarray, np.ndarray]],
     g: np.ndarray,
     theta: np.ndarray,
@@ -158,6 +218,7 @@ def round_task(
     max_dz = 0.0
     for epoch in range(n_epochs):
         for k, b in enumerate(blocks):
+            b = loaded(b)  # out-of-core: read again each epoch, one block in memory at a time
             ch, dz = cd_block_epochs(
                 b.indptr,
                 b.indices,
@@ -188,12 +249,17 @@ def round_task(
     return w_new, u, stats, info
 
 
-def matvec_task(blocks: list[Block], w_parts: list[tuple[np.ndarray, np.ndarray]], n: int):
+def matvec_task(
+    blocks: list[Block | BlockSource], w_parts: list[tuple[np.ndarray, np.ndarray]], n: int
+):
     """``X_part w_part`` (used to rebuild ``X w`` from a warm start)."""
     from dl1.kernels.linalg import csc_matvec
 
     out = np.zeros(n)
     for b, (idx, val) in zip(blocks, w_parts, strict=True):
+        if idx.shape[0] == 0:
+            continue  # nothing to add (and, out of core, nothing to read)
+        b = loaded(b)
         w = np.zeros(b.ncols)
         w[idx] = val
         csc_matvec(b.indptr, b.indices, b.data, b.col_scale, w, out)
@@ -201,7 +267,7 @@ def matvec_task(blocks: list[Block], w_parts: list[tuple[np.ndarray, np.ndarray]
 
 
 def scan_task(
-    blocks: list[Block],
+    blocks: list[Block | BlockSource],
     theta: np.ndarray,
     threshold: float,
     w_parts: list[tuple[np.ndarray, np.ndarray]],
@@ -233,6 +299,11 @@ def scan_task(
             if packed is None
             else np.flatnonzero(np.unpackbits(packed, count=b.ncols)).astype(np.int64)
         )
+        if cols is not None and cols.shape[0] == 0:
+            # every column screened: the block is not read at all
+            out.append(((0.0, 0.0), np.zeros(0, np.int64), np.zeros(0), packed, 0))
+            continue
+        b = loaded(b)
         visit = np.arange(b.ncols, dtype=np.int64) if cols is None else cols
         c, keep = csc_scan_screen(
             b.indptr,
@@ -280,9 +351,10 @@ def _select_columns(indptr, indices, data, cols):
     return csc_select_columns(indptr, indices, data, np.asarray(cols, dtype=np.int64))
 
 
-def extract_task(block: Block, local: np.ndarray):
+def extract_task(block: Block | BlockSource, local: np.ndarray):
     """CSC arrays, scales and squared norms of the chosen columns of a block."""
     t0 = time.perf_counter()
+    block = loaded(block)
     local = np.asarray(local, dtype=np.int64)
     indptr, indices, data = _select_columns(block.indptr, block.indices, block.data, local)
     scale = block.col_scale[local] if block.col_scale.shape[0] else np.zeros(0)

@@ -73,6 +73,8 @@ class FitResult:
         Features proven zero by gap-safe screening during the solve (working-set solver).
     load_seconds_, solve_seconds_ : float
         Time to read the feature blocks into worker memory, and to solve afterwards.
+    streamed_ : bool
+        Out-of-core mode: blocks were read from the store by every task that used them.
     """
 
     coef_: np.ndarray
@@ -94,6 +96,7 @@ class FitResult:
     screened_: np.ndarray | None = None
     load_seconds_: float = float("nan")
     solve_seconds_: float = float("nan")
+    streamed_: bool = False
 
     @property
     def overhead_fraction_(self) -> float:

@@ -195,6 +195,8 @@ def solve_ws(
         for j in np.unique(owner):
             ids = new[owner == j]
             groups.append((ex.submit(T.extract_task, blocks[j], ids - col_bounds[j]), ids, True))
+            if isinstance(blocks[j], T.BlockSource):  # out of core, gathering reads the block
+                passes += blocks[j].nnz / max(1, int(block_nnz.sum()))
         t1 = time.perf_counter()
         (res,) = ex.gather(
             [

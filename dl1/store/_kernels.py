@@ -130,3 +130,29 @@ def coo_to_csc(rows, cols, vals, n_cols):  # pragma: no cover - compiled
         indices[dst] = rows[k]
         data[dst] = vals[k]
     return indptr, indices, data
+
+
+@njit(nogil=True, cache=True)
+def csc_append_rows(indptr, indices, data, offset, out_idx, out_data, cursor):  # pragma: no cover
+    """Copy a CSC row chunk under the rows already placed in a preallocated CSC matrix.
+
+    Stacking a feature block's row chunks one at a time keeps one chunk besides the result
+    in memory (scipy's ``vstack`` of CSC matrices goes through COO, several copies).
+
+    Parameters
+    ----------
+    indptr, indices, data : CSC arrays of the chunk (same number of columns as the result).
+    offset : int
+        Row of the result where the chunk's row 0 goes.
+    out_idx, out_data : the result's arrays (``nnz`` long).
+    cursor : int64 array (ncols,)
+        Next free position of each column in the result, advanced in place; start it at the
+        result's ``indptr[:-1]``. Chunks appended in row order keep the columns sorted.
+    """
+    for j in range(indptr.shape[0] - 1):
+        c = cursor[j]
+        for k in range(indptr[j], indptr[j + 1]):
+            out_idx[c] = indices[k] + offset
+            out_data[c] = data[k]
+            c += 1
+        cursor[j] = c

@@ -1,0 +1,202 @@
+"""Out-of-core mode: each task reads the blocks it needs from the store and drops them."""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+
+import numpy as np
+import psutil
+import pytest
+
+import dl1
+from dl1.datasets import make_e2006_like
+from dl1.errors import StoreCorruptError, ValidationError
+from dl1.fit import WORKER_BASELINE, _sources, block_memory, decide_stream
+from dl1.solvers import _tasks as T
+from dl1.solvers.cd import ConvergenceWarning
+from dl1.store import open_store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("stream") / "s.zarr"
+    make_e2006_like(path, preset="small", seed=3, n_feature_blocks=7)
+    return path
+
+
+def _holds_blocks(dask_worker) -> bool:
+    from dl1.solvers._tasks import Block
+
+    return any(isinstance(v, Block) for v in dask_worker.data.values())
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(loss="squared", screen=True),
+        dict(loss="squared", l1_ratio=0.5, standardize=True),
+        dict(loss="logistic"),
+    ],
+)
+def test_streamed_fit_equals_in_memory_fit(local_cluster, store, kw):
+    if kw["loss"] == "logistic":
+        st = open_store(store)
+        y = np.where(st.read("y") > np.median(st.read("y")), 1.0, -1.0)
+    else:
+        y = None
+    amax = dl1.alpha_max(store, y, loss=kw["loss"], client=local_cluster)
+    args = dict(alpha=amax / 10, tol=1e-8, client=local_cluster, **kw)
+    mem = dl1.fit(store, y, stream=False, **args)
+    assert local_cluster.run(_holds_blocks) != {}
+    streamed = dl1.fit(store, y, stream=True, **args)
+    assert streamed.streamed_ and not mem.streamed_
+    assert mem.converged_ and streamed.converged_
+    np.testing.assert_array_equal(streamed.coef_, mem.coef_)
+    assert streamed.intercept_ == mem.intercept_
+    assert streamed.gap_ == mem.gap_
+    # gathering working-set columns re-reads blocks: more passes, never fewer
+    assert streamed.passes_ >= mem.passes_
+
+
+def test_streamed_cd_and_in_process_equal_in_memory(store):
+    amax = dl1.alpha_max(store)
+    for solver in ("cd", "ws"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            a, b = (
+                dl1.fit(store, alpha=amax / 5, solver=solver, max_rounds=8, stream=s)
+                for s in (False, True)
+            )
+        np.testing.assert_array_equal(a.coef_, b.coef_)
+        assert a.gap_ == b.gap_
+
+
+def test_stream_needs_a_store(store):
+    X, y = dl1.open(store)
+    with pytest.raises(ValidationError, match="stream=True.*store"):
+        dl1.fit(X, y, alpha=0.1, stream=True)
+    with pytest.raises(ValidationError, match="stream=True.*store"):
+        dl1.path(X, y, n_alphas=3, stream=True)
+
+
+class _FakeClient:
+    def __init__(self, limits):
+        self.limits = limits
+
+    def scheduler_info(self):
+        return {"workers": {f"w{k}": {"memory_limit": m} for k, m in enumerate(self.limits)}}
+
+
+class _FakeExecutor:
+    def __init__(self, limits):
+        self.client = _FakeClient(limits)
+
+
+def test_auto_streams_when_blocks_exceed_half_the_workers_data_memory(store):
+    st = open_store(store)
+    need = block_memory(st, "train")
+    assert need == st.nnz() * (st.dtype().itemsize + 4) + 16 * (st.shape()[1] + 1)
+    # two workers whose memory for data (limit - baseline) totals 2 * need: keep in memory
+    fits = _FakeExecutor([WORKER_BASELINE + need, WORKER_BASELINE + need])
+    assert not decide_stream(None, st, "train", fits)
+    # ... and just below: stream
+    tight = _FakeExecutor([WORKER_BASELINE + need // 2 - 1, WORKER_BASELINE + need // 2 - 1])
+    assert decide_stream(None, st, "train", tight)
+    assert not decide_stream(False, st, "train", tight)
+    assert decide_stream(True, st, "train", fits)
+    assert not decide_stream(None, None, "train", tight)  # not a store: nothing to stream from
+
+
+def test_fully_screened_block_is_not_read(store):
+    src = _sources(open_store(store), "train", np.zeros(0), False, True)[0][2]
+    gone = T.BlockSource(**{**src.__dict__, "root": "/nonexistent/store"})
+    none_alive = np.packbits(np.zeros(gone.ncols, dtype=bool))
+    theta = np.ones(open_store(store).shape()[0])
+    empty = [(np.zeros(0, np.int64), np.zeros(0))]
+    out, _ = T.scan_task([gone], theta, 1.0, empty, 5, [none_alive], None)
+    assert out[0][4] == 0 and out[0][1].shape == (0,)
+    with pytest.raises(StoreCorruptError, match="cannot be opened"):  # an alive block is read
+        T.scan_task([gone], theta, 1.0, empty, 5, [None], None)
+    # the real source reads and scans like the block kept in memory
+    blk = src.load()
+    a, _ = T.scan_task([src], theta, 1.0, empty, 5, [None], None)
+    b, _ = T.scan_task([blk], theta, 1.0, empty, 5, [None], None)
+    assert a[0][0] == b[0][0] and np.array_equal(a[0][1], b[0][1])
+
+
+class _PeakRSS:
+    """Peak resident memory of each worker process of a LocalCluster, sampled every 20 ms."""
+
+    def __init__(self, pids):
+        self.procs = [psutil.Process(pid) for pid in pids]
+        self.peak = {p.pid: 0 for p in self.procs}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            for p in self.procs:
+                try:
+                    self.peak[p.pid] = max(self.peak[p.pid], p.memory_info().rss)
+                except psutil.NoSuchProcess:
+                    pass
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
+    """The path on a store streamed by workers with a small memory limit.
+
+    The workers never hold a block between tasks, are neither paused nor restarted, stay
+    below their pause threshold, and the path equals the one computed with the blocks in
+    memory (bit for bit: the same kernels see the same blocks).
+    """
+    import os
+
+    from distributed import Client, LocalCluster
+
+    path = tmp_path / "tall.zarr"
+    make_e2006_like(path, preset="small", seed=4, row_multiplier=3, n_feature_blocks=12)
+    limit = 500 * 2**20
+    kw = dict(n_alphas=8, eps=0.05, tol=1e-6, screen=True, X_test="test")
+    ref = dl1.path(path, client=local_cluster, stream=False, **kw)
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=limit,
+            dashboard_address=":0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        pids = client.run(os.getpid)
+        held = []
+        with _PeakRSS(pids.values()) as rss:
+            res = dl1.path(
+                path,
+                client=client,
+                stream=True,
+                callback=lambda k, a, r: held.append(client.run(_holds_blocks)),
+                **kw,
+            )
+        assert client.run(os.getpid) == pids  # no worker restarted
+        logs = "\n".join(m for msgs in client.get_worker_logs().values() for _, m in msgs)
+        assert "Pausing worker" not in logs and "Worker is at" not in logs
+    assert len(held) == 8 and not any(any(h.values()) for h in held)
+    pause = 0.8 * limit
+    assert max(rss.peak.values()) < pause, (rss.peak, pause)
+    np.testing.assert_array_equal(res.coefs_.toarray(), ref.coefs_.toarray())
+    np.testing.assert_array_equal(res.gaps_, ref.gaps_)
+    np.testing.assert_array_equal(res.test_mse_, ref.test_mse_)
+    assert res.converged_.all()
+    assert (res.passes_ >= ref.passes_).all()
