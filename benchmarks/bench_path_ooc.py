@@ -86,7 +86,7 @@ def main() -> None:
     from dl1.fit import block_memory
 
     t_gen = float("nan")
-    if not (args.store / "manifest.json").exists():
+    if not (args.store / "dl1-manifest.json").exists():
         args.store.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         make_e2006_like(

@@ -350,10 +350,20 @@ def alpha_max(
     Xd, y, sw, datafit, store = _problem(X, y, sample_weight, loss, split)
     ex = executor_for(client)
     streamed = decide_stream(stream, store, split, ex)
-    blocks, _ = _load(ex, Xd, sw, standardize, fit_intercept, 1, store, split, streamed)
+    n_parts = max(1, ex.n_workers)
+    blocks, _ = _load(ex, Xd, sw, standardize, fit_intercept, n_parts, store, split, streamed)
     s = None if sw.shape[0] == 0 else sw
     b0 = datafit.initial_intercept(y, s) if fit_intercept else 0.0
     theta = datafit.dual_point(y, np.full(y.shape[0], b0), s, fit_intercept)
-    stats = ex.gather([ex.submit(T.xt_theta_task, [b], theta, np.inf) for b in blocks])
-    absmax = max((st[0][0] for st in stats), default=0.0)
+    absmax = xt_theta_absmax(ex, blocks, theta, n_parts)
     return ElasticNet.alpha_max(absmax / y.shape[0], l1_ratio)
+
+
+def xt_theta_absmax(ex: Any, blocks: list[Any], theta: np.ndarray, n_partitions: int) -> float:
+    """``||X^T theta||_inf``: one task per partition, so ``theta`` travels once per partition
+    (a task per block would ship a copy of ``theta`` with each of thousands of blocks)."""
+    parts = np.array_split(np.arange(len(blocks)), max(1, min(n_partitions, len(blocks))))
+    stats = ex.gather(
+        [ex.submit(T.xt_theta_task, [blocks[j] for j in part], theta, np.inf) for part in parts]
+    )
+    return max((st[0] for res in stats for st in res), default=0.0)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from dl1.errors import ValidationError
-from dl1.fit import _check_params, _load, _problem, decide_stream
+from dl1.fit import _check_params, _load, _problem, decide_stream, xt_theta_absmax
 from dl1.penalties.elastic_net import ElasticNet
 from dl1.solvers import _tasks as T
 from dl1.solvers.cd import ConvergenceWarning
@@ -115,8 +115,7 @@ def path(
     s = None if sw.shape[0] == 0 else sw
     b_zero = datafit.initial_intercept(yv, s) if fit_intercept else 0.0
     theta0 = datafit.dual_point(yv, np.full(n, b_zero), s, fit_intercept)
-    stats = ex.gather([ex.submit(T.xt_theta_task, [b], theta0, np.inf) for b in blocks])
-    amax = ElasticNet.alpha_max(max((st[0][0] for st in stats), default=0.0) / n, l1_ratio)
+    amax = ElasticNet.alpha_max(xt_theta_absmax(ex, blocks, theta0, n_partitions) / n, l1_ratio)
     if alphas is None:
         if not np.isfinite(amax) or amax <= 0:
             raise ValidationError(f"alpha_max is {amax}; give the alphas explicitly")
