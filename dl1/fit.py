@@ -96,6 +96,12 @@ def block_memory(store: Store, split: str) -> int:
     return store.nnz(split) * (store.dtype(split).itemsize + 4) + 16 * (p + 1)
 
 
+def dense_max(streamed: bool) -> int:
+    """Largest working set (rows x columns) densified for its Gram matrix: 16 MiB out of core
+    (workers with little memory), 256 MiB otherwise."""
+    return (1 << 21) if streamed else T.GRAM_DENSE_MAX
+
+
 def decide_stream(stream: bool | None, store: Store | None, split: str, ex: Any) -> bool:
     """Whether blocks are re-read from the store by every task instead of kept in memory.
 
@@ -313,7 +319,18 @@ def fit(
     )
     penalty = ElasticNet(alpha, l1_ratio)
     if solver == "ws":
-        res, _ = solve_ws(ex, blocks, cb, y, sw, datafit, penalty, screen=screen, **common)
+        res, _ = solve_ws(
+            ex,
+            blocks,
+            cb,
+            y,
+            sw,
+            datafit,
+            penalty,
+            screen=screen,
+            dense_max=dense_max(streamed),
+            **common,
+        )
     else:
         res, _ = solve(ex, blocks, cb, y, sw, datafit, penalty, n_epochs=n_epochs, **common)
     res.streamed_ = streamed

@@ -10,7 +10,14 @@ from typing import Any
 import numpy as np
 
 from dl1.errors import ValidationError
-from dl1.fit import _check_params, _load, _problem, decide_stream, xt_theta_absmax
+from dl1.fit import (
+    _check_params,
+    _load,
+    _problem,
+    decide_stream,
+    dense_max,
+    xt_theta_absmax,
+)
 from dl1.penalties.elastic_net import ElasticNet
 from dl1.solvers import _tasks as T
 from dl1.solvers.cd import ConvergenceWarning
@@ -188,7 +195,9 @@ def path(
                 b0=b,
                 handles=handles,
                 screen=screen,
+                dense_max=dense_max(streamed),
             )
+        res.streamed_ = streamed
         w = res.coef_
         b = res.intercept_
         metric = None

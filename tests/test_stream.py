@@ -53,9 +53,12 @@ def test_streamed_fit_equals_in_memory_fit(local_cluster, store, kw):
     streamed = dl1.fit(store, y, stream=True, **args)
     assert streamed.streamed_ and not mem.streamed_
     assert mem.converged_ and streamed.converged_
-    np.testing.assert_array_equal(streamed.coef_, mem.coef_)
-    assert streamed.intercept_ == mem.intercept_
-    assert streamed.gap_ == mem.gap_
+    # the same solution (out of core the working set's Gram matrix is formed by a sparse
+    # product instead of a dense one: the iterates agree to rounding, both are certified)
+    scale = np.abs(mem.coef_).max()
+    np.testing.assert_allclose(streamed.coef_, mem.coef_, rtol=0, atol=1e-6 * scale)
+    assert np.array_equal(streamed.coef_ != 0, mem.coef_ != 0)
+    assert streamed.primal_ == pytest.approx(mem.primal_, rel=1e-8)
     # gathering working-set columns re-reads blocks: more passes, never fewer
     assert streamed.passes_ >= mem.passes_
 
@@ -69,8 +72,8 @@ def test_streamed_cd_and_in_process_equal_in_memory(store):
                 dl1.fit(store, alpha=amax / 5, solver=solver, max_rounds=8, stream=s)
                 for s in (False, True)
             )
-        np.testing.assert_array_equal(a.coef_, b.coef_)
-        assert a.gap_ == b.gap_
+        np.testing.assert_allclose(a.coef_, b.coef_, rtol=0, atol=1e-9 * np.abs(a.coef_).max())
+        assert a.gap_ == pytest.approx(b.gap_, rel=1e-6)
 
 
 def test_stream_needs_a_store(store):
@@ -158,7 +161,7 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
 
     The workers never hold a block between tasks, are neither paused nor restarted, stay
     below their pause threshold, and the path equals the one computed with the blocks in
-    memory (bit for bit: the same kernels see the same blocks).
+    memory (to rounding: out of core the working set's Gram matrix is a sparse product).
     """
     import os
 
@@ -195,8 +198,9 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
     assert len(held) == 8 and not any(any(h.values()) for h in held)
     pause = 0.8 * limit
     assert max(rss.peak.values()) < pause, (rss.peak, pause)
-    np.testing.assert_array_equal(res.coefs_.toarray(), ref.coefs_.toarray())
-    np.testing.assert_array_equal(res.gaps_, ref.gaps_)
-    np.testing.assert_array_equal(res.test_mse_, ref.test_mse_)
+    C, R = res.coefs_.toarray(), ref.coefs_.toarray()
+    np.testing.assert_allclose(C, R, rtol=0, atol=1e-6 * np.abs(R).max())
+    assert (res.gaps_ <= 1e-6).all() and (ref.gaps_ <= 1e-6).all()
+    np.testing.assert_allclose(res.test_mse_, ref.test_mse_, rtol=1e-6)
     assert res.converged_.all()
     assert (res.passes_ >= ref.passes_).all()

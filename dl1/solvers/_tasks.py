@@ -393,6 +393,7 @@ def subproblem_task(
     seed: int,
     anderson: int = 5,
     gram_max: int = 4096,
+    dense_max: int = GRAM_DENSE_MAX,
 ):
     """Solve the problem restricted to the working set to a gap of ``target_gap``.
 
@@ -406,6 +407,8 @@ def subproblem_task(
 
     ``extracts`` are groups of columns gathered in earlier rounds (cached where this task runs)
     and ``extract_ids`` their global feature ids; the columns of ``ws`` are picked from them.
+    ``dense_max`` bounds the elements (rows x columns) of the working set densified for its
+    Gram matrix (out of core it is kept small, for memory-limited workers).
 
     Returns
     -------
@@ -466,6 +469,7 @@ def subproblem_task(
             check_every,
             anderson,
             t0,
+            dense_max,
         )
         info["kernel_s"] += extract_s
         return w, dz, db, info
@@ -569,6 +573,7 @@ def _solve_gram(
     check_every,
     anderson,
     t0,
+    dense_max=GRAM_DENSE_MAX,
 ):
     """The squared-loss subproblem by covariance updates (:mod:`dl1.kernels.gram`).
 
@@ -582,7 +587,7 @@ def _solve_gram(
     n, m = y.shape[0], w.shape[0]
     vals = data if scale.shape[0] == 0 else data * np.repeat(scale, np.diff(indptr))
     Xs = sp.csc_matrix((vals, indices, indptr), shape=(n, m))
-    if indices.shape[0] > 0.02 * n * m and n * m <= GRAM_DENSE_MAX:
+    if indices.shape[0] > 0.02 * n * m and n * m <= dense_max:
         # dense enough: one BLAS product is much faster than a sparse-sparse product
         Xd = Xs.toarray()
         Xwd = Xd if s is None else Xd * s[:, None]

@@ -48,6 +48,7 @@ def solve_ws(
     b0: float | None = None,
     handles: tuple[Any, Any] | None = None,
     screen: bool = False,
+    dense_max: int = T.GRAM_DENSE_MAX,
 ) -> tuple[FitResult, np.ndarray]:
     """Run outer iterations until ``gap <= tol * P(0)``; see the module docstring.
 
@@ -56,7 +57,8 @@ def solve_ws(
     ``y`` and ``sw`` shared between solves of a path. With ``screen`` (Lasso and
     L1-logistic), each pass also applies the gap-safe sphere test of the previous point and
     later passes skip the screened columns; the certificate is then the gap of the screened
-    problem, whose optimum is the same (Ndiaye et al., JMLR 2017).
+    problem, whose optimum is the same (Ndiaye et al., JMLR 2017). ``dense_max`` bounds the
+    working set densified for its Gram matrix (see :func:`~dl1.solvers._tasks.subproblem_task`).
     """
     n = y.shape[0]
     p = int(col_bounds[-1])
@@ -80,6 +82,11 @@ def solve_ws(
             ]
         ):
             z += u
+    passes = 0.0
+    if w.any() and isinstance(blocks[0], T.BlockSource):  # out of core: count what was read
+        nz = np.searchsorted(col_bounds, np.flatnonzero(w), side="right") - 1
+        total = sum(blk.nnz for blk in blocks)
+        passes = sum(blocks[j].nnz for j in np.unique(nz)) / max(1, total)
     history: list[dict[str, Any]] = []
     t_start = time.perf_counter()
     converged = False
@@ -90,7 +97,6 @@ def solve_ws(
     alive: list[np.ndarray | None] = [None] * K
     prev: tuple[np.ndarray, float, float] | None = None
     block_nnz = np.full(K, -1, dtype=np.int64)
-    passes = 0.0
     max_s = 1.0 if sw.shape[0] == 0 else float(sw.max())
     groups: list[tuple[Any, np.ndarray, bool]] = []
     # constant inputs of the subproblem travel once (held by tasks, hence recomputable)
@@ -218,6 +224,9 @@ def solve_ws(
                     10,
                     random_order,
                     seed * 7919 + r,
+                    5,
+                    4096,
+                    dense_max,
                 )
             ]
         )
