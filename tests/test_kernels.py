@@ -589,6 +589,37 @@ def test_csc_select_columns_matches_scipy(dtype):
         np.testing.assert_array_equal(got.toarray(), ref.toarray())
 
 
+def test_csc_copy_columns_into_matches_scipy():
+    from dl1.kernels.select import csc_copy_columns_into
+
+    rng = np.random.default_rng(1)
+    A = sp.csc_matrix(sp.random(30, 9, density=0.3, random_state=rng))
+    B = sp.csc_matrix(sp.random(30, 6, density=0.5, random_state=rng))
+    # result columns: A[:, 7], B[:, 0], A[:, 2], B[:, 5], B[:, 3]
+    src = [(A, [7, 2], [0, 2]), (B, [0, 5, 3], [1, 3, 4])]
+    ref = sp.hstack([A[:, 7], B[:, 0], A[:, 2], B[:, 5], B[:, 3]], format="csc")
+    lens = np.zeros(5, dtype=np.int64)
+    for M, cols, dest in src:
+        lens[dest] = np.diff(M.indptr)[cols]
+    ip = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    ind = np.full(ip[-1], -1, dtype=np.int32)
+    dat = np.full(ip[-1], np.nan)
+    for M, cols, dest in src:
+        csc_copy_columns_into(
+            M.indptr.astype(np.int64),
+            M.indices.astype(np.int32),
+            M.data,
+            np.array(cols, dtype=np.int64),
+            ip,
+            np.array(dest, dtype=np.int64),
+            ind,
+            dat,
+        )
+    np.testing.assert_array_equal(ip, ref.indptr)
+    np.testing.assert_array_equal(ind, ref.indices)
+    np.testing.assert_array_equal(dat, ref.data)
+
+
 def test_csc_scan_screen_matches_numpy():
     from dl1.kernels.screen import csc_scan_screen
 

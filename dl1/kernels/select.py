@@ -37,3 +37,29 @@ def csc_select_columns(indptr, indices, data, cols):  # pragma: no cover - compi
             out_data[dst] = data[k]
             dst += 1
     return out_indptr, out_indices, out_data
+
+
+@njit(nogil=True, cache=True)
+def csc_copy_columns_into(
+    indptr, indices, data, cols, out_indptr, dest, out_indices, out_data
+):  # pragma: no cover - compiled
+    """Copy columns ``cols[t]`` of a CSC matrix into column ``dest[t]`` of a preallocated one.
+
+    Working sets are assembled from several cached groups of columns in one allocation
+    (instead of concatenating the groups and then selecting from the concatenation).
+
+    Parameters
+    ----------
+    indptr, indices, data : the source CSC arrays.
+    cols : ndarray of int64, source columns (validated by the caller).
+    out_indptr : ndarray of int64, the result's index pointer, already complete.
+    dest : ndarray of int64, the result's columns receiving ``cols`` (same length).
+    out_indices, out_data : the result's arrays, filled in place.
+    """
+    for t in range(cols.shape[0]):
+        j = cols[t]
+        d = out_indptr[dest[t]]
+        for k in range(indptr[j], indptr[j + 1]):
+            out_indices[d] = indices[k]
+            out_data[d] = data[k]
+            d += 1

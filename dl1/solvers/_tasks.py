@@ -374,6 +374,41 @@ def identity(x):
     return x
 
 
+def _gather_ws(extracts: list[tuple], extract_ids: list[np.ndarray], ws: np.ndarray):
+    """CSC arrays, scales and squared norms of the columns ``ws`` (in that order), copied
+    from the cached groups into arrays allocated once (one copy of the working set)."""
+    from dl1.kernels.select import csc_copy_columns_into
+
+    if not extracts:
+        return np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0), np.zeros(0), np.zeros(0)
+    goff = np.concatenate([[0], np.cumsum([ids.shape[0] for ids in extract_ids])])
+    ids = np.concatenate(extract_ids)
+    order = np.argsort(ids, kind="stable")
+    pos = order[np.searchsorted(ids[order], ws)]  # every ws column is in some group
+    group = np.searchsorted(goff, pos, side="right") - 1
+    local = pos - goff[group]
+    lens = np.zeros(ws.shape[0], dtype=np.int64)
+    used = np.unique(group)
+    for g in used:
+        dest = np.flatnonzero(group == g)
+        ip = extracts[g][0]
+        lens[dest] = ip[local[dest] + 1] - ip[local[dest]]
+    indptr = np.zeros(ws.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lens, out=indptr[1:])
+    indices = np.empty(indptr[-1], dtype=np.int32)
+    data = np.empty(indptr[-1], dtype=np.float64)
+    for g in used:
+        dest = np.flatnonzero(group == g)
+        e = extracts[g]
+        csc_copy_columns_into(e[0], e[1], e[2], local[dest], indptr, dest, indices, data)
+    sqn = np.concatenate([e[4] for e in extracts])[pos]
+    scale = np.zeros(0)
+    if any(e[5] for e in extracts):
+        scale = np.concatenate([e[3] if e[5] else np.ones(e[0].shape[0] - 1) for e in extracts])
+        scale = scale[pos]
+    return indptr, indices, data, scale, sqn
+
+
 def subproblem_task(
     extracts: list[tuple],
     extract_ids: list[np.ndarray],
@@ -423,28 +458,7 @@ def subproblem_task(
     t0 = time.perf_counter()
     extract_s = sum(e[6] for e, f in zip(extracts, fresh, strict=True) if f)
     n = y.shape[0]
-    has_scale = any(e[5] for e in extracts)
-    ip = [np.zeros(1, dtype=np.int64)]
-    off = 0
-    for e in extracts:
-        ip.append(e[0][1:] + off)
-        off += e[0][-1]
-    indptr = np.concatenate(ip)
-    indices = np.concatenate([e[1] for e in extracts]) if extracts else np.zeros(0, np.int32)
-    data = np.concatenate([e[2] for e in extracts]) if extracts else np.zeros(0)
-    if has_scale:
-        scale = np.concatenate([e[3] if e[5] else np.ones(e[0].shape[0] - 1) for e in extracts])
-    else:
-        scale = np.zeros(0)
-    sqn = np.concatenate([e[4] for e in extracts]) if extracts else np.zeros(0)
-    ids = np.concatenate(extract_ids) if extract_ids else np.zeros(0, np.int64)
-    order = np.argsort(ids, kind="stable")
-    pos = order[np.searchsorted(ids[order], ws)]
-    if pos.shape[0] != ids.shape[0] or np.any(pos != np.arange(pos.shape[0])):
-        indptr, indices, data = _select_columns(indptr, indices, data, pos)
-        sqn = sqn[pos]
-        if has_scale:
-            scale = scale[pos]
+    indptr, indices, data, scale, sqn = _gather_ws(extracts, extract_ids, ws)
     w = np.asarray(w_ws, dtype=np.float64).copy()
     z0 = z
     z = z.copy()
@@ -596,7 +610,13 @@ def _solve_gram(
         del Xd, Xwd
     else:
         Xw = Xs if s is None else sp.csc_matrix(Xs.multiply(s[:, None]))
-        Q = (Xs.T @ Xw).toarray()
+        # by groups of columns holding about an eighth of the nonzeros: scipy converts the
+        # right factor to CSR, so only a group is copied at a time (same sums, same order)
+        Q = np.empty((m, m))
+        cuts = np.searchsorted(Xw.indptr, np.linspace(0, Xw.indptr[-1], 9)[1:-1])
+        for a, b in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [m]]), strict=True):
+            if b > a:
+                Q[:, a:b] = (Xs.T @ Xw[:, a:b]).toarray()
         colsum = np.asarray(Xw.sum(axis=0)).ravel()
     if fit_intercept:
         Q -= np.outer(colsum, colsum) / (n if s is None else float(s.sum()))
