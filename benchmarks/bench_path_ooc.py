@@ -2,8 +2,8 @@
 
 Generates (once) ``make_e2006_like(preset="log1p", row_multiplier=k)``, starts a 2-worker
 LocalCluster whose total ``memory_limit`` is a given fraction of the store's size on disk
-(default: under a third), and runs the 100-alpha Lasso path to relative gap 1e-6 with
-gap-safe screening, the blocks streamed from the store (``dl1.path(..., stream=None)``
+(default: under a third), and runs the 100-alpha Lasso path to relative gap 1e-6 (gap-safe
+screening with ``--screen``), the blocks streamed from the store (``dl1.path(..., stream=None)``
 decides from the memory limits and is reported). While it runs, the resident memory of each
 worker process is sampled every 50 ms; afterwards the workers' logs are searched for pauses
 and their process ids compared with those at the start (a restarted worker has a new one).
@@ -77,6 +77,12 @@ def main() -> None:
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--checkpoint", type=Path, default=None)
     ap.add_argument("--stream", choices=["auto", "yes", "no"], default="auto")
+    ap.add_argument(
+        "--screen",
+        action="store_true",
+        help="gap-safe screening (off: out of core it cannot skip blocks of Zipf-like data, "
+        "and without it each alpha's last pass is reused as the next alpha's first)",
+    )
     args = ap.parse_args()
 
     from distributed import Client, LocalCluster
@@ -143,7 +149,7 @@ def main() -> None:
                 n_alphas=args.n_alphas,
                 eps=args.eps,
                 tol=args.tol,
-                screen=True,
+                screen=args.screen,
                 stream=stream,
                 client=client,
                 checkpoint=args.checkpoint,

@@ -319,7 +319,7 @@ def fit(
     )
     penalty = ElasticNet(alpha, l1_ratio)
     if solver == "ws":
-        res, _ = solve_ws(
+        res, _, _ = solve_ws(
             ex,
             blocks,
             cb,

@@ -22,7 +22,7 @@ from dl1.penalties.elastic_net import ElasticNet
 from dl1.solvers import _tasks as T
 from dl1.solvers.cd import ConvergenceWarning
 from dl1.solvers.executor import executor_for
-from dl1.solvers.ws import solve_ws
+from dl1.solvers.ws import rescan, solve_ws
 from dl1.store import Store, open_store
 
 
@@ -168,17 +168,40 @@ def path(
     handles = (ex.submit(T.identity, yv), ex.submit(T.identity, sw))
     w = np.zeros(p)
     b: float | None = None
+    z: np.ndarray | None = None  # X w + b, carried from one alpha to the next
+    last = None  # the last pass of the previous alpha (reused as the next one's first)
+    reuse = not screen and l1_ratio == 1.0
     start = 0
     if ck is not None and ck.n_done:
         start = ck.n_done
-        w = ck.coef(start - 1)
         b = float(ck.load()["intercepts"][start - 1])
+        state = ck.state(start - 1)
+        if state is None:  # pragma: no cover - written by every version that reads it
+            w = ck.coef(start - 1)
+        else:
+            # the solver's own w (standardized scale) and X w + b, bit for bit, and the
+            # pass the interrupted run would have reused: resuming is bit-identical
+            w, z = state["w"], state["z"]
+            if reuse:
+                last = rescan(
+                    ex,
+                    blocks,
+                    cb,
+                    n_partitions,
+                    yv,
+                    sw,
+                    datafit,
+                    fit_intercept,
+                    n * float(grid[start - 1]) * l1_ratio,
+                    w,
+                    z,
+                )
     records: list[dict[str, Any]] = []
     for k in range(start, grid.shape[0]):
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            res, _ = solve_ws(
+            res, z, last = solve_ws(
                 ex,
                 blocks,
                 cb,
@@ -196,6 +219,8 @@ def path(
                 handles=handles,
                 screen=screen,
                 dense_max=dense_max(streamed),
+                z0=z,
+                reuse=last if reuse else None,
             )
         res.streamed_ = streamed
         w = res.coef_
@@ -222,7 +247,7 @@ def path(
             test_metric=metric,
         )
         if ck is not None:
-            ck.record(k, **rec)
+            ck.record(k, **rec, state={"w": w, "z": z})
         records.append(rec)
         if not res.converged_:
             warnings.warn(

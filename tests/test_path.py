@@ -151,3 +151,16 @@ def test_kill_and_resume_is_bit_identical(tmp_path):
     # a checkpoint of other settings is refused, naming the field
     with pytest.raises(Exception, match="tol"):
         dl1.path(store, n_alphas=15, tol=1e-8, checkpoint=ck)
+
+
+def test_last_pass_of_an_alpha_is_the_first_of_the_next():
+    """Without screening (Lasso), an alpha's certifying pass is reused by the next alpha:
+    every alpha but the first reads the data once per round and not once more."""
+    X, y = make_data(n=150, p=90, seed=8)
+    res = dl1.path(X, y, n_alphas=12, eps=0.05, tol=1e-8)
+    assert res.converged_.all()
+    np.testing.assert_array_equal(res.passes_[1:], res.rounds_[1:].astype(float))
+    assert res.passes_[0] == res.rounds_[0] + 1
+    # with screening the pass is not reusable (it skipped screened columns): one more read
+    scr = dl1.path(X, y, n_alphas=12, eps=0.05, tol=1e-8, screen=True)
+    assert (scr.passes_[1:] > scr.rounds_[1:] - 1e-12).all()

@@ -250,6 +250,7 @@ class PathCheckpoint:
         rounds: int,
         test_metric: dict[str, float] | None = None,
         extra: dict[str, Any] | None = None,
+        state: dict[str, np.ndarray] | None = None,
     ) -> None:
         """Write the result of alpha ``k`` atomically.
 
@@ -267,6 +268,10 @@ class PathCheckpoint:
             Validation metrics of this alpha (e.g. ``{"mse": ...}``).
         extra : dict, optional
             Any JSON-able data (floats round-trip exactly, NaN and infinities included).
+        state : dict of str to float64 ndarray, optional
+            The solver's state after this alpha (e.g. ``X w + b``), stored bit for bit so that
+            a resumed path continues exactly where this one stopped; only the latest alpha's
+            state is kept (:meth:`state`).
 
         Raises
         ------
@@ -298,8 +303,40 @@ class PathCheckpoint:
         entry["indices"] = write_array(self.path, f"coef/{k}/indices", nz)
         entry["values"] = write_array(self.path, f"coef/{k}/values", coef[nz])
         _fsync_tree(d)
+        if state is not None:
+            sd = self.path / "state" / str(k)
+            if sd.exists():
+                shutil.rmtree(sd)
+            entry["state"] = {
+                name: write_array(
+                    self.path, f"state/{k}/{name}", np.ascontiguousarray(a, dtype=np.float64)
+                )
+                for name, a in state.items()
+            }
+            _fsync_tree(sd)
         write_manifest(self.path, {"done": [*self._done, entry]}, PROGRESS)
         self._done.append(entry)
+        # the progress file now names this alpha's state: older states are not needed
+        for old in (self.path / "state").glob("*"):
+            if old.name.isdigit() and int(old.name) < k:
+                shutil.rmtree(old)
+                self._done[int(old.name)].pop("state", None)
+
+    def state(self, k: int) -> dict[str, np.ndarray] | None:
+        """The state recorded with completed alpha ``k``, if it is still kept (the latest)."""
+        if not 0 <= k < self.n_done:
+            raise IndexError(f"alpha {k} is not completed ({self.n_done} alphas are done)")
+        entries = self._done[k].get("state")
+        if not entries or not (self.path / "state" / str(k)).is_dir():
+            return None
+        try:
+            return {
+                name: read_array(self.path, f"state/{k}/{name}", e) for name, e in entries.items()
+            }
+        except StoreCorruptError as err:
+            raise StoreCorruptError(
+                f"checkpoint at {self.path}: the solver state of alpha {k} is damaged: {err}"
+            ) from err
 
     def coef(self, k: int) -> np.ndarray:
         """Dense coefficients of completed alpha ``k``, bit-identical to those recorded.

@@ -14,6 +14,7 @@ through the coordinator; the columns move worker to worker.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,11 +50,17 @@ def solve_ws(
     handles: tuple[Any, Any] | None = None,
     screen: bool = False,
     dense_max: int = T.GRAM_DENSE_MAX,
-) -> tuple[FitResult, np.ndarray]:
+    z0: np.ndarray | None = None,
+    reuse: LastScan | None = None,
+) -> tuple[FitResult, np.ndarray, LastScan]:
     """Run outer iterations until ``gap <= tol * P(0)``; see the module docstring.
 
-    ``w0, b0`` warm-start the solve (``X w0 + b0`` is recomputed on the workers, so a warm
-    start from a checkpoint gives bit-identical results); ``handles`` are task handles of
+    ``w0, b0`` warm-start the solve; ``X w0 + b0`` is recomputed on the workers unless
+    ``z0`` gives it. ``reuse``, the :class:`LastScan` of the previous solve of a path (same
+    ``w0, b0, z0``), replaces the first pass (Lasso and L1-logistic without screening):
+    ``X^T theta`` does not depend on alpha, only the thresholds do, so the certifying pass of
+    one alpha is also the first pass of the next. Returned: the result, ``X w + b`` and the
+    :class:`LastScan` of the last pass. ``handles`` are task handles of
     ``y`` and ``sw`` shared between solves of a path. With ``screen`` (Lasso and
     L1-logistic), each pass also applies the gap-safe sphere test of the previous point and
     later passes skip the screened columns; the certificate is then the gap of the screened
@@ -72,7 +79,9 @@ def solve_ws(
     w = np.zeros(p) if w0 is None else np.asarray(w0, dtype=np.float64).copy()
     b = (b_zero if b0 is None else float(b0)) if fit_intercept else 0.0
     z = np.full(n, b)
-    if w.any():
+    if z0 is not None:
+        z = np.asarray(z0, dtype=np.float64).copy()
+    elif w.any():
         for u in ex.gather(
             [
                 ex.submit(
@@ -83,7 +92,7 @@ def solve_ws(
         ):
             z += u
     passes = 0.0
-    if w.any() and isinstance(blocks[0], T.BlockSource):  # out of core: count what was read
+    if z0 is None and w.any() and isinstance(blocks[0], T.BlockSource):  # out of core: reads
         nz = np.searchsorted(col_bounds, np.flatnonzero(w), side="right") - 1
         total = sum(blk.nnz for blk in blocks)
         passes = sum(blocks[j].nnz for j in np.unique(nz)) / max(1, total)
@@ -103,33 +112,32 @@ def solve_ws(
     if handles is None:
         handles = (ex.submit(T.identity, y), ex.submit(T.identity, sw))
     y_h, sw_h = handles
+    can_reuse = not screen and penalty.alpha_l2 == 0.0 and reuse is not None
     for r in range(max_rounds + 1):
-        if fit_intercept:
-            db = datafit.intercept_update(y, z, s_arg, max_iter=20)
-            b += db
-            z += db
-        theta = datafit.dual_point(y, z, s_arg, fit_intercept)
         support = np.flatnonzero(w)
         ws_size = max(ws_start, 2 * support.shape[0])
         t0 = time.perf_counter()
-        scans = ex.gather(
-            [
-                ex.submit(
-                    T.scan_task,
-                    [blocks[j] for j in part],
-                    theta,
-                    threshold,
-                    _sparse_parts(w, col_bounds, part),
-                    ws_size,
-                    [alive[j] for j in part],
-                    prev,
-                )
-                for part in parts
+        if r == 0 and can_reuse and reuse.ws_size == ws_size:
+            # the previous alpha's last pass, at this very point: scores shift with the
+            # threshold (|c_j| - n alpha_l1), the order and ||X^T theta||_inf do not
+            theta = reuse.theta
+            shift = reuse.threshold - threshold
+            per_block = [
+                (st, cand, score + shift, a, 0) for st, cand, score, a, _ in reuse.per_block
             ]
-        )
+            block_nnz = reuse.block_nnz.copy()
+            scan_kernel = 0.0
+        else:
+            if fit_intercept:
+                db = datafit.intercept_update(y, z, s_arg, max_iter=20)
+                b += db
+                z += db
+            theta = datafit.dual_point(y, z, s_arg, fit_intercept)
+            per_block, scan_kernel = scan_pass(
+                ex, blocks, parts, col_bounds, theta, threshold, w, ws_size, alive, prev
+            )
         t_scan = time.perf_counter() - t0
-        per_block = [blk for res, _ in scans for blk in res]
-        scan_kernel = max(dt for _, dt in scans)
+        last = LastScan(per_block, theta, threshold, ws_size, block_nnz)
         for j, blk in enumerate(per_block):
             alive[j] = blk[3]
             if block_nnz[j] < 0:  # the first scan visits every column of the block
@@ -267,4 +275,65 @@ def solve_ws(
         passes_=passes,
         screened_=screened,
     )
-    return res_, z
+    last.block_nnz = block_nnz
+    return res_, z, last
+
+
+@dataclass
+class LastScan:
+    """A pass's per-block results (``scan_task`` output), with its ``theta``, threshold and
+    candidate count, and the blocks' nonzeros (for counting passes)."""
+
+    per_block: list[tuple]
+    theta: np.ndarray
+    threshold: float
+    ws_size: int
+    block_nnz: np.ndarray
+
+
+def scan_pass(ex, blocks, parts, col_bounds, theta, threshold, w, ws_size, alive, prev):
+    """One pass (:func:`dl1.solvers._tasks.scan_task` per partition): per-block results and
+    the slowest partition's kernel seconds."""
+    scans = ex.gather(
+        [
+            ex.submit(
+                T.scan_task,
+                [blocks[j] for j in part],
+                theta,
+                threshold,
+                _sparse_parts(w, col_bounds, part),
+                ws_size,
+                [alive[j] for j in part],
+                prev,
+            )
+            for part in parts
+        ]
+    )
+    return [blk for res, _ in scans for blk in res], max(dt for _, dt in scans)
+
+
+def rescan(
+    ex,
+    blocks,
+    col_bounds,
+    n_partitions,
+    y,
+    sw,
+    datafit,
+    fit_intercept,
+    threshold,
+    w,
+    z,
+    ws_start=64,
+):
+    """The :class:`LastScan` a solve ending at ``(w, z)`` made (for resuming a path): the
+    same pass, bit for bit, since ``theta`` depends on ``z`` only."""
+    K = len(blocks)
+    parts = [list(a) for a in np.array_split(np.arange(K), max(1, min(n_partitions, K)))]
+    theta = datafit.dual_point(y, z, None if sw.shape[0] == 0 else sw, fit_intercept)
+    ws_size = max(ws_start, 2 * int(np.count_nonzero(w)))
+    per_block, _ = scan_pass(
+        ex, blocks, parts, col_bounds, theta, threshold, w, ws_size, [None] * K, None
+    )
+    block_nnz = np.array([blk[4] for blk in per_block], dtype=np.int64)
+    return LastScan(per_block, theta, threshold, ws_size, block_nnz)
