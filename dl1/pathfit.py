@@ -221,6 +221,7 @@ def path(
                 dense_max=dense_max(streamed),
                 z0=z,
                 reuse=last if reuse else None,
+                groups0=None if last is None else last.groups,
             )
         res.streamed_ = streamed
         w = res.coef_

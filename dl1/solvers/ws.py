@@ -14,7 +14,7 @@ through the coordinator; the columns move worker to worker.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,7 @@ def solve_ws(
     dense_max: int = T.GRAM_DENSE_MAX,
     z0: np.ndarray | None = None,
     reuse: LastScan | None = None,
+    groups0: list | None = None,
 ) -> tuple[FitResult, np.ndarray, LastScan]:
     """Run outer iterations until ``gap <= tol * P(0)``; see the module docstring.
 
@@ -60,7 +61,8 @@ def solve_ws(
     ``w0, b0, z0``), replaces the first pass (Lasso and L1-logistic without screening):
     ``X^T theta`` does not depend on alpha, only the thresholds do, so the certifying pass of
     one alpha is also the first pass of the next. Returned: the result, ``X w + b`` and the
-    :class:`LastScan` of the last pass. ``handles`` are task handles of
+    :class:`LastScan` of the last pass (whose ``groups``, the gathered columns, can be
+    passed as ``groups0`` to the next solve). ``handles`` are task handles of
     ``y`` and ``sw`` shared between solves of a path. With ``screen`` (Lasso and
     L1-logistic), each pass also applies the gap-safe sphere test of the previous point and
     later passes skip the screened columns; the certificate is then the gap of the screened
@@ -107,7 +109,9 @@ def solve_ws(
     prev: tuple[np.ndarray, float, float] | None = None
     block_nnz = np.full(K, -1, dtype=np.int64)
     max_s = 1.0 if sw.shape[0] == 0 else float(sw.max())
-    groups: list[tuple[Any, np.ndarray, bool]] = []
+    # gathered columns (task handle, feature ids, fresh), cached across rounds and, in a
+    # path, across alphas (the working sets of neighbouring alphas share most columns)
+    groups: list[tuple[Any, np.ndarray, bool]] = list(groups0 or [])
     # constant inputs of the subproblem travel once (held by tasks, hence recomputable)
     if handles is None:
         handles = (ex.submit(T.identity, y), ex.submit(T.identity, sw))
@@ -276,6 +280,7 @@ def solve_ws(
         screened_=screened,
     )
     last.block_nnz = block_nnz
+    last.groups = groups
     return res_, z, last
 
 
@@ -289,6 +294,7 @@ class LastScan:
     threshold: float
     ws_size: int
     block_nnz: np.ndarray
+    groups: list = field(default_factory=list)
 
 
 def scan_pass(ex, blocks, parts, col_bounds, theta, threshold, w, ws_size, alive, prev):
