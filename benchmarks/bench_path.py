@@ -10,7 +10,7 @@ gap 1e-6 (gap / P(0)). Each peer's ``(w, b)`` at every alpha is checked with dl1
 
 Peers run in child processes with X in memory (loading not timed): scikit-learn's ``Lasso``
 (``enet_path`` for each alpha, warm start), celer's and skglm's ``Lasso`` (warm start).
-dl1 runs on a 2-worker LocalCluster (gap-safe screening on, blocks in worker memory;
+dl1 runs on a 2-worker LocalCluster (blocks in worker memory, screening with ``--screen``;
 reading the store is included in its time, numba compilation is not).
 
     python benchmarks/bench_path.py --presets tfidf log1p --time-limit 3600
@@ -26,7 +26,7 @@ import numpy as np
 from bench_fit import TARGET, _load, _peak_mb, certify, in_child
 
 
-def _run_dl1(path, grid, tol, q):
+def _run_dl1(path, grid, tol, screen, q):
     from distributed import Client, LocalCluster
 
     import dl1
@@ -37,7 +37,7 @@ def _run_dl1(path, grid, tol, q):
     ):
         dl1.solvers.executor.DistributedExecutor(client)  # warm-up, excluded
         t0 = time.perf_counter()
-        res = dl1.path(path, alphas=grid, tol=tol, screen=True, client=client)
+        res = dl1.path(path, alphas=grid, tol=tol, screen=screen, client=client)
         dt = time.perf_counter() - t0
         mem = _peak_mb() + sum(client.run(_peak_mb).values())
     coefs = res.coefs_.tocsc()
@@ -95,6 +95,7 @@ def main(argv=None) -> None:
     ap.add_argument("--eps", type=float, default=1e-2)
     ap.add_argument("--time-limit", type=float, default=3600.0, help="seconds per peer")
     ap.add_argument("--peers", nargs="+", default=["sklearn", "celer", "skglm"])
+    ap.add_argument("--screen", action="store_true", help="dl1 with gap-safe screening")
     args = ap.parse_args(argv)
 
     from dl1.datasets import make_e2006_like
@@ -118,7 +119,7 @@ def main(argv=None) -> None:
         rows = {}
         for name in ["dl1", *args.peers]:
             if name == "dl1":
-                dt, out, mem, passes = in_child(_run_dl1, str(path), grid, TARGET)
+                dt, out, mem, passes = in_child(_run_dl1, str(path), grid, TARGET, args.screen)
             else:
                 tol = 5e-7 if name in ("sklearn", "celer") else TARGET
                 dt, out, mem, passes = in_child(
