@@ -122,6 +122,18 @@ def certify(X, y, coef, b, alpha):
     return gap / p0
 
 
+def preset_data(preset: str, data_dir: str):
+    """(store path, X in memory, y, alpha_max) of a preset, generated once into ``data_dir``."""
+    from dl1.datasets import make_e2006_like
+
+    path = Path(data_dir) / f"{preset}.zarr"
+    if not (path / "dl1-manifest.json").exists():
+        print(f"generating {preset} -> {path}", flush=True)
+        make_e2006_like(path, preset=preset, seed=0, overwrite=True)
+    X, y = _load(path)
+    return path, X, y, np.abs(X.T @ (y - y.mean())).max() / X.shape[0]
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--presets", nargs="+", default=["tfidf", "log1p"])
@@ -132,16 +144,8 @@ def main(argv=None) -> None:
     ap.add_argument("--peers", nargs="+", default=["sklearn", "celer", "skglm"])
     args = ap.parse_args(argv)
 
-    from dl1.datasets import make_e2006_like
-
     for preset in args.presets:
-        path = Path(args.data_dir) / f"{preset}.zarr"
-        if not (path / "dl1-manifest.json").exists():
-            print(f"generating {preset} -> {path}", flush=True)
-            make_e2006_like(path, preset=preset, seed=0, overwrite=True)
-        X, y = _load(path)
-        n = X.shape[0]
-        amax = np.abs(X.T @ (y - y.mean())).max() / n
+        path, X, y, amax = preset_data(preset, args.data_dir)
         alpha = amax / args.ratio
         print(
             f"\n{preset}: {X.shape[0]:,} x {X.shape[1]:,}, nnz {X.nnz:,}; alpha = alpha_max/"

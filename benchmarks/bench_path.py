@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import numpy as np
-from bench_fit import TARGET, _load, _peak_mb, certify, in_child
+from bench_fit import TARGET, _load, _peak_mb, certify, in_child, preset_data
 
 
 def _run_dl1(path, grid, tol, screen, q):
@@ -98,17 +97,10 @@ def main(argv=None) -> None:
     ap.add_argument("--screen", action="store_true", help="dl1 with gap-safe screening")
     args = ap.parse_args(argv)
 
-    from dl1.datasets import make_e2006_like
     from dl1.pathfit import alpha_grid
 
     for preset in args.presets:
-        path = Path(args.data_dir) / f"{preset}.zarr"
-        if not (path / "dl1-manifest.json").exists():
-            print(f"generating {preset} -> {path}", flush=True)
-            make_e2006_like(path, preset=preset, seed=0, overwrite=True)
-        X, y = _load(path)
-        n = X.shape[0]
-        amax = np.abs(X.T @ (y - y.mean())).max() / n
+        path, X, y, amax = preset_data(preset, args.data_dir)
         grid = alpha_grid(amax, args.n_alphas, args.eps)
         print(
             f"\n{preset}: {X.shape[0]:,} x {X.shape[1]:,}, nnz {X.nnz:,}; {args.n_alphas} alphas"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import threading
 import time
 from pathlib import Path
 
@@ -30,34 +29,6 @@ import psutil
 
 def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-class PeakRSS:
-    """Peak resident memory of some processes, sampled every ``period`` seconds."""
-
-    def __init__(self, pids, period: float = 0.05) -> None:
-        self.procs = [psutil.Process(p) for p in pids]
-        self.peak = {p.pid: 0 for p in self.procs}
-        self.period = period
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for p in self.procs:
-                try:
-                    self.peak[p.pid] = max(self.peak[p.pid], p.memory_info().rss)
-                except psutil.NoSuchProcess:
-                    pass
-            time.sleep(self.period)
-
-    def __enter__(self) -> PeakRSS:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def main() -> None:
@@ -90,6 +61,7 @@ def main() -> None:
     import dl1
     from dl1.datasets import make_e2006_like
     from dl1.fit import block_memory
+    from dl1.monitor import PeakRSS
 
     t_gen = float("nan")
     if not (args.store / "dl1-manifest.json").exists():
@@ -142,7 +114,7 @@ def main() -> None:
             )
             t_last[0] = now
 
-        with PeakRSS(pids.values()) as rss:
+        with PeakRSS(pids.values(), period=0.05) as rss:
             t0 = time.perf_counter()
             res = dl1.path(
                 args.store,

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import threading
-import time
 import warnings
 
 import numpy as np
-import psutil
 import pytest
 
 import dl1
 from dl1.datasets import make_e2006_like
 from dl1.errors import StoreCorruptError, ValidationError
 from dl1.fit import WORKER_BASELINE, _sources, block_memory, decide_stream
+from dl1.monitor import PeakRSS
 from dl1.solvers import _tasks as T
 from dl1.solvers.cd import ConvergenceWarning
 from dl1.store import open_store
@@ -129,33 +127,6 @@ def test_fully_screened_block_is_not_read(store):
     assert a[0][0] == b[0][0] and np.array_equal(a[0][1], b[0][1])
 
 
-class _PeakRSS:
-    """Peak resident memory of each worker process of a LocalCluster, sampled every 20 ms."""
-
-    def __init__(self, pids):
-        self.procs = [psutil.Process(pid) for pid in pids]
-        self.peak = {p.pid: 0 for p in self.procs}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self._stop.is_set():
-            for p in self.procs:
-                try:
-                    self.peak[p.pid] = max(self.peak[p.pid], p.memory_info().rss)
-                except psutil.NoSuchProcess:
-                    pass
-            time.sleep(0.02)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-
 def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
     """The path on a store streamed by workers with a small memory limit.
 
@@ -184,7 +155,7 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
     ):
         pids = client.run(os.getpid)
         held = []
-        with _PeakRSS(pids.values()) as rss:
+        with PeakRSS(pids.values()) as rss:
             res = dl1.path(
                 path,
                 client=client,
