@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 from dl1.convert import from_dask, from_scipy, open  # noqa: E402
 from dl1.fit import alpha_max, fit  # noqa: E402
-from dl1.pathfit import path  # noqa: E402
+from dl1.pathfit import delta_max, path  # noqa: E402
 from dl1.solvers.cd import ConvergenceWarning, FitResult  # noqa: E402
 from dl1.store import Store, open_store  # noqa: E402
 
@@ -14,6 +14,7 @@ __all__ = [
     "Store",
     "__version__",
     "alpha_max",
+    "delta_max",
     "fit",
     "from_dask",
     "from_scipy",

@@ -17,6 +17,7 @@ from dl1.penalties.elastic_net import ElasticNet
 from dl1.solvers import _tasks as T
 from dl1.solvers.cd import FitResult, solve
 from dl1.solvers.executor import executor_for
+from dl1.solvers.fw import FWProblem, FWResult, sample_size, solve_fw
 from dl1.solvers.ws import solve_ws
 from dl1.store import Store, open_store
 
@@ -209,14 +210,14 @@ def fit(
     X: Any,
     y: Any = None,
     *,
-    alpha: float,
+    alpha: float | None = None,
     l1_ratio: float = 1.0,
     loss: str = "squared",
     fit_intercept: bool = True,
     standardize: bool = False,
     sample_weight: Any = None,
     tol: float = 1e-4,
-    max_rounds: int = 1000,
+    max_rounds: int | None = None,
     n_partitions: int = 2,
     n_epochs: int = 1,
     random_order: bool = False,
@@ -228,7 +229,12 @@ def fit(
     split: str = "train",
     verbose: bool = False,
     callback: Any = None,
-) -> FitResult:
+    l1_ball: float | None = None,
+    sample: float | tuple[float, int] = 0.01,
+    stop: str = "paper",
+    step_tol: float = 1e-3,
+    certify: bool = True,
+) -> FitResult | FWResult:
     """Fit an L1 / elastic-net linear model, certified by its duality gap.
 
     Minimises ``F(X w + b) + alpha * (l1_ratio ||w||_1 + (1 - l1_ratio) / 2 ||w||_2^2)`` with
@@ -244,7 +250,7 @@ def fit(
     y : array_like or dask array, optional
         Targets; read from the store when X is a store.
     alpha, l1_ratio : float
-        Penalty strength and mix (1.0: Lasso / L1 logistic).
+        Penalty strength and mix (1.0: Lasso / L1 logistic). Not used by ``solver="fw"``.
     loss : {"squared", "logistic"}
     fit_intercept : bool
         Fit an unpenalised intercept.
@@ -254,8 +260,9 @@ def fit(
     sample_weight : array_like, optional
     tol : float
         Stop when the duality gap is ``<= tol * P(0)``.
-    max_rounds : int
-        Round limit; reaching it warns (ConvergenceWarning) with the gap reached.
+    max_rounds : int, optional
+        Round limit; reaching it warns (ConvergenceWarning) with the gap reached. Default
+        1000 (for ``"fw"``, where a round is one Frank-Wolfe iteration: 10000).
     n_partitions : int
         Groups of feature blocks whose updates are added each round (CoCoA+ sigma').
         Fixed by the caller, not by the cluster, so results do not depend on the number of
@@ -266,11 +273,14 @@ def fit(
         Uniformly random coordinate order (stochastic coordinate descent) instead of cyclic.
     seed : int
         Seed of the random order.
-    solver : {"ws", "cd"}
+    solver : {"ws", "cd", "fw"}
         ``"ws"``: working sets (:mod:`dl1.solvers.ws`): each round is one full pass that
         certifies the current point and picks the features to gather; the restricted problem
         is solved on one worker. ``"cd"``: every round runs coordinate descent on all
-        features of every partition (:mod:`dl1.solvers.cd`).
+        features of every partition (:mod:`dl1.solvers.cd`). ``"fw"``: randomized
+        Frank-Wolfe for the *constrained* Lasso ``min 1/2 ||y - X w - b||^2`` s.t.
+        ``||w||_1 <= l1_ball`` (:mod:`dl1.solvers.fw`; squared loss, no sample weights,
+        blocks held in worker memory); returns a :class:`dl1.solvers.fw.FWResult`.
     screen : bool
         Gap-safe sphere screening during the passes of the ``"ws"`` solver (Lasso and
         L1-logistic): screened columns are skipped by later passes. Off by default: on the
@@ -290,14 +300,58 @@ def fit(
         Print one line per round.
     callback : callable, optional
         Called with each round's history entry (for progress display).
+    l1_ball : float, optional
+        ``solver="fw"`` only: radius ``delta`` of the l1 ball.
+    sample : float or (float, int)
+        ``solver="fw"`` only: columns scored per iteration, as a fraction of p (the paper's
+        0.01, 0.02, 0.03; 1.0 is deterministic FW) or ``(rho, s)`` for the sample size of
+        Frandi et al.'s Eq. (12) (confidence ``rho`` of sampling one of ``s`` relevant
+        features); see :func:`dl1.solvers.fw.sample_size`.
+    stop : {"paper", "gap"}
+        ``solver="fw"`` only: ``"paper"`` stops when ``||w_{k+1} - w_k||_inf <= step_tol``
+        (the paper's rule); ``"gap"`` when the exact FW gap is ``<= tol * f(0)``.
+    step_tol : float
+        ``solver="fw"``, ``stop="paper"``: the step threshold (paper: 1e-3).
+    certify : bool
+        ``solver="fw"`` only: finish with one full pass so that the reported FW gap (and the
+        duality gap of the corresponding penalised Lasso) is exact, not a sample estimate.
 
     Returns
     -------
-    FitResult
+    FitResult, or FWResult for ``solver="fw"``
     """
+    if solver not in ("ws", "cd", "fw"):
+        raise ValueError(f"solver must be 'ws', 'cd' or 'fw', got {solver!r}")
+    if solver == "fw":
+        return _fit_fw(
+            X,
+            y,
+            l1_ball=l1_ball,
+            alpha=alpha,
+            loss=loss,
+            fit_intercept=fit_intercept,
+            standardize=standardize,
+            sample_weight=sample_weight,
+            tol=tol,
+            max_iter=10000 if max_rounds is None else max_rounds,
+            n_partitions=n_partitions,
+            seed=seed,
+            stream=stream,
+            client=client,
+            split=split,
+            verbose=verbose,
+            callback=callback,
+            sample=sample,
+            stop=stop,
+            step_tol=step_tol,
+            certify=certify,
+        )
+    if l1_ball is not None:
+        raise ValueError("l1_ball is the constraint of solver='fw'; penalised solvers take alpha")
+    if alpha is None:
+        raise TypeError(f"fit() with solver={solver!r} needs alpha")
     _check_params(alpha, l1_ratio, tol)
-    if solver not in ("ws", "cd"):
-        raise ValueError(f"solver must be 'ws' or 'cd', got {solver!r}")
+    max_rounds = 1000 if max_rounds is None else max_rounds
     Xd, y, sw, datafit, store = _problem(X, y, sample_weight, loss, split)
     ex = executor_for(client)
     streamed = decide_stream(stream, store, split, ex)
@@ -339,6 +393,93 @@ def fit(
     if standardize:
         scales = np.concatenate(ex.gather([ex.submit(_scale, b) for b in blocks]))
         res.coef_ = res.coef_ * scales
+    return res
+
+
+def fw_problem(
+    X: Any,
+    y: Any,
+    *,
+    loss: str,
+    fit_intercept: bool,
+    standardize: bool,
+    sample_weight: Any,
+    n_partitions: int,
+    sample: float | tuple[float, int],
+    stream: bool | None,
+    client: Any,
+    split: str,
+) -> tuple[FWProblem, float]:
+    """The blocks in worker memory and the fixed data of the FW solver (``sigma = X^T y``).
+
+    Returns the problem and the seconds spent loading the blocks.
+    """
+    if loss != "squared":
+        raise ValidationError(
+            f"solver='fw' solves the constrained least-squares Lasso; loss={loss!r} has no "
+            "closed-form line search here (use solver='ws')"
+        )
+    if sample_weight is not None:
+        raise ValidationError("solver='fw' does not take sample weights (use solver='ws')")
+    Xd, yv, sw, _, store = _problem(X, y, None, loss, split)
+    if sw.shape[0]:
+        raise ValidationError(
+            "the store holds sample weights, which solver='fw' does not take (use solver='ws')"
+        )
+    ex = executor_for(client)
+    if decide_stream(stream, store, split, ex):
+        raise ValidationError(
+            "solver='fw' needs the feature blocks in worker memory: every iteration scores a "
+            "random sample of columns of every block, so out of core it would read the whole "
+            f"store per iteration ({block_memory(store, split) / 2**30:.2f} GiB of blocks "
+            "against the workers' memory limits); use solver='ws' or workers with more memory"
+        )
+    t0 = time.perf_counter()
+    blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, False)
+    ex.wait(blocks)
+    t_load = time.perf_counter() - t0
+    kappa = sample_size(int(cb[-1]), sample)
+    prob = FWProblem(
+        ex, blocks, cb, yv, fit_intercept=fit_intercept, n_partitions=n_partitions, kappa=kappa
+    )
+    return prob, t_load
+
+
+def _fit_fw(X, y, *, l1_ball, alpha, stream, sample, **kw) -> FWResult:
+    if alpha is not None:
+        raise ValueError(
+            "solver='fw' solves the constrained Lasso: give l1_ball (the radius delta), not alpha"
+        )
+    if l1_ball is None:
+        raise TypeError("fit() with solver='fw' needs l1_ball")
+    if not kw["tol"] > 0:
+        raise ValueError(f"tol must be > 0, got {kw['tol']!r}")
+    prob, t_load = fw_problem(
+        X,
+        y,
+        loss=kw["loss"],
+        fit_intercept=kw["fit_intercept"],
+        standardize=kw["standardize"],
+        sample_weight=kw["sample_weight"],
+        n_partitions=kw["n_partitions"],
+        sample=sample,
+        stream=stream,
+        client=kw["client"],
+        split=kw["split"],
+    )
+    res, _ = solve_fw(
+        prob,
+        float(l1_ball),
+        stop=kw["stop"],
+        step_tol=kw["step_tol"],
+        tol=kw["tol"],
+        max_iter=kw["max_iter"],
+        seed=kw["seed"],
+        certify=kw["certify"],
+        verbose=kw["verbose"],
+        callback=kw["callback"],
+    )
+    res.load_seconds_ = t_load
     return res
 
 

@@ -48,6 +48,11 @@ class PathResult:
         Test log-loss and accuracy (logistic loss with test data).
     extra_ : list of dict or None, optional
         Per-alpha extra data recorded by the path coordinator.
+    deltas_ : ndarray (n_alphas,) or None
+        Constrained (Frank-Wolfe) paths: the l1-ball radii, increasing; ``alphas_`` then
+        holds the penalised Lasso alpha each solution corresponds to (see
+        :class:`dl1.solvers.fw.FWResult`), ``gaps_`` the relative FW gaps, and the figures
+        are drawn against delta.
     """
 
     alphas_: np.ndarray
@@ -66,6 +71,7 @@ class PathResult:
     test_logloss_: np.ndarray | None = None
     test_accuracy_: np.ndarray | None = None
     extra_: list[dict[str, Any] | None] | None = None
+    deltas_: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.loss not in METRICS:
@@ -86,6 +92,7 @@ class PathResult:
             ("test_mse_", np.float64),
             ("test_logloss_", np.float64),
             ("test_accuracy_", np.float64),
+            ("deltas_", np.float64),
         ):
             v = getattr(self, name)
             if v is None:
@@ -170,6 +177,12 @@ class PathResult:
         k = self.best_index_
         return None if k is None else float(self.alphas_[k])
 
+    @property
+    def best_delta_(self) -> float | None:
+        """Constrained paths: the delta of least validation error (None otherwise)."""
+        k = self.best_index_
+        return None if k is None or self.deltas_ is None else float(self.deltas_[k])
+
     def _metric_columns(self) -> list[tuple[str, np.ndarray]]:
         cols = [("test_mse", self.test_mse_)]
         if self.loss == "logistic":
@@ -194,14 +207,19 @@ class PathResult:
         """
         metrics = self._metric_columns()
         best = self.best_index_
+        dcol = self.deltas_ is not None
         head = (
-            f"{'k':>4} {'alpha':>11} {'nnz':>8} {'rel_gap':>9} {'certified':>9} "
+            f"{'k':>4}"
+            + (f" {'delta':>11}" if dcol else "")
+            + f" {'alpha':>11} {'nnz':>8} {'rel_gap':>9} {'certified':>9} "
             f"{'passes':>8} {'seconds':>9}"
         ) + "".join(f" {name:>12}" for name, _ in metrics)
         lines = [head]
         for k in range(self.n_alphas):
             line = (
-                f"{k:4d} {self.alphas_[k]:11.4e} {self.n_active_[k]:8d} {self.gaps_[k]:9.2e} "
+                f"{k:4d}"
+                + (f" {self.deltas_[k]:11.4e}" if dcol else "")
+                + f" {self.alphas_[k]:11.4e} {self.n_active_[k]:8d} {self.gaps_[k]:9.2e} "
                 f"{'yes' if self.converged_[k] else 'NO':>9} {self.passes_[k]:8.2f} "
                 f"{self.seconds_[k]:9.2f}"
             ) + "".join(f" {v[k]:12.6g}" for _, v in metrics)
@@ -255,9 +273,7 @@ class PathResult:
         feats = self._top_features()
         paths = self.coefs_.tocsr()[feats].toarray() if feats.size else np.zeros((0, 0))
         for j, row in zip(feats, paths, strict=True):
-            ax.plot(
-                self.alphas_, row, lw=1, marker="." if self.n_alphas < 3 else None, label=f"x{j}"
-            )
+            ax.plot(self._x, row, lw=1, marker="." if self.n_alphas < 3 else None, label=f"x{j}")
         n_ever = np.unique(self.coefs_.indices).size
         shown = f"{feats.size} of {n_ever}" if feats.size < n_ever else f"{n_ever}"
         ax.set_title(f"coefficient paths ({shown} features ever nonzero)")
@@ -270,17 +286,17 @@ class PathResult:
 
     def _plot_support_gap(self) -> Any:
         fig, (ax1, ax2) = _figure(nrows=2, sharex=True, height=6.0)
-        ax1.plot(self.alphas_, self.n_active_, "o-", ms=3)
+        x = self._x
+        ax1.plot(x, self.n_active_, "o-", ms=3)
         ax1.set_ylabel("nonzero coefficients")
-        ax1.set_title(f"support size and relative duality gap (tol={self.tol:g})")
+        kind = "FW" if self.deltas_ is not None else "duality"
+        ax1.set_title(f"support size and relative {kind} gap (tol={self.tol:g})")
         gaps = self.gaps_
         positive = np.isfinite(gaps) & (gaps > 0)
         ok, bad = self.converged_, ~self.converged_
-        ax2.plot(self.alphas_[ok], gaps[ok], "o", ms=3, color="tab:blue", label="certified")
+        ax2.plot(x[ok], gaps[ok], "o", ms=3, color="tab:blue", label="certified")
         if bad.any():
-            ax2.plot(
-                self.alphas_[bad], gaps[bad], "X", ms=8, color="tab:red", label="not certified"
-            )
+            ax2.plot(x[bad], gaps[bad], "X", ms=8, color="tab:red", label="not certified")
         if positive.any() and self.tol > 0:
             ax2.set_yscale("log")
         ax2.axhline(self.tol, color="gray", ls="--", lw=0.8, label="tol")
@@ -293,18 +309,29 @@ class PathResult:
         metrics = self._metric_columns()
         fig, axes = _figure(nrows=len(metrics), sharex=True, height=3.0 + 2.0 * len(metrics))
         axes = np.atleast_1d(axes)
-        best = self.best_alpha_
+        which = "delta" if self.deltas_ is not None else "alpha"
+        best = self.best_delta_ if self.deltas_ is not None else self.best_alpha_
         for ax, (name, v) in zip(axes, metrics, strict=True):
-            ax.plot(self.alphas_, v, "o-", ms=3)
+            ax.plot(self._x, v, "o-", ms=3)
             ax.set_ylabel(_LABELS[name])
             if best is not None:
-                ax.axvline(best, color="tab:green", ls="--", lw=1, label=f"best alpha {best:.4g}")
+                ax.axvline(best, color="tab:green", ls="--", lw=1, label=f"best {which} {best:.4g}")
                 ax.legend(fontsize="small")
         axes[0].set_title("validation error")
         self._alpha_axis(axes[-1])
         return fig
 
+    @property
+    def _x(self) -> np.ndarray:
+        return self.deltas_ if self.deltas_ is not None else self.alphas_
+
     def _alpha_axis(self, ax: Any) -> None:
+        if self.deltas_ is not None:
+            d = self.deltas_
+            if d.size and np.all(np.isfinite(d) & (d > 0)):
+                ax.set_xscale("log")
+            ax.set_xlabel("delta (radius of the l1 ball)")
+            return
         a = self.alphas_
         if a.size and np.all(np.isfinite(a) & (a > 0)):
             ax.set_xscale("log")

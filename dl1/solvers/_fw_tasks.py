@@ -1,0 +1,89 @@
+"""Worker-side tasks of the randomized Frank-Wolfe solver (:mod:`dl1.solvers.fw`).
+
+Plain functions of arrays, run by Dask workers next to their feature blocks (or
+in-process). Each round a partition scores its share of the random sample against ``p = X a``
+and returns its best candidate only: the chosen column travels, the sample does not.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from dl1.kernels.fw import fw_column, fw_score_columns
+from dl1.kernels.linalg import csc_rmatvec
+from dl1.solvers._tasks import Block
+
+
+def sigma_task(blocks: list[Block], y: np.ndarray) -> list[np.ndarray]:
+    """``sigma_j = z_j^T y`` for every column of every block (Frandi et al., Sec. 4.2)."""
+    out = []
+    for b in blocks:
+        s = np.empty(b.ncols)
+        csc_rmatvec(b.indptr, b.indices, b.data, b.col_scale, y, s)
+        out.append(s)
+    return out
+
+
+def nnz_task(blocks: list[Block]) -> list[int]:
+    """Nonzeros of each block."""
+    return [int(b.indices.shape[0]) for b in blocks]
+
+
+def sample_columns(ncols: int, kappa: int, seed: int, it: int, j: int) -> np.ndarray:
+    """The ``kappa`` distinct columns (sorted) block ``j`` scores at iteration ``it``.
+
+    Drawn from a generator seeded by ``(seed, it, j)`` only, so the sample, and hence the
+    whole run, does not depend on how blocks are spread over workers or partitions.
+    """
+    rng = np.random.default_rng((seed, it, j))
+    return np.sort(rng.choice(ncols, size=kappa, replace=False)).astype(np.int64)
+
+
+def round_task(
+    blocks: list[Block],
+    offsets: list[int],
+    sigmas: list[np.ndarray],
+    p: np.ndarray,
+    kappas: list[int],
+    seed: int,
+    it: int,
+    full: bool,
+):
+    """One FW round on a partition: the best vertex among its sampled (or all) columns.
+
+    Returns
+    -------
+    cand : tuple or None
+        ``(column, grad, sigma, rows, vals, colsum, sqnorm, scale)`` of the partition's
+        column of largest ``|grad|`` (global index; scaled values, the column's scale),
+        None if nothing was scored.
+    scored, visited : int
+        Columns scored (dot products) and nonzeros read.
+    seconds : float
+        Time spent in this task.
+    """
+    t0 = time.perf_counter()
+    best = None
+    best_abs = -1.0
+    scored = visited = 0
+    empty = np.zeros(0, dtype=np.int64)
+    for b, c0, sig, kap in zip(blocks, offsets, sigmas, kappas, strict=True):
+        every = full or kap >= b.ncols
+        if not every and kap == 0:
+            continue
+        cols = empty if every else sample_columns(b.ncols, kap, seed, it, b.j)
+        j, g, m, v = fw_score_columns(b.indptr, b.indices, b.data, b.col_scale, sig, p, cols, every)
+        scored += m
+        visited += v
+        if j >= 0 and abs(g) > best_abs:
+            best_abs = abs(g)
+            best = (b, c0, j, g, sig[j])
+    cand = None
+    if best is not None:
+        b, c0, j, g, s = best
+        rows, vals, total, sq = fw_column(b.indptr, b.indices, b.data, b.col_scale, j)
+        scale = float(b.col_scale[j]) if b.col_scale.shape[0] else 1.0
+        cand = (c0 + j, g, s, rows, vals, total, sq, scale)
+    return cand, scored, visited, time.perf_counter() - t0
