@@ -422,7 +422,9 @@ def solve_fw(
                 if gap <= tol * f0 and wait <= 0:
                     full_next = True
                     wait = cooldown
-                    cooldown *= 2
+                    # back off after failed checks, but no further than one full pass per
+                    # p / kappa sampled rounds: the checks then cost at most half the work
+                    cooldown = min(2 * cooldown, max(1, prob.p // max(prob.kappa, 1)))
         i = int(cand[0])
         dt = -delta if g > 0 else delta
         G = g + cand[2]
@@ -455,6 +457,8 @@ def solve_fw(
         exact = (st.S - st.F + delta * absmax, absmax)
     if exact is not None:
         gap, kind = exact[0], "full pass"
+        if stop == "gap" and gap <= tol * f0:
+            converged = True
     if stop == "gap" and not converged:
         warnings.warn(
             f"Frank-Wolfe stopped at max_iter={max_iter} with relative FW gap "

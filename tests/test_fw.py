@@ -1,0 +1,309 @@
+"""Randomized Frank-Wolfe for the constrained Lasso (solver="fw"), against NumPy references."""
+
+import math
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import dl1
+from dl1.errors import ValidationError
+from dl1.kernels.fw import fw_column, fw_score_columns
+from dl1.solvers._fw_tasks import sample_columns
+from dl1.solvers.fw import sample_size, split_sample
+
+
+def _problem(n=70, p=350, seed=0, density=0.08):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, p, density=density, random_state=seed + 1, format="csc")
+    w = np.zeros(p)
+    w[:6] = rng.standard_normal(6) * 2
+    y = X @ w + 0.1 * rng.standard_normal(n)
+    return X, y
+
+
+def _dense_fw(X, y, delta, iters, intercept=True):
+    """Textbook deterministic Frank-Wolfe (Algorithm 1, exact line search) on dense arrays."""
+    X = X.toarray()
+    if intercept:
+        X = X - X.mean(0)
+        y = y - y.mean()
+    a = np.zeros(X.shape[1])
+    for _ in range(iters):
+        r = y - X @ a
+        g = -X.T @ r
+        i = int(np.argmax(np.abs(g)))
+        u = np.zeros_like(a)
+        u[i] = -delta * np.sign(g[i])
+        v = X @ (u - a)
+        a = a + np.clip((r @ v) / (v @ v), 0.0, 1.0) * (u - a)
+    return a
+
+
+def _centred(X, y, intercept=True):
+    Xd = X.toarray()
+    if intercept:
+        return Xd - Xd.mean(0), y - y.mean()
+    return Xd, y
+
+
+def _fw_gap(X, y, coef, delta, intercept=True):
+    Xc, yc = _centred(X, y, intercept)
+    g = -Xc.T @ (yc - Xc @ coef)
+    return float(coef @ g + delta * np.abs(g).max()), 0.5 * float(np.sum((yc - Xc @ coef) ** 2))
+
+
+def _csc(seed, n=40, p=30, dtype=np.float64):
+    m = sp.random(n, p, density=0.2, random_state=seed, format="csc", dtype=dtype)
+    m.sort_indices()
+    return m.indptr.astype(np.int64), m.indices.astype(np.int32), m.data, m
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("scaled", [False, True])
+def test_score_kernel_matches_numpy(dtype, scaled):
+    indptr, indices, data, m = _csc(3, dtype=dtype)
+    rng = np.random.default_rng(0)
+    n, p = m.shape
+    scale = rng.uniform(0.5, 2.0, p) if scaled else np.zeros(0)
+    s = scale if scaled else np.ones(p)
+    y = rng.standard_normal(n)
+    pv = rng.standard_normal(n)
+    sigma = s * (m.T @ y)
+    grad = s * (m.T.astype(np.float64) @ pv) - sigma
+    for cols, every in ((np.zeros(0, np.int64), True), (np.array([1, 4, 7, 20], np.int64), False)):
+        best, g, scored, visited = fw_score_columns(
+            indptr, indices, data, scale, sigma, pv, cols, every
+        )
+        idx = np.arange(p) if every else cols
+        j = idx[int(np.argmax(np.abs(grad[idx])))]
+        assert best == j
+        assert g == pytest.approx(grad[j], rel=1e-6 if dtype == np.float32 else 1e-12)
+        assert scored == idx.shape[0]
+        assert visited == int(np.diff(indptr)[idx].sum())
+    rows, vals, total, sq = fw_column(indptr, indices, data, scale, 5)
+    col = m[:, 5].toarray().ravel().astype(np.float64) * s[5]
+    dense = np.zeros(n)
+    dense[rows] = vals
+    np.testing.assert_allclose(dense, col, rtol=1e-6)
+    assert total == pytest.approx(col.sum()) and sq == pytest.approx(col @ col)
+
+
+def test_sample_size_rules():
+    assert sample_size(4272227, 0.01) == 42723  # the paper's Table 3, E2006-log1p
+    assert sample_size(150360, 0.03) == 4511  # E2006-tfidf, 3%
+    assert sample_size(10, 1.0) == 10
+    # Eq. (12): confidence 0.98 of catching one of 2% relevant features: 194 (Sec. 4.5)
+    p = 100000
+    assert sample_size(p, (0.98, 2000)) == math.ceil(math.log(0.02) / math.log(0.98)) == 194
+    for bad in (0.0, 1.5, -0.1, (1.0, 5), (0.9, 0), (0.9, 2 * p)):
+        with pytest.raises(ValueError):
+            sample_size(p, bad)
+
+
+def test_split_sample_is_proportional_and_exact():
+    widths = np.array([7, 300, 13, 1000, 1])
+    for kappa in (1, 5, 50, 1321):
+        parts = split_sample(kappa, widths)
+        assert parts.sum() == kappa
+        assert np.all(parts <= widths) and np.all(parts >= 0)
+        assert np.all(np.abs(parts - kappa * widths / widths.sum()) < 1.0 + 1e-12)
+    cols = sample_columns(1000, 30, 7, 3, 2)
+    assert cols.shape == (30,) and np.unique(cols).shape == (30,) and np.all(np.diff(cols) > 0)
+    np.testing.assert_array_equal(cols, sample_columns(1000, 30, 7, 3, 2))
+    assert not np.array_equal(cols, sample_columns(1000, 30, 7, 4, 2))
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_full_sample_equals_deterministic_fw(intercept):
+    X, y = _problem()
+    delta = 4.0
+    ref = _dense_fw(X, y, delta, 150, intercept)
+    Xd = da.from_array(X, chunks=(X.shape[0], 120), asarray=False)  # 3 blocks, uneven
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dl1.ConvergenceWarning)
+        res = dl1.fit(
+            Xd,
+            y,
+            solver="fw",
+            l1_ball=delta,
+            sample=1.0,
+            stop="gap",
+            tol=1e-300,
+            max_rounds=150,
+            fit_intercept=intercept,
+        )
+    assert res.n_iter_ == 150
+    np.testing.assert_allclose(res.coef_, ref, atol=1e-12)
+    gap, f = _fw_gap(X, y, res.coef_, delta, intercept)
+    assert res.loss_ == pytest.approx(f, rel=1e-10)
+    assert res.gap_kind_ == "full pass"
+    assert res.fw_gap_ == pytest.approx(gap, rel=1e-8, abs=1e-12)
+    pred = X @ res.coef_ + res.intercept_
+    assert 0.5 * np.sum((y - pred) ** 2) == pytest.approx(f, rel=1e-10)
+
+
+def test_fw_gap_goes_to_zero_and_is_exact():
+    X, y = _problem(seed=3)
+    delta = 6.0  # about half the l1 norm of the least-squares fit: several active features
+    gaps = []
+    for iters in (20, 200, 2000):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dl1.ConvergenceWarning)
+            r = dl1.fit(
+                X, y, solver="fw", l1_ball=delta, sample=1.0, stop="gap", tol=1e-300,
+                max_rounds=iters,
+            )  # fmt: skip
+        gaps.append(r.fw_gap_)
+    assert gaps[0] > gaps[1] > gaps[2] > 0
+    # sublinear rate: the gap after 2000 iterations is far below the one after 20
+    assert gaps[2] < gaps[0] / 20
+    # sampled FW with the gap rule: certified, and the certificate recomputed in NumPy
+    res = dl1.fit(X, y, solver="fw", l1_ball=delta, sample=0.2, stop="gap", tol=1e-3)
+    gap, f = _fw_gap(X, y, res.coef_, delta)
+    assert res.certified_ and res.converged_ and res.gap_kind_ == "full pass"
+    assert res.fw_gap_ == pytest.approx(gap, rel=1e-6, abs=1e-12)
+    assert gap <= 1e-3 * res.f0_ * (1 + 1e-9)
+    assert res.l1_norm_ <= delta * (1 + 1e-12)
+    assert res.n_full_passes_ >= 1
+    assert res.dot_products_ >= res.n_iter_ * sample_size(X.shape[1], 0.2)
+
+
+def test_paper_stopping_rule_and_sample_estimate():
+    X, y = _problem(seed=4)
+    res = dl1.fit(X, y, solver="fw", l1_ball=3.0, sample=0.1, stop="paper", step_tol=1e-3)
+    assert res.converged_ and res.gap_kind_ == "full pass"
+    gap, _ = _fw_gap(X, y, res.coef_, 3.0)
+    assert res.fw_gap_ == pytest.approx(gap, rel=1e-6, abs=1e-12)
+    est = dl1.fit(X, y, solver="fw", l1_ball=3.0, sample=0.1, stop="paper", certify=False)
+    np.testing.assert_array_equal(est.coef_, res.coef_)  # same seed, same run
+    assert est.gap_kind_ == "sample estimate" and not est.certified_
+    assert est.fw_gap_ <= gap * (1 + 1e-9)  # a sampled estimate is a lower bound
+    assert math.isnan(est.lasso_gap_)
+
+
+def test_lasso_certificate_of_constrained_solution():
+    X, y = _problem(seed=5)
+    res = dl1.fit(X, y, solver="fw", l1_ball=1.5, sample=1.0, stop="gap", tol=1e-8)
+    Xc, yc = _centred(X, y)
+    n = X.shape[0]
+    alpha = res.lasso_alpha_
+    r = yc - Xc @ res.coef_
+    # the penalised problem's gap, recomputed as scikit-learn defines it (divided by n)
+    primal = 0.5 * r @ r / n + alpha * np.abs(res.coef_).sum()
+    theta = r * min(1.0, n * alpha / np.abs(Xc.T @ r).max())
+    dual = (theta @ yc - 0.5 * theta @ theta) / n
+    assert res.lasso_gap_ == pytest.approx((primal - dual) / (0.5 * yc @ yc / n), rel=1e-6)
+    from sklearn.linear_model import Lasso
+
+    ref = Lasso(alpha=alpha, tol=1e-14, max_iter=100000).fit(X.toarray(), y)
+    assert np.abs(ref.coef_).sum() == pytest.approx(res.l1_norm_, rel=1e-4)
+    np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-4 * np.abs(ref.coef_).max())
+    assert res.intercept_ == pytest.approx(ref.intercept_, abs=1e-4)
+
+
+def test_path_matches_penalised_lasso_with_same_l1_norm():
+    X, y = _problem(n=80, p=400, seed=1)
+    pen = dl1.path(X, y, n_alphas=8, eps=0.3, tol=1e-12)
+    l1 = np.asarray(np.abs(pen.coefs_).sum(axis=0)).ravel()
+    keep = l1 > 0
+    fw = dl1.path(
+        X, y, solver="fw", deltas=l1[keep], sample=0.5, stop="gap", tol=1e-5, max_rounds=50000
+    )
+    assert fw.converged_.all()
+    np.testing.assert_array_equal(fw.deltas_, l1[keep])
+    Xc, yc = _centred(X, y)
+    for k, kp in enumerate(np.flatnonzero(keep)):
+        wp = pen.coefs_[:, kp].toarray().ravel()
+        wf = fw.coefs_[:, k].toarray().ravel()
+        fp = 0.5 * np.sum((yc - Xc @ wp) ** 2)
+        ff = 0.5 * np.sum((yc - Xc @ wf) ** 2)
+        # FW gap <= 1e-5 f(0) bounds f(a) - f*; f(0) < 3 f* here
+        assert fp * (1 - 1e-9) <= ff <= fp * (1 + 3e-5)
+        np.testing.assert_allclose(wf, wp, atol=1e-2 * np.abs(wp).max())
+        assert fw.alphas_[k] == pytest.approx(pen.alphas_[kp], rel=1e-2)
+        assert fw.intercepts_[k] == pytest.approx(pen.intercepts_[kp], abs=1e-2)
+        assert fw.extra_[k]["lasso_gap"] < 1e-4
+
+
+def test_path_grid_warm_starts_and_delta_max(tmp_path):
+    X, y = _problem(seed=2)
+    dmax = dl1.delta_max(X, y, eps=0.05)
+    amax = dl1.alpha_max(X, y)
+    ref = dl1.fit(X, y, alpha=0.05 * amax, tol=1e-10)
+    assert dmax == pytest.approx(np.abs(ref.coef_).sum(), rel=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dl1.ConvergenceWarning)
+        res = dl1.path(X, y, solver="fw", n_alphas=12, eps=0.05, sample=0.3)
+    np.testing.assert_allclose(res.deltas_, np.geomspace(0.05 * dmax, dmax, 12))
+    l1 = np.asarray(np.abs(res.coefs_).sum(axis=0)).ravel()
+    assert np.all(l1 <= res.deltas_ * (1 + 1e-12))
+    # warm starts: most deltas need few iterations once the path is under way
+    its = np.array([e["iterations"] for e in res.extra_])
+    assert res.rounds_.tolist() == its.tolist()
+    assert all(e["gap_kind"] == "full pass" for e in res.extra_)
+    files = res.plot(tmp_path)
+    assert all(f.stat().st_size > 0 for f in files)
+    assert "delta" in res.summary().splitlines()[0]
+
+
+def test_path_validation_error_per_delta():
+    X, y = _problem(n=120, seed=6)
+    Xt, yt = X[80:], y[80:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dl1.ConvergenceWarning)
+        res = dl1.path(X[:80], y[:80], solver="fw", n_alphas=5, sample=0.5, X_test=Xt, y_test=yt)
+    for k in range(5):
+        pred = Xt @ res.coefs_[:, k].toarray().ravel() + res.intercepts_[k]
+        assert res.test_mse_[k] == pytest.approx(np.mean((yt - pred) ** 2), rel=1e-10)
+    assert res.best_delta_ == res.deltas_[res.best_index_]
+
+
+def test_fw_on_local_cluster_is_deterministic(local_cluster):
+    X, y = _problem(n=90, p=500, seed=7)
+    Xd = da.from_array(X, chunks=(90, 130), asarray=False)
+    kw = dict(solver="fw", l1_ball=1.0, sample=0.05, stop="gap", tol=1e-6)
+    local = dl1.fit(Xd, y, **kw)
+    remote = dl1.fit(Xd, y, client=local_cluster, **kw)
+    remote3 = dl1.fit(Xd, y, client=local_cluster, n_partitions=3, **kw)
+    for r in (remote, remote3):
+        np.testing.assert_array_equal(r.coef_, local.coef_)
+        assert r.n_iter_ == local.n_iter_ and r.fw_gap_ == local.fw_gap_
+    assert local.certified_ and local.n_active_ >= 2
+    pkw = dict(solver="fw", deltas=[0.5, 1.0], sample=0.05, stop="gap", tol=1e-6)
+    path = dl1.path(Xd, y, client=local_cluster, **pkw)
+    path_local = dl1.path(Xd, y, **pkw)
+    assert path.converged_.all()
+    assert (path.coefs_ != path_local.coefs_).nnz == 0
+    np.testing.assert_array_equal(path.gaps_, path_local.gaps_)
+
+
+def test_fw_refuses_what_it_does_not_solve(tmp_path):
+    X, y = _problem()
+    with pytest.raises(ValueError, match="l1_ball"):
+        dl1.fit(X, y, solver="fw", alpha=0.1)
+    with pytest.raises(TypeError, match="l1_ball"):
+        dl1.fit(X, y, solver="fw")
+    with pytest.raises(ValueError, match="solver='fw'"):
+        dl1.fit(X, y, alpha=0.1, l1_ball=1.0)
+    with pytest.raises(ValueError, match="delta"):
+        dl1.fit(X, y, solver="fw", l1_ball=-1.0)
+    with pytest.raises(ValidationError, match="loss"):
+        dl1.fit(X, np.sign(y) + (y == 0), solver="fw", l1_ball=1.0, loss="logistic")
+    with pytest.raises(ValidationError, match="sample weights"):
+        dl1.fit(X, y, solver="fw", l1_ball=1.0, sample_weight=np.ones(X.shape[0]))
+    with pytest.raises(ValueError, match="sample"):
+        dl1.fit(X, y, solver="fw", l1_ball=1.0, sample=0.0)
+    with pytest.raises(ValueError, match="stop"):
+        dl1.fit(X, y, solver="fw", l1_ball=1.0, stop="never")
+    with pytest.raises(ValidationError, match="checkpoint"):
+        dl1.path(X, y, solver="fw", deltas=[1.0], checkpoint=tmp_path / "ck")
+    with pytest.raises(ValidationError, match="l1_ratio"):
+        dl1.path(X, y, solver="fw", deltas=[1.0], l1_ratio=0.5)
+    with pytest.raises(ValueError, match="deltas"):
+        dl1.path(X, y, deltas=[1.0])
+    store = dl1.from_scipy(X, y, tmp_path / "s.zarr")
+    with pytest.raises(ValidationError, match="worker memory"):
+        dl1.fit(store, solver="fw", l1_ball=1.0, stream=True)
