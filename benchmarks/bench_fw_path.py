@@ -1,0 +1,274 @@
+"""Frandi et al.'s Table 4/5 setting: CD, SCD and stochastic Frank-Wolfe Lasso paths.
+
+For each preset, in one run on the same data (train split; test split for the MSE):
+
+* **CD (dl1)**: ``dl1.path`` (working sets), 100 alphas from ``lambda_max`` to
+  ``lambda_max / 100``, relative duality gap ``--cd-tol`` at every alpha;
+* **CD (scikit-learn)**: ``Lasso`` warm-started along the same grid, ``tol=--cd-tol``;
+* **SCD**: dl1's feature-partitioned coordinate descent with uniformly random coordinate
+  order (Shalev-Shwartz & Tewari), warm-started along the same grid, same gap;
+* **FW 1%, 2%, 3%**: ``dl1.path(solver="fw")`` on 100 radii from ``delta_max / 100`` to
+  ``delta_max = ||w(lambda_min)||_1`` (the paper's mapping, from a penalised fit at relative
+  gap 1e-8), warm-started with the paper's rescaling, stopped by the paper's rule
+  ``||a_{k+1} - a_k||_inf <= 1e-3``; every radius is then certified by one full pass (exact
+  FW gap), which counts in the time. One FW iteration is one round trip to the workers; with
+  ``--fw-in-process`` FW also runs in a single process (no Dask, one core: the paper's
+  setting), labelled "local".
+
+Printed per method: seconds, iterations (CD: rounds / epochs; FW: iterations), dot products
+(columns scored; CD methods: passes x p, an undercount of their inner updates), passes over
+the nonzeros, mean active features along the path, the least test MSE and the l1 norm where
+it is reached, speed-ups relative to both CD paths, and peak memory (client + workers). FW's
+gaps are reported as measured: the paper's stopping rule does not aim at a small gap.
+dl1's methods run on a 2-worker LocalCluster (blocks in worker memory; loading the store is
+included, numba compilation is not); scikit-learn in a child process with X in memory.
+A figure of test MSE against the l1 norm (the paper's Fig. 5/6) is written per preset.
+
+    python benchmarks/bench_fw_path.py --presets tfidf log1p --data-dir bench-out
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from bench_fit import _load, _peak_mb, in_child, preset_data
+
+
+def _cluster():
+    from distributed import Client, LocalCluster
+
+    import dl1
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0")
+    client = Client(cluster)
+    dl1.solvers.executor.DistributedExecutor(client)  # numba warm-up, excluded
+    return cluster, client
+
+
+def _close(cluster, client):
+    mem = _peak_mb() + sum(client.run(_peak_mb).values())
+    client.close()
+    cluster.close()
+    return mem
+
+
+def _path_out(res):
+    C = res.coefs_.tocsc()
+    return [(C[:, k].toarray().ravel(), float(res.intercepts_[k])) for k in range(C.shape[1])]
+
+
+def _run_delta_max(path, eps, q):
+    import dl1
+
+    cluster, client = _cluster()
+    d = dl1.delta_max(path, eps=eps, client=client)
+    _close(cluster, client)
+    q.put(d)
+
+
+def _run_dl1_cd(path, grid, tol, q):
+    import dl1
+
+    cluster, client = _cluster()
+    t0 = time.perf_counter()
+    res = dl1.path(path, alphas=grid, tol=tol, client=client)
+    dt = time.perf_counter() - t0
+    mem = _close(cluster, client)
+    stats = {
+        "iterations": int(res.rounds_.sum()),
+        "passes": float(res.passes_.sum()),
+        "certified": int(res.converged_.sum()),
+    }
+    q.put((dt, _path_out(res), mem, stats))
+
+
+def _run_scd(path, grid, tol, time_limit, q):
+    from dl1.fit import _load as load_blocks
+    from dl1.fit import _problem
+    from dl1.penalties.elastic_net import ElasticNet
+    from dl1.solvers.cd import solve
+    from dl1.solvers.executor import executor_for
+
+    cluster, client = _cluster()
+    t0 = time.perf_counter()
+    Xd, y, sw, datafit, store = _problem(path, None, None, "squared", "train")
+    ex = executor_for(client)
+    blocks, cb = load_blocks(ex, Xd, sw, False, True, 2, store, "train", False)
+    ex.wait(blocks)
+    w, b, out, epochs, cert = None, None, [], 0, 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for alpha in grid:
+            res, _ = solve(
+                ex, blocks, cb, y, sw, datafit, ElasticNet(float(alpha)), fit_intercept=True,
+                tol=tol, max_rounds=2000, n_partitions=2, n_epochs=1, random_order=True,
+                seed=0, w0=w, b0=b,
+            )  # fmt: skip
+            w, b = res.coef_, res.intercept_
+            out.append((w.copy(), float(b)))
+            epochs += res.n_rounds_
+            cert += int(res.converged_)
+            if time.perf_counter() - t0 > time_limit:
+                break
+    dt = time.perf_counter() - t0
+    mem = _close(cluster, client)
+    q.put((dt, out, mem, {"iterations": epochs, "passes": float(epochs), "certified": cert}))
+
+
+def _run_sklearn(path, grid, tol, time_limit, q):
+    from sklearn.linear_model import Lasso
+
+    X, y = _load(path)
+    m = Lasso(alpha=grid[0], tol=tol, max_iter=100_000, warm_start=True)
+    out, t, epochs = [], 0.0, 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for alpha in grid:
+            m.set_params(alpha=alpha)
+            t0 = time.perf_counter()
+            m.fit(X, y)
+            t += time.perf_counter() - t0
+            epochs += int(m.n_iter_)
+            out.append((np.asarray(m.coef_).ravel().copy(), float(m.intercept_)))
+            if t > time_limit:
+                break
+    q.put((t, out, _peak_mb(), {"iterations": epochs, "passes": float(epochs)}))
+
+
+def _run_fw(path, deltas, sample, local, q):
+    import dl1
+
+    if local:
+        from dl1.solvers.executor import warm_up
+
+        warm_up()
+        cluster = client = None
+    else:
+        cluster, client = _cluster()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = dl1.path(path, solver="fw", deltas=deltas, sample=sample, client=client)
+    dt = time.perf_counter() - t0
+    mem = _peak_mb() if local else _close(cluster, client)
+    ex = res.extra_
+    stats = {
+        "iterations": int(sum(e["iterations"] for e in ex)),
+        "dot_products": int(sum(e["dot_products"] for e in ex)),
+        "passes": float(res.passes_.sum()),
+        "fw_gaps": res.gaps_.copy(),
+        "lasso_gaps": np.array([e["lasso_gap"] for e in ex]),
+        "full_passes": int(sum(e["full_passes"] for e in ex)),
+    }
+    q.put((dt, _path_out(res), mem, stats))
+
+
+def _plot(curves, out: Path, title: str) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for name, (l1, mse) in curves.items():
+        ax.plot(l1, mse, lw=1, label=name)
+    ax.set_xlabel("l1 norm of the solution")
+    ax.set_ylabel("test MSE")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    fig.savefig(out, dpi=100)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--presets", nargs="+", default=["tfidf", "log1p"])
+    ap.add_argument("--data-dir", default="bench-out")
+    ap.add_argument("--n-alphas", type=int, default=100)
+    ap.add_argument("--eps", type=float, default=1e-2)
+    ap.add_argument("--cd-tol", type=float, default=1e-4, help="relative gap of CD and SCD")
+    ap.add_argument("--samples", nargs="+", type=float, default=[0.01, 0.02, 0.03])
+    ap.add_argument("--time-limit", type=float, default=1800.0, help="seconds (sklearn, SCD)")
+    ap.add_argument("--skip", nargs="*", default=[], help="methods to skip: sklearn scd")
+    ap.add_argument(
+        "--fw-in-process",
+        action="store_true",
+        help="also run FW in one process without Dask (no round trip per iteration)",
+    )
+    args = ap.parse_args(argv)
+
+    import dl1
+    from dl1.pathfit import alpha_grid
+
+    for preset in args.presets:
+        path, X, y, amax = preset_data(preset, args.data_dir)
+        store = dl1.open_store(path)
+        import scipy.sparse as sp
+
+        Xt = sp.csr_matrix(store.to_dask("test").compute(scheduler="sync"))
+        yt = store.read("y", "test")
+        grid = alpha_grid(amax, args.n_alphas, args.eps)
+        dmax = in_child(_run_delta_max, str(path), args.eps)
+        deltas = np.geomspace(args.eps * dmax, dmax, args.n_alphas)
+        p, nnz = X.shape[1], X.nnz
+        print(
+            f"\n{preset}: train {X.shape[0]:,} x {p:,} ({nnz:,} nnz), test {Xt.shape[0]:,}; "
+            f"{args.n_alphas} alphas alpha_max={amax:.4g} .. {args.eps:g} alpha_max; "
+            f"{args.n_alphas} deltas {deltas[0]:.4g} .. delta_max={dmax:.4g}",
+            flush=True,
+        )
+        runs = {}
+        runs["CD (dl1)"] = in_child(_run_dl1_cd, str(path), grid, args.cd_tol)
+        if "sklearn" not in args.skip:
+            runs["CD (sklearn)"] = in_child(
+                _run_sklearn, str(path), grid, args.cd_tol, args.time_limit
+            )
+        if "scd" not in args.skip:
+            runs["SCD (dl1)"] = in_child(_run_scd, str(path), grid, args.cd_tol, args.time_limit)
+        for s in args.samples:
+            runs[f"FW {s:.0%}"] = in_child(_run_fw, str(path), deltas, s, False)
+        if args.fw_in_process:
+            for s in args.samples:
+                runs[f"FW {s:.0%} local"] = in_child(_run_fw, str(path), deltas, s, True)
+        head = (
+            f"  {'method':13s} {'seconds':>8s} {'pts':>4s} {'iters':>8s} {'dot prod':>10s} "
+            f"{'passes':>8s} {'mean nnz':>8s} {'min test MSE':>12s} {'at l1':>8s} "
+            f"{'x vs dl1 CD':>11s} {'x vs skl CD':>11s} {'peak MB':>8s}"
+        )
+        print(head)
+        curves = {}
+        t_cd = runs["CD (dl1)"][0]
+        t_skl = runs["CD (sklearn)"][0] if "CD (sklearn)" in runs else float("nan")
+        for name, (dt, out, mem, st) in runs.items():
+            l1 = np.array([np.abs(c).sum() for c, _ in out])
+            mse = np.array([np.mean((yt - Xt @ c - b) ** 2) for c, b in out])
+            nz = np.array([np.count_nonzero(c) for c, _ in out])
+            curves[name] = (l1, mse)
+            k = int(np.argmin(mse))
+            dots = st.get("dot_products", st["passes"] * p)
+            print(
+                f"  {name:13s} {dt:8.1f} {len(out):4d} {st['iterations']:8d} {dots:10.3g} "
+                f"{st['passes']:8.1f} {nz.mean():8.1f} {mse[k]:12.6g} {l1[k]:8.3g} "
+                f"{t_cd / dt:11.2f} {t_skl / dt:11.2f} {mem:8.0f}",
+                flush=True,
+            )
+        for name, (_, _, _, st) in runs.items():
+            if "fw_gaps" in st:
+                g, lg = st["fw_gaps"], st["lasso_gaps"]
+                print(
+                    f"  {name}: relative FW gap (exact, full pass) median {np.median(g):.2e}, "
+                    f"max {g.max():.2e}; penalised-Lasso gap at the implied alpha median "
+                    f"{np.nanmedian(lg):.2e}; {st['full_passes']} full passes"
+                )
+            elif "certified" in st:
+                print(f"  {name}: {st['certified']} of {len(runs[name][1])} alphas certified")
+        fig = Path(args.data_dir) / f"fw_path_{preset}.png"
+        _plot(curves, fig, f"{preset}: test MSE along the path")
+        print(f"  figure: {fig}")
+
+
+if __name__ == "__main__":
+    main()
