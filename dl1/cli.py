@@ -356,6 +356,20 @@ def main() -> None:
     default=None,
     help="Directory for the PNG figures (default: STORE-path-plots).",
 )
+@click.option(
+    "--solver",
+    type=click.Choice(["ws", "fw"]),
+    default="ws",
+    show_default=True,
+    help="ws: penalised path; fw: constrained path in delta by randomized Frank-Wolfe.",
+)
+@click.option(
+    "--sample",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.01,
+    show_default=True,
+    help="fw: fraction of the features scored per iteration.",
+)
 def path_cmd(
     store: str,
     n_alphas: int,
@@ -368,9 +382,12 @@ def path_cmd(
     memory_limit: str | None,
     checkpoint: str | None,
     plots: str | None,
+    solver: str,
+    sample: float,
 ) -> None:
     """Regularisation path on STORE: every alpha certified; validation error on its test
-    split when it has one; figures written as PNG."""
+    split when it has one; figures written as PNG. With --solver fw, the constrained Lasso
+    path over n-alphas radii up to the paper's delta_max, each with its exact FW gap."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     import dl1
@@ -389,13 +406,15 @@ def path_cmd(
         task = progress.add_task("path", total=n_alphas, info="")
 
         def on_alpha(k, alpha, res):
-            progress.update(
-                task,
-                advance=1,
-                info=f"alpha {alpha:.3e}  nnz {int(np.count_nonzero(res.coef_))}  "
-                f"gap {res.gap_:.1e}  passes {res.passes_:.2f}",
+            nnz = int(np.count_nonzero(res.coef_))
+            info = (
+                f"delta {alpha:.3e}  nnz {nnz}  fw gap {res.gap_:.1e}  iterations {res.n_iter_}"
+                if solver == "fw"
+                else f"alpha {alpha:.3e}  nnz {nnz}  gap {res.gap_:.1e}  passes {res.passes_:.2f}"
             )
+            progress.update(task, advance=1, info=info)
 
+        fw = {"solver": "fw", "sample": sample} if solver == "fw" else {}
         result = dl1.path(
             st,
             n_alphas=n_alphas,
@@ -407,6 +426,7 @@ def path_cmd(
             checkpoint=checkpoint,
             X_test="test" if "test" in st.splits else None,
             callback=on_alpha,
+            **fw,
         )
     click.echo(result.summary())
     out = Path(plots) if plots else Path(str(st.path) + "-path-plots")

@@ -124,3 +124,19 @@ def test_path_command_with_checkpoint_and_plots(tmp_path):
     ).stdout
     strip = [ln.split()[:5] for ln in out.splitlines() if ln[:4].strip().isdigit()]
     assert strip == [ln.split()[:5] for ln in again.splitlines() if ln[:4].strip().isdigit()]
+
+
+def test_path_command_frank_wolfe(tmp_path):
+    X = random_csr(150, 40, 0.15, seed=3)
+    y = X @ np.r_[np.ones(5), np.zeros(35)] + 0.01 * np.arange(150) % 0.1
+    Xt = random_csr(40, 40, 0.15, seed=4)
+    dl1.from_scipy(X, y, tmp_path / "s", X_test=Xt, y_test=Xt @ np.r_[np.ones(5), np.zeros(35)])
+    out = run(
+        "path", tmp_path / "s", "--solver", "fw", "--sample", "0.5", "--n-alphas", "6",
+        "--workers", "1", "--plots", tmp_path / "plots",
+    ).stdout  # fmt: skip
+    rows = [ln.split() for ln in out.splitlines() if ln[:4].strip().isdigit()]
+    assert len(rows) == 6 and "delta" in out.splitlines()[0] + out
+    deltas = [float(r[1]) for r in rows]
+    assert deltas == sorted(deltas)
+    assert (tmp_path / "plots" / "validation.png").stat().st_size > 0
