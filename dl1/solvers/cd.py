@@ -105,10 +105,7 @@ class FitResult:
         Wall time is the coordinator's, from sending a round's work to holding its result:
         what remains after the kernels is scheduling, serialization and transfer.
         """
-        rounds = [h for h in self.history_ if "wall_s" in h]
-        wall = sum(h["wall_s"] for h in rounds)
-        busy = sum(h["busy_s"] for h in rounds)
-        return max(0.0, 1.0 - busy / wall) if wall > 0 else float("nan")
+        return overhead_fraction(self.history_)
 
     def __repr__(self) -> str:
         return (
@@ -116,6 +113,14 @@ class FitResult:
             f"nnz={int(np.count_nonzero(self.coef_))}, gap={self.gap_:.3e}, "
             f"converged={self.converged_}, rounds={self.n_rounds_})"
         )
+
+
+def overhead_fraction(history: list[dict[str, Any]]) -> float:
+    """``1 - sum(busy_s) / sum(wall_s)`` over the rounds of a history that timed them."""
+    rounds = [h for h in history if "wall_s" in h]
+    wall = sum(h["wall_s"] for h in rounds)
+    busy = sum(h["busy_s"] for h in rounds)
+    return max(0.0, 1.0 - busy / wall) if wall > 0 else float("nan")
 
 
 def _sparse_parts(w: np.ndarray, bounds: np.ndarray, blocks: list[int]):

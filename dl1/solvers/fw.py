@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from dl1.solvers import _fw_tasks as FT
-from dl1.solvers.cd import ConvergenceWarning
+from dl1.solvers.cd import ConvergenceWarning, overhead_fraction
 
 #: Stopping rules: the paper's ``||a_{k+1} - a_k||_inf <= step_tol`` (glmnet's default), or
 #: the exact FW gap ``<= tol * f(0)`` (checked by a full pass when the sampled estimate
@@ -183,9 +183,7 @@ class FWResult:
     @property
     def overhead_fraction_(self) -> float:
         """``1 - kernel time / wall time`` over all rounds (kernel: the slowest partition's)."""
-        wall = sum(h["wall_s"] for h in self.history_)
-        busy = sum(h["busy_s"] for h in self.history_)
-        return max(0.0, 1.0 - busy / wall) if wall > 0 else float("nan")
+        return overhead_fraction(self.history_)
 
     def __repr__(self) -> str:
         return (
