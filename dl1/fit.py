@@ -234,6 +234,7 @@ def fit(
     stop: str = "paper",
     step_tol: float = 1e-3,
     certify: bool = True,
+    l2: float = 0.0,
 ) -> FitResult | FWResult:
     """Fit an L1 / elastic-net linear model, certified by its duality gap.
 
@@ -314,7 +315,10 @@ def fit(
         ``solver="fw"``, ``stop="paper"``: the step threshold (paper: 1e-3).
     certify : bool
         ``solver="fw"`` only: finish with one full pass so that the reported FW gap (and the
-        duality gap of the corresponding penalised Lasso) is exact, not a sample estimate.
+        duality gap of the corresponding penalised problem) is exact, not a sample estimate.
+    l2 : float
+        ``solver="fw"`` only: ridge term ``l2/2 ||w||^2`` added to the objective (the
+        elastic net in constrained form; in the scale of ``1/2 ||y - X w - b||^2``).
 
     Returns
     -------
@@ -345,6 +349,7 @@ def fit(
             stop=stop,
             step_tol=step_tol,
             certify=certify,
+            l2=l2,
         )
     if l1_ball is not None:
         raise ValueError("l1_ball is the constraint of solver='fw'; penalised solvers take alpha")
@@ -409,6 +414,7 @@ def fw_problem(
     stream: bool | None,
     client: Any,
     split: str,
+    l2: float = 0.0,
 ) -> tuple[FWProblem, float]:
     """The blocks in worker memory and the fixed data of the FW solver (``sigma = X^T y``).
 
@@ -440,12 +446,19 @@ def fw_problem(
     t_load = time.perf_counter() - t0
     kappa = sample_size(int(cb[-1]), sample)
     prob = FWProblem(
-        ex, blocks, cb, yv, fit_intercept=fit_intercept, n_partitions=n_partitions, kappa=kappa
+        ex,
+        blocks,
+        cb,
+        yv,
+        fit_intercept=fit_intercept,
+        n_partitions=n_partitions,
+        kappa=kappa,
+        l2=l2,
     )
     return prob, t_load
 
 
-def _fit_fw(X, y, *, l1_ball, alpha, stream, sample, **kw) -> FWResult:
+def _fit_fw(X, y, *, l1_ball, alpha, stream, sample, l2, **kw) -> FWResult:
     if alpha is not None:
         raise ValueError(
             "solver='fw' solves the constrained Lasso: give l1_ball (the radius delta), not alpha"
@@ -466,6 +479,7 @@ def _fit_fw(X, y, *, l1_ball, alpha, stream, sample, **kw) -> FWResult:
         stream=stream,
         client=kw["client"],
         split=kw["split"],
+        l2=l2,
     )
     res, _ = solve_fw(
         prob,

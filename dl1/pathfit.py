@@ -86,6 +86,7 @@ def path(
     step_tol: float = 1e-3,
     certify: bool = True,
     seed: int = 0,
+    l2: float = 0.0,
 ):
     """Regularisation path: warm-started, every alpha certified by its duality gap.
 
@@ -124,7 +125,7 @@ def path(
         ``solver="fw"``: largest radius; default :func:`dl1.delta_max` (the paper's
         ``||w(eps * alpha_max)||_1`` from a penalised fit at relative gap 1e-8), which makes
         the constrained path span the same models as the penalised one.
-    sample, stop, step_tol, certify, seed
+    sample, stop, step_tol, certify, seed, l2
         ``solver="fw"``: as in :func:`dl1.fit`; ``max_rounds`` is then the iteration limit
         per delta (default 10000).
 
@@ -171,6 +172,7 @@ def path(
             step_tol=step_tol,
             certify=certify,
             seed=seed,
+            l2=l2,
         )
     if deltas is not None or delta_max is not None:
         raise ValueError("deltas and delta_max are the radii of solver='fw'")
@@ -413,6 +415,7 @@ def _fw_path(
     step_tol: float,
     certify: bool,
     seed: int,
+    l2: float,
 ):
     """The constrained Lasso path by randomized Frank-Wolfe (see :func:`path`)."""
     from dl1.fit import fw_problem
@@ -422,7 +425,10 @@ def _fw_path(
     if alphas is not None:
         raise ValueError("solver='fw' walks a grid of radii: give deltas, not alphas")
     if l1_ratio != 1.0:
-        raise ValidationError("solver='fw' solves the Lasso constraint only (l1_ratio=1.0)")
+        raise ValidationError(
+            "solver='fw' takes the elastic net in constrained form through l2 (ridge term), "
+            "not l1_ratio"
+        )
     if screen:
         raise ValidationError("solver='fw' does not screen (it never scans all columns)")
     if checkpoint is not None:
@@ -465,6 +471,7 @@ def _fw_path(
         stream=stream,
         client=client,
         split=split,
+        l2=l2,
     )
     test = _test_data(X, X_test, y_test)
     records: list[dict[str, Any]] = []
@@ -516,6 +523,7 @@ def _fw_path(
                 "objective": res.loss_,
                 "gap_kind": res.gap_kind_,
                 "lasso_alpha": res.lasso_alpha_,
+                "lasso_l1_ratio": res.lasso_l1_ratio_,
                 "lasso_gap": res.lasso_gap_,
                 "iterations": res.n_iter_,
                 "full_passes": res.n_full_passes_,

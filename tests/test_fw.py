@@ -72,17 +72,30 @@ def test_score_kernel_matches_numpy(dtype, scaled):
     y = rng.standard_normal(n)
     pv = rng.standard_normal(n)
     sigma = s * (m.T @ y)
-    grad = s * (m.T.astype(np.float64) @ pv) - sigma
+    c = s * (m.T.astype(np.float64) @ pv) - sigma
+    ex_idx = np.array([4, 11], np.int64)
+    ex_val = np.array([5.0, -0.5])
+    rel = 1e-6 if dtype == np.float32 else 1e-12
     for cols, every in ((np.zeros(0, np.int64), True), (np.array([1, 4, 7, 20], np.int64), False)):
-        best, g, scored, visited = fw_score_columns(
-            indptr, indices, data, scale, sigma, pv, cols, every
-        )
-        idx = np.arange(p) if every else cols
-        j = idx[int(np.argmax(np.abs(grad[idx])))]
-        assert best == j
-        assert g == pytest.approx(grad[j], rel=1e-6 if dtype == np.float32 else 1e-12)
-        assert scored == idx.shape[0]
-        assert visited == int(np.diff(indptr)[idx].sum())
+        for extra in (False, True):
+            grad = c.copy()
+            if extra:
+                grad[ex_idx] += ex_val
+            thr = float(np.median(np.abs(c)))
+            best, g, scored, visited, cmax, excess = fw_score_columns(
+                indptr, indices, data, scale, sigma, pv, cols, every,
+                ex_idx if extra else np.zeros(0, np.int64), ex_val if extra else np.zeros(0),
+                thr,
+            )  # fmt: skip
+            idx = np.arange(p) if every else cols
+            j = idx[int(np.argmax(np.abs(grad[idx])))]
+            assert best == j
+            assert g == pytest.approx(grad[j], rel=rel)
+            assert scored == idx.shape[0]
+            assert visited == int(np.diff(indptr)[idx].sum())
+            assert cmax == pytest.approx(np.abs(c[idx]).max(), rel=rel)
+            ex = np.abs(c[idx]) - thr
+            assert excess == pytest.approx(np.square(ex[ex > 0]).sum(), rel=1e-5)
     rows, vals, total, sq = fw_column(indptr, indices, data, scale, 5)
     col = m[:, 5].toarray().ravel().astype(np.float64) * s[5]
     dense = np.zeros(n)
@@ -204,6 +217,34 @@ def test_lasso_certificate_of_constrained_solution():
     assert res.intercept_ == pytest.approx(ref.intercept_, abs=1e-4)
 
 
+def test_elastic_net_in_constrained_form_matches_scikit_learn():
+    X, y = _problem(seed=8)
+    mu = 0.5
+    res = dl1.fit(X, y, solver="fw", l1_ball=1.5, l2=mu, sample=0.5, stop="gap", tol=1e-9,
+                  max_rounds=100000)  # fmt: skip
+    Xc, yc = _centred(X, y)
+    a = res.coef_
+    r = yc - Xc @ a
+    grad = -Xc.T @ r + mu * a
+    assert res.loss_ == pytest.approx(0.5 * r @ r + 0.5 * mu * a @ a, rel=1e-10)
+    assert res.fw_gap_ == pytest.approx(a @ grad + 1.5 * np.abs(grad).max(), abs=1e-9)
+    assert res.certified_ and res.l1_norm_ == pytest.approx(1.5, rel=1e-9)
+    n = X.shape[0]
+    assert res.lasso_alpha_ * (1 - res.lasso_l1_ratio_) * n == pytest.approx(mu)
+    from sklearn.linear_model import ElasticNet
+
+    ref = ElasticNet(
+        alpha=res.lasso_alpha_, l1_ratio=res.lasso_l1_ratio_, tol=1e-14, max_iter=100000
+    ).fit(X.toarray(), y)
+    np.testing.assert_allclose(a, ref.coef_, atol=1e-5 * np.abs(ref.coef_).max())
+    assert np.abs(ref.coef_).sum() == pytest.approx(1.5, rel=1e-5)
+    assert res.lasso_gap_ < 1e-8
+    # a larger ridge shrinks the same ball's solution towards equal weights: different answer
+    other = dl1.fit(X, y, solver="fw", l1_ball=1.5, l2=50.0, sample=0.5, stop="gap", tol=1e-3,
+                    max_rounds=100000)  # fmt: skip
+    assert np.abs(other.coef_ - a).max() > 1e-3
+
+
 def test_path_matches_penalised_lasso_with_same_l1_norm():
     X, y = _problem(n=80, p=400, seed=1)
     pen = dl1.path(X, y, n_alphas=8, eps=0.3, tol=1e-12)
@@ -300,8 +341,10 @@ def test_fw_refuses_what_it_does_not_solve(tmp_path):
         dl1.fit(X, y, solver="fw", l1_ball=1.0, stop="never")
     with pytest.raises(ValidationError, match="checkpoint"):
         dl1.path(X, y, solver="fw", deltas=[1.0], checkpoint=tmp_path / "ck")
-    with pytest.raises(ValidationError, match="l1_ratio"):
+    with pytest.raises(ValidationError, match="l2"):
         dl1.path(X, y, solver="fw", deltas=[1.0], l1_ratio=0.5)
+    with pytest.raises(ValueError, match="l2"):
+        dl1.fit(X, y, solver="fw", l1_ball=1.0, l2=-1.0)
     with pytest.raises(ValueError, match="deltas"):
         dl1.path(X, y, deltas=[1.0])
     store = dl1.from_scipy(X, y, tmp_path / "s.zarr")

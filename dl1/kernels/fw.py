@@ -15,8 +15,14 @@ from numba import njit
 
 
 @njit(nogil=True, cache=True)
-def fw_score_columns(indptr, indices, data, col_scale, sigma, p, cols, all_cols):
-    """The column of largest ``|grad_j| = |col_scale_j x_j^T p - sigma_j|`` among ``cols``.
+def fw_score_columns(
+    indptr, indices, data, col_scale, sigma, p, cols, all_cols, extra_idx, extra_val, threshold
+):
+    """The column of largest ``|grad_j|`` among ``cols``, with the certificate statistics.
+
+    ``c_j = col_scale_j x_j^T p - sigma_j`` is the least-squares part of the gradient and
+    ``grad_j = c_j + extra_j``, where ``extra`` is nonzero on a few columns only (``mu a_j``
+    for the elastic-net term on the support).
 
     Parameters
     ----------
@@ -31,6 +37,10 @@ def fw_score_columns(indptr, indices, data, col_scale, sigma, p, cols, all_cols)
         Local indices of the sampled columns (ignored when ``all_cols``).
     all_cols : bool
         Score every column of the block (the deterministic FW vertex search, Eq. 6).
+    extra_idx : ndarray of int64 (sorted), extra_val : ndarray of float64
+        Sparse ``extra`` (local indices and values).
+    threshold : float
+        For ``excess``; negative to skip it.
 
     Returns
     -------
@@ -43,13 +53,20 @@ def fw_score_columns(indptr, indices, data, col_scale, sigma, p, cols, all_cols)
         Columns scored (dot products).
     visited : int
         Nonzeros read.
+    cmax : float
+        ``max |c_j|`` over the scored columns.
+    excess : float
+        ``sum_j (|c_j| - threshold)_+^2`` over the scored columns (0 if ``threshold < 0``).
     """
     has_scale = col_scale.shape[0] > 0
+    n_extra = extra_idx.shape[0]
     m = indptr.shape[0] - 1 if all_cols else cols.shape[0]
     best = -1
     best_abs = -1.0
     best_g = 0.0
     visited = 0
+    cmax = 0.0
+    excess = 0.0
     for t in range(m):
         j = t if all_cols else cols[t]
         acc = 0.0
@@ -58,12 +75,22 @@ def fw_score_columns(indptr, indices, data, col_scale, sigma, p, cols, all_cols)
         visited += indptr[j + 1] - indptr[j]
         if has_scale:
             acc *= col_scale[j]
-        g = acc - sigma[j]
+        c = acc - sigma[j]
+        ac = abs(c)
+        if ac > cmax:
+            cmax = ac
+        if threshold >= 0.0 and ac > threshold:
+            excess += (ac - threshold) * (ac - threshold)
+        g = c
+        if n_extra > 0:
+            q = np.searchsorted(extra_idx, j)
+            if q < n_extra and extra_idx[q] == j:
+                g += extra_val[q]
         if abs(g) > best_abs:
             best_abs = abs(g)
             best_g = g
             best = j
-    return best, best_g, m, visited
+    return best, best_g, m, visited, cmax, excess
 
 
 @njit(nogil=True, cache=True)

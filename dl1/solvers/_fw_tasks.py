@@ -50,8 +50,14 @@ def round_task(
     seed: int,
     it: int,
     full: bool,
+    extras: list[tuple[np.ndarray, np.ndarray]] | None = None,
+    threshold: float = -1.0,
 ):
     """One FW round on a partition: the best vertex among its sampled (or all) columns.
+
+    ``extras``: per block, the sparse gradient term of the elastic-net penalty (local
+    indices, ``mu a_j``) or None; ``threshold``: for the certificate statistics of a full
+    pass (see :func:`dl1.kernels.fw.fw_score_columns`).
 
     Returns
     -------
@@ -61,6 +67,8 @@ def round_task(
         None if nothing was scored.
     scored, visited : int
         Columns scored (dot products) and nonzeros read.
+    cmax, excess : float
+        Certificate statistics of the least-squares gradient over the scored columns.
     seconds : float
         Time spent in this task.
     """
@@ -68,15 +76,23 @@ def round_task(
     best = None
     best_abs = -1.0
     scored = visited = 0
+    cmax = excess = 0.0
     empty = np.zeros(0, dtype=np.int64)
-    for b, c0, sig, kap in zip(blocks, offsets, sigmas, kappas, strict=True):
+    none = (empty, np.zeros(0))
+    for k, (b, c0, sig, kap) in enumerate(zip(blocks, offsets, sigmas, kappas, strict=True)):
         every = full or kap >= b.ncols
         if not every and kap == 0:
             continue
         cols = empty if every else sample_columns(b.ncols, kap, seed, it, b.j)
-        j, g, m, v = fw_score_columns(b.indptr, b.indices, b.data, b.col_scale, sig, p, cols, every)
+        ex_idx, ex_val = none if extras is None or extras[k] is None else extras[k]
+        j, g, m, v, cm, xs = fw_score_columns(
+            b.indptr, b.indices, b.data, b.col_scale, sig, p, cols, every, ex_idx, ex_val,
+            threshold,
+        )  # fmt: skip
         scored += m
         visited += v
+        cmax = max(cmax, cm)
+        excess += xs
         if j >= 0 and abs(g) > best_abs:
             best_abs = abs(g)
             best = (b, c0, j, g, sig[j])
@@ -86,4 +102,4 @@ def round_task(
         rows, vals, total, sq = fw_column(b.indptr, b.indices, b.data, b.col_scale, j)
         scale = float(b.col_scale[j]) if b.col_scale.shape[0] else 1.0
         cand = (c0 + j, g, s, rows, vals, total, sq, scale)
-    return cand, scored, visited, time.perf_counter() - t0
+    return cand, scored, visited, cmax, excess, time.perf_counter() - t0

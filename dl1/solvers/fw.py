@@ -4,9 +4,12 @@ Frandi, Nanculef, Lodi, Sartori & Suykens, *Fast and Scalable Lasso via Stochast
 Frank-Wolfe Methods with a Convergence Guarantee* (``../shared/papers/
 stochastic-frank-wolfe-lasso_frandi.txt``), Algorithm 2, for
 
-    min_a f(a) = 1/2 ||y - X a - b||^2   s.t.  ||a||_1 <= delta
+    min_a f(a) = 1/2 ||y - X a - b||^2 + l2/2 ||a||^2   s.t.  ||a||_1 <= delta
 
-(``b`` the unpenalised intercept: with ``fit_intercept`` the columns of ``X`` and ``y`` are
+(``l2 = 0``: the Lasso; ``l2 > 0``: the elastic net in constrained form, the extension the
+paper calls straightforward: the gradient gains ``l2 a_i`` on the support, the line search
+``l2 ||d||^2``, and ``Q = ||a||^2`` is kept alongside ``S`` and ``F``; ``b`` the
+unpenalised intercept: with ``fit_intercept`` the columns of ``X`` and ``y`` are
 centred implicitly, which is the paper's "without loss of generality alpha_0 = 0").
 
 One iteration is one round: every partition of feature blocks scores its share of a random
@@ -26,9 +29,9 @@ Certificate. The FW duality gap ``g(a) = a^T grad f + delta ||grad f||_inf`` bou
 ``f(a) - f*`` (paper, Eq. 17-18); ``a^T grad f = S - F``. On a sample,
 ``S - F + delta max_{i in S} |grad_i|`` is only an estimate (a lower bound of ``g``); the
 exact gap needs ``||grad f||_inf``, one full pass (every column scored), which is also a
-deterministic FW vertex search. The same pass certifies the penalised Lasso at the
-corresponding ``lambda = a^T X^T r / ||a||_1`` (the multiplier of the constraint at the
-optimum): its duality gap follows from ``S``, ``F``, ``y^T y`` and ``||X^T r||_inf`` alone.
+deterministic FW vertex search. The same pass certifies the penalised problem at the
+corresponding ``lambda_1 = -a^T grad f / ||a||_1`` (the multiplier of the constraint at the
+optimum), by dl1's duality gap from the pass's statistics of ``X^T r``.
 """
 
 from __future__ import annotations
@@ -113,7 +116,7 @@ class FWResult:
     l1_norm_ : float
         ``||a||_1`` of the solution (``<= delta``).
     loss_ : float
-        ``f(a) = 1/2 ||y - X a - b||^2``.
+        ``f(a) = 1/2 ||y - X a - b||^2 + l2/2 ||a||^2``.
     f0_ : float
         ``f(0)`` (intercept only): the scale of the relative gaps.
     fw_gap_ : float
@@ -123,13 +126,16 @@ class FWResult:
     gap_kind_ : {"full pass", "sample estimate"}
         Whether ``fw_gap_`` is exact (all columns scored) or estimated on the last sample
         (a lower bound, not a certificate).
-    lasso_alpha_ : float
-        ``alpha`` of the penalised problem ``1/(2n) ||y - X w - b||^2 + alpha ||w||_1``
-        that ``coef_`` solves when the FW gap is 0 (``a^T X^T r / (n ||a||_1)``); NaN if
-        ``a = 0``.
+    lasso_alpha_, lasso_l1_ratio_ : float
+        The penalised problem ``1/(2n) ||y - X w - b||^2 + alpha (l1_ratio ||w||_1 +
+        (1 - l1_ratio)/2 ||w||^2)`` that ``coef_`` solves when the FW gap is 0:
+        ``n alpha l1_ratio = lambda_1 = -a^T grad f / ||a||_1`` (the constraint's multiplier)
+        and ``n alpha (1 - l1_ratio) = l2``; NaN if ``a = 0`` or without a full pass.
     lasso_gap_ : float
         Relative duality gap of that penalised problem at ``coef_`` (NaN without a full
         pass).
+    l2 : float
+        Ridge coefficient of the objective (elastic net in constrained form).
     converged_ : bool
         The stopping rule was met (``stop="gap"``: the exact gap reached ``tol``).
     stop : {"paper", "gap"}
@@ -157,7 +163,9 @@ class FWResult:
     gap_: float
     gap_kind_: str
     lasso_alpha_: float
+    lasso_l1_ratio_: float
     lasso_gap_: float
+    l2: float
     converged_: bool
     stop: str
     tol: float
@@ -207,8 +215,13 @@ class FWProblem:
         fit_intercept: bool,
         n_partitions: int,
         kappa: int,
+        l2: float = 0.0,
     ) -> None:
+        if not (np.isfinite(l2) and l2 >= 0):
+            raise ValueError(f"l2 must be a finite number >= 0, got {l2!r}")
         self.ex = ex
+        self.l2 = float(l2)
+        self.col_bounds = np.asarray(col_bounds, dtype=np.int64)
         self.n = int(y.shape[0])
         self.p = int(col_bounds[-1])
         self.intercept = fit_intercept
@@ -220,6 +233,7 @@ class FWProblem:
         kap = split_sample(self.kappa, widths)
         K = len(blocks)
         groups = np.array_split(np.arange(K), max(1, min(n_partitions, K)))
+        self.block_ids = [[int(j) for j in g] for g in groups]
         self.parts = [[blocks[j] for j in g] for g in groups]
         self.offsets = [[int(col_bounds[j]) for j in g] for g in groups]
         self.kappas = [[int(kap[j]) for j in g] for g in groups]
@@ -227,30 +241,54 @@ class FWProblem:
         counts = ex.gather([ex.submit(FT.nnz_task, part) for part in self.parts])
         self.nnz = int(sum(sum(c) for c in counts))
 
-    def round(self, p: np.ndarray, seed: int, it: int, full: bool):
-        """The best candidate over all partitions (ties: the smallest column), with counts."""
+    def _extras(self, st: FWState) -> list[list[Any] | None]:
+        """Per partition and block, the elastic-net gradient term ``l2 * a_j`` on the support
+        (local indices, values); None when there is none."""
+        if self.l2 == 0.0 or st.support.shape[0] == 0:
+            return [None] * len(self.parts)
+        sup = np.sort(st.support)
+        vals = self.l2 * st.c * st.at[sup]
+        blk = np.searchsorted(self.col_bounds, sup, side="right") - 1
+        out: list[list[Any] | None] = []
+        for ids in self.block_ids:
+            per = []
+            for j in ids:
+                sel = blk == j
+                per.append((sup[sel] - self.col_bounds[j], vals[sel]) if sel.any() else None)
+            out.append(per)
+        return out
+
+    def round(self, st: FWState, seed: int, it: int, full: bool, threshold: float = -1.0):
+        """The best candidate over all partitions (ties: the smallest column), with counts
+        and, for a full pass, the certificate statistics ``(max |c_j|, excess)``."""
         t0 = time.perf_counter()
+        extras = self._extras(st)
         outs = self.ex.gather(
             [
-                self.ex.submit(FT.round_task, part, off, sig, p, kap, seed, it, full)
-                for part, off, sig, kap in zip(
-                    self.parts, self.offsets, self.sigmas, self.kappas, strict=True
+                self.ex.submit(
+                    FT.round_task, part, off, sig, st.pvec, kap, seed, it, full, ext, threshold
+                )
+                for part, off, sig, kap, ext in zip(
+                    self.parts, self.offsets, self.sigmas, self.kappas, extras, strict=True
                 )
             ]
         )
         wall = time.perf_counter() - t0
         best = None
-        for cand, _, _, _ in outs:
+        for o in outs:
+            cand = o[0]
             if cand is not None and (best is None or abs(cand[1]) > abs(best[1])):
                 best = cand
         scored = sum(o[1] for o in outs)
         visited = sum(o[2] for o in outs)
-        busy = max(o[3] for o in outs)
-        return best, scored, visited, wall, busy
+        stats = (max(o[3] for o in outs), sum(o[4] for o in outs))
+        busy = max(o[5] for o in outs)
+        return best, scored, visited, stats, wall, busy
 
 
 class FWState:
-    """The iterate: ``a = c * a_tilde`` on ``support``, ``p = X a`` (centred), ``S``, ``F``.
+    """The iterate: ``a = c * a_tilde`` on ``support``, ``p = X a`` (centred), ``S``, ``F``
+    and ``Q = ||a||^2`` (for the elastic-net term).
 
     ``colsum`` and ``scale`` keep, for every column ever chosen, its (scaled) sum and
     column scale: enough to recover the intercept and the input-scale coefficients.
@@ -263,6 +301,7 @@ class FWState:
         self.pvec = np.zeros(n)
         self.S = 0.0
         self.F = 0.0
+        self.Q = 0.0
         self.colsum: dict[int, float] = {}
         self.scale: dict[int, float] = {}
 
@@ -278,24 +317,49 @@ class FWState:
         self.pvec *= factor
         self.S *= factor * factor
         self.F *= factor
+        self.Q *= factor * factor
 
     def refresh(self, yc: np.ndarray) -> None:
-        """Recompute ``S`` and ``F`` from ``p`` (drops the rounding of the recursion)."""
+        """Recompute ``S``, ``F`` and ``Q`` exactly (drops the rounding of the recursions)."""
         self.S = float(self.pvec @ self.pvec)
         self.F = float(yc @ self.pvec)
+        a = self.c * self.at[self.support]
+        self.Q = float(a @ a)
 
-    def step(self, i: int, dt: float, lam: float, cand, n: int, intercept: bool) -> float:
-        """``a <- (1 - lam) a + lam dt e_i`` with ``p``, ``S``, ``F`` (Eq. 8, 10); returns
-        ``||a_new - a_old||_inf``."""
+    def objective(self, yy: float, l2: float) -> float:
+        """``f = 1/2 y^T y + 1/2 S - F + l2/2 Q`` (Eq. 8 with the ridge term)."""
+        return 0.5 * yy + 0.5 * self.S - self.F + 0.5 * l2 * self.Q
+
+    def a_grad(self, l2: float) -> float:
+        """``a^T grad f = S - F + l2 Q``."""
+        return self.S - self.F + l2 * self.Q
+
+    def line_search(self, dt: float, cand, n: int, intercept: bool, l2: float) -> float:
+        """Exact step ``lambda`` in [0, 1] towards the vertex ``dt e_i`` (Eq. 8; with the
+        ridge term ``l2/2 ||a||^2`` the quadratic in lambda gains ``l2 ||d||^2``)."""
+        i, g, s, _, _, total, sq, _ = cand
+        ai = self.c * self.at[i]
+        G = g - l2 * ai + s  # z_i^T p
+        sqc = sq - total * total / n if intercept else sq
+        num = dt * (s - G) - self.F + self.S - l2 * (dt * ai - self.Q)
+        den = dt * dt * sqc - 2 * dt * G + self.S + l2 * (self.Q - 2 * dt * ai + dt * dt)
+        return min(1.0, max(0.0, num / den)) if den > 0 else 0.0
+
+    def step(
+        self, i: int, dt: float, lam: float, cand, n: int, intercept: bool, l2: float
+    ) -> float:
+        """``a <- (1 - lam) a + lam dt e_i`` with ``p``, ``S``, ``F``, ``Q`` (Eq. 8, 10);
+        returns ``||a_new - a_old||_inf``."""
         _, g, s, rows, vals, total, sq, scale = cand
         sqc = sq - total * total / n if intercept else sq
-        G = g + s
         ai = self.c * self.at[i]
+        G = g - l2 * ai + s
         others = self.support[self.support != i]
         mx = float(np.abs(self.at[others]).max()) * self.c if others.shape[0] else 0.0
         change = lam * max(abs(dt - ai), mx)
         self.S = (1 - lam) ** 2 * self.S + 2 * dt * lam * (1 - lam) * G + (dt * lam) ** 2 * sqc
         self.F = (1 - lam) * self.F + dt * lam * s
+        self.Q = (1 - lam) ** 2 * self.Q + 2 * lam * (1 - lam) * dt * ai + (lam * dt) ** 2
         self.pvec *= 1 - lam
         self.pvec[rows] += lam * dt * vals
         if intercept:
@@ -318,22 +382,37 @@ class FWState:
         return change
 
 
-def _lasso_certificate(prob: FWProblem, st: FWState, absmax: float) -> tuple[float, float]:
-    """``(alpha, relative gap)`` of the penalised Lasso that the current ``a`` would solve,
-    from scalars only: ``r = y - X a``, ``||r||^2 = y^T y - 2 F + S``, ``a^T X^T r = F - S``,
-    dual point ``theta = min(1, lambda / ||X^T r||_inf) r``."""
-    n = prob.n
+def _threshold(st: FWState, l2: float) -> float:
+    """``lambda_1 = -a^T grad f / ||a||_1``: the l1 multiplier the current point implies (at
+    the optimum, ``grad_j = -lambda_1 sign(a_j)`` on the support); -1 if undefined."""
     l1 = st.l1()
-    if l1 <= 0.0 or prob.yy <= 0.0:
-        return float("nan"), float("nan")
-    lam = (st.F - st.S) / l1
-    if lam <= 0.0:
-        return float("nan"), float("nan")
-    rr = max(prob.yy - 2 * st.F + st.S, 0.0)
-    primal = rr / (2 * n) + lam / n * l1
-    cth = min(1.0, lam / absmax) if absmax > 0 else 1.0
-    dual = (cth * (prob.yy - st.F) - 0.5 * cth * cth * rr) / n
-    return lam / n, (primal - dual) / (prob.yy / (2 * n))
+    lam1 = -st.a_grad(l2) / l1 if l1 > 0 else -1.0
+    return lam1 if lam1 > 0 else -1.0
+
+
+def _penalised_certificate(
+    prob: FWProblem, st: FWState, lam1: float, stats: tuple[float, float]
+) -> tuple[float, float, float]:
+    """``(alpha, l1_ratio, relative gap)`` of the penalised problem
+    ``1/(2n) ||y - X w - b||^2 + alpha (l1_ratio ||w||_1 + (1 - l1_ratio)/2 ||w||^2)`` with
+    ``n alpha l1_ratio = lambda_1`` and ``n alpha (1 - l1_ratio) = l2``, at the current point,
+    from a full pass's statistics of ``X^T r`` (:func:`dl1.gap.duality_gap_from_stats`)."""
+    from dl1.datafits import Quadratic
+    from dl1.gap import duality_gap_from_stats
+    from dl1.penalties.elastic_net import ElasticNet
+
+    nan = float("nan")
+    if lam1 <= 0 or prob.yy <= 0:
+        return nan, nan, nan
+    n = prob.n
+    alpha = (lam1 + prob.l2) / n
+    ratio = lam1 / (lam1 + prob.l2)
+    a = st.coef()
+    _, _, gap = duality_gap_from_stats(
+        Quadratic(), ElasticNet(alpha, ratio), prob.yc, st.pvec, a, stats[0], stats[1],
+        intercept=prob.intercept,
+    )  # fmt: skip
+    return alpha, ratio, gap / (0.5 * prob.yy / n)
 
 
 def solve_fw(
@@ -392,9 +471,15 @@ def solve_fw(
     k = 0
     gap = float("nan")
     kind = "sample estimate"
+    l2 = prob.l2
+    cert: tuple[float, tuple[float, float]] | None = None  # (lambda_1, stats) of `exact`
     while k < max_iter:
         full = full_all or full_next
-        cand, scored, visited, wall, busy = prob.round(st.pvec, seed, it0 + k, full)
+        thr = -1.0
+        if full:
+            st.refresh(prob.yc)
+            thr = _threshold(st, l2)
+        cand, scored, visited, stats, wall, busy = prob.round(st, seed, it0 + k, full, thr)
         scored_total += scored
         visited_total += visited
         if full and not full_all:
@@ -404,16 +489,14 @@ def solve_fw(
             converged = True
             break
         g = cand[1]
-        if full:
-            st.refresh(prob.yc)
-        gap = st.S - st.F + delta * abs(g)
+        gap = st.a_grad(l2) + delta * abs(g)
         kind = "full pass" if full else "sample estimate"
         if full:
-            exact = (gap, abs(g))
+            exact, cert = (gap, abs(g)), (thr, stats)
         if stop == "gap":
             if full and gap <= tol * f0:
                 converged = True
-                history.append(_entry(k, st, f0, gap, kind, 0.0, wall, busy, t_start))
+                history.append(_entry(k, st, prob, gap, kind, 0.0, wall, busy, t_start))
                 break
             if not full:
                 wait -= 1
@@ -425,15 +508,12 @@ def solve_fw(
                     cooldown = min(2 * cooldown, max(1, prob.p // max(prob.kappa, 1)))
         i = int(cand[0])
         dt = -delta if g > 0 else delta
-        G = g + cand[2]
-        sqc = cand[6] - cand[5] ** 2 / n if intercept else cand[6]
-        num = -dt * g - st.F + st.S
-        den = dt * dt * sqc - 2 * dt * G + st.S
-        lam = min(1.0, max(0.0, num / den)) if den > 0 else 0.0
-        change = st.step(i, dt, lam, cand, n, intercept) if lam > 0 else 0.0
-        exact = None if lam > 0 else exact
+        lam = st.line_search(dt, cand, n, intercept, l2)
+        change = st.step(i, dt, lam, cand, n, intercept, l2) if lam > 0 else 0.0
+        if lam > 0:
+            exact = cert = None
         k += 1
-        history.append(_entry(k, st, f0, gap, kind, lam, wall, busy, t_start))
+        history.append(_entry(k, st, prob, gap, kind, lam, wall, busy, t_start))
         if verbose:
             h = history[-1]
             print(
@@ -446,13 +526,14 @@ def solve_fw(
             converged = True
             break
     if certify and exact is None and not (converged and stop == "gap"):
-        cand, scored, visited, wall, busy = prob.round(st.pvec, seed, it0 + k, True)
+        st.refresh(prob.yc)
+        thr = _threshold(st, l2)
+        cand, scored, visited, stats, wall, busy = prob.round(st, seed, it0 + k, True, thr)
         scored_total += scored
         visited_total += visited
         n_full += 0 if full_all else 1
-        st.refresh(prob.yc)
         absmax = abs(cand[1]) if cand is not None else 0.0
-        exact = (st.S - st.F + delta * absmax, absmax)
+        exact, cert = (st.a_grad(l2) + delta * absmax, absmax), (thr, stats)
     if exact is not None:
         gap, kind = exact[0], "full pass"
         if stop == "gap" and gap <= tol * f0:
@@ -464,8 +545,9 @@ def solve_fw(
             ConvergenceWarning,
             stacklevel=3,
         )
-    lasso_alpha, lasso_gap = (
-        _lasso_certificate(prob, st, exact[1]) if exact is not None else (float("nan"),) * 2
+    nan = float("nan")
+    pen_alpha, pen_ratio, pen_gap = (
+        _penalised_certificate(prob, st, cert[0], cert[1]) if cert is not None else (nan,) * 3
     )
     a = st.coef()
     scale = np.array([st.scale[i] for i in st.support])
@@ -477,13 +559,15 @@ def solve_fw(
         intercept_=float(intercept_),
         delta=float(delta),
         l1_norm_=st.l1(),
-        loss_=float(0.5 * prob.yy + 0.5 * st.S - st.F),
+        loss_=float(st.objective(prob.yy, l2)),
         f0_=f0,
         fw_gap_=float(gap),
         gap_=float(gap / f0) if f0 > 0 else 0.0,
         gap_kind_=kind,
-        lasso_alpha_=lasso_alpha,
-        lasso_gap_=lasso_gap,
+        lasso_alpha_=pen_alpha,
+        lasso_l1_ratio_=pen_ratio,
+        lasso_gap_=pen_gap,
+        l2=l2,
         converged_=converged,
         stop=stop,
         tol=tol,
@@ -498,10 +582,11 @@ def solve_fw(
     return res, st
 
 
-def _entry(k, st, f0, gap, kind, lam, wall, busy, t_start) -> dict[str, Any]:
+def _entry(k, st, prob, gap, kind, lam, wall, busy, t_start) -> dict[str, Any]:
+    f0 = 0.5 * prob.yy
     return {
         "iteration": k,
-        "objective": f0 + 0.5 * st.S - st.F,
+        "objective": st.objective(prob.yy, prob.l2),
         "gap": gap / f0 if f0 > 0 else 0.0,
         "gap_kind": kind,
         "nnz": int(np.count_nonzero(st.at[st.support])),
