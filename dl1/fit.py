@@ -280,8 +280,9 @@ def fit(
         is solved on one worker. ``"cd"``: every round runs coordinate descent on all
         features of every partition (:mod:`dl1.solvers.cd`). ``"fw"``: randomized
         Frank-Wolfe for the *constrained* Lasso ``min 1/2 ||y - X w - b||^2`` s.t.
-        ``||w||_1 <= l1_ball`` (:mod:`dl1.solvers.fw`; squared loss, no sample weights,
-        blocks held in worker memory); returns a :class:`dl1.solvers.fw.FWResult`.
+        ``||w||_1 <= l1_ball`` (:mod:`dl1.solvers.fw`; also the summed logistic loss and,
+        with ``l2``, the elastic net; no sample weights; blocks held in worker memory);
+        returns a :class:`dl1.solvers.fw.FWResult`.
     screen : bool
         Gap-safe sphere screening during the passes of the ``"ws"`` solver (Lasso and
         L1-logistic): screened columns are skipped by later passes. Off by default: on the
@@ -420,11 +421,6 @@ def fw_problem(
 
     Returns the problem and the seconds spent loading the blocks.
     """
-    if loss != "squared":
-        raise ValidationError(
-            f"solver='fw' solves the constrained least-squares Lasso; loss={loss!r} has no "
-            "closed-form line search here (use solver='ws')"
-        )
     if sample_weight is not None:
         raise ValidationError("solver='fw' does not take sample weights (use solver='ws')")
     Xd, yv, sw, _, store = _problem(X, y, None, loss, split)
@@ -454,6 +450,7 @@ def fw_problem(
         n_partitions=n_partitions,
         kappa=kappa,
         l2=l2,
+        loss=loss,
     )
     return prob, t_load
 

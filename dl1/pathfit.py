@@ -118,7 +118,8 @@ def path(
         in ``delta`` (``||w||_1 <= delta``) by randomized Frank-Wolfe (Frandi et al.):
         ``n_alphas`` radii from ``eps * delta_max`` up to ``delta_max`` (geometric, or
         ``deltas``), each warm-started from the previous solution rescaled onto the new ball
-        (the paper's heuristic). Squared loss, l1_ratio 1, no screening or checkpoint.
+        (the paper's heuristic). Squared or logistic loss (``l2`` for the elastic net, not
+        ``l1_ratio``); no screening or checkpoint.
     deltas : array_like, optional
         ``solver="fw"``: explicit radii (increasing for warm starts to help).
     delta_max : float, optional
@@ -485,6 +486,7 @@ def _fw_path(
             l1 = state.l1()
             if l1 > 0:
                 state.rescale(float(delta) / l1)  # Frandi et al., Sec. 5: onto the new ball
+                prob.refit_intercept(state)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             res, state = solve_fw(

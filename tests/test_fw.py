@@ -245,6 +245,34 @@ def test_elastic_net_in_constrained_form_matches_scikit_learn():
     assert np.abs(other.coef_ - a).max() > 1e-3
 
 
+@pytest.mark.parametrize("intercept", [True, False])
+def test_l1_logistic_in_constrained_form_matches_scikit_learn(intercept):
+    from test_fit import logistic_reference
+
+    X, y = _problem(n=120, p=300, seed=9)
+    yl = np.where(y > np.median(y), 1.0, -1.0)
+    res = dl1.fit(X, yl, solver="fw", loss="logistic", l1_ball=3.0, sample=0.5, stop="gap",
+                  tol=1e-8, max_rounds=100000, fit_intercept=intercept)  # fmt: skip
+    assert res.certified_ and res.l1_norm_ == pytest.approx(3.0, rel=1e-9)
+    z = X @ res.coef_ + res.intercept_
+    psi = -yl / (1.0 + np.exp(yl * z))
+    assert res.loss_ == pytest.approx(np.logaddexp(0, -yl * z).sum(), rel=1e-10)
+    if intercept:
+        assert abs(psi.sum()) < 1e-8  # the intercept is optimal for the coefficients
+    grad = X.T @ psi
+    assert res.fw_gap_ == pytest.approx(res.coef_ @ grad + 3.0 * np.abs(grad).max(), abs=1e-9)
+    coef, b = logistic_reference(X, yl, res.lasso_alpha_, intercept)
+    assert np.abs(coef).sum() == pytest.approx(3.0, rel=1e-5)
+    np.testing.assert_allclose(res.coef_, coef, atol=1e-4 * np.abs(coef).max())
+    assert res.intercept_ == pytest.approx(b, abs=1e-4)
+    assert res.lasso_gap_ < 1e-7
+    path = dl1.path(X, yl, solver="fw", loss="logistic", deltas=[1.0, 2.0, 3.0], sample=0.5,
+                    stop="gap", tol=1e-6, max_rounds=100000, X_test=X, y_test=yl,
+                    fit_intercept=intercept)  # fmt: skip
+    assert path.converged_.all() and path.test_logloss_ is not None
+    np.testing.assert_allclose(path.coefs_[:, 2].toarray().ravel(), res.coef_, atol=1e-3)
+
+
 def test_path_matches_penalised_lasso_with_same_l1_norm():
     X, y = _problem(n=80, p=400, seed=1)
     pen = dl1.path(X, y, n_alphas=8, eps=0.3, tol=1e-12)
@@ -331,8 +359,8 @@ def test_fw_refuses_what_it_does_not_solve(tmp_path):
         dl1.fit(X, y, alpha=0.1, l1_ball=1.0)
     with pytest.raises(ValueError, match="delta"):
         dl1.fit(X, y, solver="fw", l1_ball=-1.0)
-    with pytest.raises(ValidationError, match="loss"):
-        dl1.fit(X, np.sign(y) + (y == 0), solver="fw", l1_ball=1.0, loss="logistic")
+    with pytest.raises(ValidationError, match="label"):
+        dl1.fit(X, y, solver="fw", l1_ball=1.0, loss="logistic")
     with pytest.raises(ValidationError, match="sample weights"):
         dl1.fit(X, y, solver="fw", l1_ball=1.0, sample_weight=np.ones(X.shape[0]))
     with pytest.raises(ValueError, match="sample"):

@@ -12,6 +12,12 @@ paper calls straightforward: the gradient gains ``l2 a_i`` on the support, the l
 unpenalised intercept: with ``fit_intercept`` the columns of ``X`` and ``y`` are
 centred implicitly, which is the paper's "without loss of generality alpha_0 = 0").
 
+L1-logistic regression (``loss="logistic"``, the other extension the paper names): ``f`` is
+the summed logistic loss of ``X a + b`` (labels +-1); the workers score
+``grad_i = z_i^T psi`` with ``psi`` the loss derivative (sent instead of ``p``), the step is a
+safeguarded Newton line search on the coordinator (O(n), using the chosen column), and the
+intercept is re-fitted exactly after each step so that the FW gap in ``a`` stays a bound.
+
 One iteration is one round: every partition of feature blocks scores its share of a random
 sample of ``kappa`` columns (split over blocks in proportion to their widths) against
 ``p = X a`` and returns its best candidate with that column's nonzeros; the coordinator picks
@@ -216,18 +222,32 @@ class FWProblem:
         n_partitions: int,
         kappa: int,
         l2: float = 0.0,
+        loss: str = "squared",
     ) -> None:
         if not (np.isfinite(l2) and l2 >= 0):
             raise ValueError(f"l2 must be a finite number >= 0, got {l2!r}")
+        if loss not in ("squared", "logistic"):
+            raise ValueError(f"loss must be 'squared' or 'logistic', got {loss!r}")
         self.ex = ex
         self.l2 = float(l2)
+        self.loss = loss
+        self.logistic = loss == "logistic"
         self.col_bounds = np.asarray(col_bounds, dtype=np.int64)
         self.n = int(y.shape[0])
         self.p = int(col_bounds[-1])
         self.intercept = fit_intercept
-        self.ybar = float(y.mean()) if fit_intercept else 0.0
+        self.ybar = float(y.mean()) if fit_intercept and not self.logistic else 0.0
         self.yc = y - self.ybar
         self.yy = float(self.yc @ self.yc)
+        if self.logistic:
+            from dl1.datafits import Logistic
+
+            self.datafit = Logistic()
+            self.b0 = self.datafit.initial_intercept(y) if fit_intercept else 0.0
+            self.f0 = self.n * self.datafit.value(y, np.full(self.n, self.b0))
+        else:
+            self.b0 = 0.0
+            self.f0 = 0.5 * self.yy
         self.kappa = int(kappa)
         widths = np.diff(col_bounds)
         kap = split_sample(self.kappa, widths)
@@ -237,9 +257,80 @@ class FWProblem:
         self.parts = [[blocks[j] for j in g] for g in groups]
         self.offsets = [[int(col_bounds[j]) for j in g] for g in groups]
         self.kappas = [[int(kap[j]) for j in g] for g in groups]
-        self.sigmas = [ex.submit(FT.sigma_task, part, self.yc) for part in self.parts]
+        # logistic: grad_j = x_j^T psi with psi the loss derivative, no sigma term
+        ys = np.zeros(self.n) if self.logistic else self.yc
+        self.sigmas = [ex.submit(FT.sigma_task, part, ys) for part in self.parts]
         counts = ex.gather([ex.submit(FT.nnz_task, part) for part in self.parts])
         self.nnz = int(sum(sum(c) for c in counts))
+
+    def psi(self, st: FWState) -> np.ndarray:
+        """Logistic: the loss derivative ``psi_i = -y_i sigmoid(-y_i z_i)`` at ``z = X a + b``
+        (``grad_a f = X^T psi``)."""
+        return self.n * self.datafit.gradient(self.yc, st.pvec + st.b)
+
+    def objective(self, st: FWState) -> float:
+        if self.logistic:
+            loss = self.n * self.datafit.value(self.yc, st.pvec + st.b)
+            return loss + 0.5 * self.l2 * st.Q
+        return st.objective(self.yy, self.l2)
+
+    def a_grad(self, st: FWState) -> float:
+        """``a^T grad_a f`` (squared: ``S - F + l2 Q``; logistic: ``(X a)^T psi + l2 Q``)."""
+        if self.logistic:
+            return float(st.pvec @ self.psi(st)) + self.l2 * st.Q
+        return st.a_grad(self.l2)
+
+    def line_search(self, st: FWState, dt: float, cand) -> float:
+        if not self.logistic:
+            return st.line_search(dt, cand, self.n, self.intercept, self.l2)
+        # no closed form: safeguarded Newton on phi(lam) = f(a + lam d), d = dt e_i - a,
+        # with X d = v = dt z_i - p (O(n) per evaluation, on the coordinator)
+        i, _, _, rows, vals, _, _, _ = cand
+        v = -st.pvec
+        v[rows] += dt * vals
+        ai = st.c * st.at[i]
+        ad = dt * ai - st.Q
+        dd = st.Q - 2 * dt * ai + dt * dt
+        z0 = st.pvec + st.b
+        y, l2 = self.yc, self.l2
+
+        def derivs(lam: float) -> tuple[float, float]:
+            z = z0 + lam * v
+            sig = 1.0 / (1.0 + np.exp(y * z))  # sigmoid(-y z)
+            d1 = float(-(y * sig) @ v) + l2 * (ad + lam * dd)
+            d2 = float((sig * (1 - sig)) @ (v * v)) + l2 * dd
+            return d1, d2
+
+        g0, _ = derivs(0.0)
+        if g0 >= 0:
+            return 0.0
+        g1, _ = derivs(1.0)
+        if g1 <= 0:
+            return 1.0
+        lo, hi, lam = 0.0, 1.0, 0.5
+        for _ in range(60):
+            d1, d2 = derivs(lam)
+            if d1 > 0:
+                hi = lam
+            else:
+                lo = lam
+            nxt = lam - d1 / d2 if d2 > 0 else 0.5 * (lo + hi)
+            if not lo < nxt < hi:
+                nxt = 0.5 * (lo + hi)
+            if abs(nxt - lam) <= 1e-14 or hi - lo <= 1e-14:
+                return nxt
+            lam = nxt
+        return lam
+
+    def refit_intercept(self, st: FWState) -> None:
+        """Logistic with an intercept: ``b`` minimising ``f(a, b)`` for the current ``a``
+        (Newton), so that ``d f / d b = 0`` and the FW gap in ``a`` bounds the error."""
+        if self.logistic and self.intercept:
+            for _ in range(50):
+                db = self.datafit.intercept_update(self.yc, st.pvec + st.b, None, max_iter=1)
+                st.b += db
+                if abs(db) <= 1e-13 * max(1.0, abs(st.b)):
+                    break
 
     def _extras(self, st: FWState) -> list[list[Any] | None]:
         """Per partition and block, the elastic-net gradient term ``l2 * a_j`` on the support
@@ -263,10 +354,11 @@ class FWProblem:
         and, for a full pass, the certificate statistics ``(max |c_j|, excess)``."""
         t0 = time.perf_counter()
         extras = self._extras(st)
+        vec = self.psi(st) if self.logistic else st.pvec
         outs = self.ex.gather(
             [
                 self.ex.submit(
-                    FT.round_task, part, off, sig, st.pvec, kap, seed, it, full, ext, threshold
+                    FT.round_task, part, off, sig, vec, kap, seed, it, full, ext, threshold
                 )
                 for part, off, sig, kap, ext in zip(
                     self.parts, self.offsets, self.sigmas, self.kappas, extras, strict=True
@@ -302,6 +394,7 @@ class FWState:
         self.S = 0.0
         self.F = 0.0
         self.Q = 0.0
+        self.b = 0.0
         self.colsum: dict[int, float] = {}
         self.scale: dict[int, float] = {}
 
@@ -382,11 +475,11 @@ class FWState:
         return change
 
 
-def _threshold(st: FWState, l2: float) -> float:
+def _threshold(prob: FWProblem, st: FWState) -> float:
     """``lambda_1 = -a^T grad f / ||a||_1``: the l1 multiplier the current point implies (at
     the optimum, ``grad_j = -lambda_1 sign(a_j)`` on the support); -1 if undefined."""
     l1 = st.l1()
-    lam1 = -st.a_grad(l2) / l1 if l1 > 0 else -1.0
+    lam1 = -prob.a_grad(st) / l1 if l1 > 0 else -1.0
     return lam1 if lam1 > 0 else -1.0
 
 
@@ -402,17 +495,17 @@ def _penalised_certificate(
     from dl1.penalties.elastic_net import ElasticNet
 
     nan = float("nan")
-    if lam1 <= 0 or prob.yy <= 0:
+    if lam1 <= 0 or prob.f0 <= 0:
         return nan, nan, nan
     n = prob.n
     alpha = (lam1 + prob.l2) / n
     ratio = lam1 / (lam1 + prob.l2)
-    a = st.coef()
+    datafit = prob.datafit if prob.logistic else Quadratic()
     _, _, gap = duality_gap_from_stats(
-        Quadratic(), ElasticNet(alpha, ratio), prob.yc, st.pvec, a, stats[0], stats[1],
-        intercept=prob.intercept,
+        datafit, ElasticNet(alpha, ratio), prob.yc, st.pvec + st.b, st.coef(), stats[0],
+        stats[1], intercept=prob.intercept,
     )  # fmt: skip
-    return alpha, ratio, gap / (0.5 * prob.yy / n)
+    return alpha, ratio, gap / (prob.f0 / n)
 
 
 def solve_fw(
@@ -458,7 +551,12 @@ def solve_fw(
         raise ValueError(f"l1_ball (delta) must be a finite number > 0, got {delta!r}")
     n, intercept = prob.n, prob.intercept
     st = state if state is not None else FWState(n, prob.p)
-    f0 = 0.5 * prob.yy
+    if state is None:
+        st.b = prob.b0
+    # the centring of p (squared loss with an intercept) stands for the intercept there;
+    # the logistic intercept is re-fitted after each step instead
+    center = intercept and not prob.logistic
+    f0 = prob.f0
     full_all = prob.kappa >= prob.p
     history: list[dict[str, Any]] = []
     scored_total = visited_total = n_full = 0
@@ -478,7 +576,7 @@ def solve_fw(
         thr = -1.0
         if full:
             st.refresh(prob.yc)
-            thr = _threshold(st, l2)
+            thr = _threshold(prob, st)
         cand, scored, visited, stats, wall, busy = prob.round(st, seed, it0 + k, full, thr)
         scored_total += scored
         visited_total += visited
@@ -489,7 +587,7 @@ def solve_fw(
             converged = True
             break
         g = cand[1]
-        gap = st.a_grad(l2) + delta * abs(g)
+        gap = prob.a_grad(st) + delta * abs(g)
         kind = "full pass" if full else "sample estimate"
         if full:
             exact, cert = (gap, abs(g)), (thr, stats)
@@ -508,9 +606,10 @@ def solve_fw(
                     cooldown = min(2 * cooldown, max(1, prob.p // max(prob.kappa, 1)))
         i = int(cand[0])
         dt = -delta if g > 0 else delta
-        lam = st.line_search(dt, cand, n, intercept, l2)
-        change = st.step(i, dt, lam, cand, n, intercept, l2) if lam > 0 else 0.0
+        lam = prob.line_search(st, dt, cand)
+        change = st.step(i, dt, lam, cand, n, center, l2) if lam > 0 else 0.0
         if lam > 0:
+            prob.refit_intercept(st)
             exact = cert = None
         k += 1
         history.append(_entry(k, st, prob, gap, kind, lam, wall, busy, t_start))
@@ -527,13 +626,13 @@ def solve_fw(
             break
     if certify and exact is None and not (converged and stop == "gap"):
         st.refresh(prob.yc)
-        thr = _threshold(st, l2)
+        thr = _threshold(prob, st)
         cand, scored, visited, stats, wall, busy = prob.round(st, seed, it0 + k, True, thr)
         scored_total += scored
         visited_total += visited
         n_full += 0 if full_all else 1
         absmax = abs(cand[1]) if cand is not None else 0.0
-        exact, cert = (st.a_grad(l2) + delta * absmax, absmax), (thr, stats)
+        exact, cert = (prob.a_grad(st) + delta * absmax, absmax), (thr, stats)
     if exact is not None:
         gap, kind = exact[0], "full pass"
         if stop == "gap" and gap <= tol * f0:
@@ -553,13 +652,18 @@ def solve_fw(
     scale = np.array([st.scale[i] for i in st.support])
     coef = np.zeros(prob.p)
     coef[st.support] = a[st.support] * scale
-    intercept_ = prob.ybar - sum(a[i] * st.colsum[i] for i in st.support) / n if intercept else 0.0
+    if prob.logistic:
+        intercept_ = st.b
+    elif intercept:
+        intercept_ = prob.ybar - sum(a[i] * st.colsum[i] for i in st.support) / n
+    else:
+        intercept_ = 0.0
     res = FWResult(
         coef_=coef,
         intercept_=float(intercept_),
         delta=float(delta),
         l1_norm_=st.l1(),
-        loss_=float(st.objective(prob.yy, l2)),
+        loss_=float(prob.objective(st)),
         f0_=f0,
         fw_gap_=float(gap),
         gap_=float(gap / f0) if f0 > 0 else 0.0,
@@ -583,10 +687,10 @@ def solve_fw(
 
 
 def _entry(k, st, prob, gap, kind, lam, wall, busy, t_start) -> dict[str, Any]:
-    f0 = 0.5 * prob.yy
+    f0 = prob.f0
     return {
         "iteration": k,
-        "objective": st.objective(prob.yy, prob.l2),
+        "objective": prob.objective(st),
         "gap": gap / f0 if f0 > 0 else 0.0,
         "gap_kind": kind,
         "nnz": int(np.count_nonzero(st.at[st.support])),
