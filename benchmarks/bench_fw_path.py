@@ -275,10 +275,11 @@ def main(argv=None) -> None:
                     g.append((c @ grad + d * np.abs(grad).max()) / f0)
                 g = np.array(g)
                 lg = st["lasso_gaps"]
+                lgs = f"{np.nanmedian(lg):.2e}" if np.isfinite(lg).any() else "n/a (no full pass)"
                 print(
                     f"  {name}: relative FW gap (recomputed) median {np.median(g):.2e}, max "
-                    f"{g.max():.2e}; penalised-Lasso gap at the implied alpha median "
-                    f"{np.nanmedian(lg):.2e}; {st['full_passes']} full passes"
+                    f"{g.max():.2e}; penalised-Lasso gap at the implied alpha median {lgs}; "
+                    f"{st['full_passes']} full passes"
                 )
             elif "certified" in st:
                 print(f"  {name}: {st['certified']} of {len(runs[name][1])} alphas certified")
