@@ -378,3 +378,22 @@ def test_fw_refuses_what_it_does_not_solve(tmp_path):
     store = dl1.from_scipy(X, y, tmp_path / "s.zarr")
     with pytest.raises(ValidationError, match="worker memory"):
         dl1.fit(store, solver="fw", l1_ball=1.0, stream=True)
+
+
+def test_standardized_ball_and_input_scale_coefficients():
+    X, y = _problem(seed=10)
+    X = sp.csc_matrix(X.multiply(np.linspace(0.2, 5.0, X.shape[1])[None, :]))
+    res = dl1.fit(X, y, solver="fw", l1_ball=0.3, sample=0.5, stop="gap", tol=1e-6,
+                  standardize=True, max_rounds=100000)  # fmt: skip
+    Xd = X.toarray()
+    std = Xd.std(axis=0)
+    # the ball constrains the standardised coefficients; coef_ is in the input's scale
+    assert np.abs(res.coef_ * std).sum() == pytest.approx(0.3, rel=1e-9)
+    r = y - Xd @ res.coef_ - res.intercept_
+    assert abs(r.sum()) < 1e-8 * np.abs(y).sum()
+    assert res.loss_ == pytest.approx(0.5 * r @ r, rel=1e-9)
+    # the same problem solved by dense FW on explicitly standardised columns
+    Z = sp.csc_matrix((Xd - Xd.mean(0)) / np.where(std > 0, std, 1.0))
+    ref = dl1.fit(Z, y, solver="fw", l1_ball=0.3, sample=0.5, stop="gap", tol=1e-6,
+                  max_rounds=100000)  # fmt: skip
+    assert res.loss_ == pytest.approx(ref.loss_, rel=1e-5)
