@@ -150,6 +150,8 @@ def test_full_sample_equals_deterministic_fw(intercept):
         )
     assert res.n_iter_ == 150
     np.testing.assert_allclose(res.coef_, ref, atol=1e-12)
+    # only chosen columns travel, each once (cached by the coordinator)
+    assert res.columns_fetched_ == len({h["vertex"] for h in res.history_ if "vertex" in h})
     gap, f = _fw_gap(X, y, res.coef_, delta, intercept)
     assert res.loss_ == pytest.approx(f, rel=1e-10)
     assert res.gap_kind_ == "full pass"

@@ -55,6 +55,9 @@ def round_task(
 ):
     """One FW round on a partition: the best vertex among its sampled (or all) columns.
 
+    Only the candidate's index and gradient travel back; the coordinator fetches the column
+    it chooses with :func:`column_task` unless it holds it already.
+
     ``extras``: per block, the sparse gradient term of the elastic-net penalty (local
     indices, ``mu a_j``) or None; ``threshold``: for the certificate statistics of a full
     pass (see :func:`dl1.kernels.fw.fw_score_columns`).
@@ -62,9 +65,8 @@ def round_task(
     Returns
     -------
     cand : tuple or None
-        ``(column, grad, sigma, rows, vals, colsum, sqnorm, scale)`` of the partition's
-        column of largest ``|grad|`` (global index; scaled values, the column's scale),
-        None if nothing was scored.
+        ``(column, grad, sigma)`` of the partition's column of largest ``|grad|`` (global
+        index), None if nothing was scored.
     scored, visited : int
         Columns scored (dot products) and nonzeros read.
     cmax, excess : float
@@ -95,11 +97,16 @@ def round_task(
         excess += xs
         if j >= 0 and abs(g) > best_abs:
             best_abs = abs(g)
-            best = (b, c0, j, g, sig[j])
-    cand = None
-    if best is not None:
-        b, c0, j, g, s = best
-        rows, vals, total, sq = fw_column(b.indptr, b.indices, b.data, b.col_scale, j)
-        scale = float(b.col_scale[j]) if b.col_scale.shape[0] else 1.0
-        cand = (c0 + j, g, s, rows, vals, total, sq, scale)
-    return cand, scored, visited, cmax, excess, time.perf_counter() - t0
+            best = (c0 + j, g, float(sig[j]))
+    return best, scored, visited, cmax, excess, time.perf_counter() - t0
+
+
+def column_task(blocks: list[Block], offsets: list[int], col: int):
+    """``(rows, vals, colsum, sqnorm, scale)`` of global column ``col`` (scaled values)."""
+    for b, c0 in zip(blocks, offsets, strict=True):
+        if c0 <= col < c0 + b.ncols:
+            j = col - c0
+            rows, vals, total, sq = fw_column(b.indptr, b.indices, b.data, b.col_scale, j)
+            scale = float(b.col_scale[j]) if b.col_scale.shape[0] else 1.0
+            return rows, vals, total, sq, scale
+    raise IndexError(f"column {col} is not in this partition")

@@ -58,6 +58,9 @@ from dl1.solvers.cd import ConvergenceWarning, overhead_fraction
 #: falls below it).
 STOP_RULES = ("paper", "gap")
 
+#: Columns fetched by the coordinator are cached up to this size (the support always stays).
+COLUMN_CACHE_BYTES = 64 * 2**20
+
 
 def sample_size(p: int, sample: float | tuple[float, int]) -> int:
     """Size ``kappa`` of the random sample of columns scored per iteration.
@@ -153,10 +156,13 @@ class FWResult:
         Columns scored (the paper's count of dot products).
     nnz_visited_ : int
         Nonzeros read by the scoring.
+    columns_fetched_ : int
+        Chosen columns sent to the coordinator (each once while cached).
     kappa_ : int
         Columns sampled per iteration.
     history_ : list of dict
-        Per iteration: objective, gap estimate (or exact gap), support size, step, seconds.
+        Per iteration: objective, gap estimate (or exact gap), support size, the vertex
+        (column) chosen, step, seconds.
     """
 
     coef_: np.ndarray
@@ -180,6 +186,7 @@ class FWResult:
     dot_products_: int
     nnz_visited_: int
     kappa_: int
+    columns_fetched_: int
     history_: list[dict[str, Any]] = field(default_factory=list)
     load_seconds_: float = float("nan")
     solve_seconds_: float = float("nan")
@@ -254,6 +261,12 @@ class FWProblem:
         K = len(blocks)
         groups = np.array_split(np.arange(K), max(1, min(n_partitions, K)))
         self.block_ids = [[int(j) for j in g] for g in groups]
+        self.part_of_block = np.concatenate(
+            [np.full(len(g), q, dtype=np.int64) for q, g in enumerate(groups)]
+        )
+        self.cache: dict[int, tuple] = {}
+        self.cache_bytes = 0
+        self.n_fetched = 0
         self.parts = [[blocks[j] for j in g] for g in groups]
         self.offsets = [[int(col_bounds[j]) for j in g] for g in groups]
         self.kappas = [[int(kap[j]) for j in g] for g in groups]
@@ -349,7 +362,15 @@ class FWProblem:
             out.append(per)
         return out
 
-    def round(self, st: FWState, seed: int, it: int, full: bool, threshold: float = -1.0):
+    def round(
+        self,
+        st: FWState,
+        seed: int,
+        it: int,
+        full: bool,
+        threshold: float = -1.0,
+        fetch: bool = True,
+    ):
         """The best candidate over all partitions (ties: the smallest column), with counts
         and, for a full pass, the certificate statistics ``(max |c_j|, excess)``."""
         t0 = time.perf_counter()
@@ -365,7 +386,6 @@ class FWProblem:
                 )
             ]
         )
-        wall = time.perf_counter() - t0
         best = None
         for o in outs:
             cand = o[0]
@@ -375,7 +395,32 @@ class FWProblem:
         visited = sum(o[2] for o in outs)
         stats = (max(o[3] for o in outs), sum(o[4] for o in outs))
         busy = max(o[5] for o in outs)
+        if best is not None and fetch:
+            best = (*best, *self.column(int(best[0]), st))
+        wall = time.perf_counter() - t0
         return best, scored, visited, stats, wall, busy
+
+    def column(self, col: int, st: FWState) -> tuple:
+        """``(rows, vals, colsum, sqnorm, scale)`` of the chosen column: from the cache, or
+        fetched from the partition holding it (only the chosen column travels, once). Past
+        :data:`COLUMN_CACHE_BYTES`, cached columns outside the support are dropped."""
+        hit = self.cache.get(col)
+        if hit is not None:
+            return hit
+        q = int(self.part_of_block[np.searchsorted(self.col_bounds, col, side="right") - 1])
+        hit = self.ex.gather([self.ex.submit(FT.column_task, self.parts[q], self.offsets[q], col)])[
+            0
+        ]
+        self.n_fetched += 1
+        self.cache[col] = hit
+        self.cache_bytes += hit[0].nbytes + hit[1].nbytes
+        if self.cache_bytes > COLUMN_CACHE_BYTES:
+            keep = set(st.support.tolist()) | {col}
+            for c in list(self.cache):
+                if c not in keep:
+                    old = self.cache.pop(c)
+                    self.cache_bytes -= old[0].nbytes + old[1].nbytes
+        return hit
 
 
 class FWState:
@@ -560,6 +605,7 @@ def solve_fw(
     full_all = prob.kappa >= prob.p
     history: list[dict[str, Any]] = []
     scored_total = visited_total = n_full = 0
+    fetched0 = prob.n_fetched
     exact: tuple[float, float] | None = None  # (gap, ||grad||_inf) at the current point
     converged = False
     full_next = False
@@ -613,6 +659,7 @@ def solve_fw(
             exact = cert = None
         k += 1
         history.append(_entry(k, st, prob, gap, kind, lam, wall, busy, t_start))
+        history[-1]["vertex"] = i
         if verbose:
             h = history[-1]
             print(
@@ -627,7 +674,9 @@ def solve_fw(
     if certify and exact is None and not (converged and stop == "gap"):
         st.refresh(prob.yc)
         thr = _threshold(prob, st)
-        cand, scored, visited, stats, wall, busy = prob.round(st, seed, it0 + k, True, thr)
+        cand, scored, visited, stats, wall, busy = prob.round(
+            st, seed, it0 + k, True, thr, fetch=False
+        )
         scored_total += scored
         visited_total += visited
         n_full += 0 if full_all else 1
@@ -680,6 +729,7 @@ def solve_fw(
         dot_products_=scored_total,
         nnz_visited_=visited_total,
         kappa_=prob.kappa,
+        columns_fetched_=prob.n_fetched - fetched0,
         history_=history,
     )
     res.solve_seconds_ = time.perf_counter() - t_start
