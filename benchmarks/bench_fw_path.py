@@ -9,7 +9,7 @@ For each preset, in one run on the same data (train split; test split for the MS
   order (Shalev-Shwartz & Tewari), warm-started along the same grid, same gap;
 * **FW 1%, 2%, 3%**: ``dl1.path(solver="fw")`` on 100 radii from ``delta_max / 100`` to
   ``delta_max = ||w(lambda_min)||_1`` (the paper's mapping, from a penalised fit at relative
-  gap 1e-8), warm-started with the paper's rescaling, stopped by the paper's rule
+  gap 1e-6), warm-started with the paper's rescaling, stopped by the paper's rule
   ``||a_{k+1} - a_k||_inf <= 1e-3``; every radius is then certified by one full pass (exact
   FW gap), which counts in the time. One FW iteration is one round trip to the workers; with
   ``--fw-in-process`` FW also runs in a single process (no Dask, one core: the paper's
