@@ -328,30 +328,43 @@ def fit(
     if solver not in ("ws", "cd", "fw"):
         raise ValueError(f"solver must be 'ws', 'cd' or 'fw', got {solver!r}")
     if solver == "fw":
-        return _fit_fw(
+        if alpha is not None:
+            raise ValueError(
+                "solver='fw' solves the constrained Lasso: give l1_ball (the radius delta), "
+                "not alpha"
+            )
+        if l1_ball is None:
+            raise TypeError("fit() with solver='fw' needs l1_ball")
+        if not tol > 0:
+            raise ValueError(f"tol must be > 0, got {tol!r}")
+        prob, t_load = fw_problem(
             X,
             y,
-            l1_ball=l1_ball,
-            alpha=alpha,
             loss=loss,
             fit_intercept=fit_intercept,
             standardize=standardize,
             sample_weight=sample_weight,
-            tol=tol,
-            max_iter=10000 if max_rounds is None else max_rounds,
             n_partitions=n_partitions,
-            seed=seed,
+            sample=sample,
             stream=stream,
             client=client,
             split=split,
-            verbose=verbose,
-            callback=callback,
-            sample=sample,
-            stop=stop,
-            step_tol=step_tol,
-            certify=certify,
             l2=l2,
         )
+        res_fw, _ = solve_fw(
+            prob,
+            float(l1_ball),
+            stop=stop,
+            step_tol=step_tol,
+            tol=tol,
+            max_iter=10000 if max_rounds is None else max_rounds,
+            seed=seed,
+            certify=certify,
+            verbose=verbose,
+            callback=callback,
+        )
+        res_fw.load_seconds_ = t_load
+        return res_fw
     if l1_ball is not None:
         raise ValueError("l1_ball is the constraint of solver='fw'; penalised solvers take alpha")
     if alpha is None:
@@ -453,45 +466,6 @@ def fw_problem(
         loss=loss,
     )
     return prob, t_load
-
-
-def _fit_fw(X, y, *, l1_ball, alpha, stream, sample, l2, **kw) -> FWResult:
-    if alpha is not None:
-        raise ValueError(
-            "solver='fw' solves the constrained Lasso: give l1_ball (the radius delta), not alpha"
-        )
-    if l1_ball is None:
-        raise TypeError("fit() with solver='fw' needs l1_ball")
-    if not kw["tol"] > 0:
-        raise ValueError(f"tol must be > 0, got {kw['tol']!r}")
-    prob, t_load = fw_problem(
-        X,
-        y,
-        loss=kw["loss"],
-        fit_intercept=kw["fit_intercept"],
-        standardize=kw["standardize"],
-        sample_weight=kw["sample_weight"],
-        n_partitions=kw["n_partitions"],
-        sample=sample,
-        stream=stream,
-        client=kw["client"],
-        split=kw["split"],
-        l2=l2,
-    )
-    res, _ = solve_fw(
-        prob,
-        float(l1_ball),
-        stop=kw["stop"],
-        step_tol=kw["step_tol"],
-        tol=kw["tol"],
-        max_iter=kw["max_iter"],
-        seed=kw["seed"],
-        certify=kw["certify"],
-        verbose=kw["verbose"],
-        callback=kw["callback"],
-    )
-    res.load_seconds_ = t_load
-    return res
 
 
 def _scale(block: T.Block | T.BlockSource) -> np.ndarray:

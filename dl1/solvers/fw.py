@@ -296,6 +296,8 @@ class FWProblem:
     def line_search(self, st: FWState, dt: float, cand) -> float:
         if not self.logistic:
             return st.line_search(dt, cand, self.n, self.intercept, self.l2)
+        from scipy.special import expit
+
         # no closed form: safeguarded Newton on phi(lam) = f(a + lam d), d = dt e_i - a,
         # with X d = v = dt z_i - p (O(n) per evaluation, on the coordinator)
         i, _, _, rows, vals, _, _, _ = cand
@@ -309,7 +311,7 @@ class FWProblem:
 
         def derivs(lam: float) -> tuple[float, float]:
             z = z0 + lam * v
-            sig = 1.0 / (1.0 + np.exp(y * z))  # sigmoid(-y z)
+            sig = expit(-y * z)  # sigmoid(-y z), without overflow for large |z|
             d1 = float(-(y * sig) @ v) + l2 * (ad + lam * dd)
             d2 = float((sig * (1 - sig)) @ (v * v)) + l2 * dd
             return d1, d2
