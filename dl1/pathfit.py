@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 import warnings
 from typing import Any
 
@@ -256,6 +257,7 @@ def path(
                     z,
                 )
     records: list[dict[str, Any]] = []
+    gram_key = uuid.uuid4().hex
     for k in range(start, grid.shape[0]):
         t0 = time.perf_counter()
         with warnings.catch_warnings():
@@ -278,6 +280,9 @@ def path(
                 handles=handles,
                 screen=screen,
                 dense_max=dense_max(streamed),
+                # the working sets of neighbouring alphas share their Gram matrix; with a
+                # checkpoint each alpha starts afresh, as a resumed run does (bit-identical)
+                gram_key=gram_key if ck is None else f"{gram_key}-{k}",
                 z0=z,
                 reuse=last if reuse else None,
                 groups0=None if last is None else last.groups,

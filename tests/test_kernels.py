@@ -569,6 +569,61 @@ def test_gram_cd_matches_numpy_reference_and_residual_cd(seed):
     np.testing.assert_allclose(w, sk.coef_, atol=1e-9)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 3, 7, 50])
+def test_csc_dense_rows_matches_numpy(dtype, rows):
+    from dl1.kernels.gram import csc_dense_rows
+
+    rng = np.random.default_rng(rows)
+    dense = sp.random(23, 9, density=0.3, random_state=rng, dtype=dtype).toarray()
+    dense[:, 4] = 0.0  # an empty column
+    A = sp.csc_matrix(dense)
+    cursor = A.indptr[:-1].astype(np.int64)
+    for r0 in range(0, 23, rows):
+        r1 = min(23, r0 + rows)
+        out = np.zeros((r1 - r0, 9))
+        csc_dense_rows(A.indptr.astype(np.int64), A.indices, A.data, cursor, r1, out)
+        np.testing.assert_array_equal(out, dense[r0:r1])
+    # every cursor has walked past its column
+    np.testing.assert_array_equal(cursor, A.indptr[1:])
+
+
+@pytest.mark.parametrize("density", [0.02, 0.6])  # the sparse product and the BLAS branch
+@pytest.mark.parametrize("weighted", [False, True])
+def test_working_set_gram_cached_equals_numpy(density, weighted):
+    from dl1.solvers import _tasks as T
+
+    rng = np.random.default_rng(int(density * 100) + weighted)
+    n, p = 60, 40
+    X = sp.random(n, p, density=density, format="csc", random_state=rng)
+    X.sort_indices()
+    s = rng.uniform(0.5, 2.0, n) if weighted else np.zeros(0)
+    full = X.T @ (X.multiply(s[:, None]) if weighted else X)
+    full = np.asarray(full.todense())
+    key = f"test-{density}-{weighted}"
+    T._GRAM_CACHE.pop(key, None)
+
+    def gram(ws, scratch_max=10**6):
+        A = X[:, ws]
+        ip, ix, v = A.indptr.astype(np.int64), A.indices, A.data
+        return T.working_set_gram(ip, ix, v, n, s, ws, key, scratch_max)
+
+    # a first working set, then one that drops some columns and adds others: the rows of
+    # the kept columns come from the cache, the new ones are computed (row blocks of 7)
+    ws1 = np.sort(rng.choice(p, 15, replace=False))
+    G1 = gram(ws1)
+    np.testing.assert_allclose(G1, full[np.ix_(ws1, ws1)], rtol=1e-12, atol=1e-12)
+    ws2 = np.union1d(ws1[::2], np.sort(rng.choice(p, 12, replace=False)))
+    G2 = gram(ws2, scratch_max=7 * ws2.shape[0])
+    np.testing.assert_allclose(G2, full[np.ix_(ws2, ws2)], rtol=1e-12, atol=1e-12)
+    kept = np.isin(ws2, ws1)
+    # cached entries are reused as they were
+    sel1 = np.searchsorted(ws1, ws2[kept])
+    np.testing.assert_array_equal(G2[np.ix_(kept, kept)], G1[np.ix_(sel1, sel1)])
+    assert T._GRAM_CACHE[key][0].tolist() == ws2.tolist()
+    T._GRAM_CACHE.pop(key)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_csc_select_columns_matches_scipy(dtype):
     from dl1.kernels.select import csc_select_columns

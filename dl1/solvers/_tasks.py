@@ -7,6 +7,7 @@ numba kernels they call live in :mod:`dl1.kernels`; nothing here knows about the
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,8 +18,21 @@ from dl1.kernels.cd import cd_block_epochs
 from dl1.kernels.linalg import csc_col_sqnorms, csc_xt_theta_stats
 from dl1.store import _kernels as SK
 
-#: Largest working set (rows x columns) densified to form its Gram matrix by BLAS (256 MiB).
+#: Elements (rows x columns) of the scratch that densifies a batch of working-set columns
+#: while their Gram rows are formed (in memory; out of core :func:`dl1.fit.dense_max` is less).
 GRAM_DENSE_MAX = 1 << 25
+
+#: Largest working set solved by covariance updates on its Gram matrix (288 MiB); beyond it
+#: (or for the logistic loss) the subproblem runs coordinate descent on the columns.
+GRAM_MAX = 6144
+
+#: Gram matrices of the last working sets, per solve (a key drawn by the coordinator), kept
+#: by the worker process between rounds: consecutive working sets share most columns, so
+#: only the rows of new columns are computed. Purely a cache: an entry is exactly what a
+#: fresh computation gives (see :func:`dl1.kernels.gram.gram_columns`), so a task landing on
+#: another worker, or a resumed path, gets bit-identical results.
+_GRAM_CACHE: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+_GRAM_CACHE_ENTRIES = 2
 
 
 @dataclass
@@ -427,8 +441,9 @@ def subproblem_task(
     random_order: bool,
     seed: int,
     anderson: int = 5,
-    gram_max: int = 4096,
+    gram_max: int = GRAM_MAX,
     dense_max: int = GRAM_DENSE_MAX,
+    gram_key: str | None = None,
 ):
     """Solve the problem restricted to the working set to a gap of ``target_gap``.
 
@@ -442,8 +457,10 @@ def subproblem_task(
 
     ``extracts`` are groups of columns gathered in earlier rounds (cached where this task runs)
     and ``extract_ids`` their global feature ids; the columns of ``ws`` are picked from them.
-    ``dense_max`` bounds the elements (rows x columns) of the working set densified for its
-    Gram matrix (out of core it is kept small, for memory-limited workers).
+    Squared-loss working sets of at most ``gram_max`` columns are solved on their Gram
+    matrix, kept between rounds under ``gram_key`` by :func:`working_set_gram`;
+    ``dense_max`` bounds the elements (rows x columns) of the scratch densifying its new
+    columns (out of core it is kept small, for memory-limited workers).
 
     Returns
     -------
@@ -484,6 +501,8 @@ def subproblem_task(
             anderson,
             t0,
             dense_max,
+            ws,
+            gram_key,
         )
         info["kernel_s"] += extract_s
         return w, dz, db, info
@@ -569,6 +588,74 @@ def _anderson_step(hist, w, db_total, z, y, s, datafit, penalty, indptr, indices
     return w, db_total
 
 
+def working_set_gram(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    vals: np.ndarray,
+    n: int,
+    s: np.ndarray,
+    ws: np.ndarray,
+    key: str | None,
+    scratch_max: int,
+) -> np.ndarray:
+    """``X_W^T S X_W`` of the working set ``ws`` (sorted global ids of the columns given by
+    the CSC arrays, values already scaled), reusing the entries of columns cached under
+    ``key`` by the previous call: only the rows and columns of new columns are computed.
+
+    Dense enough working sets go through BLAS on row blocks densified in a scratch of at
+    most ``scratch_max`` elements (rows x columns); sparse ones through a sparse product.
+    Either way the result is a deterministic function of the inputs and the cache. The
+    result is cached under ``key`` (replacing the previous entry) and must not be modified
+    by the caller.
+    """
+    from dl1.kernels.gram import csc_dense_rows
+
+    m = ws.shape[0]
+    hit = _GRAM_CACHE.pop(key, None) if key is not None else None
+    G = np.empty((m, m))
+    if hit is not None:
+        old_ids, old_G = hit
+        del hit
+        kpos = np.flatnonzero(np.isin(ws, old_ids, assume_unique=True))
+        opos = np.searchsorted(old_ids, ws[kpos])
+        G[np.ix_(kpos, kpos)] = old_G[np.ix_(opos, opos)]
+        del old_G
+        new = np.setdiff1d(np.arange(m), kpos, assume_unique=True)
+    else:
+        new = np.arange(m, dtype=np.int64)
+    if new.shape[0]:
+        k = new.shape[0]
+        nnz_new = int(np.diff(indptr)[new].sum())
+        weighted = s.shape[0] > 0
+        if indices.shape[0] / (n * m) * nnz_new / (n * k) > 0.01:
+            # the products of dense-enough columns are far cheaper through BLAS
+            rows = int(max(1, min(n, scratch_max // m)))
+            cursor = indptr[:-1].copy()
+            part = np.zeros((m, k))
+            for r0 in range(0, n, rows):
+                r1 = min(n, r0 + rows)
+                chunk = np.zeros((r1 - r0, m))
+                csc_dense_rows(indptr, indices, vals, cursor, r1, chunk)
+                right = chunk[:, new]
+                if weighted:
+                    right *= s[r0:r1, None]
+                part += chunk.T @ right
+                del chunk, right
+        else:
+            Xs = sp.csc_matrix((vals, indices, indptr), shape=(n, m))
+            right = Xs[:, new]
+            if weighted:
+                right = sp.csc_matrix(right.multiply(s[:, None]))
+            part = (Xs.T @ right).toarray()
+        G[:, new] = part
+        G[new, :] = part.T
+    if key is not None:
+        _GRAM_CACHE[key] = (ws.copy(), G)
+        while len(_GRAM_CACHE) > _GRAM_CACHE_ENTRIES:
+            _GRAM_CACHE.popitem(last=False)
+    return G
+
+
 def _solve_gram(
     indptr,
     indices,
@@ -588,6 +675,8 @@ def _solve_gram(
     anderson,
     t0,
     dense_max=GRAM_DENSE_MAX,
+    ws=None,
+    gram_key=None,
 ):
     """The squared-loss subproblem by covariance updates (:mod:`dl1.kernels.gram`).
 
@@ -600,27 +689,16 @@ def _solve_gram(
 
     n, m = y.shape[0], w.shape[0]
     vals = data if scale.shape[0] == 0 else data * np.repeat(scale, np.diff(indptr))
-    Xs = sp.csc_matrix((vals, indices, indptr), shape=(n, m))
-    if indices.shape[0] > 0.02 * n * m and n * m <= dense_max:
-        # dense enough: one BLAS product is much faster than a sparse-sparse product
-        Xd = Xs.toarray()
-        Xwd = Xd if s is None else Xd * s[:, None]
-        Q = Xd.T @ Xwd
-        colsum = Xwd.sum(axis=0)
-        del Xd, Xwd
-    else:
-        Xw = Xs if s is None else sp.csc_matrix(Xs.multiply(s[:, None]))
-        # by groups of columns holding about an eighth of the nonzeros: scipy converts the
-        # right factor to CSR, so only a group is copied at a time (same sums, same order)
-        Q = np.empty((m, m))
-        cuts = np.searchsorted(Xw.indptr, np.linspace(0, Xw.indptr[-1], 9)[1:-1])
-        for a, b in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [m]]), strict=True):
-            if b > a:
-                Q[:, a:b] = (Xs.T @ Xw[:, a:b]).toarray()
-        colsum = np.asarray(Xw.sum(axis=0)).ravel()
+    if ws is None:
+        ws, gram_key = np.arange(m, dtype=np.int64), None
+    G = working_set_gram(indptr, indices, vals, n, sw, ws, gram_key, dense_max)
+    col_of = np.repeat(np.arange(m), np.diff(indptr))
+    colsum = np.bincount(col_of, weights=vals if s is None else vals * s[indices], minlength=m)
+    Q = G / n
     if fit_intercept:
-        Q -= np.outer(colsum, colsum) / (n if s is None else float(s.sum()))
-    Q = np.ascontiguousarray(Q / n)
+        c = colsum / np.sqrt(n * (n if s is None else float(s.sum())))
+        for a in range(0, m, 512):  # rank-one update by row blocks: no m x m temporary
+            Q[a : a + 512] -= np.outer(c[a : a + 512], c)
     z_start = z.copy()
     w_start = w.copy()
     threshold = n * penalty.alpha_l1

@@ -14,6 +14,7 @@ through the coordinator; the columns move worker to worker.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,8 @@ def solve_ws(
     handles: tuple[Any, Any] | None = None,
     screen: bool = False,
     dense_max: int = T.GRAM_DENSE_MAX,
+    gram_max: int = T.GRAM_MAX,
+    gram_key: str | None = None,
     z0: np.ndarray | None = None,
     reuse: LastScan | None = None,
     groups0: list | None = None,
@@ -67,11 +70,16 @@ def solve_ws(
     L1-logistic), each pass also applies the gap-safe sphere test of the previous point and
     later passes skip the screened columns; the certificate is then the gap of the screened
     problem, whose optimum is the same (Ndiaye et al., JMLR 2017). ``dense_max`` bounds the
-    working set densified for its Gram matrix (see :func:`~dl1.solvers._tasks.subproblem_task`).
+    working set densified for its Gram matrix and ``gram_max`` the largest working set solved
+    on its Gram matrix (see :func:`~dl1.solvers._tasks.subproblem_task`), which the worker
+    keeps between rounds under ``gram_key`` (default: a key drawn for this solve; a path
+    passes one key to share the Gram matrix across its alphas).
     """
     n = y.shape[0]
     p = int(col_bounds[-1])
     K = len(blocks)
+    if gram_key is None:
+        gram_key = uuid.uuid4().hex
     n_partitions = max(1, min(n_partitions, K))
     parts = [list(a) for a in np.array_split(np.arange(K), n_partitions)]
     s_arg = None if sw.shape[0] == 0 else sw
@@ -237,8 +245,9 @@ def solve_ws(
                     random_order,
                     seed * 7919 + r,
                     5,
-                    4096,
+                    gram_max,
                     dense_max,
+                    gram_key,
                 )
             ]
         )
