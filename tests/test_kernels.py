@@ -187,7 +187,24 @@ def test_cd_block_epochs_matches_reference(shape, dtype, use_scale, use_sw, sigm
     w = w0.copy()
     u = np.zeros(n)
     n_changed, max_dz = cd_block_epochs(
-        *arrays(X), col_scale, w, g, u, sw, sq, sigma, beta, float(n), a1, a2, 3, False, 0, active
+        *arrays(X),
+        col_scale,
+        w,
+        g,
+        u,
+        sw,
+        sq,
+        sigma,
+        beta,
+        float(n),
+        a1,
+        a2,
+        3,
+        False,
+        0,
+        active,
+        EMPTY,
+        np.zeros(2),
     )
     w_ref, u_ref, n_changed_ref, max_dz_ref = reference_cd(
         dense, w0.copy(), g, np.zeros(n), sw, sigma, beta, n, a1, a2, 3, active
@@ -229,6 +246,8 @@ def test_cd_block_epochs_fixed_point_and_empty_active():
         True,
         3,
         np.arange(6, dtype=np.int64),
+        EMPTY,
+        np.zeros(2),
     )
     assert result == (0, 0.0)
     result = cd_block_epochs(
@@ -250,6 +269,8 @@ def test_cd_block_epochs_fixed_point_and_empty_active():
         False,
         0,
         np.zeros(0, dtype=np.int64),
+        EMPTY,
+        np.zeros(2),
     )
     assert result == (0, 0.0)
     assert not w.any() and not u.any()
@@ -285,6 +306,8 @@ def test_cd_block_epochs_random_order_is_seeded():
             random_order,
             seed,
             active,
+            EMPTY,
+            np.zeros(2),
         )
         return w
 
@@ -363,6 +386,8 @@ def solve(
                 random_order,
                 r * n_blocks + k,
                 actives[k],
+                EMPTY,
+                np.zeros(2),
             )
             w[cols] = wk
             dz += u
@@ -567,6 +592,126 @@ def test_gram_cd_matches_numpy_reference_and_residual_cd(seed):
         alpha=0.06, l1_ratio=0.05 / 0.06, fit_intercept=False, tol=1e-14, max_iter=100_000
     ).fit(X, y)
     np.testing.assert_allclose(w, sk.coef_, atol=1e-9)
+
+
+def reference_profiled_cd(dense, w, g, sw, beta, n, a1, a2, n_epochs):
+    """Coordinate descent with the intercept re-optimised after every step (NumPy).
+
+    Each step minimises the quadratic model exactly over ``(w_j, b)``: brute force over a
+    2 x 2 system instead of the kernel's centred column, then the intercept's own optimum is
+    recomputed from scratch (not accumulated).
+    """
+    s = np.ones(dense.shape[0]) if sw.size == 0 else sw
+    coef = beta / n
+    u, shift = np.zeros(dense.shape[0]), 0.0
+    for _ in range(n_epochs):
+        for j in range(dense.shape[1]):
+            x = dense[:, j]
+            # model: g.(d x + e) + coef/2 ||d x + e||_s^2 + penalty(w_j + d); e eliminated
+            gz = g + coef * s * (u + shift)
+            S, cs, sq = s.sum(), s @ x, s @ x**2
+            lj = coef * (sq - cs**2 / S)
+            if lj <= 1e-12 * coef * sq or sq == 0.0:
+                new = 0.0
+            else:
+                grad = x @ gz - cs / S * gz.sum()
+                z = lj * w[j] - grad
+                new = np.sign(z) * max(abs(z) - a1, 0.0) / (lj + a2)
+            u += x * (new - w[j])
+            w[j] = new
+            shift = -(g.sum() + coef * s @ u) / (coef * S)  # intercept optimal for the model
+    return w, u, shift
+
+
+@pytest.mark.parametrize("use_sw", [False, True])
+@pytest.mark.parametrize("use_scale", [False, True])
+def test_cd_block_epochs_profiled_intercept_matches_reference(use_sw, use_scale):
+    rng = np.random.default_rng(11)
+    n, p = 30, 12
+    X = make_csc(n, p, 0.6, np.float64, 3)
+    X = sp.csc_matrix(np.abs(X.toarray()))  # positive features: collinear with the intercept
+    dense_c = X.toarray()
+    dense_c[:, 5] = 2.0  # a constant column: no effect once centred
+    X = sp.csc_matrix(dense_c)
+    col_scale = maybe_scale(p, use_scale, rng)
+    sw = rng.uniform(0.2, 2.0, n) if use_sw else EMPTY
+    s = np.ones(n) if sw.size == 0 else sw
+    dense = scaled_dense(X, col_scale)
+    g = rng.standard_normal(n) / n
+    g -= s * g.sum() / s.sum()  # intercept optimal at the start: sum(g) = 0
+    w0 = rng.standard_normal(p) * (rng.random(p) < 0.5)
+    w0[5] = 0.7
+    a1, a2 = 0.02, 0.01
+    sq = csc_col_sqnorms(*arrays(X), col_scale, sw)
+    col_sum = np.asarray(X.multiply(s[:, None]).sum(axis=0)).ravel()
+    w, u, shift = w0.copy(), np.zeros(n), np.array([0.0, s.sum()])
+    cd_block_epochs(
+        *arrays(X),
+        col_scale,
+        w,
+        g,
+        u,
+        sw,
+        sq,
+        1.0,
+        1.0,
+        float(n),
+        a1,
+        a2,
+        4,
+        False,
+        0,
+        np.arange(p, dtype=np.int64),
+        col_sum,
+        shift,
+    )
+    w_ref, u_ref, shift_ref = reference_profiled_cd(dense, w0.copy(), g, sw, 1.0, n, a1, a2, 4)
+    np.testing.assert_allclose(w, w_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(u, u_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(shift[0], shift_ref, rtol=1e-9, atol=1e-12)
+    assert w[5] == 0.0
+
+
+def test_sparse_subproblem_with_intercept_matches_sklearn():
+    """The working-set subproblem without a Gram matrix (profiled intercept) on positive
+    features converges to scikit-learn's Lasso with intercept."""
+    from dl1.solvers._tasks import assemble_block, extract_task, subproblem_task
+
+    rng = np.random.default_rng(2)
+    n, p = 80, 30
+    dense = np.abs(rng.standard_normal((n, p))) * (rng.random((n, p)) < 0.4) + 0.5 * (
+        rng.random((n, p)) < 0.5
+    )
+    y = dense[:, :5] @ rng.standard_normal(5) + 0.1 * rng.standard_normal(n) + 3.0
+    alpha = 0.01 * np.abs(dense.T @ (y - y.mean())).max() / n
+    blk = assemble_block(0, 0, np.zeros(0), False, True, sp.csc_matrix(dense))
+    ids = np.arange(p, dtype=np.int64)
+    ext = extract_task(blk, ids)
+    z = np.full(n, y.mean())
+    res = subproblem_task(
+        [ext],
+        [ids],
+        [True],
+        ids,
+        np.zeros(p),
+        y,
+        z,
+        EMPTY,
+        Quadratic(),
+        ElasticNet(alpha),
+        True,
+        1e-12,
+        100_000,
+        10,
+        False,
+        0,
+        5,
+        0,
+    )
+    w, dz = res[0], res[1]
+    sk = SkElasticNet(alpha=alpha, l1_ratio=1.0, tol=1e-14, max_iter=1_000_000).fit(dense, y)
+    np.testing.assert_allclose(w, sk.coef_, atol=1e-6)
+    np.testing.assert_allclose(z + dz, dense @ sk.coef_ + sk.intercept_, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

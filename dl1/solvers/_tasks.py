@@ -33,6 +33,8 @@ GRAM_MAX = 6144
 #: another worker, or a resumed path, gets bit-identical results.
 _GRAM_CACHE: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 _GRAM_CACHE_ENTRIES = 2
+_NO_PROFILE = np.zeros(0)
+_NO_SHIFT = np.zeros(2)
 
 
 @dataclass
@@ -252,6 +254,8 @@ def round_task(
                 random_order,
                 (seed * 1000003 + epoch * 1009 + k) % (2**32),
                 active[k],
+                _NO_PROFILE,
+                _NO_SHIFT,
             )
             n_changed += ch
             max_dz = max(max_dz, dz)
@@ -450,7 +454,9 @@ def subproblem_task(
     Exact coordinate descent on the gathered columns (sigma' = 1; the gradient is refreshed
     every epoch, so for the squared loss every coordinate step is the exact minimiser and for
     the logistic loss the beta = 1/4 majorant of Shalev-Shwartz & Tewari's SCD is re-centred
-    every epoch), with the intercept re-fitted after each epoch. Every ``anderson + 1``
+    every epoch), with the intercept re-fitted after each epoch and, for the squared loss,
+    profiled out of every coordinate step (implicitly centred columns; see ``col_sum`` of
+    :func:`dl1.kernels.cd.cd_block_epochs`). Every ``anderson + 1``
     epochs the iterates are extrapolated by Anderson acceleration (as in skglm; Bertrand &
     Massias, "Anderson acceleration of coordinate descent", AISTATS 2021, Alg. 1), kept only
     if it lowers the objective.
@@ -513,6 +519,14 @@ def subproblem_task(
     epochs = 0
     threshold = n * penalty.alpha_l1
     hist: list[np.ndarray] = []
+    # squared loss: the intercept is profiled out of every coordinate step (implicit centring)
+    profile = fit_intercept and datafit.beta == 1.0
+    col_sum, shift = _NO_PROFILE, np.zeros(2)
+    if profile:
+        col_of = np.repeat(np.arange(w.shape[0]), np.diff(indptr))
+        col_sum = np.bincount(col_of, weights=data if s is None else data * s[indices])
+        col_sum = np.concatenate([col_sum, np.zeros(w.shape[0] - col_sum.shape[0])])
+        shift[1] = n if s is None else float(s.sum())
     for epoch in range(max_epochs):
         if fit_intercept:
             db = datafit.intercept_update(y, z, s)
@@ -547,8 +561,14 @@ def subproblem_task(
             random_order,
             (seed * 1000003 + epoch) % (2**32),
             active,
+            col_sum,
+            shift,
         )
         z += u
+        if profile:
+            z += shift[0]
+            db_total += shift[0]
+            shift[0] = 0.0
         epochs += 1
         hist.append(np.append(w, db_total))
         if len(hist) == anderson + 1:
