@@ -93,9 +93,22 @@ def main(argv=None) -> None:
     ap.add_argument("--n-alphas", type=int, default=100)
     ap.add_argument("--eps", type=float, default=1e-2)
     ap.add_argument("--time-limit", type=float, default=3600.0, help="seconds per peer")
+    ap.add_argument(
+        "--peer-limit",
+        nargs="*",
+        default=[],
+        metavar="PEER=SECONDS",
+        help="a peer's own time limit (e.g. celer=1500), overriding --time-limit",
+    )
     ap.add_argument("--peers", nargs="+", default=["sklearn", "celer", "skglm"])
     ap.add_argument("--screen", action="store_true", help="dl1 with gap-safe screening")
     args = ap.parse_args(argv)
+    limits = {}
+    for item in args.peer_limit:
+        name, _, sec = item.partition("=")
+        if name not in args.peers or not sec:
+            ap.error(f"--peer-limit {item!r}: expected PEER=SECONDS with PEER in --peers")
+        limits[name] = float(sec)
 
     from dl1.pathfit import alpha_grid
 
@@ -115,7 +128,7 @@ def main(argv=None) -> None:
             else:
                 tol = 5e-7 if name in ("sklearn", "celer") else TARGET
                 dt, out, mem, passes = in_child(
-                    _run_peer, name, str(path), grid, tol, args.time_limit
+                    _run_peer, name, str(path), grid, tol, limits.get(name, args.time_limit)
                 )
             gaps = np.array([certify(X, y, c, b, a) for (c, b), a in zip(out, grid, strict=False)])
             nnz = np.array([np.count_nonzero(c) for c, _ in out])
