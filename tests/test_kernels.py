@@ -714,6 +714,21 @@ def test_sparse_subproblem_with_intercept_matches_sklearn():
     np.testing.assert_allclose(z + dz, dense @ sk.coef_ + sk.intercept_, atol=1e-6)
 
 
+@pytest.mark.parametrize("use_scale", [False, True])
+def test_compact_task_equals_extracting_the_subset(use_scale):
+    from dl1.solvers._tasks import assemble_block, compact_task, extract_task
+
+    rng = np.random.default_rng(4)
+    X = make_csc(20, 15, 0.4, np.float32, 1)
+    blk = assemble_block(0, 0, np.zeros(0), use_scale, True, X)
+    cols = np.array([1, 3, 4, 8, 9, 14])
+    keep = np.sort(rng.choice(cols.shape[0], 3, replace=False))
+    got = compact_task(extract_task(blk, cols), keep)
+    want = extract_task(blk, cols[keep])
+    for a, b in zip(got[:6], want[:6], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows", [1, 3, 7, 50])
 def test_csc_dense_rows_matches_numpy(dtype, rows):

@@ -387,6 +387,15 @@ def extract_task(block: Block | BlockSource, local: np.ndarray):
     )
 
 
+def compact_task(extract: tuple, keep: np.ndarray):
+    """The columns ``keep`` of a gathered group (:func:`extract_task`), run where the group
+    is held: a working set that has moved on frees its stale columns without rereading."""
+    keep = np.asarray(keep, dtype=np.int64)
+    indptr, indices, data = _select_columns(extract[0], extract[1], extract[2], keep)
+    scale = extract[3][keep] if extract[5] else np.zeros(0)
+    return indptr, indices, data, scale, extract[4][keep], extract[5], 0.0
+
+
 def identity(x):
     """A task holding a value: unlike ``scatter``, the scheduler can recompute it."""
     return x

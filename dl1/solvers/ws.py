@@ -214,7 +214,16 @@ def solve_ws(
             cand = cand[keep]
         ws = np.union1d(support, cand).astype(np.int64)
         # columns are gathered once and cached where the subproblem runs: only new ones move
-        groups = [(h, ids, False) for h, ids, _ in groups if np.isin(ids, ws).any()]
+        # a group mostly stale is compacted where it lives: the cache never holds more than
+        # twice the working set's columns
+        kept = []
+        for h, ids, _ in groups:
+            live = np.isin(ids, ws)
+            if 2 * live.sum() >= ids.shape[0]:
+                kept.append((h, ids, False))
+            elif live.any():
+                kept.append((ex.submit(T.compact_task, h, np.flatnonzero(live)), ids[live], False))
+        groups = kept
         cached = np.concatenate([ids for _, ids, _ in groups] or [np.zeros(0, np.int64)])
         new = np.setdiff1d(ws, cached)
         owner = np.searchsorted(col_bounds, new, side="right") - 1
