@@ -307,7 +307,7 @@ def path(
         )
         if ck is not None:
             ck.record(k, **rec, state={"w": w, "z": z})
-        records.append(rec)
+        records.append(_sparse_coef(rec))
         if not res.converged_:
             warnings.warn(
                 f"alpha[{k}] = {grid[k]:.6g} is not certified: relative duality gap "
@@ -523,7 +523,7 @@ def _fw_path(
             rounds=res.n_iter_,
             test_metric=metric,
         )
-        records.append(rec)
+        records.append(_sparse_coef(rec))
         extra.append(
             {
                 "delta": float(delta),
@@ -562,14 +562,30 @@ def _fw_path(
     return out
 
 
+def _sparse_coef(rec: dict[str, Any]) -> dict[str, Any]:
+    """The record with its coefficients kept as (indices, values): a path's memory on the
+    client grows with its supports, not with n_alphas x p."""
+    coef = np.asarray(rec["coef"], dtype=np.float64)
+    nz = np.flatnonzero(coef)
+    return {**rec, "coef": (nz, coef[nz])}
+
+
 def _as_arrays(records: list[dict[str, Any]], p: int) -> dict[str, Any]:
     """The per-alpha records of a run without checkpoint, in the checkpoint's load() form."""
     import scipy.sparse as sp
 
     names = sorted({m for r in records for m in (r["test_metric"] or {})})
-    coefs = np.column_stack([r["coef"] for r in records]) if records else np.zeros((p, 0))
+    indptr = np.concatenate([[0], np.cumsum([r["coef"][0].shape[0] for r in records])])
+    coefs = sp.csc_matrix(
+        (
+            np.concatenate([r["coef"][1] for r in records] or [np.zeros(0)]),
+            np.concatenate([r["coef"][0] for r in records] or [np.zeros(0, np.int64)]),
+            indptr,
+        ),
+        shape=(p, len(records)),
+    )
     return {
-        "coefs": sp.csc_matrix(coefs),
+        "coefs": coefs,
         "intercepts": np.array([r["intercept"] for r in records], dtype=np.float64),
         "gaps": np.array([r["gap"] for r in records], dtype=np.float64),
         "converged": np.array([r["converged"] for r in records], dtype=bool),

@@ -748,6 +748,20 @@ def test_csc_dense_rows_matches_numpy(dtype, rows):
     np.testing.assert_array_equal(cursor, A.indptr[1:])
 
 
+def test_take_submatrix_matches_numpy():
+    from dl1.kernels.gram import take_submatrix
+
+    rng = np.random.default_rng(0)
+    src = rng.standard_normal((9, 9))
+    src_idx = np.array([7, 0, 3, 4], dtype=np.int64)
+    dst_idx = np.array([1, 2, 5, 0], dtype=np.int64)
+    dst = np.full((6, 6), np.nan)
+    take_submatrix(src, src_idx, dst, dst_idx)
+    want = np.full((6, 6), np.nan)
+    want[np.ix_(dst_idx, dst_idx)] = src[np.ix_(src_idx, src_idx)]
+    np.testing.assert_array_equal(dst, want)
+
+
 @pytest.mark.parametrize("density", [0.02, 0.6])  # the sparse product and the BLAS branch
 @pytest.mark.parametrize("weighted", [False, True])
 def test_working_set_gram_cached_equals_numpy(density, weighted):

@@ -83,3 +83,18 @@ def csc_dense_rows(indptr, indices, data, cursor, row_end, out):  # pragma: no c
             out[indices[t] - r0, i] = data[t]
             t += 1
         cursor[i] = t
+
+
+@njit(nogil=True, cache=True)
+def take_submatrix(src, src_idx, dst, dst_idx):  # pragma: no cover - compiled
+    """``dst[dst_idx[a], dst_idx[b]] = src[src_idx[a], src_idx[b]]`` for all ``a, b``.
+
+    The cached Gram entries of the columns a working set keeps (one pass over the entries,
+    where NumPy's ``np.ix_`` indexing makes two).
+    """
+    k = src_idx.shape[0]
+    for a in range(k):
+        srow = src[src_idx[a]]
+        drow = dst[dst_idx[a]]
+        for b in range(k):
+            drow[dst_idx[b]] = srow[src_idx[b]]

@@ -415,17 +415,19 @@ def _gather_ws(extracts: list[tuple], extract_ids: list[np.ndarray], ws: np.ndar
     group = np.searchsorted(goff, pos, side="right") - 1
     local = pos - goff[group]
     lens = np.zeros(ws.shape[0], dtype=np.int64)
-    used = np.unique(group)
-    for g in used:
-        dest = np.flatnonzero(group == g)
+    # the working set's columns by group, each group's in working-set order
+    by = np.argsort(group, kind="stable")
+    starts = np.flatnonzero(np.diff(group[by], prepend=-1))
+    ends = [*starts[1:], by.shape[0]]
+    runs = [(int(group[by[a]]), by[a:b]) for a, b in zip(starts, ends, strict=True)]
+    for g, dest in runs:
         ip = extracts[g][0]
         lens[dest] = ip[local[dest] + 1] - ip[local[dest]]
     indptr = np.zeros(ws.shape[0] + 1, dtype=np.int64)
     np.cumsum(lens, out=indptr[1:])
     indices = np.empty(indptr[-1], dtype=np.int32)
     data = np.empty(indptr[-1], dtype=np.float64)
-    for g in used:
-        dest = np.flatnonzero(group == g)
+    for g, dest in runs:
         e = extracts[g]
         csc_copy_columns_into(e[0], e[1], e[2], local[dest], indptr, dest, indices, data)
     sqn = np.concatenate([e[4] for e in extracts])[pos]
@@ -637,17 +639,20 @@ def working_set_gram(
     result is cached under ``key`` (replacing the previous entry) and must not be modified
     by the caller.
     """
-    from dl1.kernels.gram import csc_dense_rows
+    from dl1.kernels.gram import csc_dense_rows, take_submatrix
 
     m = ws.shape[0]
     hit = _GRAM_CACHE.pop(key, None) if key is not None else None
     G = np.empty((m, m))
+    if hit is not None and np.array_equal(hit[0], ws):  # the same working set again
+        _GRAM_CACHE[key] = hit
+        return hit[1]
     if hit is not None:
         old_ids, old_G = hit
         del hit
         kpos = np.flatnonzero(np.isin(ws, old_ids, assume_unique=True))
         opos = np.searchsorted(old_ids, ws[kpos])
-        G[np.ix_(kpos, kpos)] = old_G[np.ix_(opos, opos)]
+        take_submatrix(old_G, opos, G, kpos)
         del old_G
         new = np.setdiff1d(np.arange(m), kpos, assume_unique=True)
     else:

@@ -162,7 +162,7 @@ def solve_ws(
             penalty,
             y,
             z,
-            w,
+            w[support],  # the penalty of the nonzeros (p can be millions)
             absmax,
             excess,
             s=s_arg,
@@ -217,8 +217,11 @@ def solve_ws(
         # a group mostly stale is compacted where it lives: the cache never holds more than
         # twice the working set's columns
         kept = []
-        for h, ids, _ in groups:
-            live = np.isin(ids, ws)
+        lives = []
+        if groups:
+            flags = np.isin(np.concatenate([ids for _, ids, _ in groups]), ws)
+            lives = np.split(flags, np.cumsum([ids.shape[0] for _, ids, _ in groups])[:-1])
+        for (h, ids, _), live in zip(groups, lives, strict=True):
             if 2 * live.sum() >= ids.shape[0]:
                 kept.append((h, ids, False))
             elif live.any():
