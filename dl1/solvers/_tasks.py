@@ -22,9 +22,9 @@ from dl1.store import _kernels as SK
 #: while their Gram rows are formed (in memory; out of core :func:`dl1.fit.dense_max` is less).
 GRAM_DENSE_MAX = 1 << 25
 
-#: Largest working set solved by covariance updates on its Gram matrix (288 MiB); beyond it
+#: Largest working set solved by covariance updates on its Gram matrix (512 MiB); beyond it
 #: (or for the logistic loss) the subproblem runs coordinate descent on the columns.
-GRAM_MAX = 6144
+GRAM_MAX = 8192
 
 #: Gram matrices of the last working sets, per solve (a key drawn by the coordinator), kept
 #: by the worker process between rounds: consecutive working sets share most columns, so
