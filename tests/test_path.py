@@ -164,3 +164,31 @@ def test_last_pass_of_an_alpha_is_the_first_of_the_next():
     # with screening the pass is not reusable (it skipped screened columns): one more read
     scr = dl1.path(X, y, n_alphas=12, eps=0.05, tol=1e-8, screen=True)
     assert (scr.passes_[1:] > scr.rounds_[1:] - 1e-12).all()
+
+
+def _gram_cache_size() -> int:
+    from dl1.solvers._tasks import _GRAM_CACHE
+
+    return len(_GRAM_CACHE)
+
+
+def test_workers_forget_gram_matrices_after_fit_and_path(local_cluster):
+    """The working-set Gram matrices the workers keep between rounds are dropped when the
+    fit or path ends (a long-lived worker does not keep hundreds of MiB per past solve)."""
+    from dl1.solvers import _tasks as T
+
+    X, y = make_data(seed=3)
+    amax = dl1.alpha_max(X, y)
+    seen = []
+    orig = T.working_set_gram
+    try:
+        # in process: a Gram matrix is cached during the solve, none is left after it
+        T.working_set_gram = lambda *a: seen.append(_gram_cache_size()) or orig(*a)
+        res = dl1.fit(X, y, alpha=amax / 20, tol=1e-8)
+        assert res.converged_ and len(seen) >= 2 and max(seen) >= 1
+    finally:
+        T.working_set_gram = orig
+    assert _gram_cache_size() == 0
+    dl1.fit(X, y, alpha=amax / 20, tol=1e-8, client=local_cluster)
+    dl1.path(X, y, n_alphas=10, tol=1e-8, client=local_cluster)
+    assert set(local_cluster.run(_gram_cache_size).values()) == {0}

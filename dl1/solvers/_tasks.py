@@ -619,6 +619,12 @@ def _anderson_step(hist, w, db_total, z, y, s, datafit, penalty, indptr, indices
     return w, db_total
 
 
+def drop_gram(prefix: str) -> None:
+    """Forget the Gram matrices cached under keys starting with ``prefix`` (end of a solve)."""
+    for key in [k for k in _GRAM_CACHE if k.startswith(prefix)]:
+        del _GRAM_CACHE[key]
+
+
 def working_set_gram(
     indptr: np.ndarray,
     indices: np.ndarray,

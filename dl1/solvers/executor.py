@@ -101,6 +101,10 @@ class LocalExecutor:
     def wait(self, handles: list[Any]) -> None:
         pass
 
+    def broadcast(self, fn, *args) -> None:
+        """Run ``fn(*args)`` in every process running tasks (here: this one)."""
+        fn(*args)
+
 
 class DistributedExecutor:
     """Runs tasks on a ``distributed.Client``; futures keep blocks in worker memory.
@@ -129,6 +133,10 @@ class DistributedExecutor:
         for h in handles:
             if h.status == "error":
                 h.result()  # raises the task's own exception (e.g. a ValidationError)
+
+    def broadcast(self, fn, *args) -> None:
+        """Run ``fn(*args)`` on every worker (for worker-local caches)."""
+        self.client.run(fn, *args, on_error="ignore")
 
     def compute(self, delayed: list[Any], workers: list[int] | None = None) -> list[Any]:
         if workers is None or not self.workers:

@@ -78,7 +78,8 @@ def solve_ws(
     n = y.shape[0]
     p = int(col_bounds[-1])
     K = len(blocks)
-    if gram_key is None:
+    own_key = gram_key is None
+    if own_key:
         gram_key = uuid.uuid4().hex
     n_partitions = max(1, min(n_partitions, K))
     parts = [list(a) for a in np.array_split(np.arange(K), n_partitions)]
@@ -278,6 +279,8 @@ def solve_ws(
         entry["wall_s"] = wall = entry["scan_s"] + entry["inner_s"]
         entry["busy_s"] = busy = entry["scan_kernel_s"] + entry["inner_kernel_s"]
         entry["overhead_fraction"] = max(0.0, 1.0 - busy / wall) if wall > 0 else 0.0
+    if own_key:  # the workers' cached Gram matrix dies with this solve
+        ex.broadcast(T.drop_gram, gram_key)
     screened = np.zeros(p, dtype=bool)
     for j, a in enumerate(alive):
         if a is not None:
