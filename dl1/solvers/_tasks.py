@@ -714,11 +714,13 @@ def _solve_gram(
     check_every,
     anderson,
     t0,
-    dense_max=GRAM_DENSE_MAX,
-    ws=None,
-    gram_key=None,
+    dense_max,
+    ws,
+    gram_key,
 ):
-    """The squared-loss subproblem by covariance updates (:mod:`dl1.kernels.gram`).
+    """The squared-loss subproblem by covariance updates (:mod:`dl1.kernels.gram`), on the
+    Gram matrix of the working set ``ws`` (cached under ``gram_key``, see
+    :func:`working_set_gram`).
 
     ``Q = X_W^T (S - s s^T / sum(s)) X_W / n`` profiles the intercept out; ``h = -grad F`` is
     refreshed exactly from the residual at every gap check, so rounding cannot accumulate.
@@ -729,8 +731,6 @@ def _solve_gram(
 
     n, m = y.shape[0], w.shape[0]
     vals = data if scale.shape[0] == 0 else data * np.repeat(scale, np.diff(indptr))
-    if ws is None:
-        ws, gram_key = np.arange(m, dtype=np.int64), None
     G = working_set_gram(indptr, indices, vals, n, sw, ws, gram_key, dense_max)
     col_of = np.repeat(np.arange(m), np.diff(indptr))
     colsum = np.bincount(col_of, weights=vals if s is None else vals * s[indices], minlength=m)
