@@ -649,10 +649,10 @@ def working_set_gram(
 
     m = ws.shape[0]
     hit = _GRAM_CACHE.pop(key, None) if key is not None else None
-    G = np.empty((m, m))
     if hit is not None and np.array_equal(hit[0], ws):  # the same working set again
         _GRAM_CACHE[key] = hit
         return hit[1]
+    G = np.empty((m, m))
     if hit is not None:
         old_ids, old_G = hit
         del hit
