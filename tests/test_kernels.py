@@ -795,6 +795,7 @@ def test_working_set_gram_cached_equals_numpy(density, weighted):
     sel1 = np.searchsorted(ws1, ws2[kept])
     np.testing.assert_array_equal(G2[np.ix_(kept, kept)], G1[np.ix_(sel1, sel1)])
     assert T._GRAM_CACHE[key][0].tolist() == ws2.tolist()
+    assert gram(ws2) is G2  # the same working set again: the cached matrix, no work
     T._GRAM_CACHE.pop(key)
 
 
