@@ -104,7 +104,10 @@ def path(
     alphas : array_like, optional
         Explicit grid (sorted decreasing for warm starts to help).
     screen : bool
-        Gap-safe screening in every pass (see :func:`dl1.fit`).
+        Gap-safe screening (Lasso and L1-logistic): sequential between alphas (the first
+        pass of an alpha already applies the sphere of the previous alpha's solution) and
+        dynamic within one (every pass applies the sphere of the previous pass's point, see
+        :func:`dl1.fit`).
     checkpoint : path, optional
         A zarr group where each alpha's result is written atomically before the next starts;
         an interrupted path resumes there (redoing at most the alpha in progress, with
@@ -231,6 +234,7 @@ def path(
     z: np.ndarray | None = None  # X w + b, carried from one alpha to the next
     last = None  # the last pass of the previous alpha (reused as the next one's first)
     reuse = not screen and l1_ratio == 1.0
+    seq = None  # with screening: (theta, bound) of the previous alpha's solution
     start = 0
     if ck is not None and ck.n_done:
         start = ck.n_done
@@ -242,6 +246,9 @@ def path(
             # the solver's own w (standardized scale) and X w + b, bit for bit, and the
             # pass the interrupted run would have reused: resuming is bit-identical
             w, z = state["w"], state["z"]
+            if "xt_bound" in state:
+                theta = datafit.dual_point(yv, z, s, fit_intercept)  # as the last pass had it
+                seq = (theta, float(state["xt_bound"][0]))
             if reuse:
                 last = rescan(
                     ex,
@@ -286,7 +293,10 @@ def path(
                 z0=z,
                 reuse=last if reuse else None,
                 groups0=None if last is None else last.groups,
+                seq=seq,
             )
+        if screen:
+            seq = (last.theta, last.xt_bound)
         res.streamed_ = streamed
         w = res.coef_
         b = res.intercept_
@@ -306,7 +316,10 @@ def path(
             test_metric=metric,
         )
         if ck is not None:
-            ck.record(k, **rec, state={"w": w, "z": z})
+            state = {"w": w, "z": z}
+            if seq is not None:
+                state["xt_bound"] = np.array([seq[1]])
+            ck.record(k, **rec, state=state)
         records.append(_sparse_coef(rec))
         if not res.converged_:
             warnings.warn(

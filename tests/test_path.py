@@ -192,3 +192,95 @@ def test_workers_forget_gram_matrices_after_fit_and_path(local_cluster):
     dl1.fit(X, y, alpha=amax / 20, tol=1e-8, client=local_cluster)
     dl1.path(X, y, n_alphas=10, tol=1e-8, client=local_cluster)
     assert set(local_cluster.run(_gram_cache_size).values()) == {0}
+
+
+@pytest.mark.parametrize(
+    ("loss", "fit_intercept"), [("squared", True), ("squared", False), ("logistic", True)]
+)
+def test_sequential_screening_is_safe_and_screens_from_the_first_pass(
+    monkeypatch, loss, fit_intercept
+):
+    """Between alphas, the first pass of an alpha applies the gap-safe sphere of the previous
+    alpha's solution: no feature of the exact solution is ever screened, the bound behind the
+    sphere's rescaling holds over all columns (recomputed in NumPy), and the first pass
+    already leaves most columns out."""
+    import dl1.solvers.ws as W
+
+    rng = np.random.default_rng(21)
+    X, y = make_data(n=200, p=300, seed=21)
+    if loss == "logistic":
+        y = np.where(y > np.median(y), 1.0, -1.0)
+    sw = rng.uniform(0.5, 2.0, X.shape[0])
+    seen = []
+    orig = W.sequential_sphere
+
+    def spy(datafit, penalty, yy, z, w, s, max_s, theta, xt_bound):
+        seen.append((xt_bound, np.abs(X.T @ theta).max()))
+        return orig(datafit, penalty, yy, z, w, s, max_s, theta, xt_bound)
+
+    monkeypatch.setattr(W, "sequential_sphere", spy)
+    first_alive, screened = [], []
+    res = dl1.path(
+        X,
+        y,
+        n_alphas=20,
+        eps=0.05,
+        tol=1e-10,
+        loss=loss,
+        fit_intercept=fit_intercept,
+        sample_weight=sw,
+        screen=True,
+        callback=lambda k, a, r: (
+            first_alive.append(r.history_[0]["alive"]),
+            screened.append(r.screened_.copy()),
+        ),
+    )
+    assert res.converged_.all()
+    assert len(seen) == 19
+    for bound, exact in seen:
+        assert bound >= exact * (1 - 1e-12)
+    # the sequential sphere acts in the first pass of an alpha (its first alpha: all columns)
+    assert first_alive[0] == X.shape[1]
+    if loss == "squared":
+        assert np.median(first_alive[1:]) < X.shape[1] / 2
+    else:  # the nearly separable logistic path soon activates most features
+        assert first_alive[1] < X.shape[1] / 4
+    for k, alpha in enumerate(res.alphas_):
+        ref = dl1.fit(
+            X,
+            y,
+            alpha=alpha,
+            loss=loss,
+            tol=1e-10,
+            max_rounds=200_000,
+            fit_intercept=fit_intercept,
+            sample_weight=sw,
+            solver="cd",
+        )
+        support = np.abs(ref.coef_) > 1e-9
+        assert not (screened[k] & support).any(), k
+        np.testing.assert_allclose(res.coefs_[:, k].toarray().ravel(), ref.coef_, atol=1e-4)
+
+
+def test_screened_path_resumes_bit_identical(tmp_path):
+    """With screening, the checkpoint keeps what seeds the next alpha's sequential sphere:
+    an interrupted screened path resumes to the bits of an uninterrupted one."""
+    X, y = make_data(n=200, p=120, seed=5)
+    kw = dict(n_alphas=12, tol=1e-9, screen=True)
+    reference = dl1.path(X, y, **kw)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_5(k, alpha, res):
+        if k == 5:
+            raise Stop
+
+    ck = tmp_path / "ck.zarr"
+    with pytest.raises(Stop):
+        dl1.path(X, y, checkpoint=ck, callback=stop_at_5, **kw)
+    resumed = dl1.path(X, y, checkpoint=ck, **kw)
+    assert (resumed.coefs_ != reference.coefs_).nnz == 0
+    np.testing.assert_array_equal(resumed.intercepts_, reference.intercepts_)
+    np.testing.assert_array_equal(resumed.gaps_, reference.gaps_)
+    np.testing.assert_array_equal(resumed.passes_, reference.passes_)

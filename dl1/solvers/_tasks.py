@@ -292,6 +292,7 @@ def scan_task(
     n_candidates: int,
     alive: list[np.ndarray | None] | None = None,
     prev: tuple[np.ndarray, float, float] | None = None,
+    norms: bool = False,
 ):
     # ``alive``: per block, None (all columns) or the alive columns as packed bits.
     """One pass over a partition: gap statistics, working-set candidates, screening.
@@ -303,7 +304,9 @@ def scan_task(
     of the previous point (:mod:`dl1.kernels.screen`); screened columns are dropped from the
     alive set (the support is always kept). Returned per block: the statistics, the local
     indices and scores of the ``n_candidates`` most violating zero coefficients, the new alive
-    set (None: all columns) and the nonzeros visited. Only these few numbers travel.
+    set (None: all columns), the nonzeros visited and, with ``norms``, the largest
+    (unweighted) column norm of the block (-1 otherwise, or for a block not read). Only these
+    few numbers travel.
     """
     from dl1.kernels.screen import csc_scan_screen
 
@@ -319,9 +322,13 @@ def scan_task(
         )
         if cols is not None and cols.shape[0] == 0:
             # every column screened: the block is not read at all
-            out.append(((0.0, 0.0), np.zeros(0, np.int64), np.zeros(0), packed, 0))
+            out.append(((0.0, 0.0), np.zeros(0, np.int64), np.zeros(0), packed, 0, -1.0))
             continue
         b = loaded(b)
+        nmax = -1.0
+        if norms and b.ncols:
+            sq = csc_col_sqnorms(b.indptr, b.indices, b.data, b.col_scale, np.zeros(0))
+            nmax = float(np.sqrt(sq.max()))
         visit = np.arange(b.ncols, dtype=np.int64) if cols is None else cols
         c, keep = csc_scan_screen(
             b.indptr,
@@ -358,7 +365,9 @@ def scan_task(
             top = top[score[top] > -np.inf]
         else:
             top = np.zeros(0, dtype=np.int64)
-        out.append(((absmax, excess), visit[top].astype(np.int64), score[top], new_alive, visited))
+        out.append(
+            ((absmax, excess), visit[top].astype(np.int64), score[top], new_alive, visited, nmax)
+        )
     return out, time.perf_counter() - t0
 
 

@@ -56,6 +56,7 @@ def solve_ws(
     z0: np.ndarray | None = None,
     reuse: LastScan | None = None,
     groups0: list | None = None,
+    seq: tuple[np.ndarray, float] | None = None,
 ) -> tuple[FitResult, np.ndarray, LastScan]:
     """Run outer iterations until ``gap <= tol * P(0)``; see the module docstring.
 
@@ -73,7 +74,10 @@ def solve_ws(
     working set densified for its Gram matrix and ``gram_max`` the largest working set solved
     on its Gram matrix (see :func:`~dl1.solvers._tasks.subproblem_task`), which the worker
     keeps between rounds under ``gram_key`` (default: a key drawn for this solve; a path
-    passes one key to share the Gram matrix across its alphas).
+    passes one key to share the Gram matrix across its alphas). ``seq``, the ``(theta,
+    xt_bound)`` of the previous solve's :class:`LastScan` at this very point (``w0, z0``),
+    makes the first pass apply the sequential gap-safe rule: the sphere of the previous
+    solution at this alpha (see :func:`sequential_sphere`).
     """
     n = y.shape[0]
     p = int(col_bounds[-1])
@@ -118,6 +122,9 @@ def solve_ws(
     prev: tuple[np.ndarray, float, float] | None = None
     block_nnz = np.full(K, -1, dtype=np.int64)
     max_s = 1.0 if sw.shape[0] == 0 else float(sw.max())
+    if screen and seq is not None and z0 is not None and np.isfinite(seq[1]):
+        prev = sequential_sphere(datafit, penalty, y, z, w, s_arg, max_s, *seq)
+    col_norm_max = -1.0  # largest column norm, from the first pass (which reads every block)
     # gathered columns (task handle, feature ids, fresh), cached across rounds and, in a
     # path, across alphas (the working sets of neighbouring alphas share most columns)
     groups: list[tuple[Any, np.ndarray, bool]] = list(groups0 or [])
@@ -136,7 +143,7 @@ def solve_ws(
             theta = reuse.theta
             shift = reuse.threshold - threshold
             per_block = [
-                (st, cand, score + shift, a, 0) for st, cand, score, a, _ in reuse.per_block
+                (st, cand, score + shift, a, 0, nm) for st, cand, score, a, _, nm in reuse.per_block
             ]
             block_nnz = reuse.block_nnz.copy()
             scan_kernel = 0.0
@@ -147,8 +154,20 @@ def solve_ws(
                 z += db
             theta = datafit.dual_point(y, z, s_arg, fit_intercept)
             per_block, scan_kernel = scan_pass(
-                ex, blocks, parts, col_bounds, theta, threshold, w, ws_size, alive, prev
+                ex,
+                blocks,
+                parts,
+                col_bounds,
+                theta,
+                threshold,
+                w,
+                ws_size,
+                alive,
+                prev,
+                norms=screen and r == 0,
             )
+            if screen and r == 0:
+                col_norm_max = max((blk[5] for blk in per_block), default=-1.0)
         t_scan = time.perf_counter() - t0
         last = LastScan(per_block, theta, threshold, ws_size, block_nnz)
         for j, blk in enumerate(per_block):
@@ -305,6 +324,13 @@ def solve_ws(
     )
     last.block_nnz = block_nnz
     last.groups = groups
+    if screen and prev is not None and col_norm_max >= 0:
+        if any(a is not None for a in alive):
+            # screened columns were not visited: bound them (see sequential_sphere)
+            _, scale_k, radius_k = prev
+            last.xt_bound = (threshold + col_norm_max * radius_k) / scale_k
+        else:
+            last.xt_bound = absmax
     return res_, z, last
 
 
@@ -319,9 +345,35 @@ class LastScan:
     ws_size: int
     block_nnz: np.ndarray
     groups: list = field(default_factory=list)
+    #: an upper bound on ``||X^T theta||_inf`` over all columns, screened ones included
+    #: (nan: none known); with ``theta`` it seeds the next alpha's sequential screening
+    xt_bound: float = np.nan
 
 
-def scan_pass(ex, blocks, parts, col_bounds, theta, threshold, w, ws_size, alive, prev):
+def sequential_sphere(datafit, penalty, y, z, w, s, max_s, theta, xt_bound):
+    """Gap-safe sphere ``(theta, scale, radius)`` of a previous solution at a new penalty.
+
+    Sequential rule (Ndiaye et al., JMLR 2017, Sec. 4.1 and Thm. 6): the previous alpha's
+    final point ``(w, z)`` and dual direction ``theta`` are still a primal and a (rescaled)
+    dual feasible point at the new alpha; their gap there gives the safe radius, so the first
+    pass of the new alpha screens without a pass of its own. ``xt_bound >= ||X^T theta||_inf``
+    is all the rescaling needs: any larger value keeps ``scale * theta`` feasible and the gap
+    an upper bound (a safe, larger sphere). When the previous pass skipped screened columns,
+    the bound comes from the previous sphere ``(scale_k, r_k)``, which holds the optimal dual
+    point ``theta*`` (``||x_j^T theta*|| <= T_k`` for every column): ``|x_j^T theta| <=
+    (T_k + ||x_j|| r_k) / scale_k``.
+    """
+    n = y.shape[0]
+    primal = datafit.value(y, z, s) + penalty.value(w[np.flatnonzero(w)])
+    scale = penalty.dual_feasible_scale(xt_bound, n)
+    gap = primal + datafit.conjugate(y, scale * theta, s)
+    radius = float(np.sqrt(max(gap, 0.0) * 2.0 * n * max_s * datafit.beta))
+    return theta, scale, radius
+
+
+def scan_pass(
+    ex, blocks, parts, col_bounds, theta, threshold, w, ws_size, alive, prev, norms=False
+):
     """One pass (:func:`dl1.solvers._tasks.scan_task` per partition): per-block results and
     the slowest partition's kernel seconds."""
     scans = ex.gather(
@@ -335,6 +387,7 @@ def scan_pass(ex, blocks, parts, col_bounds, theta, threshold, w, ws_size, alive
                 ws_size,
                 [alive[j] for j in part],
                 prev,
+                norms,
             )
             for part in parts
         ]
