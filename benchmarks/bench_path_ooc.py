@@ -41,7 +41,13 @@ def main() -> None:
         "--memory-fraction",
         type=float,
         default=0.32,
-        help="total memory_limit of the workers as a fraction of the store's size on disk",
+        help="total memory_limit of the workers as a fraction of the store's size (--size-of)",
+    )
+    ap.add_argument(
+        "--size-of",
+        choices=["disk", "blocks"],
+        default="disk",
+        help="the store's size: on disk (compressed) or as the solver's in-memory blocks",
     )
     ap.add_argument("--n-alphas", type=int, default=100)
     ap.add_argument("--eps", type=float, default=1e-2)
@@ -78,16 +84,18 @@ def main() -> None:
     store = dl1.open_store(args.store)
     size = _du(args.store)
     n, p = store.shape()
-    limit = int(args.memory_fraction * size / 2)
+    blocks_size = block_memory(store, "train")
+    limit = int(args.memory_fraction * (size if args.size_of == "disk" else blocks_size) / 2)
     print(
         f"store {args.store}: {n} x {p}, {store.nnz():,} nonzeros (train), "
         f"{store.block_nnz().shape[1]} feature blocks, {size / 2**30:.2f} GiB on disk, "
-        f"{block_memory(store, 'train') / 2**30:.2f} GiB as in-memory blocks; "
+        f"{blocks_size / 2**30:.2f} GiB as in-memory blocks; "
         f"generated in {t_gen:.1f} s"
     )
     print(
         f"workers: 2 x memory_limit {limit / 2**20:.0f} MiB = {2 * limit / 2**20:.0f} MiB "
-        f"total = {2 * limit / size:.2f} of the store"
+        f"total = {2 * limit / size:.2f} of the store on disk, "
+        f"{2 * limit / blocks_size:.2f} of its in-memory blocks"
     )
     stream = {"auto": None, "yes": True, "no": False}[args.stream]
     with (

@@ -483,8 +483,9 @@ def subproblem_task(
 
     ``extracts`` are groups of columns gathered in earlier rounds (cached where this task runs)
     and ``extract_ids`` their global feature ids; the columns of ``ws`` are picked from them.
-    Squared-loss working sets of at most ``gram_max`` columns are solved on their Gram
-    matrix, kept between rounds under ``gram_key`` by :func:`working_set_gram`;
+    Squared-loss working sets of at most ``gram_max`` columns (and :func:`gram_limit`, from
+    the worker's memory limit) are solved on their Gram matrix, kept between rounds under
+    ``gram_key`` by :func:`working_set_gram`;
     ``dense_max`` bounds the elements (rows x columns) of the scratch densifying its new
     columns (out of core it is kept small, for memory-limited workers).
 
@@ -506,7 +507,7 @@ def subproblem_task(
     z0 = z
     z = z.copy()
     s = None if sw.shape[0] == 0 else sw
-    if datafit.beta == 1.0 and 0 < w.shape[0] <= gram_max:
+    if datafit.beta == 1.0 and 0 < w.shape[0] <= min(gram_max, gram_limit()):
         # squared loss on a small working set: covariance updates
         w, dz, db, info = _solve_gram(
             indptr,
@@ -543,9 +544,7 @@ def subproblem_task(
     profile = fit_intercept and datafit.beta == 1.0
     col_sum, shift = _NO_PROFILE, np.zeros(2)
     if profile:
-        col_of = np.repeat(np.arange(w.shape[0]), np.diff(indptr))
-        col_sum = np.bincount(col_of, weights=data if s is None else data * s[indices])
-        col_sum = np.concatenate([col_sum, np.zeros(w.shape[0] - col_sum.shape[0])])
+        col_sum = _col_sums(indptr, indices, data, s)
         shift[1] = n if s is None else float(s.sum())
     for epoch in range(max_epochs):
         if fit_intercept:
@@ -600,6 +599,16 @@ def subproblem_task(
     return w, z - z0, db_total, info
 
 
+def _col_sums(indptr, indices, vals, s) -> np.ndarray:
+    """``sum_i s_i x_ij`` per column of CSC arrays (no per-nonzero column index array)."""
+    out = np.zeros(indptr.shape[0] - 1)
+    nz = np.flatnonzero(np.diff(indptr))
+    if nz.shape[0]:
+        v = vals if s is None else vals * s[indices]
+        out[nz] = np.add.reduceat(v, indptr[nz])
+    return out
+
+
 def _anderson_step(hist, w, db_total, z, y, s, datafit, penalty, indptr, indices, data, scale):
     """Anderson extrapolation of the last iterates ``(w, b)``; accepted if it decreases P.
 
@@ -626,6 +635,21 @@ def _anderson_step(hist, w, db_total, z, y, s, datafit, penalty, indptr, indices
         z[:] = z_e
         return w_e, float(b_e)
     return w, db_total
+
+
+def gram_limit() -> int:
+    """Largest Gram matrix this process may hold: a worker with a ``memory_limit`` keeps its
+    up to four m x m matrices (two cached entries, the one being updated, Q) within a quarter
+    of the limit; without a limit (in process), no bound besides ``gram_max``."""
+    try:
+        from distributed import get_worker
+
+        limit = get_worker().memory_manager.memory_limit
+    except (ImportError, ValueError, AttributeError):
+        return GRAM_MAX
+    if not limit:
+        return GRAM_MAX
+    return int(np.sqrt(limit / (4 * 4 * 8)))
 
 
 def drop_gram(prefix: str) -> None:
@@ -741,8 +765,7 @@ def _solve_gram(
     n, m = y.shape[0], w.shape[0]
     vals = data if scale.shape[0] == 0 else data * np.repeat(scale, np.diff(indptr))
     G = working_set_gram(indptr, indices, vals, n, sw, ws, gram_key, dense_max)
-    col_of = np.repeat(np.arange(m), np.diff(indptr))
-    colsum = np.bincount(col_of, weights=vals if s is None else vals * s[indices], minlength=m)
+    colsum = _col_sums(indptr, indices, vals, s)
     Q = G / n
     if fit_intercept:
         c = colsum / np.sqrt(n * (n if s is None else float(s.sum())))
