@@ -764,7 +764,8 @@ def test_take_submatrix_matches_numpy():
 
 @pytest.mark.parametrize("density", [0.02, 0.6])  # the sparse product and the BLAS branch
 @pytest.mark.parametrize("weighted", [False, True])
-def test_working_set_gram_cached_equals_numpy(density, weighted):
+@pytest.mark.parametrize("profiled", [False, True])  # factor * G - c c^T (the subproblem's Q)
+def test_working_set_gram_cached_equals_numpy(density, weighted, profiled):
     from dl1.solvers import _tasks as T
 
     rng = np.random.default_rng(int(density * 100) + weighted)
@@ -774,13 +775,18 @@ def test_working_set_gram_cached_equals_numpy(density, weighted):
     s = rng.uniform(0.5, 2.0, n) if weighted else np.zeros(0)
     full = X.T @ (X.multiply(s[:, None]) if weighted else X)
     full = np.asarray(full.todense())
-    key = f"test-{density}-{weighted}"
+    factor, c_all = 1.0, None
+    if profiled:
+        factor, c_all = 1.0 / n, rng.standard_normal(p)
+        full = factor * full - np.outer(c_all, c_all)
+    key = f"test-{density}-{weighted}-{profiled}"
     T._GRAM_CACHE.pop(key, None)
 
     def gram(ws, scratch_max=10**6):
         A = X[:, ws]
         ip, ix, v = A.indptr.astype(np.int64), A.indices, A.data
-        return T.working_set_gram(ip, ix, v, n, s, ws, key, scratch_max)
+        c = None if c_all is None else c_all[ws]
+        return T.working_set_gram(ip, ix, v, n, s, ws, key, scratch_max, factor, c)
 
     # a first working set, then one that drops some columns and adds others: the rows of
     # the kept columns come from the cache, the new ones are computed (row blocks of 7)

@@ -639,8 +639,8 @@ def _anderson_step(hist, w, db_total, z, y, s, datafit, penalty, indptr, indices
 
 def gram_limit() -> int:
     """Largest Gram matrix this process may hold: a worker with a ``memory_limit`` keeps its
-    up to four m x m matrices (two cached entries, the one being updated, Q) within a quarter
-    of the limit; without a limit (in process), no bound besides ``gram_max``."""
+    m x m matrices (two cached entries, the one being built, temporaries) within a quarter of
+    the limit; without a limit (in process), no bound besides ``gram_max``."""
     try:
         from distributed import get_worker
 
@@ -667,10 +667,14 @@ def working_set_gram(
     ws: np.ndarray,
     key: str | None,
     scratch_max: int,
+    factor: float = 1.0,
+    c: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``X_W^T S X_W`` of the working set ``ws`` (sorted global ids of the columns given by
-    the CSC arrays, values already scaled), reusing the entries of columns cached under
-    ``key`` by the previous call: only the rows and columns of new columns are computed.
+    """``factor * X_W^T S X_W - c c^T`` of the working set ``ws`` (sorted global ids of the
+    columns given by the CSC arrays, values already scaled; ``c`` a per-column vector, e.g.
+    the intercept's profile), reusing the entries of columns cached under ``key`` by the
+    previous call: only the rows and columns of new columns are computed (an entry depends
+    on its two columns only; the caller keeps ``factor`` and ``c``'s rule fixed per key).
 
     Dense enough working sets go through BLAS on row blocks densified in a scratch of at
     most ``scratch_max`` elements (rows x columns); sparse ones through a sparse product.
@@ -720,6 +724,10 @@ def working_set_gram(
             if weighted:
                 right = sp.csc_matrix(right.multiply(s[:, None]))
             part = (Xs.T @ right).toarray()
+        if factor != 1.0:
+            part *= factor
+        if c is not None:
+            part -= np.outer(c, c[new])
         G[:, new] = part
         G[new, :] = part.T
     if key is not None:
@@ -764,13 +772,11 @@ def _solve_gram(
 
     n, m = y.shape[0], w.shape[0]
     vals = data if scale.shape[0] == 0 else data * np.repeat(scale, np.diff(indptr))
-    G = working_set_gram(indptr, indices, vals, n, sw, ws, gram_key, dense_max)
-    colsum = _col_sums(indptr, indices, vals, s)
-    Q = G / n
+    c = None
     if fit_intercept:
-        c = colsum / np.sqrt(n * (n if s is None else float(s.sum())))
-        for a in range(0, m, 512):  # rank-one update by row blocks: no m x m temporary
-            Q[a : a + 512] -= np.outer(c[a : a + 512], c)
+        c = _col_sums(indptr, indices, vals, s) / np.sqrt(n * (n if s is None else float(s.sum())))
+    # Q itself is cached (read-only here): its entries, like G's, depend on two columns only
+    Q = working_set_gram(indptr, indices, vals, n, sw, ws, gram_key, dense_max, 1.0 / n, c)
     z_start = z.copy()
     w_start = w.copy()
     threshold = n * penalty.alpha_l1
