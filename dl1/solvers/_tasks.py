@@ -768,7 +768,7 @@ def _solve_gram(
     """
     from dl1.gap import duality_gap_from_stats
     from dl1.kernels.gram import gram_cd_epochs
-    from dl1.kernels.linalg import csc_matvec, csc_rmatvec, csc_xt_theta_stats
+    from dl1.kernels.linalg import csc_matvec, csc_rmatvec
 
     n, m = y.shape[0], w.shape[0]
     vals = data if scale.shape[0] == 0 else data * np.repeat(scale, np.diff(indptr))
@@ -796,13 +796,24 @@ def _solve_gram(
             db_total = datafit.intercept_update(y, zc, s)
             zc += db_total
         theta = datafit.dual_point(y, zc, s, fit_intercept)
-        am, ex = csc_xt_theta_stats(indptr, indices, data, scale, theta, threshold)
+        # one pass gives X^T theta for the gap's statistics and the next epochs' gradient
+        csc_rmatvec(indptr, indices, data, scale, theta, h)
+        ah = np.abs(h)
+        excess = ah[ah > threshold] - threshold
         _, _, gap = duality_gap_from_stats(
-            datafit, penalty, y, zc, w, am, ex, s=s, intercept=fit_intercept, theta=theta
+            datafit,
+            penalty,
+            y,
+            zc,
+            w,
+            float(ah.max()) if m else 0.0,
+            float(excess @ excess),
+            s=s,
+            intercept=fit_intercept,
+            theta=theta,
         )
         if gap <= target_gap or epochs >= max_epochs:
             break
-        csc_rmatvec(indptr, indices, data, scale, theta, h)
         h /= n
         for _ in range(check_every):
             gram_cd_epochs(Q, h, w, a1, a2, 1)
