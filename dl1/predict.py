@@ -12,9 +12,11 @@ import numpy as np
 from dl1.store import Store, open_store
 
 
-def _block_dot(chunk: Any, coef: np.ndarray) -> np.ndarray:
+def _block_dot(chunk: Any, width: int, idx: np.ndarray, vals: np.ndarray) -> np.ndarray:
     if hasattr(chunk, "to_scipy_sparse"):
         chunk = chunk.to_scipy_sparse()
+    coef = np.zeros(width)
+    coef[idx] = vals
     return np.asarray(chunk @ coef).ravel()
 
 
@@ -31,12 +33,19 @@ def decision_function(X: Any, coef: np.ndarray, intercept: float, split: str = "
         return da.from_array(np.asarray(X @ coef).ravel() + float(intercept))
     cb = np.concatenate([[0], np.cumsum(X.chunks[1])]).astype(np.int64)
     dl = X.to_delayed()
+    # each block's nonzero coefficients travel as (indices, values): the graph grows with
+    # the support, not with the width of the blocks it touches
+    nz = np.flatnonzero(coef)
+    owner = np.searchsorted(cb, nz, side="right") - 1
+    by_block = {
+        int(j): (nz[owner == j] - cb[j], np.asarray(coef, dtype=np.float64)[nz[owner == j]])
+        for j in np.unique(owner)
+    }
     rows = []
     for i, n_i in enumerate(X.chunks[0]):
         parts = [
-            dask.delayed(_block_dot)(dl[i, j], coef[cb[j] : cb[j + 1]])
-            for j in range(len(cb) - 1)
-            if np.any(coef[cb[j] : cb[j + 1]])
+            dask.delayed(_block_dot)(dl[i, j], int(cb[j + 1] - cb[j]), *by_block[j])
+            for j in sorted(by_block)
         ]
         total = dask.delayed(sum)(parts, np.full(n_i, float(intercept)))
         rows.append(da.from_delayed(total, shape=(n_i,), dtype=np.float64))

@@ -395,3 +395,18 @@ def test_screening_never_discards_a_feature_of_the_solution(loss, fit_intercept)
         np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-4)
         n_screened += int(res.screened_.sum())
     assert n_screened > 0  # the rule did screen something
+
+
+def test_decision_function_on_column_blocks_equals_numpy():
+    """Predictions block by block (each block's nonzero coefficients shipped as indices and
+    values) equal ``X @ coef + b``, for supports in some blocks only and for coef = 0."""
+    from dl1.predict import decision_function
+
+    rng = np.random.default_rng(5)
+    X = sp.random(50, 37, density=0.3, format="csc", random_state=rng)
+    Xd = as_dask(X, 4)
+    for support in ([0, 3, 30], [12], []):
+        coef = np.zeros(37)
+        coef[support] = rng.standard_normal(len(support))
+        got = decision_function(Xd, coef, 0.25).compute(scheduler="sync")
+        np.testing.assert_allclose(got, X @ coef + 0.25, rtol=1e-13, atol=1e-13)
