@@ -294,6 +294,9 @@ def path(
                 reuse=last if reuse else None,
                 groups0=None if last is None else last.groups,
                 seq=seq,
+                # warm-started from the previous alpha, the working set is usually right: its
+                # subproblem is solved to the target gap at once (one pass per alpha, not two)
+                tight_inner=True,
             )
         if screen:
             seq = (last.theta, last.xt_bound)

@@ -108,9 +108,9 @@ def test_test_metrics_best_alpha_and_plots(tmp_path):
 def test_uncertified_alpha_is_flagged_and_named():
     X, y = make_data(seed=2)
     with pytest.warns(dl1.ConvergenceWarning, match=r"alpha\[\d+\] = .* is not certified"):
-        res = dl1.path(X, y, n_alphas=5, tol=1e-14, max_rounds=1)
+        res = dl1.path(X, y, n_alphas=5, tol=1e-10, max_rounds=0)
     assert not res.converged_.all()
-    assert (res.gaps_[~res.converged_] > 1e-14).all()
+    assert (res.gaps_[~res.converged_] > 1e-10).all()
 
 
 def _child_script(store, ck, kill_after):

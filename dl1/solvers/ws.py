@@ -57,6 +57,7 @@ def solve_ws(
     reuse: LastScan | None = None,
     groups0: list | None = None,
     seq: tuple[np.ndarray, float] | None = None,
+    tight_inner: bool = False,
 ) -> tuple[FitResult, np.ndarray, LastScan]:
     """Run outer iterations until ``gap <= tol * P(0)``; see the module docstring.
 
@@ -271,7 +272,7 @@ def solve_ws(
                     datafit,
                     penalty,
                     fit_intercept,
-                    inner_ratio * gap,
+                    inner_ratio * (min(gap, tol * p0) if tight_inner else gap),
                     max_epochs,
                     10,
                     random_order,
