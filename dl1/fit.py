@@ -103,6 +103,23 @@ def dense_max(streamed: bool) -> int:
     return (1 << 21) if streamed else T.GRAM_DENSE_MAX
 
 
+def gather_budget(ex: Any, streamed: bool) -> float:
+    """Bytes of working-set columns one worker may gather (out of core: a quarter of the
+    smallest worker's memory limit beyond :data:`WORKER_BASELINE`; in memory: no bound)."""
+    if not streamed:
+        return float("inf")
+    import psutil
+
+    total = psutil.virtual_memory().total
+    if hasattr(ex, "client"):
+        limits = [
+            w.get("memory_limit") or total for w in ex.client.scheduler_info()["workers"].values()
+        ]
+    else:
+        limits = [psutil.virtual_memory().available]
+    return max(min(limits or [total]) - WORKER_BASELINE, 0) / 4
+
+
 def decide_stream(stream: bool | None, store: Store | None, split: str, ex: Any) -> bool:
     """Whether blocks are re-read from the store by every task instead of kept in memory.
 
@@ -225,6 +242,7 @@ def fit(
     solver: str = "ws",
     screen: bool = False,
     stream: bool | None = None,
+    spread: bool | None = None,
     client: Any = None,
     split: str = "train",
     verbose: bool = False,
@@ -292,6 +310,11 @@ def fit(
         and drops them when done, so a worker holds one block at a time, instead of the
         blocks being kept in worker memory. ``None`` (default) streams when the blocks would
         take more than half of the workers' memory for data (:func:`decide_stream`).
+    spread : bool, optional
+        ``"ws"`` solver: solve the working-set subproblem where its columns were extracted,
+        by CoCoA+ rounds over the partitions, instead of gathering them on one worker (which
+        then holds about 24 bytes per nonzero of the working set). ``None`` (default): out of
+        core, when the working set's columns could exceed :func:`gather_budget`.
         Results are identical either way.
     client : distributed.Client, optional
         The cluster to run on; without it everything runs in this process. A global client
@@ -402,6 +425,8 @@ def fit(
             penalty,
             screen=screen,
             dense_max=dense_max(streamed),
+            spread=spread,
+            gather_max=gather_budget(ex, streamed),
             **common,
         )
     else:

@@ -17,6 +17,7 @@ from dl1.fit import (
     _problem,
     decide_stream,
     dense_max,
+    gather_budget,
     xt_theta_absmax,
 )
 from dl1.penalties.elastic_net import ElasticNet
@@ -73,6 +74,7 @@ def path(
     client: Any = None,
     screen: bool = False,
     stream: bool | None = None,
+    spread: bool | None = None,
     checkpoint: str | os.PathLike | None = None,
     X_test: Any = None,
     y_test: Any = None,
@@ -100,6 +102,8 @@ def path(
         Out-of-core mode, as in :func:`dl1.fit` (default: decided from the size of the
         blocks and the workers' memory limits). Each pass then reads the blocks it visits
         from the store; blocks whose columns are all screened out are not read.
+    spread : bool, optional
+        Working-set subproblems spread over the partitions' workers, as in :func:`dl1.fit`.
     n_alphas, eps : grid from ``alpha_max`` down to ``eps * alpha_max`` (geometric).
     alphas : array_like, optional
         Explicit grid (sorted decreasing for warm starts to help).
@@ -186,6 +190,7 @@ def path(
     Xd, yv, sw, datafit, store = _problem(X, y, sample_weight, loss, split)
     ex = executor_for(client)
     streamed = decide_stream(stream, store, split, ex)
+    budget = gather_budget(ex, streamed)
     blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, streamed)
     if not streamed:
         ex.wait(blocks)
@@ -287,6 +292,8 @@ def path(
                 handles=handles,
                 screen=screen,
                 dense_max=dense_max(streamed),
+                spread=spread,
+                gather_max=budget,
                 # the working sets of neighbouring alphas share their Gram matrix; with a
                 # checkpoint each alpha starts afresh, as a resumed run does (bit-identical)
                 gram_key=gram_key if ck is None else f"{gram_key}-{k}",

@@ -410,3 +410,63 @@ def test_decision_function_on_column_blocks_equals_numpy():
         coef[support] = rng.standard_normal(len(support))
         got = decision_function(Xd, coef, 0.25).compute(scheduler="sync")
         np.testing.assert_allclose(got, X @ coef + 0.25, rtol=1e-13, atol=1e-13)
+
+
+def _positive_regression(seed):
+    rng = np.random.default_rng(seed)
+    X = sp.random(200, 300, density=0.1, format="csc", random_state=rng)
+    X.data = np.abs(X.data)  # positive features: nearly collinear with the intercept
+    w = np.zeros(300)
+    w[:15] = rng.standard_normal(15)
+    return X, X @ w + 0.1 * rng.standard_normal(200) + 3.0
+
+
+def test_spread_subproblem_matches_sklearn_on_a_cluster(local_cluster):
+    """The working-set subproblem solved where its columns live (CoCoA+ rounds over the
+    partitions, intercept profiled) gives scikit-learn's Lasso and the gathered solver's
+    answer, certified, on a 2-process LocalCluster."""
+    X, y = _positive_regression(31)
+    alpha = dl1.alpha_max(X, y) / 25
+    res = dl1.fit(as_dask(X, 4), y, alpha=alpha, tol=1e-10, spread=True, client=local_cluster)
+    assert res.converged_
+    assert all("inner_rounds" in h for h in res.history_[:-1])  # the spread path ran
+    ref = Lasso(alpha=alpha, tol=1e-12, max_iter=100_000).fit(X, y)
+    ours = objective(X, y, res.coef_, res.intercept_, alpha, 1.0, "squared")
+    theirs = objective(X, y, ref.coef_, ref.intercept_, alpha, 1.0, "squared")
+    assert ours <= theirs * (1 + 1e-6)
+    np.testing.assert_array_equal(res.coef_ != 0, np.abs(ref.coef_) > 1e-10)
+    gathered = dl1.fit(as_dask(X, 4), y, alpha=alpha, tol=1e-10, client=local_cluster)
+    np.testing.assert_allclose(res.coef_, gathered.coef_, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_spread_subproblem_in_process_equals_gathered(loss):
+    X, y = _positive_regression(32)
+    sw = np.random.default_rng(3).uniform(0.5, 2.0, X.shape[0])
+    if loss == "logistic":
+        y = np.where(y > np.median(y), 1.0, -1.0)
+    alpha = dl1.alpha_max(X, y, loss=loss, sample_weight=sw) / 10
+    kw = dict(alpha=alpha, loss=loss, tol=1e-10, sample_weight=sw)
+    spread = dl1.fit(as_dask(X, 3), y, spread=True, **kw)
+    gathered = dl1.fit(as_dask(X, 3), y, spread=False, **kw)
+    assert spread.converged_ and gathered.converged_
+    assert "inner_rounds" in spread.history_[0] and "inner_rounds" not in gathered.history_[0]
+    np.testing.assert_allclose(spread.coef_, gathered.coef_, atol=1e-5)
+    assert spread.intercept_ == pytest.approx(gathered.intercept_, abs=1e-5)
+
+
+def test_gather_budget_follows_the_workers_memory_limit(local_cluster):
+    from distributed import Client, LocalCluster
+
+    from dl1.fit import WORKER_BASELINE, gather_budget
+    from dl1.solvers.executor import executor_for
+
+    assert gather_budget(executor_for(local_cluster), streamed=False) == np.inf
+    limit = 400 * 2**20
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, memory_limit=limit, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        assert gather_budget(executor_for(client), streamed=True) == (limit - WORKER_BASELINE) / 4

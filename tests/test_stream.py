@@ -133,6 +133,8 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
     The workers never hold a block between tasks, are neither paused nor restarted, stay
     below their pause threshold, and the path equals the one computed with the blocks in
     memory (to rounding: out of core the working set's Gram matrix is a sparse product).
+    With the working-set subproblems spread over the workers (CoCoA+ rounds where the
+    columns were extracted) the path is certified too and agrees to its tolerance.
     """
     import os
 
@@ -155,12 +157,24 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
     ):
         pids = client.run(os.getpid)
         held = []
+        spread_rounds = []
         with PeakRSS(pids.values()) as rss:
             res = dl1.path(
                 path,
                 client=client,
                 stream=True,
                 callback=lambda k, a, r: held.append(client.run(_holds_blocks)),
+                **kw,
+            )
+            # the working-set subproblems spread over the workers (nothing gathered)
+            spread = dl1.path(
+                path,
+                client=client,
+                stream=True,
+                spread=True,
+                callback=lambda k, a, r: spread_rounds.extend(
+                    h["inner_rounds"] for h in r.history_ if "inner_rounds" in h
+                ),
                 **kw,
             )
         assert client.run(os.getpid) == pids  # no worker restarted
@@ -173,5 +187,8 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
     np.testing.assert_allclose(C, R, rtol=0, atol=1e-6 * np.abs(R).max())
     assert (res.gaps_ <= 1e-6).all() and (ref.gaps_ <= 1e-6).all()
     np.testing.assert_allclose(res.test_mse_, ref.test_mse_, rtol=1e-6)
+    assert spread.converged_.all() and spread_rounds
+    np.testing.assert_allclose(spread.coefs_.toarray(), R, rtol=0, atol=1e-3 * np.abs(R).max())
+    np.testing.assert_allclose(spread.test_mse_, ref.test_mse_, rtol=1e-4)
     assert res.converged_.all()
     assert (res.passes_ >= ref.passes_).all()

@@ -405,6 +405,95 @@ def compact_task(extract: tuple, keep: np.ndarray):
     return indptr, indices, data, scale, extract[4][keep], extract[5], 0.0
 
 
+def ws_round_task(
+    extracts: list[tuple],
+    keeps: list[np.ndarray],
+    w_parts: list[np.ndarray],
+    g: np.ndarray,
+    theta: np.ndarray,
+    sw: np.ndarray,
+    sigma: float,
+    beta: float,
+    alpha_l1: float,
+    alpha_l2: float,
+    n_epochs: int,
+    threshold: float,
+    profile: bool,
+):
+    """One CoCoA+ round of a working-set subproblem spread over partitions, on one
+    partition's cached column groups (:func:`extract_task` results, held where they were
+    extracted): nothing is gathered or copied.
+
+    First the restricted gap's statistics of ``X_W^T theta`` over the live columns ``keeps``
+    of every group, then ``n_epochs`` epochs of the ``sigma``-scaled local model (as
+    :func:`round_task`) over those columns, accumulating one ``u`` for the partition. With
+    ``profile`` (squared loss with an intercept) the intercept is profiled out of every step
+    (:func:`dl1.kernels.cd.cd_block_epochs`, ``col_sum``): the partition's intercept shift is
+    returned with ``u``, and shifts of partitions add like their ``u`` (the optimal intercept
+    is linear in ``w``), which keeps the CoCoA+ bound of the sum.
+
+    Returns
+    -------
+    w_new : list of ndarray, the new coefficients of each group's live columns.
+    u : ndarray (n,), the partition's change of ``X w`` (without the shift).
+    shift : float, the partition's intercept change (0.0 without ``profile``).
+    stats : (max |c_j|, sum_j (|c_j| - threshold)_+^2) over the live columns.
+    info : dict with kernel seconds.
+    """
+    from dl1.kernels.screen import csc_scan_screen
+
+    t0 = time.perf_counter()
+    n = g.shape[0]
+    u = np.zeros(n)
+    s = None if sw.shape[0] == 0 else sw
+    shift = np.array([0.0, n if s is None else float(s.sum())])
+    absmax, excess = 0.0, 0.0
+    ws, args = [], []
+    for e, keep, wp in zip(extracts, keeps, w_parts, strict=True):
+        keep = np.asarray(keep, dtype=np.int64)
+        scale = e[3] if e[5] else np.zeros(0)
+        c, _ = csc_scan_screen(
+            e[0], e[1], e[2], scale, keep, theta, np.zeros(0), 1.0, 0.0, threshold
+        )
+        if c.size:
+            a = np.abs(c)
+            absmax = max(absmax, float(a.max()))
+            ex = a[a > threshold] - threshold
+            excess += float(ex @ ex)
+        w = np.zeros(e[0].shape[0] - 1)
+        w[keep] = wp
+        ws.append(w)
+        col_sum = _col_sums(e[0], e[1], e[2], s) if profile else _NO_PROFILE
+        args.append((e, scale, keep, col_sum))
+    for _ in range(n_epochs):
+        for (e, scale, keep, col_sum), w in zip(args, ws, strict=True):
+            cd_block_epochs(
+                e[0],
+                e[1],
+                e[2],
+                scale,
+                w,
+                g,
+                u,
+                sw,
+                e[4],
+                sigma,
+                beta,
+                float(n),
+                alpha_l1,
+                alpha_l2,
+                1,
+                False,
+                0,
+                keep,
+                col_sum,
+                shift if profile else _NO_SHIFT,
+            )
+    w_new = [w[np.asarray(k, dtype=np.int64)] for w, k in zip(ws, keeps, strict=True)]
+    info = {"kernel_s": time.perf_counter() - t0}
+    return w_new, u, float(shift[0]) if profile else 0.0, (absmax, excess), info
+
+
 def identity(x):
     """A task holding a value: unlike ``scatter``, the scheduler can recompute it."""
     return x

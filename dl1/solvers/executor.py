@@ -92,6 +92,10 @@ class LocalExecutor:
     def submit(self, fn, *args):
         return fn(*args)
 
+    def submit_to(self, part: int, fn, *args):
+        """Like :meth:`submit` (one process: every partition is here)."""
+        return fn(*args)
+
     def gather(self, handles: list[Any]) -> list[Any]:
         return list(handles)
 
@@ -122,6 +126,19 @@ class DistributedExecutor:
 
     def submit(self, fn, *args):
         return self.client.submit(fn, *args, pure=False)
+
+    def submit_to(self, part: int, fn, *args):
+        """Submit to the worker of partition ``part`` (the one its blocks were loaded on), or
+        another one if it is gone."""
+        if not self.workers:
+            return self.submit(fn, *args)
+        return self.client.submit(
+            fn,
+            *args,
+            pure=False,
+            workers=[self.workers[part % self.n_workers]],
+            allow_other_workers=True,
+        )
 
     def gather(self, handles: list[Any]) -> list[Any]:
         return self.client.gather(handles)

@@ -58,6 +58,8 @@ def solve_ws(
     groups0: list | None = None,
     seq: tuple[np.ndarray, float] | None = None,
     tight_inner: bool = False,
+    spread: bool | None = None,
+    gather_max: float = np.inf,
 ) -> tuple[FitResult, np.ndarray, LastScan]:
     """Run outer iterations until ``gap <= tol * P(0)``; see the module docstring.
 
@@ -78,7 +80,13 @@ def solve_ws(
     passes one key to share the Gram matrix across its alphas). ``seq``, the ``(theta,
     xt_bound)`` of the previous solve's :class:`LastScan` at this very point (``w0, z0``),
     makes the first pass apply the sequential gap-safe rule: the sphere of the previous
-    solution at this alpha (see :func:`sequential_sphere`).
+    solution at this alpha (see :func:`sequential_sphere`). With ``tight_inner`` the
+    subproblem's target is ``inner_ratio`` times the final one (``tol * P(0)``) rather than
+    times the current gap. ``spread`` solves the subproblem where its columns were
+    extracted, by CoCoA+ rounds over the partitions (:func:`spread_subproblem`), instead of
+    gathering them on one worker; default (None): out of core, when the working set's
+    columns could exceed ``gather_max`` bytes (12 bytes per row and column, the worst case
+    of dense columns).
     """
     n = y.shape[0]
     p = int(col_bounds[-1])
@@ -88,6 +96,10 @@ def solve_ws(
         gram_key = uuid.uuid4().hex
     n_partitions = max(1, min(n_partitions, K))
     parts = [list(a) for a in np.array_split(np.arange(K), n_partitions)]
+    part_of_block = np.zeros(K, dtype=np.int64)
+    for q, part in enumerate(parts):
+        part_of_block[part] = q
+    streamed = K > 0 and isinstance(blocks[0], T.BlockSource)
     s_arg = None if sw.shape[0] == 0 else sw
     threshold = n * penalty.alpha_l1
     b_zero = datafit.initial_intercept(y, s_arg) if fit_intercept else 0.0
@@ -253,10 +265,50 @@ def solve_ws(
         owner = np.searchsorted(col_bounds, new, side="right") - 1
         for j in np.unique(owner):
             ids = new[owner == j]
-            groups.append((ex.submit(T.extract_task, blocks[j], ids - col_bounds[j]), ids, True))
+            local = ids - col_bounds[j]
+            if streamed:  # read where its partition's subproblem share would run
+                h = ex.submit_to(int(part_of_block[j]), T.extract_task, blocks[j], local)
+            else:
+                h = ex.submit(T.extract_task, blocks[j], local)
+            groups.append((h, ids, True))
             if isinstance(blocks[j], T.BlockSource):  # out of core, gathering reads the block
                 passes += blocks[j].nnz / max(1, int(block_nnz.sum()))
         t1 = time.perf_counter()
+        use_spread = spread
+        if use_spread is None:
+            use_spread = streamed and 12.0 * n * ws.shape[0] > gather_max
+        # out of core, passes cost most: a spread subproblem goes to the final target at once
+        tight = tight_inner or use_spread
+        target = inner_ratio * (min(gap, tol * p0) if tight else gap)
+        if use_spread:
+            b, n_rounds, kern = spread_subproblem(
+                ex,
+                groups,
+                ws,
+                part_of_block[np.searchsorted(col_bounds, ws, side="right") - 1],
+                w,
+                b,
+                z,
+                y,
+                sw,
+                datafit,
+                penalty,
+                fit_intercept,
+                target,
+            )
+            entry.update(
+                {
+                    "ws_size": int(ws.shape[0]),
+                    "inner_epochs": n_rounds * SPREAD_EPOCHS,
+                    "inner_rounds": n_rounds,
+                    "inner_s": time.perf_counter() - t1,
+                    "inner_kernel_s": kern,
+                }
+            )
+            entry["wall_s"] = wall = entry["scan_s"] + entry["inner_s"]
+            entry["busy_s"] = busy = entry["scan_kernel_s"] + entry["inner_kernel_s"]
+            entry["overhead_fraction"] = max(0.0, 1.0 - busy / wall) if wall > 0 else 0.0
+            continue
         (res,) = ex.gather(
             [
                 ex.submit(
@@ -272,7 +324,7 @@ def solve_ws(
                     datafit,
                     penalty,
                     fit_intercept,
-                    inner_ratio * (min(gap, tol * p0) if tight_inner else gap),
+                    target,
                     max_epochs,
                     10,
                     random_order,
@@ -333,6 +385,108 @@ def solve_ws(
         else:
             last.xt_bound = absmax
     return res_, z, last
+
+
+#: Local epochs per round of :func:`spread_subproblem` (more: fewer round trips, each
+#: partition further from the others' changes).
+SPREAD_EPOCHS = 5
+
+
+def spread_subproblem(
+    ex,
+    groups,
+    ws,
+    ws_part,
+    w,
+    b,
+    z,
+    y,
+    sw,
+    datafit,
+    penalty,
+    fit_intercept,
+    target_gap,
+    max_rounds=2000,
+):
+    """The working-set subproblem by CoCoA+ rounds over the partitions holding its columns.
+
+    Each partition's worker runs :func:`dl1.solvers._tasks.ws_round_task` on the cached column
+    groups it extracted (``sigma'`` = the number of partitions taking part: their updates
+    are added, as in CoCoA+), so no worker holds more than its share of the working set. The
+    restricted gap, from the same tasks' statistics at the start of a round, stops the rounds
+    at ``target_gap``. ``w`` and ``z`` (``X w + b``) are updated in place; returned: the
+    intercept, the rounds made and the slowest partition's kernel seconds, summed.
+    """
+    n = y.shape[0]
+    s = None if sw.shape[0] == 0 else sw
+    by_part: dict[int, list[tuple[Any, np.ndarray, np.ndarray]]] = {}
+    ids_all = np.concatenate([ids for _, ids, _ in groups])
+    live = np.isin(ids_all, ws)
+    offs = np.cumsum([0] + [ids.shape[0] for _, ids, _ in groups])
+    part_of = dict(zip(ws.tolist(), ws_part.tolist(), strict=True))
+    for g_i, (h, ids, _) in enumerate(groups):
+        keep = np.flatnonzero(live[offs[g_i] : offs[g_i + 1]])
+        if keep.shape[0]:
+            by_part.setdefault(part_of[int(ids[keep[0]])], []).append((h, ids, keep))
+    plan = sorted(by_part.items())
+    sigma = float(len(plan))
+    profile = fit_intercept and datafit.beta == 1.0
+    threshold = n * penalty.alpha_l1
+    kern = 0.0
+    r = 0
+    for r in range(max_rounds + 1):
+        if fit_intercept:
+            db = datafit.intercept_update(y, z, s, max_iter=20)
+            b += db
+            z += db
+        theta = datafit.dual_point(y, z, s, fit_intercept)
+        g = datafit.gradient(y, z, s)
+        results = ex.gather(
+            [
+                ex.submit_to(
+                    q,
+                    T.ws_round_task,
+                    [h for h, _, _ in grp],
+                    [keep for _, _, keep in grp],
+                    [w[ids[keep]] for _, ids, keep in grp],
+                    g,
+                    theta,
+                    sw,
+                    sigma,
+                    datafit.beta,
+                    penalty.alpha_l1,
+                    penalty.alpha_l2,
+                    SPREAD_EPOCHS if r < max_rounds else 0,
+                    threshold,
+                    profile,
+                )
+                for q, grp in plan
+            ]
+        )
+        kern += max(res[4]["kernel_s"] for res in results)
+        absmax = max(res[3][0] for res in results)
+        excess = float(sum(res[3][1] for res in results))
+        _, _, gap = duality_gap_from_stats(
+            datafit,
+            penalty,
+            y,
+            z,
+            w[ws],
+            absmax,
+            excess,
+            s=s,
+            intercept=fit_intercept,
+            theta=theta,
+        )
+        if gap <= target_gap or r == max_rounds:
+            break
+        for (_, grp), (w_new, u, shift, _, _) in zip(plan, results, strict=True):
+            for (_, ids, keep), wn in zip(grp, w_new, strict=True):
+                w[ids[keep]] = wn
+            z += u
+            z += shift
+            b += shift
+    return b, r, kern
 
 
 @dataclass
