@@ -418,7 +418,7 @@ def ws_round_task(
     alpha_l2: float,
     n_epochs: int,
     threshold: float,
-    profile: bool,
+    col_sums: list[np.ndarray] | None,
 ):
     """One CoCoA+ round of a working-set subproblem spread over partitions, on one
     partition's cached column groups (:func:`extract_task` results, held where they were
@@ -427,7 +427,8 @@ def ws_round_task(
     First the restricted gap's statistics of ``X_W^T theta`` over the live columns ``keeps``
     of every group, then ``n_epochs`` epochs of the ``sigma``-scaled local model (as
     :func:`round_task`) over those columns, accumulating one ``u`` for the partition. With
-    ``profile`` (squared loss with an intercept) the intercept is profiled out of every step
+    ``col_sums`` (:func:`group_col_sums`; squared loss with an intercept) the intercept is
+    profiled out of every step
     (:func:`dl1.kernels.cd.cd_block_epochs`, ``col_sum``): the partition's intercept shift is
     returned with ``u``, and shifts of partitions add like their ``u`` (the optimal intercept
     is linear in ``w``), which keeps the CoCoA+ bound of the sum.
@@ -436,7 +437,7 @@ def ws_round_task(
     -------
     w_new : list of ndarray, the new coefficients of each group's live columns.
     u : ndarray (n,), the partition's change of ``X w`` (without the shift).
-    shift : float, the partition's intercept change (0.0 without ``profile``).
+    shift : float, the partition's intercept change (0.0 without ``col_sums``).
     stats : (max |c_j|, sum_j (|c_j| - threshold)_+^2) over the live columns.
     info : dict with kernel seconds.
     """
@@ -449,7 +450,7 @@ def ws_round_task(
     shift = np.array([0.0, n if s is None else float(s.sum())])
     absmax, excess = 0.0, 0.0
     ws, args = [], []
-    for e, keep, wp in zip(extracts, keeps, w_parts, strict=True):
+    for i, (e, keep, wp) in enumerate(zip(extracts, keeps, w_parts, strict=True)):
         keep = np.asarray(keep, dtype=np.int64)
         scale = e[3] if e[5] else np.zeros(0)
         c, _ = csc_scan_screen(
@@ -463,8 +464,7 @@ def ws_round_task(
         w = np.zeros(e[0].shape[0] - 1)
         w[keep] = wp
         ws.append(w)
-        col_sum = _col_sums(e[0], e[1], e[2], s) if profile else _NO_PROFILE
-        args.append((e, scale, keep, col_sum))
+        args.append((e, scale, keep, _NO_PROFILE if col_sums is None else col_sums[i]))
     for _ in range(n_epochs):
         for (e, scale, keep, col_sum), w in zip(args, ws, strict=True):
             cd_block_epochs(
@@ -487,11 +487,18 @@ def ws_round_task(
                 0,
                 keep,
                 col_sum,
-                shift if profile else _NO_SHIFT,
+                _NO_SHIFT if col_sums is None else shift,
             )
     w_new = [w[np.asarray(k, dtype=np.int64)] for w, k in zip(ws, keeps, strict=True)]
     info = {"kernel_s": time.perf_counter() - t0}
-    return w_new, u, float(shift[0]) if profile else 0.0, (absmax, excess), info
+    return w_new, u, 0.0 if col_sums is None else float(shift[0]), (absmax, excess), info
+
+
+def group_col_sums(extracts: list[tuple], sw: np.ndarray) -> list[np.ndarray]:
+    """``sum_i s_i x_ij`` of every column of each cached group (unscaled), for the profiled
+    steps of :func:`ws_round_task`: computed once per subproblem, where the groups live."""
+    s = None if sw.shape[0] == 0 else sw
+    return [_col_sums(e[0], e[1], e[2], s) for e in extracts]
 
 
 def identity(x):

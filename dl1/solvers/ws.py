@@ -432,6 +432,11 @@ def spread_subproblem(
     sigma = float(len(plan))
     profile = fit_intercept and datafit.beta == 1.0
     threshold = n * penalty.alpha_l1
+    # per-column sums for the profiled intercept: computed once, kept where the groups are
+    sums = {
+        q: ex.submit_to(q, T.group_col_sums, [h for h, _, _ in grp], sw) if profile else None
+        for q, grp in plan
+    }
     kern = 0.0
     r = 0
     for r in range(max_rounds + 1):
@@ -458,7 +463,7 @@ def spread_subproblem(
                     penalty.alpha_l2,
                     SPREAD_EPOCHS if r < max_rounds else 0,
                     threshold,
-                    profile,
+                    sums[q],
                 )
                 for q, grp in plan
             ]
