@@ -271,7 +271,7 @@ def solve_ws(
             else:
                 h = ex.submit(T.extract_task, blocks[j], local)
             groups.append((h, ids, True))
-            if isinstance(blocks[j], T.BlockSource):  # out of core, gathering reads the block
+            if streamed:  # out of core, gathering reads the block
                 passes += blocks[j].nnz / max(1, int(block_nnz.sum()))
         t1 = time.perf_counter()
         use_spread = spread
@@ -280,12 +280,14 @@ def solve_ws(
         # out of core, passes cost most: a spread subproblem goes to the final target at once
         tight = tight_inner or use_spread
         target = inner_ratio * (min(gap, tol * p0) if tight else gap)
+        inner: dict[str, Any] = {}
         if use_spread:
             b, n_rounds, kern = spread_subproblem(
                 ex,
                 groups,
                 ws,
-                part_of_block[np.searchsorted(col_bounds, ws, side="right") - 1],
+                part_of_block,
+                col_bounds,
                 w,
                 b,
                 z,
@@ -296,56 +298,48 @@ def solve_ws(
                 fit_intercept,
                 target,
             )
-            entry.update(
-                {
-                    "ws_size": int(ws.shape[0]),
-                    "inner_epochs": n_rounds * SPREAD_EPOCHS,
-                    "inner_rounds": n_rounds,
-                    "inner_s": time.perf_counter() - t1,
-                    "inner_kernel_s": kern,
-                }
+            epochs = n_rounds * SPREAD_EPOCHS
+            inner["inner_rounds"] = n_rounds
+        else:
+            (res,) = ex.gather(
+                [
+                    ex.submit(
+                        T.subproblem_task,
+                        [h for h, _, _ in groups],
+                        [ids for _, ids, _ in groups],
+                        [fresh for _, _, fresh in groups],
+                        ws,
+                        w[ws],
+                        y_h,
+                        z,
+                        sw_h,
+                        datafit,
+                        penalty,
+                        fit_intercept,
+                        target,
+                        max_epochs,
+                        10,
+                        random_order,
+                        seed * 7919 + r,
+                        5,
+                        gram_max,
+                        dense_max,
+                        gram_key,
+                    )
+                ]
             )
-            entry["wall_s"] = wall = entry["scan_s"] + entry["inner_s"]
-            entry["busy_s"] = busy = entry["scan_kernel_s"] + entry["inner_kernel_s"]
-            entry["overhead_fraction"] = max(0.0, 1.0 - busy / wall) if wall > 0 else 0.0
-            continue
-        (res,) = ex.gather(
-            [
-                ex.submit(
-                    T.subproblem_task,
-                    [h for h, _, _ in groups],
-                    [ids for _, ids, _ in groups],
-                    [fresh for _, _, fresh in groups],
-                    ws,
-                    w[ws],
-                    y_h,
-                    z,
-                    sw_h,
-                    datafit,
-                    penalty,
-                    fit_intercept,
-                    target,
-                    max_epochs,
-                    10,
-                    random_order,
-                    seed * 7919 + r,
-                    5,
-                    gram_max,
-                    dense_max,
-                    gram_key,
-                )
-            ]
-        )
-        w_ws, dz, db, info = res
-        w[ws] = w_ws
-        z += dz
-        b += db
+            w_ws, dz, db, info = res
+            epochs, kern = info["epochs"], info["kernel_s"]
+            w[ws] = w_ws
+            z += dz
+            b += db
         entry.update(
             {
                 "ws_size": int(ws.shape[0]),
-                "inner_epochs": info["epochs"],
+                "inner_epochs": epochs,
+                **inner,
                 "inner_s": time.perf_counter() - t1,
-                "inner_kernel_s": info["kernel_s"],
+                "inner_kernel_s": kern,
             }
         )
         entry["wall_s"] = wall = entry["scan_s"] + entry["inner_s"]
@@ -396,7 +390,8 @@ def spread_subproblem(
     ex,
     groups,
     ws,
-    ws_part,
+    part_of_block,
+    col_bounds,
     w,
     b,
     z,
@@ -423,11 +418,11 @@ def spread_subproblem(
     ids_all = np.concatenate([ids for _, ids, _ in groups])
     live = np.isin(ids_all, ws)
     offs = np.cumsum([0] + [ids.shape[0] for _, ids, _ in groups])
-    part_of = dict(zip(ws.tolist(), ws_part.tolist(), strict=True))
     for g_i, (h, ids, _) in enumerate(groups):
         keep = np.flatnonzero(live[offs[g_i] : offs[g_i + 1]])
-        if keep.shape[0]:
-            by_part.setdefault(part_of[int(ids[keep[0]])], []).append((h, ids, keep))
+        if keep.shape[0]:  # a group holds columns of one block
+            q = int(part_of_block[np.searchsorted(col_bounds, ids[0], side="right") - 1])
+            by_part.setdefault(q, []).append((h, ids, keep))
     plan = sorted(by_part.items())
     sigma = float(len(plan))
     profile = fit_intercept and datafit.beta == 1.0
