@@ -199,7 +199,7 @@ def _load(
     dl = Xd.to_delayed()
     tasks = [
         dask.delayed(T.assemble_block, pure=True)(
-            j, int(cb[j]), sw, standardize, center, *dl[:, j].tolist()
+            j, int(cb[j]), sw, standardize, center, *dl[:, j].tolist(), verified=store is not None
         )
         for j in range(K)
     ]

@@ -396,3 +396,61 @@ def test_block_metadata_mismatch_is_named(small_store):
     (path / MANIFEST).write_text(json.dumps(m))
     with pytest.raises(StoreCorruptError, match="block 'train/X/csc/b0.0'"):
         dl1.open(path)[0].blocks[0, 0].compute()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32, np.int64])
+def test_direct_chunk_reads_equal_zarr_reads(tmp_path, dtype):
+    """Whole-array reads decode chunk files directly; they must equal zarr's own reads,
+    for dl1's codecs and zstd (stores of earlier versions), edge chunk included."""
+    import zarr
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    from dl1.store.format import write_array
+    from dl1.store.reader import _direct_decoder, read_array
+
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal(3_500) * 100).astype(dtype)
+    entry = write_array(tmp_path, "blosc", a, chunk_elems=1_000)
+    assert _direct_decoder(zarr.open_array(tmp_path / "blosc", mode="r")) is not None
+    got = read_array(tmp_path, "blosc", entry)
+    assert got.dtype == a.dtype
+    np.testing.assert_array_equal(got, a)
+    np.testing.assert_array_equal(got, zarr.open_array(tmp_path / "blosc", mode="r")[:])
+    # zstd, as written by earlier versions
+    z = zarr.create_array(
+        store=os.fspath(tmp_path),
+        name="zstd",
+        shape=a.shape,
+        chunks=(1_000,),
+        dtype=a.dtype,
+        compressors=[ZstdCodec(level=3, checksum=False), Crc32cCodec()],
+        fill_value=0,
+    )
+    z[:] = a
+    entry_z = dict(
+        entry, chunk_bytes=[(tmp_path / "zstd" / "c" / str(k)).stat().st_size for k in range(4)]
+    )
+    np.testing.assert_array_equal(read_array(tmp_path, "zstd", entry_z), a)
+    # another codec chain is read through zarr
+    o = zarr.create_array(
+        store=os.fspath(tmp_path),
+        name="other",
+        shape=a.shape,
+        chunks=(1_000,),
+        dtype=a.dtype,
+        compressors=[ZstdCodec(level=1)],
+        fill_value=0,
+    )
+    o[:] = a
+    assert _direct_decoder(zarr.open_array(tmp_path / "other", mode="r")) is None
+    entry_o = dict(
+        entry, chunk_bytes=[(tmp_path / "other" / "c" / str(k)).stat().st_size for k in range(4)]
+    )
+    np.testing.assert_array_equal(read_array(tmp_path, "other", entry_o), a)
+    # a flipped bit in the edge chunk is named
+    f = tmp_path / "blosc" / "c" / "3"
+    raw = bytearray(f.read_bytes())
+    raw[len(raw) // 2] ^= 0x04
+    f.write_bytes(bytes(raw))
+    with pytest.raises(StoreCorruptError, match=r"chunk 3 of array 'blosc' is corrupt"):
+        read_array(tmp_path, "blosc", entry)

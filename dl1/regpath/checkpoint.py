@@ -10,11 +10,12 @@ A checkpoint is a directory holding a zarr v3 group::
       coef/{k}/values            float64 (nnz_k,) their values
       dl1-progress.json          completed alphas 0..n_done-1: scalars and array checksums
 
-Recording alpha ``k`` writes and fsyncs its two arrays (every chunk stored, zstd + CRC32C like a
-dl1 store), then replaces ``dl1-progress.json`` atomically (temporary file, fsync, rename), so a
-process killed at any point leaves a consistent prefix of completed alphas. Arrays of an alpha
-missing from the progress file are leftovers of a killed run and are rewritten. On open, the
-arrays of every completed alpha are verified against the checksums of the progress file.
+Recording alpha ``k`` writes and fsyncs its two arrays (every chunk stored, Blosc-LZ4 + CRC32C
+like a dl1 store), then replaces ``dl1-progress.json`` atomically (temporary file, fsync,
+rename), so a process killed at any point leaves a consistent prefix of completed alphas.
+Arrays of an alpha missing from the progress file are leftovers of a killed run and are
+rewritten. On open, the arrays of every completed alpha are verified against the checksums
+of the progress file.
 
 Floats (scalars, test metrics and the alpha grid) are stored as ``float.hex`` strings, so every
 value, NaN and infinities included, round-trips bit for bit; a coefficient is stored wherever its

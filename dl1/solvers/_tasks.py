@@ -88,7 +88,9 @@ class BlockSource:
                 _read_block_task(self.root, self.split, self.fmt, i, self.j, blk, shape, "scipy")
                 for i, blk, shape in self.reads
             ]
-            return assemble_block(self.j, self.c0, self.sw, self.standardize, self.center, *chunks)
+            return assemble_block(
+                self.j, self.c0, self.sw, self.standardize, self.center, *chunks, verified=True
+            )
         # Row chunks are stacked one at a time into preallocated arrays: besides the block,
         # one chunk is in memory (the column counts come from the small index pointers first).
         counts = np.zeros(self.ncols, dtype=np.int64)
@@ -107,8 +109,12 @@ class BlockSource:
                 data = np.empty(indptr[-1], dtype=dx.dtype)
             SK.csc_append_rows(ip, ix, dx, offset, indices, data, cursor)
             offset += shape[0]
+        # each row chunk verified, stacked in row order: sorted and unique
         m = sp.csc_matrix((data, indices, indptr), shape=(offset, self.ncols))
-        return assemble_block(self.j, self.c0, self.sw, self.standardize, self.center, m)
+        m.has_canonical_format = True
+        return assemble_block(
+            self.j, self.c0, self.sw, self.standardize, self.center, m, verified=True
+        )
 
 
 def loaded(block: Block | BlockSource) -> Block:
@@ -136,11 +142,14 @@ def assemble_block(
     standardize: bool,
     center: bool,
     *row_chunks,
+    verified: bool = False,
 ) -> Block:
     """Stack the row chunks of feature block ``j`` into one validated CSC block.
 
     Validation (index pointer, indices in range, sorted unique, finite values) happens here,
-    before any kernel sees the arrays. With ``standardize``, ``col_scale`` is
+    before any kernel sees the arrays, unless ``verified``: the chunks were read from a dl1
+    store, whose reader has checked each of them (a single chunk is then taken as is; row
+    chunks stacked are still put in canonical order). With ``standardize``, ``col_scale`` is
     ``1 / std_j`` (weighted; centred when ``center``, i.e. with an intercept, else the root
     mean square); constant columns get scale 0 and stay out of the model.
     """
@@ -150,14 +159,15 @@ def assemble_block(
         raise ValidationError(
             f"feature block {j} has dtype {m.dtype}; X must be float32 or float64"
         )
-    if not m.has_canonical_format:
+    if not (verified and len(mats) == 1) and not m.has_canonical_format:
         m = m.copy()
         m.sum_duplicates()
     indptr = m.indptr.astype(np.int64, copy=False)
     indices = m.indices.astype(np.int32, copy=False)
-    status, c, k = SK.check_compressed(indptr, indices, m.data, m.shape[0])
-    if status != SK.OK:
-        raise ValidationError(f"feature block {j}, column {c0 + c}: {SK.PROBLEMS[status]}")
+    if not verified:
+        status, c, k = SK.check_compressed(indptr, indices, m.data, m.shape[0])
+        if status != SK.OK:
+            raise ValidationError(f"feature block {j}, column {c0 + c}: {SK.PROBLEMS[status]}")
     n = m.shape[0]
     scale = np.zeros(0)
     if standardize:

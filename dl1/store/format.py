@@ -22,8 +22,13 @@ columns ``col_bounds[j]:col_bounds[j+1]``; both bounds are int64, so the total n
 nonzeros may exceed 2**31 while indices inside a block stay int32. Inside a block, indices
 are sorted and unique and every value is finite.
 
-Every chunk is written, empty ones included, and compressed with zstd followed by a CRC32C
-checksum codec, so a flipped bit is detected when the chunk is decoded. The manifest records
+Every chunk is written, empty ones included, and compressed with Blosc-LZ4 (byte shuffle
+for integer arrays, none for values) followed by a CRC32C checksum codec, so a flipped bit is
+detected when the chunk is decoded. LZ4 decodes at about 3 GB/s per core, against about
+1 GB/s for zstd, whose better ratio on values does not pay for the time every pass spends
+decoding; indices shuffled compress better with LZ4 than unshuffled with zstd. Codecs are
+recorded in each array's zarr metadata, so stores written with other codecs (zstd, by
+earlier versions of dl1) read just the same. The manifest records
 the format version, the shape, dtype and block grid of each split, the nnz of every block,
 and a CRC32C of the decoded bytes of every array; with it a missing chunk (which zarr would
 silently read as zeros) or a chunk swapped between stores is detected and named.
@@ -39,7 +44,7 @@ from typing import Any
 import crc32c
 import numpy as np
 import zarr
-from zarr.codecs import Crc32cCodec, ZstdCodec
+from zarr.codecs import BloscCodec, Crc32cCodec
 
 FORMAT_NAME = "dl1-sparse"
 FORMAT_VERSION = 1
@@ -62,9 +67,15 @@ def checksum(a: np.ndarray) -> int:
     return int(crc32c.crc32c(memoryview(np.ascontiguousarray(a)).cast("B")))
 
 
-def codecs(level: int = 3) -> list[Any]:
-    """Compressors of every array: zstd, then a CRC32C checksum of the compressed bytes."""
-    return [ZstdCodec(level=level, checksum=False), Crc32cCodec()]
+def codecs(dtype: np.dtype) -> list[Any]:
+    """Compressors of an array of ``dtype``: Blosc-LZ4 (byte shuffle for integers), then a
+    CRC32C checksum of the compressed bytes."""
+    dtype = np.dtype(dtype)
+    shuffle = "shuffle" if dtype.kind in "iu" else "noshuffle"
+    return [
+        BloscCodec(cname="lz4", clevel=5, shuffle=shuffle, typesize=dtype.itemsize),
+        Crc32cCodec(),
+    ]
 
 
 def write_array(
@@ -79,7 +90,7 @@ def write_array(
         shape=a.shape,
         chunks=chunks,
         dtype=a.dtype,
-        compressors=codecs(),
+        compressors=codecs(a.dtype),
         fill_value=0,
         config={"write_empty_chunks": True},
         overwrite=False,
@@ -114,7 +125,7 @@ def write_array_from_file(
         shape=(n,),
         chunks=(chunk,),
         dtype=dtype,
-        compressors=codecs(),
+        compressors=codecs(dtype),
         fill_value=0,
         config={"write_empty_chunks": True},
         overwrite=False,

@@ -7,11 +7,14 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
+import crc32c
 import dask.array as da
+import numcodecs
 import numpy as np
 import scipy.sparse as sp
 import zarr
 from dask.base import tokenize
+from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
 from dl1.errors import IncompleteStoreError, StoreCorruptError, StoreError
 from dl1.store import _kernels as K
@@ -93,16 +96,73 @@ def read_array(
             f"{tuple(entry['shape'])} and {entry['dtype']}"
         )
     _check_chunks_present(root, key, entry)
-    try:
-        a = arr[sl] if sl is not None else arr[:]
-    except Exception as e:
-        raise StoreCorruptError(f"{_failing_chunk(arr, key, entry)}: {e}") from e
+    decoder = _direct_decoder(arr) if sl is None else None
+    if decoder is not None:
+        a = _read_direct(root, key, entry, arr.dtype, decoder)
+    else:
+        try:
+            a = arr[sl] if sl is not None else arr[:]
+        except Exception as e:
+            raise StoreCorruptError(f"{_failing_chunk(arr, key, entry)}: {e}") from e
     if sl is None and checksum(a) != entry["crc32c"]:
         raise StoreCorruptError(
             f"array {key!r} does not match its manifest checksum (a chunk was replaced or the "
             "manifest belongs to another store)"
         )
     return a
+
+
+def _direct_decoder(arr: Any) -> Any:
+    """The numcodecs decoder of an array whose codecs are dl1's own chain (little-endian
+    bytes, Blosc or zstd, CRC32C), else None (read through zarr)."""
+    cs = arr.metadata.codecs
+    if (
+        len(cs) != 3
+        or not isinstance(cs[0], BytesCodec)
+        or not isinstance(cs[2], Crc32cCodec)
+        or arr.dtype.byteorder == ">"
+        or (arr.dtype.itemsize > 1 and cs[0].endian is not None and cs[0].endian.value != "little")
+    ):
+        return None
+    if isinstance(cs[1], BloscCodec):
+        return numcodecs.Blosc()  # the Blosc header describes its own compressor and shuffle
+    if isinstance(cs[1], ZstdCodec):
+        return numcodecs.Zstd()
+    return None
+
+
+def _read_direct(
+    root: Path, key: str, entry: dict[str, Any], dtype: np.dtype, decoder: Any
+) -> np.ndarray:
+    """Whole-array read decoding each chunk file straight into the result.
+
+    The same bytes zarr would read (zarr v3 chunk files: the compressed chunk, then its
+    CRC32C, little-endian), without zarr's intermediate chunk buffer and copy: on the
+    log1p preset this halves the time a worker spends loading its blocks.
+    """
+    n, c = entry["shape"][0], entry["chunk"]
+    out = np.empty(n, dtype=dtype)
+    for k in range(n_chunks(entry)):
+        raw = chunk_path(root, key, k).read_bytes()
+        body = memoryview(raw)[:-4]
+        if len(raw) < 4 or crc32c.crc32c(body) != int.from_bytes(raw[-4:], "little"):
+            raise StoreCorruptError(f"chunk {k} of array {key!r} is corrupt (checksum failed)")
+        lo, hi = k * c, min(n, (k + 1) * c)
+        try:
+            if hi - lo == c:
+                decoder.decode(body, out=out[lo:hi])
+            else:  # zarr stores an edge chunk whole, padded with the fill value
+                part = np.frombuffer(decoder.decode(body), dtype=dtype)
+                if part.shape[0] != c:
+                    raise ValueError(f"{part.shape[0]} elements decoded, expected {c}")
+                out[lo:hi] = part[: hi - lo]
+        except StoreCorruptError:
+            raise
+        except Exception as e:
+            raise StoreCorruptError(
+                f"chunk {k} of array {key!r} is corrupt (decompression failed: {e})"
+            ) from e
+    return out
 
 
 def _failing_chunk(arr: Any, key: str, entry: dict[str, Any]) -> str:
