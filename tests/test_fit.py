@@ -246,11 +246,14 @@ def test_store_input_and_round_limit_warning(tmp_path):
     res = dl1.fit(tmp_path / "s", alpha=0.01, tol=1e-10)
     ref = dl1.fit(X, y, alpha=0.01, tol=1e-10)
     np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-9)
+    # more columns than a first working set: one round cannot reach the tolerance
+    X, y = make_regression(p=400, seed=7)
+    dl1.from_scipy(X, y, tmp_path / "wide", n_feature_blocks=3)
     for solver in ("ws", "cd"):
         with pytest.warns(
             dl1.ConvergenceWarning, match=r"relative duality gap .* > tol 1\.000e-15"
         ):
-            r = dl1.fit(tmp_path / "s", alpha=0.001, tol=1e-15, max_rounds=1, solver=solver)
+            r = dl1.fit(tmp_path / "wide", alpha=0.001, tol=1e-15, max_rounds=1, solver=solver)
         assert not r.converged_ and r.n_rounds_ == 1 and r.gap_ > 1e-15
         assert r.gap_ == r.history_[-1]["gap"]
 
@@ -470,3 +473,40 @@ def test_gather_budget_follows_the_workers_memory_limit(local_cluster):
         Client(cluster) as client,
     ):
         assert gather_budget(executor_for(client), streamed=True) == (limit - WORKER_BASELINE) / 4
+
+
+def _intervals(client):
+    """Batched-send intervals of the client, the scheduler's streams and the workers."""
+
+    def on_scheduler(dask_scheduler=None):
+        return sorted({c.interval for c in dask_scheduler.stream_comms.values()})
+
+    def on_worker(dask_worker=None):
+        return dask_worker.batched_stream.interval
+
+    return (
+        client.scheduler_comm.interval,
+        client.run_on_scheduler(on_scheduler),
+        sorted(set(client.run(on_worker).values())),
+    )
+
+
+def test_low_latency_sets_and_restores_dask_batching_intervals(local_cluster):
+    from dl1.solvers.executor import LOW_LATENCY_INTERVAL, low_latency
+
+    before = _intervals(local_cluster)
+    assert before[0] != LOW_LATENCY_INTERVAL  # Dask's defaults (ms), not ours
+    seen = []
+    with low_latency(local_cluster):
+        seen.append(_intervals(local_cluster))
+        X, y = make_regression(n=60, p=20, seed=3)
+        res = dl1.fit(as_dask(X, 2), y, alpha=0.01, tol=1e-8, client=local_cluster)
+        assert res.converged_
+        # a fit inside leaves the outer setting in force when it returns
+        seen.append(_intervals(local_cluster))
+    want = (LOW_LATENCY_INTERVAL, [LOW_LATENCY_INTERVAL], [LOW_LATENCY_INTERVAL])
+    assert seen == [want, want]
+    assert _intervals(local_cluster) == before
+    # and dl1.fit sets them for its own duration only
+    dl1.fit(as_dask(X, 2), y, alpha=0.01, tol=1e-8, client=local_cluster)
+    assert _intervals(local_cluster) == before

@@ -741,9 +741,9 @@ def test_csc_dense_rows_matches_numpy(dtype, rows):
     cursor = A.indptr[:-1].astype(np.int64)
     for r0 in range(0, 23, rows):
         r1 = min(23, r0 + rows)
-        out = np.zeros((r1 - r0, 9))
+        out = np.zeros((9, r1 - r0))
         csc_dense_rows(A.indptr.astype(np.int64), A.indices, A.data, cursor, r1, out)
-        np.testing.assert_array_equal(out, dense[r0:r1])
+        np.testing.assert_array_equal(out, dense[r0:r1].T)
     # every cursor has walked past its column
     np.testing.assert_array_equal(cursor, A.indptr[1:])
 

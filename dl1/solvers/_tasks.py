@@ -574,8 +574,10 @@ def subproblem_task(
     gram_max: int = GRAM_MAX,
     dense_max: int = GRAM_DENSE_MAX,
     gram_key: str | None = None,
+    gram_target: float | None = None,
 ):
-    """Solve the problem restricted to the working set to a gap of ``target_gap``.
+    """Solve the problem restricted to the working set to a gap of ``target_gap``
+    (``gram_target``, when given, on the Gram-matrix path).
 
     Exact coordinate descent on the gathered columns (sigma' = 1; the gradient is refreshed
     every epoch, so for the squared loss every coordinate step is the exact minimiser and for
@@ -593,7 +595,10 @@ def subproblem_task(
     the worker's memory limit) are solved on their Gram matrix, kept between rounds under
     ``gram_key`` by :func:`working_set_gram`;
     ``dense_max`` bounds the elements (rows x columns) of the scratch densifying its new
-    columns (out of core it is kept small, for memory-limited workers).
+    columns (out of core it is kept small, for memory-limited workers). Once the Gram matrix
+    is formed an epoch costs ``O(m)`` per changed coordinate, so the caller may ask that
+    path for a tighter target (``gram_target``) than the one of column-wise epochs, whose
+    every epoch is a pass over the working set's nonzeros.
 
     Returns
     -------
@@ -628,7 +633,7 @@ def subproblem_task(
             datafit,
             penalty,
             fit_intercept,
-            target_gap,
+            target_gap if gram_target is None else gram_target,
             max_epochs,
             check_every,
             anderson,
@@ -817,12 +822,14 @@ def working_set_gram(
             part = np.zeros((m, k))
             for r0 in range(0, n, rows):
                 r1 = min(n, r0 + rows)
-                chunk = np.zeros((r1 - r0, m))
+                chunk = np.zeros((m, r1 - r0))  # column i's rows r0..r1 in chunk[i]
                 csc_dense_rows(indptr, indices, vals, cursor, r1, chunk)
-                right = chunk[:, new]
+                # a copy even when every column is new: NumPy would take chunk @ chunk.T as a
+                # SYRK, whose rounding differs from the GEMM of later, partly cached calls
+                right = chunk[new]
                 if weighted:
-                    right *= s[r0:r1, None]
-                part += chunk.T @ right
+                    right *= s[None, r0:r1]
+                part += chunk @ right.T
                 del chunk, right
         else:
             Xs = sp.csc_matrix((vals, indices, indptr), shape=(n, m))

@@ -24,6 +24,9 @@ from dl1.gap import duality_gap_from_stats
 from dl1.solvers import _tasks as T
 from dl1.solvers.cd import FitResult, _sparse_parts, finish
 
+#: Working-set size of the first outer iteration (later: ``max(WS_START, 2 |support|)``).
+WS_START = 128
+
 
 def solve_ws(
     ex: Any,
@@ -38,7 +41,7 @@ def solve_ws(
     tol: float,
     max_rounds: int,
     n_partitions: int,
-    ws_start: int = 64,
+    ws_start: int | None = None,
     inner_ratio: float = 0.3,
     max_epochs: int = 50_000,
     random_order: bool = False,
@@ -91,6 +94,7 @@ def solve_ws(
     n = y.shape[0]
     p = int(col_bounds[-1])
     K = len(blocks)
+    ws_start = WS_START if ws_start is None else ws_start
     own_key = gram_key is None
     if own_key:
         gram_key = uuid.uuid4().hex
@@ -280,6 +284,8 @@ def solve_ws(
         # out of core, passes cost most: a spread subproblem goes to the final target at once
         tight = tight_inner or use_spread
         target = inner_ratio * (min(gap, tol * p0) if tight else gap)
+        # on its Gram matrix the subproblem's epochs are cheap: solved to the final target
+        gram_target = inner_ratio * min(gap, tol * p0)
         inner: dict[str, Any] = {}
         if use_spread:
             b, n_rounds, kern = spread_subproblem(
@@ -325,6 +331,7 @@ def solve_ws(
                         gram_max,
                         dense_max,
                         gram_key,
+                        gram_target,
                     )
                 ]
             )
@@ -562,13 +569,14 @@ def rescan(
     threshold,
     w,
     z,
-    ws_start=64,
+    ws_start=None,
 ):
     """The :class:`LastScan` a solve ending at ``(w, z)`` made (for resuming a path): the
     same pass, bit for bit, since ``theta`` depends on ``z`` only."""
     K = len(blocks)
     parts = [list(a) for a in np.array_split(np.arange(K), max(1, min(n_partitions, K)))]
     theta = datafit.dual_point(y, z, None if sw.shape[0] == 0 else sw, fit_intercept)
+    ws_start = WS_START if ws_start is None else ws_start
     ws_size = max(ws_start, 2 * int(np.count_nonzero(w)))
     per_block, _ = scan_pass(
         ex, blocks, parts, col_bounds, theta, threshold, w, ws_size, [None] * K, None
