@@ -565,6 +565,39 @@ def _gram_reference(Q, h, w, a1, a2, n_epochs):
     return h, w
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gram_matvec_matches_numpy(dtype):
+    from dl1.kernels.gram import gram_matvec
+
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((11, 11))
+    Q = np.ascontiguousarray(A + A.T, dtype=dtype)
+    d = rng.standard_normal(11)
+    d[[0, 4, 5]] = 0.0  # rows skipped
+    out = np.full(11, np.nan)
+    gram_matvec(Q, d, out)
+    np.testing.assert_allclose(out, Q.astype(np.float64) @ d, rtol=1e-13, atol=1e-13)
+    gram_matvec(Q, np.zeros(11), out)
+    assert not out.any()
+
+
+def test_gram_cd_on_float32_gram_steps_in_float64():
+    """A float32 Q (the solver's storage) is read as its float64 value: the epochs equal the
+    NumPy reference run on the rounded matrix."""
+    from dl1.kernels.gram import gram_cd_epochs
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((50, 9))
+    y = rng.standard_normal(50)
+    Q32 = np.ascontiguousarray(X.T @ X / 50, dtype=np.float32)
+    h0 = X.T @ y / 50
+    h, w = h0.copy(), np.zeros(9)
+    gram_cd_epochs(Q32, h, w, 0.05, 0.0, 4)
+    h_ref, w_ref = _gram_reference(Q32.astype(np.float64), h0, np.zeros(9), 0.05, 0.0, 4)
+    np.testing.assert_allclose(w, w_ref, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(h, h_ref, rtol=1e-12, atol=1e-14)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_gram_cd_matches_numpy_reference_and_residual_cd(seed):
     from sklearn.linear_model import ElasticNet as SkEnet
@@ -580,8 +613,17 @@ def test_gram_cd_matches_numpy_reference_and_residual_cd(seed):
     h0 = X.T @ y / n
     w0 = np.zeros(m)
     h, w = h0.copy(), w0.copy()
-    gram_cd_epochs(Q, h, w, 0.05, 0.01, 3)
+    gram_cd_epochs(Q, h, w, 0.05, 0.01, 2)
+    w_before = w.copy()
+    _, decrease = gram_cd_epochs(Q, h, w, 0.05, 0.01, 1)
     h_ref, w_ref = _gram_reference(Q, h0, w0, 0.05, 0.01, 3)
+
+    def objective(v):
+        return 0.5 * v @ Q @ v - h0 @ v + 0.05 * np.abs(v).sum() + 0.005 * v @ v
+
+    # the reported decrease is the last epoch's, recomputed from the objective
+    assert decrease > 0
+    np.testing.assert_allclose(decrease, objective(w_before) - objective(w), rtol=1e-9)
     np.testing.assert_allclose(w, w_ref, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(h, h_ref, rtol=1e-12, atol=1e-14)
     # h stays -grad F(w): X^T (y - X w) / n
@@ -792,10 +834,14 @@ def test_working_set_gram_cached_equals_numpy(density, weighted, profiled):
     # the kept columns come from the cache, the new ones are computed (row blocks of 7)
     ws1 = np.sort(rng.choice(p, 15, replace=False))
     G1 = gram(ws1)
-    np.testing.assert_allclose(G1, full[np.ix_(ws1, ws1)], rtol=1e-12, atol=1e-12)
+    # formed in float64, stored as T.GRAM_DTYPE: each entry is the float64 one, rounded
+    assert G1.dtype == T.GRAM_DTYPE
+    want = full[np.ix_(ws1, ws1)].astype(T.GRAM_DTYPE)
+    np.testing.assert_allclose(G1, want, rtol=2.0**-23, atol=1e-12)  # one float32 ulp
     ws2 = np.union1d(ws1[::2], np.sort(rng.choice(p, 12, replace=False)))
     G2 = gram(ws2, scratch_max=7 * ws2.shape[0])
-    np.testing.assert_allclose(G2, full[np.ix_(ws2, ws2)], rtol=1e-12, atol=1e-12)
+    want = full[np.ix_(ws2, ws2)].astype(T.GRAM_DTYPE)
+    np.testing.assert_allclose(G2, want, rtol=2.0**-23, atol=1e-12)
     kept = np.isin(ws2, ws1)
     # cached entries are reused as they were
     sel1 = np.searchsorted(ws1, ws2[kept])

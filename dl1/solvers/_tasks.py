@@ -22,15 +22,23 @@ from dl1.store import _kernels as SK
 #: while their Gram rows are formed (in memory; out of core :func:`dl1.fit.dense_max` is less).
 GRAM_DENSE_MAX = 1 << 25
 
-#: Largest working set solved by covariance updates on its Gram matrix (512 MiB); beyond it
-#: (or for the logistic loss) the subproblem runs coordinate descent on the columns.
+#: Largest working set solved by covariance updates on its Gram matrix (256 MiB in float32);
+#: beyond it (or for the logistic loss) the subproblem runs coordinate descent on the columns.
 GRAM_MAX = 8192
+
+#: Storage of the Gram matrices. The covariance-update epochs read a row of it per changed
+#: coordinate, so they are bound by memory bandwidth: float32 halves that traffic (and the
+#: memory). The certificate does not use it: every gap check recomputes ``X_W^T theta``
+#: exactly from the columns, and the exact optimum is a fixed point of the epochs whatever
+#: the rounding of ``Q`` (a step from it is zero), so the rounding only perturbs the steps.
+GRAM_DTYPE = np.float32
 
 #: Gram matrices of the last working sets, per solve (a key drawn by the coordinator), kept
 #: by the worker process between rounds: consecutive working sets share most columns, so
-#: only the rows of new columns are computed. Purely a cache: an entry is exactly what a
-#: fresh computation gives (see :func:`dl1.kernels.gram.gram_columns`), so a task landing on
-#: another worker, or a resumed path, gets bit-identical results.
+#: only the rows of new columns are computed. Purely a cache: an entry agrees with a fresh
+#: computation to rounding (BLAS may sum a product's entry in an order that depends on the
+#: product's shape), which is why a checkpointed path starts each alpha's Gram matrix afresh,
+#: as its resumed run must.
 _GRAM_CACHE: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 _GRAM_CACHE_ENTRIES = 2
 _NO_PROFILE = np.zeros(0)
@@ -760,7 +768,7 @@ def gram_limit() -> int:
         return GRAM_MAX
     if not limit:
         return GRAM_MAX
-    return int(np.sqrt(limit / (4 * 4 * 8)))
+    return int(np.sqrt(limit / (4 * 4 * np.dtype(GRAM_DTYPE).itemsize)))
 
 
 def drop_gram(prefix: str) -> None:
@@ -790,8 +798,8 @@ def working_set_gram(
     Dense enough working sets go through BLAS on row blocks densified in a scratch of at
     most ``scratch_max`` elements (rows x columns); sparse ones through a sparse product.
     Either way the result is a deterministic function of the inputs and the cache. The
-    result is cached under ``key`` (replacing the previous entry) and must not be modified
-    by the caller.
+    result, of :data:`GRAM_DTYPE` (entries formed in float64, then rounded), is cached under
+    ``key`` (replacing the previous entry) and must not be modified by the caller.
     """
     from dl1.kernels.gram import csc_dense_rows, take_submatrix
 
@@ -800,7 +808,7 @@ def working_set_gram(
     if hit is not None and np.array_equal(hit[0], ws):  # the same working set again
         _GRAM_CACHE[key] = hit
         return hit[1]
-    G = np.empty((m, m))
+    G = np.empty((m, m), dtype=GRAM_DTYPE)
     if hit is not None:
         old_ids, old_G = hit
         del hit
@@ -880,7 +888,7 @@ def _solve_gram(
     refreshed exactly from the residual at every gap check, so rounding cannot accumulate.
     """
     from dl1.gap import duality_gap_from_stats
-    from dl1.kernels.gram import gram_cd_epochs
+    from dl1.kernels.gram import gram_cd_epochs, gram_matvec
     from dl1.kernels.linalg import csc_matvec, csc_rmatvec
 
     n, m = y.shape[0], w.shape[0]
@@ -895,6 +903,7 @@ def _solve_gram(
     threshold = n * penalty.alpha_l1
     a1, a2 = penalty.alpha_l1, penalty.alpha_l2
     h = np.empty(m)
+    qd = np.empty(m)
     gap = np.inf
     epochs = 0
     hist: list[np.ndarray] = []
@@ -928,8 +937,12 @@ def _solve_gram(
         if gap <= target_gap or epochs >= max_epochs:
             break
         h /= n
-        for _ in range(check_every):
-            gram_cd_epochs(Q, h, w, a1, a2, 1)
+        # the exact gap costs two passes over the working set's nonzeros; it is computed
+        # after check_every epochs once an epoch lowers the objective by at most the target
+        # (while it lowers it by more, the point is almost surely not within the target),
+        # or after 10 * check_every epochs at the latest
+        for since in range(1, 10 * check_every + 1):
+            _, decrease = gram_cd_epochs(Q, h, w, a1, a2, 1)
             epochs += 1
             hist.append(w.copy())
             if len(hist) == anderson + 1:
@@ -942,10 +955,13 @@ def _solve_gram(
                 if c is not None and np.isfinite(c).all() and c.sum() != 0:
                     d = (c / c.sum()) @ H[1:] - w
                     # F(w + d) - F(w) = -h.d + d.Q.d / 2 (exact: F is quadratic)
-                    delta = -h @ d + 0.5 * d @ (Q @ d) + penalty.value(w + d) - penalty.value(w)
+                    gram_matvec(Q, d, qd)
+                    delta = -h @ d + 0.5 * d @ qd + penalty.value(w + d) - penalty.value(w)
                     if delta < 0:
                         w += d
-                        h -= Q @ d
+                        h -= qd
                 hist = []
+            if epochs >= max_epochs or (since >= check_every and decrease <= target_gap):
+                break
     info = {"epochs": epochs, "gap": float(gap), "kernel_s": time.perf_counter() - t0}
     return w, zc - z, db_total, info
