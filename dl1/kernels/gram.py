@@ -34,17 +34,11 @@ def gram_cd_epochs(Q, h, w, alpha_l1, alpha_l2, n_epochs):  # pragma: no cover -
     -------
     max_dw : float
         Largest ``|dw_j| sqrt(Q_jj)`` of the last epoch (0.0 at a fixed point).
-    decrease : float
-        Decrease of the objective ``F(w) + alpha_l1 |w|_1 + alpha_l2 / 2 |w|^2`` over the
-        last epoch (each step's exact decrease of its one-dimensional problem, summed): a
-        cheap test before an expensive duality gap.
     """
     m = w.shape[0]
     max_dw = 0.0
-    decrease = 0.0
     for _ in range(n_epochs):
         max_dw = 0.0
-        decrease = 0.0
         for j in range(m):
             L = Q[j, j]
             if L <= 0.0:
@@ -54,13 +48,6 @@ def gram_cd_epochs(Q, h, w, alpha_l1, alpha_l2, n_epochs):  # pragma: no cover -
             if new == old:
                 continue
             d = new - old
-            # F(w + d e_j) - F(w) = -h_j d + L d^2 / 2 (F quadratic, h = -grad F)
-            decrease += (
-                h[j] * d
-                - 0.5 * L * d * d
-                - alpha_l1 * (abs(new) - abs(old))
-                - 0.5 * alpha_l2 * (new * new - old * old)
-            )
             w[j] = new
             row = Q[j]
             for k in range(m):
@@ -68,7 +55,7 @@ def gram_cd_epochs(Q, h, w, alpha_l1, alpha_l2, n_epochs):  # pragma: no cover -
             a = abs(d) * L**0.5
             if a > max_dw:
                 max_dw = a
-    return max_dw, decrease
+    return max_dw
 
 
 @njit(nogil=True, cache=True)
