@@ -171,6 +171,25 @@ def _run_fw(path, deltas, sample, local, certify, q):
     q.put((dt, _path_out(res), mem, stats))
 
 
+def _report(name, runs, curves, Xt, yt, p) -> None:
+    """Print a method's row as soon as it has run: a run stopped midway keeps what it printed."""
+    dt, out, mem, st = runs[name]
+    t_cd = runs["CD (dl1)"][0]
+    t_skl = runs["CD (sklearn)"][0] if "CD (sklearn)" in runs else float("nan")
+    l1 = np.array([np.abs(v).sum() for (_, v), _ in out])
+    mse = np.array([np.mean((yt - Xt[:, i] @ v - b) ** 2) for (i, v), b in out])
+    nz = np.array([np.count_nonzero(v) for (_, v), _ in out])
+    curves[name] = (l1, mse)
+    k = int(np.argmin(mse))
+    dots = st.get("dot_products", st["passes"] * p)
+    print(
+        f"  {name:13s} {dt:8.1f} {len(out):4d} {st['iterations']:8d} {dots:10.3g} "
+        f"{st['passes']:8.1f} {nz.mean():8.1f} {mse[k]:12.6g} {l1[k]:8.3g} "
+        f"{t_cd / dt:11.2f} {t_skl / dt:11.2f} {mem:8.0f}",
+        flush=True,
+    )
+
+
 def _plot(curves, out: Path, title: str) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -232,40 +251,33 @@ def main(argv=None) -> None:
             f"{args.n_alphas} deltas {deltas[0]:.4g} .. delta_max={dmax:.4g}",
             flush=True,
         )
-        if "sklearn" not in args.skip:
-            runs["CD (sklearn)"] = in_child(
-                _run_sklearn, str(path), grid, args.cd_tol, args.time_limit
-            )
-        if "scd" not in args.skip:
-            runs["SCD (dl1)"] = in_child(_run_scd, str(path), grid, args.cd_tol, args.time_limit)
-        for s in args.samples:
-            runs[f"FW {s:.0%}"] = in_child(_run_fw, str(path), deltas, s, False, True)
-            if args.fw_uncertified:
-                runs[f"FW {s:.0%} uncert."] = in_child(_run_fw, str(path), deltas, s, False, False)
-            if args.fw_in_process:
-                runs[f"FW {s:.0%} local"] = in_child(_run_fw, str(path), deltas, s, True, True)
         head = (
             f"  {'method':13s} {'seconds':>8s} {'pts':>4s} {'iters':>8s} {'dot prod':>10s} "
             f"{'passes':>8s} {'mean nnz':>8s} {'min test MSE':>12s} {'at l1':>8s} "
             f"{'x vs dl1 CD':>11s} {'x vs skl CD':>11s} {'peak MB':>8s}"
         )
-        print(head)
         curves = {}
-        t_cd = runs["CD (dl1)"][0]
-        t_skl = runs["CD (sklearn)"][0] if "CD (sklearn)" in runs else float("nan")
-        for name, (dt, out, mem, st) in runs.items():
-            l1 = np.array([np.abs(v).sum() for (_, v), _ in out])
-            mse = np.array([np.mean((yt - Xt[:, i] @ v - b) ** 2) for (i, v), b in out])
-            nz = np.array([np.count_nonzero(v) for (_, v), _ in out])
-            curves[name] = (l1, mse)
-            k = int(np.argmin(mse))
-            dots = st.get("dot_products", st["passes"] * p)
-            print(
-                f"  {name:13s} {dt:8.1f} {len(out):4d} {st['iterations']:8d} {dots:10.3g} "
-                f"{st['passes']:8.1f} {nz.mean():8.1f} {mse[k]:12.6g} {l1[k]:8.3g} "
-                f"{t_cd / dt:11.2f} {t_skl / dt:11.2f} {mem:8.0f}",
-                flush=True,
+        if "sklearn" not in args.skip:
+            runs["CD (sklearn)"] = in_child(
+                _run_sklearn, str(path), grid, args.cd_tol, args.time_limit
             )
+        print(head)
+        _report("CD (dl1)", runs, curves, Xt, yt, p)
+        if "CD (sklearn)" in runs:
+            _report("CD (sklearn)", runs, curves, Xt, yt, p)
+        if "scd" not in args.skip:
+            runs["SCD (dl1)"] = in_child(_run_scd, str(path), grid, args.cd_tol, args.time_limit)
+            _report("SCD (dl1)", runs, curves, Xt, yt, p)
+        for s in args.samples:
+            kinds = [("", False, True)]
+            if args.fw_uncertified:
+                kinds.append((" uncert.", False, False))
+            if args.fw_in_process:
+                kinds.append((" local", True, True))
+            for label, local, certify in kinds:
+                name = f"FW {s:.0%}{label}"
+                runs[name] = in_child(_run_fw, str(path), deltas, s, local, certify)
+                _report(name, runs, curves, Xt, yt, p)
         yc = y - y.mean()
         f0 = 0.5 * yc @ yc
         for name, (_, out, _, st) in runs.items():

@@ -13,8 +13,16 @@ import numpy as np
 from dl1.solvers import _tasks as T
 
 
+#: Whether this process has run :func:`warm_up` (a worker serves many fits).
+_WARM = False
+
+
 def warm_up() -> None:
-    """Compile (or load from numba's cache) every kernel the solver uses, for both dtypes."""
+    """Compile (or load from numba's cache) every kernel the solver uses, for both dtypes;
+    once per process."""
+    global _WARM
+    if _WARM:
+        return
     import scipy.sparse as sp
 
     for dtype in (np.float64, np.float32):
@@ -82,6 +90,7 @@ def warm_up() -> None:
                 0,
                 gram_max=gram_max,
             )
+    _WARM = True
 
 
 class LocalExecutor:
