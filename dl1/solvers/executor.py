@@ -12,7 +12,6 @@ import numpy as np
 
 from dl1.solvers import _tasks as T
 
-
 #: Whether this process has run :func:`warm_up` (a worker serves many fits).
 _WARM = False
 
