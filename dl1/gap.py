@@ -22,6 +22,7 @@ finite everywhere and the better of ``D(theta)`` and ``D(c theta)`` is used.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -126,11 +127,32 @@ def duality_gap_from_stats(
     if theta is None:
         theta = datafit.dual_point(y, z, s, intercept)
     theta = np.asarray(theta, dtype=np.float64)
-    scale = penalty.dual_feasible_scale(xt_theta_absmax, n)
-    dual = -datafit.conjugate(y, scale * theta, s)
-    if penalty.alpha_l2 > 0.0 and scale < 1.0:
-        unscaled = -datafit.conjugate(y, theta, s) - penalty.conjugate_from_stats(
-            xt_theta_excess_sq, n
-        )
-        dual = max(dual, unscaled)
+    dual = dual_from_stats(
+        penalty,
+        lambda c: datafit.conjugate(y, c * theta, s),
+        xt_theta_absmax,
+        xt_theta_excess_sq,
+        n,
+    )
     return primal, dual, primal - dual
+
+
+def dual_from_stats(
+    penalty: ElasticNet,
+    conjugate_at: Callable[[float], float],
+    xt_theta_absmax: float,
+    xt_theta_excess_sq: float,
+    n: int,
+) -> float:
+    """The dual value certifying a point, from ``X^T theta``'s statistics.
+
+    ``conjugate_at(c)`` is the datafit's conjugate term at ``c * theta``. The dual point is
+    ``theta`` rescaled to be feasible for the L1 part (the scikit-learn / celer rule); with
+    an L2 part, ``theta`` itself is feasible too and the better of the two is kept.
+    """
+    scale = penalty.dual_feasible_scale(xt_theta_absmax, n)
+    dual = -conjugate_at(scale)
+    if penalty.alpha_l2 > 0.0 and scale < 1.0:
+        unscaled = -conjugate_at(1.0) - penalty.conjugate_from_stats(xt_theta_excess_sq, n)
+        dual = max(dual, unscaled)
+    return dual

@@ -718,10 +718,6 @@ def subproblem_task(
     return w, z - z0, db_total, info
 
 
-def _weighted_mean(v: np.ndarray, s: np.ndarray | None) -> float:
-    return float(v.mean()) if s is None else float(s @ v) / float(s.sum())
-
-
 class _GramGapEstimate:
     """The restricted duality gap at ``w``, from Gram-matrix quantities only (squared loss).
 
@@ -733,9 +729,10 @@ class _GramGapEstimate:
     * ``sum_i s_i r_i^2 = A0 - d . (h0 + n h)``,
     * ``sum_i s_i r_i y_i = B0 - d . X_W^T S (y - mean_s(y))``,
 
-    which give the primal value and the dual value of the rescaled ``theta`` exactly as
-    :func:`dl1.gap.duality_gap_from_stats` does. ``h`` carries the epochs' rounding (float32
-    ``Q``), so this only decides when to compute the exact gap, never certifies.
+    which give the primal value and, through :func:`dl1.gap.dual_from_stats`, the dual value
+    that :func:`dl1.gap.duality_gap_from_stats` would compute. ``h`` carries the epochs'
+    rounding (float32 ``Q``), so this only decides when to compute the exact gap, never
+    certifies.
     """
 
     def __init__(self, datafit, penalty, y, z, theta, h0, w0, s, g_y):
@@ -748,19 +745,18 @@ class _GramGapEstimate:
         self.g_y = g_y
 
     def gap(self, w: np.ndarray, h: np.ndarray) -> float:
+        from dl1.gap import dual_from_stats
+
         n, pen = self.n, self.penalty
         d = w - self.w0
         xt = n * h
         a = self.a0 - float(d @ (self.h0 + xt))
         b = self.b0 - float(d @ self.g_y)
-        ah = np.abs(xt)
         primal = 0.5 * a / n + pen.value(w)
-        scale = pen.dual_feasible_scale(float(ah.max()) if ah.size else 0.0, n)
-        # -F*(-scale theta / n) for theta = S r: (scale^2 sum s r^2 / 2 - scale sum s r y) / n
-        dual = -(0.5 * scale * scale * a - scale * b) / n
-        if pen.alpha_l2 > 0.0 and scale < 1.0:
-            ex = ah[ah > n * pen.alpha_l1] - n * pen.alpha_l1
-            dual = max(dual, -(0.5 * a - b) / n - pen.conjugate_from_stats(float(ex @ ex), n))
+        # F*(-c theta / n) for theta = S r: (c^2 sum s r^2 / 2 - c sum s r y) / n
+        dual = dual_from_stats(
+            pen, lambda c: (0.5 * c * c * a - c * b) / n, *pen.xt_theta_stats(xt, n), n
+        )
         return primal - dual
 
 
@@ -951,7 +947,7 @@ def _solve_gram(
     h = np.empty(m)
     qd = np.empty(m)
     # X_W^T S (y - mean_s(y)): how the weighted residual's inner product with y moves
-    yc = y - (_weighted_mean(y, s) if fit_intercept else 0.0)
+    yc = y - (datafit.initial_intercept(y, s) if fit_intercept else 0.0)
     g_y = np.empty(m)
     csc_rmatvec(indptr, indices, data, scale, yc if s is None else s * yc, g_y)
     estimate_ok = False

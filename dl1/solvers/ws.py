@@ -41,7 +41,7 @@ def solve_ws(
     tol: float,
     max_rounds: int,
     n_partitions: int,
-    ws_start: int | None = None,
+    ws_start: int = WS_START,
     inner_ratio: float = 0.3,
     max_epochs: int = 50_000,
     random_order: bool = False,
@@ -94,7 +94,6 @@ def solve_ws(
     n = y.shape[0]
     p = int(col_bounds[-1])
     K = len(blocks)
-    ws_start = WS_START if ws_start is None else ws_start
     own_key = gram_key is None
     if own_key:
         gram_key = uuid.uuid4().hex
@@ -569,14 +568,13 @@ def rescan(
     threshold,
     w,
     z,
-    ws_start=None,
+    ws_start=WS_START,
 ):
     """The :class:`LastScan` a solve ending at ``(w, z)`` made (for resuming a path): the
     same pass, bit for bit, since ``theta`` depends on ``z`` only."""
     K = len(blocks)
     parts = [list(a) for a in np.array_split(np.arange(K), max(1, min(n_partitions, K)))]
     theta = datafit.dual_point(y, z, None if sw.shape[0] == 0 else sw, fit_intercept)
-    ws_start = WS_START if ws_start is None else ws_start
     ws_size = max(ws_start, 2 * int(np.count_nonzero(w)))
     per_block, _ = scan_pass(
         ex, blocks, parts, col_bounds, theta, threshold, w, ws_size, [None] * K, None
