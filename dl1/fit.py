@@ -212,7 +212,9 @@ def _load(
     return ex.compute(tasks, workers=part_of.tolist()), cb
 
 
-def _check_params(alpha: float, l1_ratio: float, tol: float) -> None:
+def _check_params(alpha: float, l1_ratio: float, tol: float, spread: Any = None) -> None:
+    if spread is not None and spread is not True and spread is not False and spread != "cocoa":
+        raise ValueError(f"spread must be None, True, False or 'cocoa', got {spread!r}")
     if not (np.isfinite(alpha) and alpha >= 0):
         raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
     if not 0.0 <= l1_ratio <= 1.0:
@@ -243,7 +245,7 @@ def fit(
     solver: str = "ws",
     screen: bool = False,
     stream: bool | None = None,
-    spread: bool | None = None,
+    spread: bool | str | None = None,
     client: Any = None,
     split: str = "train",
     verbose: bool = False,
@@ -311,12 +313,14 @@ def fit(
         and drops them when done, so a worker holds one block at a time, instead of the
         blocks being kept in worker memory. ``None`` (default) streams when the blocks would
         take more than half of the workers' memory for data (:func:`decide_stream`).
-    spread : bool, optional
+    spread : bool or "cocoa", optional
         ``"ws"`` solver: solve the working-set subproblem where its columns were extracted,
-        by CoCoA+ rounds over the partitions, instead of gathering them on one worker (which
-        then holds about 24 bytes per nonzero of the working set). ``None`` (default): out of
-        core, when the working set's columns could exceed :func:`gather_budget`.
-        Results are identical either way.
+        instead of gathering them on one worker (which then holds about 24 bytes per nonzero
+        of the working set): for the squared loss on a Gram matrix formed across the
+        partitions and held by one worker (when its ~16 m^2 bytes fit the gather budget),
+        otherwise (or with ``"cocoa"``) by CoCoA+ rounds over the partitions. ``None``
+        (default): out of core, when the working set's columns could exceed
+        :func:`gather_budget`. The answers agree to the requested tolerance either way.
     client : distributed.Client, optional
         The cluster to run on; without it everything runs in this process. A global client
         is never picked up implicitly.
@@ -393,7 +397,7 @@ def fit(
         raise ValueError("l1_ball is the constraint of solver='fw'; penalised solvers take alpha")
     if alpha is None:
         raise TypeError(f"fit() with solver={solver!r} needs alpha")
-    _check_params(alpha, l1_ratio, tol)
+    _check_params(alpha, l1_ratio, tol, spread)
     max_rounds = 1000 if max_rounds is None else max_rounds
     Xd, y, sw, datafit, store = _problem(X, y, sample_weight, loss, split)
     ex = executor_for(client)

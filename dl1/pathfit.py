@@ -75,7 +75,7 @@ def path(
     client: Any = None,
     screen: bool = False,
     stream: bool | None = None,
-    spread: bool | None = None,
+    spread: bool | str | None = None,
     checkpoint: str | os.PathLike | None = None,
     X_test: Any = None,
     y_test: Any = None,
@@ -103,7 +103,7 @@ def path(
         Out-of-core mode, as in :func:`dl1.fit` (default: decided from the size of the
         blocks and the workers' memory limits). Each pass then reads the blocks it visits
         from the store; blocks whose columns are all screened out are not read.
-    spread : bool, optional
+    spread : bool or "cocoa", optional
         Working-set subproblems spread over the partitions' workers, as in :func:`dl1.fit`.
     n_alphas, eps : grid from ``alpha_max`` down to ``eps * alpha_max`` (geometric).
     alphas : array_like, optional
@@ -187,7 +187,7 @@ def path(
     if deltas is not None or delta_max is not None:
         raise ValueError("deltas and delta_max are the radii of solver='fw'")
     max_rounds = 1000 if max_rounds is None else max_rounds
-    _check_params(1.0, l1_ratio, tol)
+    _check_params(1.0, l1_ratio, tol, spread)
     Xd, yv, sw, datafit, store = _problem(X, y, sample_weight, loss, split)
     ex = executor_for(client)
     streamed = decide_stream(stream, store, split, ex)
@@ -301,6 +301,7 @@ def path(
                 z0=z,
                 reuse=last if reuse else None,
                 groups0=None if last is None else last.groups,
+                spread_gram0=None if last is None or ck is not None else last.spread_gram,
                 seq=seq,
                 # warm-started from the previous alpha, the working set is usually right: its
                 # subproblem is solved to the target gap at once (one pass per alpha, not two)

@@ -425,15 +425,17 @@ def _positive_regression(seed):
     return X, X @ w + 0.1 * rng.standard_normal(200) + 3.0
 
 
-def test_spread_subproblem_matches_sklearn_on_a_cluster(local_cluster):
-    """The working-set subproblem solved where its columns live (CoCoA+ rounds over the
-    partitions, intercept profiled) gives scikit-learn's Lasso and the gathered solver's
-    answer, certified, on a 2-process LocalCluster."""
+@pytest.mark.parametrize(("spread", "key"), [(True, "inner_checks"), ("cocoa", "inner_rounds")])
+def test_spread_subproblem_matches_sklearn_on_a_cluster(local_cluster, spread, key):
+    """The working-set subproblem solved where its columns live (on a Gram matrix formed
+    across the partitions, or by CoCoA+ rounds over them; intercept profiled) gives
+    scikit-learn's Lasso and the gathered solver's answer, certified, on a 2-process
+    LocalCluster."""
     X, y = _positive_regression(31)
     alpha = dl1.alpha_max(X, y) / 25
-    res = dl1.fit(as_dask(X, 4), y, alpha=alpha, tol=1e-10, spread=True, client=local_cluster)
+    res = dl1.fit(as_dask(X, 4), y, alpha=alpha, tol=1e-10, spread=spread, client=local_cluster)
     assert res.converged_
-    assert all("inner_rounds" in h for h in res.history_[:-1])  # the spread path ran
+    assert all(key in h for h in res.history_[:-1])  # that spread path ran
     ref = Lasso(alpha=alpha, tol=1e-12, max_iter=100_000).fit(X, y)
     ours = objective(X, y, res.coef_, res.intercept_, alpha, 1.0, "squared")
     theirs = objective(X, y, ref.coef_, ref.intercept_, alpha, 1.0, "squared")
@@ -443,20 +445,29 @@ def test_spread_subproblem_matches_sklearn_on_a_cluster(local_cluster):
     np.testing.assert_allclose(res.coef_, gathered.coef_, atol=1e-6)
 
 
-@pytest.mark.parametrize("loss", ["squared", "logistic"])
-def test_spread_subproblem_in_process_equals_gathered(loss):
+@pytest.mark.parametrize(
+    ("loss", "spread", "key"),
+    [
+        ("squared", True, "inner_checks"),  # Gram matrix across partitions
+        ("squared", "cocoa", "inner_rounds"),
+        ("logistic", True, "inner_rounds"),  # no Gram matrix: CoCoA+ rounds
+    ],
+)
+def test_spread_subproblem_in_process_equals_gathered(loss, spread, key):
     X, y = _positive_regression(32)
     sw = np.random.default_rng(3).uniform(0.5, 2.0, X.shape[0])
     if loss == "logistic":
         y = np.where(y > np.median(y), 1.0, -1.0)
     alpha = dl1.alpha_max(X, y, loss=loss, sample_weight=sw) / 10
     kw = dict(alpha=alpha, loss=loss, tol=1e-10, sample_weight=sw)
-    spread = dl1.fit(as_dask(X, 3), y, spread=True, **kw)
+    res = dl1.fit(as_dask(X, 3), y, spread=spread, **kw)
     gathered = dl1.fit(as_dask(X, 3), y, spread=False, **kw)
-    assert spread.converged_ and gathered.converged_
-    assert "inner_rounds" in spread.history_[0] and "inner_rounds" not in gathered.history_[0]
-    np.testing.assert_allclose(spread.coef_, gathered.coef_, atol=1e-5)
-    assert spread.intercept_ == pytest.approx(gathered.intercept_, abs=1e-5)
+    assert res.converged_ and gathered.converged_
+    assert key in res.history_[0] and key not in gathered.history_[0]
+    np.testing.assert_allclose(res.coef_, gathered.coef_, atol=1e-5)
+    assert res.intercept_ == pytest.approx(gathered.intercept_, abs=1e-5)
+    with pytest.raises(ValueError, match="spread must be"):
+        dl1.fit(as_dask(X, 3), y, spread="gram", **kw)
 
 
 def test_gather_budget_follows_the_workers_memory_limit(local_cluster):

@@ -961,3 +961,59 @@ def test_gram_gap_estimate_equals_the_exact_gap(fit_intercept, weighted, l1_rati
         _, _, want = duality_gap(df, pen, y, z1, w1, h1, s=s, intercept=fit_intercept, theta=th1)
         assert want > 0
         assert est.gap(w1, h1 / n) == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("density", [0.05, 0.6])  # the sparse product and the BLAS branch
+@pytest.mark.parametrize("weighted", [False, True])
+def test_spread_gram_across_partitions_equals_numpy(density, weighted):
+    """The Gram matrix of a working set spread over two partitions (products of new columns
+    sent in row pieces of 7 rows, scaled columns, weights, intercept profile), then updated
+    for a second working set: equal to NumPy's, with the kept entries reused bit for bit."""
+    from dl1.solvers import _tasks as T
+    from dl1.solvers.executor import LocalExecutor
+    from dl1.solvers.ws import _spread_gram, _spread_plan
+
+    rng = np.random.default_rng(int(density * 100) + weighted)
+    n, p = 50, 36
+    X = sp.random(n, p, density=density, format="csc", random_state=rng)
+    s = rng.uniform(0.5, 2.0, n) if weighted else np.zeros(0)
+    sv = np.ones(n) if not weighted else s
+    cb = np.array([0, 17, p])
+    blocks = [T.assemble_block(j, cb[j], s, True, True, X[:, cb[j] : cb[j + 1]]) for j in range(2)]
+    scale = np.concatenate([b.col_scale for b in blocks])
+    Xs = X.toarray() * scale
+    c_all = Xs.T @ sv / np.sqrt(n * sv.sum())
+    full = Xs.T @ (sv[:, None] * Xs) / n - np.outer(c_all, c_all)
+    ex = LocalExecutor()
+
+    def groups_for(ids):
+        out = []
+        for j in range(2):
+            g = ids[(ids >= cb[j]) & (ids < cb[j + 1])]
+            if g.shape[0]:
+                out.append((T.extract_task(blocks[j], g - cb[j]), g, True))
+        return out
+
+    def gram(groups, ws, prev):
+        plan = _spread_plan(groups, ws, np.array([0, 1]), cb)
+        ids = np.concatenate([gids[keep] for _, grp in plan for _, gids, keep in grp])
+        got = _spread_gram(ex, plan, ids, prev, c_all[ids], n, s, 12 * 7 * p, 10 * p)
+        return got, ids
+
+    ws1 = np.sort(rng.choice(p, 14, replace=False))
+    groups = groups_for(ws1)
+    g1, ids1 = gram(groups, ws1, None)
+    Q1 = g1[0][1]
+    assert Q1.dtype == T.GRAM_DTYPE and g1[0][0] is ids1
+    tol = dict(rtol=2.0**-22, atol=1e-7 * np.abs(full).max())
+    np.testing.assert_allclose(Q1, full[np.ix_(ids1, ids1)], **tol)
+    ws2 = np.union1d(ws1[::2], np.sort(rng.choice(p, 12, replace=False)))
+    groups += groups_for(np.setdiff1d(ws2, ws1))
+    g2, ids2 = gram(groups, ws2, g1)
+    Q2 = g2[0][1]
+    np.testing.assert_allclose(Q2, full[np.ix_(ids2, ids2)], **tol)
+    kept = np.flatnonzero(np.isin(ids2, ids1))
+    old = np.searchsorted(ids1, ids2[kept], sorter=np.argsort(ids1))
+    old = np.argsort(ids1)[old]
+    np.testing.assert_array_equal(Q2[np.ix_(kept, kept)], Q1[np.ix_(old, old)])
+    assert gram(groups, ws2, g2)[0] is g2  # the same working set: no work

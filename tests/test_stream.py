@@ -133,8 +133,9 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
     The workers never hold a block between tasks, are neither paused nor restarted, stay
     below their pause threshold, and the path equals the one computed with the blocks in
     memory (to rounding: out of core the working set's Gram matrix is a sparse product).
-    With the working-set subproblems spread over the workers (CoCoA+ rounds where the
-    columns were extracted) the path is certified too and agrees to its tolerance.
+    With the working-set subproblems spread over the workers (on a Gram matrix formed where
+    the columns were extracted, or by CoCoA+ rounds there) the path is certified too and
+    agrees to its tolerance.
     """
     import os
 
@@ -157,7 +158,6 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
     ):
         pids = client.run(os.getpid)
         held = []
-        spread_rounds = []
         with PeakRSS(pids.values()) as rss:
             res = dl1.path(
                 path,
@@ -166,17 +166,24 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
                 callback=lambda k, a, r: held.append(client.run(_holds_blocks)),
                 **kw,
             )
-            # the working-set subproblems spread over the workers (nothing gathered)
-            spread = dl1.path(
-                path,
-                client=client,
-                stream=True,
-                spread=True,
-                callback=lambda k, a, r: spread_rounds.extend(
-                    h["inner_rounds"] for h in r.history_ if "inner_rounds" in h
-                ),
-                **kw,
-            )
+            # the working-set subproblems spread over the workers (nothing gathered): on a
+            # Gram matrix formed across them, or by CoCoA+ rounds
+            spreads = {}
+            for mode, key in [(True, "inner_checks"), ("cocoa", "inner_rounds")]:
+                spread_rounds = []
+                spreads[mode] = (
+                    dl1.path(
+                        path,
+                        client=client,
+                        stream=True,
+                        spread=mode,
+                        callback=lambda k, a, r, key=key, out=spread_rounds: out.extend(
+                            h[key] for h in r.history_ if key in h
+                        ),
+                        **kw,
+                    ),
+                    spread_rounds,
+                )
         assert client.run(os.getpid) == pids  # no worker restarted
         logs = "\n".join(m for msgs in client.get_worker_logs().values() for _, m in msgs)
         assert "Pausing worker" not in logs and "Worker is at" not in logs
@@ -187,8 +194,10 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
     np.testing.assert_allclose(C, R, rtol=0, atol=1e-6 * np.abs(R).max())
     assert (res.gaps_ <= 1e-6).all() and (ref.gaps_ <= 1e-6).all()
     np.testing.assert_allclose(res.test_mse_, ref.test_mse_, rtol=1e-6)
-    assert spread.converged_.all() and spread_rounds
-    np.testing.assert_allclose(spread.coefs_.toarray(), R, rtol=0, atol=1e-3 * np.abs(R).max())
-    np.testing.assert_allclose(spread.test_mse_, ref.test_mse_, rtol=1e-4)
+    for spread, spread_rounds in spreads.values():
+        assert spread.converged_.all() and spread_rounds
+        C = spread.coefs_.toarray()
+        np.testing.assert_allclose(C, R, rtol=0, atol=1e-3 * np.abs(R).max())
+        np.testing.assert_allclose(spread.test_mse_, ref.test_mse_, rtol=1e-4)
     assert res.converged_.all()
     assert (res.passes_ >= ref.passes_).all()

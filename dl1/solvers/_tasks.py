@@ -760,6 +760,60 @@ class _GramGapEstimate:
         return primal - dual
 
 
+def _gram_epochs(
+    Q: np.ndarray,
+    h: np.ndarray,
+    w: np.ndarray,
+    penalty,
+    est: _GramGapEstimate,
+    target_gap: float,
+    min_between: int,
+    max_between: int,
+    max_epochs: int,
+    anderson: int,
+    hist: list[np.ndarray] | None = None,
+) -> tuple[int, bool]:
+    """Covariance-update epochs (``w`` and ``h = -grad F`` updated in place) with Anderson
+    extrapolation every ``anderson + 1`` epochs (kept if it lowers the objective, computed
+    exactly from ``Q``), until the gap estimate ``est`` falls within ``target_gap`` (tested
+    from the ``min_between``-th epoch), ``max_between`` epochs, or ``max_epochs``. ``hist``
+    carries the extrapolation's iterates across calls. Returns the epochs run and whether
+    the estimate stopped them."""
+    from dl1.kernels.gram import gram_cd_epochs, gram_matvec
+
+    a1, a2 = penalty.alpha_l1, penalty.alpha_l2
+    hist = [] if hist is None else hist
+    qd = np.empty(w.shape[0])
+    epochs = 0
+    for since in range(1, max_between + 1):
+        if epochs >= max_epochs:
+            break
+        gram_cd_epochs(Q, h, w, a1, a2, 1)
+        epochs += 1
+        hist.append(w.copy())
+        if len(hist) == anderson + 1:
+            H = np.asarray(hist)
+            U = np.diff(H, axis=0)
+            try:
+                c = np.linalg.solve(U @ U.T, np.ones(anderson))
+            except np.linalg.LinAlgError:
+                c = None
+            if c is not None and np.isfinite(c).all() and c.sum() != 0:
+                d = (c / c.sum()) @ H[1:] - w
+                # F(w + d) - F(w) = -h.d + d.Q.d / 2 (exact: F is quadratic)
+                gram_matvec(Q, d, qd)
+                delta = -h @ d + 0.5 * d @ qd + penalty.value(w + d) - penalty.value(w)
+                if delta < 0:
+                    w += d
+                    h -= qd
+            hist.clear()
+        if epochs >= max_epochs:
+            break
+        if since >= min_between and est.gap(w, h) <= target_gap:
+            return epochs, True
+    return epochs, False
+
+
 def _col_sums(indptr, indices, vals, s) -> np.ndarray:
     """``sum_i s_i x_ij`` per column of CSC arrays (no per-nonzero column index array)."""
     out = np.zeros(indptr.shape[0] - 1)
@@ -930,7 +984,6 @@ def _solve_gram(
     refreshed exactly from the residual at every gap check, so rounding cannot accumulate.
     """
     from dl1.gap import duality_gap_from_stats
-    from dl1.kernels.gram import gram_cd_epochs, gram_matvec
     from dl1.kernels.linalg import csc_matvec, csc_rmatvec
 
     n, m = y.shape[0], w.shape[0]
@@ -943,9 +996,7 @@ def _solve_gram(
     z_start = z.copy()
     w_start = w.copy()
     threshold = n * penalty.alpha_l1
-    a1, a2 = penalty.alpha_l1, penalty.alpha_l2
     h = np.empty(m)
-    qd = np.empty(m)
     # X_W^T S (y - mean_s(y)): how the weighted residual's inner product with y moves
     yc = y - (datafit.initial_intercept(y, s) if fit_intercept else 0.0)
     g_y = np.empty(m)
@@ -991,31 +1042,182 @@ def _solve_gram(
         # the exact gap costs two passes over the working set's nonzeros: it is computed
         # when the Gram-matrix estimate (O(m) per epoch) falls within the target, or after
         # 10 * check_every epochs at the latest
-        estimate_ok = False
-        for since in range(1, 10 * check_every + 1):
-            gram_cd_epochs(Q, h, w, a1, a2, 1)
-            epochs += 1
-            hist.append(w.copy())
-            if len(hist) == anderson + 1:
-                H = np.asarray(hist)
-                U = np.diff(H, axis=0)
-                try:
-                    c = np.linalg.solve(U @ U.T, np.ones(anderson))
-                except np.linalg.LinAlgError:
-                    c = None
-                if c is not None and np.isfinite(c).all() and c.sum() != 0:
-                    d = (c / c.sum()) @ H[1:] - w
-                    # F(w + d) - F(w) = -h.d + d.Q.d / 2 (exact: F is quadratic)
-                    gram_matvec(Q, d, qd)
-                    delta = -h @ d + 0.5 * d @ qd + penalty.value(w + d) - penalty.value(w)
-                    if delta < 0:
-                        w += d
-                        h -= qd
-                hist = []
-            if epochs >= max_epochs:
-                break
-            if since >= min_between and est.gap(w, h) <= target_gap:
-                estimate_ok = True
-                break
+        done, estimate_ok = _gram_epochs(
+            Q, h, w, penalty, est, target_gap, min_between, 10 * check_every,
+            max_epochs - epochs, anderson, hist,
+        )  # fmt: skip
+        epochs += done
     info = {"epochs": epochs, "gap": float(gap), "kernel_s": time.perf_counter() - t0}
     return w, zc - z, db_total, info
+
+
+# --- the working-set subproblem on a Gram matrix formed across partitions -----------------
+# Out of core, a working set too big to gather on one worker stays where its columns were
+# extracted (each partition's cached groups). Its Gram matrix is formed there: each partition
+# computes the products of its columns with the new columns (another partition's arrive in
+# row pieces of bounded size), and one worker assembles ``Q`` and runs the covariance updates
+# on it; exact gap checks are partition reductions (``X_W^T theta``) and the residual moves by
+# the partitions' ``X_q d_q``. See :func:`dl1.solvers.ws.spread_gram_subproblem`.
+
+
+def _group_csc(e: tuple, n: int, cols: np.ndarray) -> sp.csc_matrix:
+    """Columns ``cols`` (local positions) of a cached group, scaled, as an n-row CSC matrix."""
+    indptr, indices, data = _select_columns(e[0], e[1], e[2], cols)
+    if e[5]:
+        data = data * np.repeat(e[3][cols], np.diff(indptr))
+    return sp.csc_matrix((data, indices, indptr), shape=(n, cols.shape[0]))
+
+
+def partition_rmatvec_task(
+    extracts: list[tuple], keeps: list[np.ndarray], vecs: list[np.ndarray]
+) -> list[np.ndarray]:
+    """``X_q^T v`` (scaled columns) over a partition's live columns (each group's ``keeps``,
+    in group order), for every ``v`` of ``vecs``."""
+    from dl1.kernels.linalg import csc_rmatvec
+
+    outs: list[list[np.ndarray]] = [[] for _ in vecs]
+    for e, keep in zip(extracts, keeps, strict=True):
+        keep = np.asarray(keep, dtype=np.int64)
+        scale = e[3] if e[5] else np.zeros(0)
+        tmp = np.empty(e[0].shape[0] - 1)
+        for out, v in zip(outs, vecs, strict=True):
+            csc_rmatvec(e[0], e[1], e[2], scale, v, tmp)
+            out.append(tmp[keep])
+    return [np.concatenate(o) if o else np.zeros(0) for o in outs]
+
+
+def partition_matvec_task(
+    extracts: list[tuple], keeps: list[np.ndarray], d: np.ndarray, n: int
+) -> np.ndarray:
+    """``X_q d`` (scaled columns) over a partition's live columns (``d`` in their order)."""
+    from dl1.kernels.linalg import csc_matvec
+
+    u = np.zeros(n)
+    k = 0
+    for e, keep in zip(extracts, keeps, strict=True):
+        keep = np.asarray(keep, dtype=np.int64)
+        full = np.zeros(e[0].shape[0] - 1)
+        full[keep] = d[k : k + keep.shape[0]]
+        k += keep.shape[0]
+        if full.any():
+            csc_matvec(e[0], e[1], e[2], e[3] if e[5] else np.zeros(0), full, u)
+    return u
+
+
+def row_piece_task(
+    extracts: list[tuple], cols: list[np.ndarray], n: int, r0: int, r1: int
+) -> sp.csr_matrix:
+    """Rows ``[r0, r1)`` of the columns ``cols`` of a partition's groups (scaled; groups in
+    order), as CSR: a bounded piece of new columns sent to another partition."""
+    mats = [
+        _group_csc(e, n, np.asarray(c, dtype=np.int64)).tocsr()[r0:r1]
+        for e, c in zip(extracts, cols, strict=True)
+        if len(c)
+    ]
+    return sp.hstack(mats, format="csr") if mats else sp.csr_matrix((r1 - r0, 0))
+
+
+def _cross(left: sp.csr_matrix, right: sp.csr_matrix, s: np.ndarray | None, scratch_max: int):
+    """``left^T S right`` (rows of both aligned) in float64: through BLAS on densified row
+    blocks of at most ``scratch_max`` elements when dense enough (the rule of
+    :func:`working_set_gram`), else by a sparse product."""
+    rows, a = left.shape
+    b = right.shape[1]
+    if rows == 0 or a == 0 or b == 0:
+        return np.zeros((a, b))
+    if left.nnz / (rows * a) * right.nnz / (rows * b) > 0.01:
+        out = np.zeros((a, b))
+        step = max(1, scratch_max // (a + b))
+        for i in range(0, rows, step):
+            lft = left[i : i + step].toarray()
+            rgt = right[i : i + step].toarray()
+            if s is not None:
+                rgt *= s[i : i + step, None]
+            out += lft.T @ rgt
+        return out
+    rgt = right if s is None else sp.csr_matrix(right.multiply(s[:, None]))
+    return (left.T @ rgt).toarray()
+
+
+def cross_gram_task(
+    acc: np.ndarray | None,
+    extracts: list[tuple],
+    keeps: list[np.ndarray],
+    piece: sp.csr_matrix | None,
+    own_cols: list[np.ndarray] | None,
+    n: int,
+    ranges: list[tuple[int, int]],
+    sw: np.ndarray,
+    scratch_max: int,
+) -> np.ndarray:
+    """``acc + sum over ranges [r0, r1) of X_q[r0:r1]^T S X_new[r0:r1]``: a partition's live
+    columns (rows of the result, group order) against new columns, given as a row ``piece``
+    from another partition (one range) or, with ``own_cols``, this partition's own (taken a
+    range at a time, so no copy of them all is made)."""
+    lefts = [
+        _group_csc(e, n, np.asarray(keep, dtype=np.int64)).tocsr()
+        for e, keep in zip(extracts, keeps, strict=True)
+    ]
+    for r0, r1 in ranges:
+        right = piece if piece is not None else row_piece_task(extracts, own_cols, n, r0, r1)
+        s = None if sw.shape[0] == 0 else sw[r0:r1]
+        parts = [_cross(left[r0:r1], right, s, scratch_max) for left in lefts]
+        out = np.concatenate(parts, axis=0) if parts else np.zeros((0, right.shape[1]))
+        acc = out if acc is None else acc + out
+    return acc
+
+
+def merge_gram_task(
+    prev: tuple[np.ndarray, np.ndarray] | None,
+    ids: np.ndarray,
+    new_pos: np.ndarray,
+    blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    c: np.ndarray | None,
+    factor: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, Q)``: ``Q = factor X_W^T S X_W - c c^T`` over the columns ``ids`` (any order),
+    entries of columns already in ``prev`` copied, those of the new columns (positions
+    ``new_pos`` of ``ids``) from ``blocks``: ``(row positions, new-column positions,
+    X_rows^T S X_new)``. Held as a task result (recomputable), not in a worker cache."""
+    from dl1.kernels.gram import take_submatrix
+
+    m = ids.shape[0]
+    Q = np.empty((m, m), dtype=GRAM_DTYPE)
+    if prev is not None:
+        old_ids, old_Q = prev
+        kpos = np.setdiff1d(np.arange(m), new_pos, assume_unique=True)
+        order = np.argsort(old_ids, kind="stable")
+        opos = order[np.searchsorted(old_ids[order], ids[kpos])]
+        take_submatrix(old_Q, opos, Q, kpos)
+    for rows, cols, part in blocks:
+        part = factor * part
+        if c is not None:
+            part -= np.outer(c[rows], c[cols])
+        Q[np.ix_(rows, cols)] = part
+        Q[np.ix_(cols, rows)] = part.T
+    return ids, Q
+
+
+def spread_gram_epochs_task(
+    gram: tuple[np.ndarray, np.ndarray],
+    w: np.ndarray,
+    h: np.ndarray,
+    est: _GramGapEstimate,
+    penalty,
+    target_gap: float,
+    min_between: int,
+    max_between: int,
+    max_epochs: int,
+    anderson: int,
+):
+    """Covariance-update epochs on an assembled ``Q`` (:func:`merge_gram_task`) from an exact
+    check point (``h = X_W^T theta / n``), until the O(m) gap estimate falls within the
+    target (see :func:`_gram_epochs`). Returns the new ``w``, the epochs run, whether the
+    estimate stopped them, and the kernel seconds."""
+    t0 = time.perf_counter()
+    w = np.asarray(w, dtype=np.float64).copy()
+    h = np.asarray(h, dtype=np.float64).copy()
+    epochs, ok = _gram_epochs(
+        gram[1], h, w, penalty, est, target_gap, min_between, max_between, max_epochs, anderson
+    )
+    return w, epochs, ok, time.perf_counter() - t0

@@ -61,8 +61,9 @@ def solve_ws(
     groups0: list | None = None,
     seq: tuple[np.ndarray, float] | None = None,
     tight_inner: bool = False,
-    spread: bool | None = None,
+    spread: bool | str | None = None,
     gather_max: float = np.inf,
+    spread_gram0: tuple[Any, np.ndarray] | None = None,
 ) -> tuple[FitResult, np.ndarray, LastScan]:
     """Run outer iterations until ``gap <= tol * P(0)``; see the module docstring.
 
@@ -86,10 +87,13 @@ def solve_ws(
     solution at this alpha (see :func:`sequential_sphere`). With ``tight_inner`` the
     subproblem's target is ``inner_ratio`` times the final one (``tol * P(0)``) rather than
     times the current gap. ``spread`` solves the subproblem where its columns were
-    extracted, by CoCoA+ rounds over the partitions (:func:`spread_subproblem`), instead of
-    gathering them on one worker; default (None): out of core, when the working set's
-    columns could exceed ``gather_max`` bytes (12 bytes per row and column, the worst case
-    of dense columns).
+    extracted instead of gathering them on one worker: for the squared loss on a Gram matrix
+    formed across the partitions (:func:`spread_gram_subproblem`; ``spread_gram0``, a previous
+    solve's :attr:`LastScan.spread_gram`, seeds its entries) when it fits the gather budget,
+    else (or with ``"cocoa"``) by CoCoA+ rounds over the partitions
+    (:func:`spread_subproblem`); default (None): out
+    of core, when the working set's columns could exceed ``gather_max`` bytes (12 bytes per
+    row and column, the worst case of dense columns).
     """
     n = y.shape[0]
     p = int(col_bounds[-1])
@@ -149,6 +153,7 @@ def solve_ws(
         handles = (ex.submit(T.identity, y), ex.submit(T.identity, sw))
     y_h, sw_h = handles
     can_reuse = not screen and penalty.alpha_l2 == 0.0 and reuse is not None
+    spread_gram = spread_gram0
     for r in range(max_rounds + 1):
         support = np.flatnonzero(w)
         ws_size = max(ws_start, 2 * support.shape[0])
@@ -277,8 +282,8 @@ def solve_ws(
             if streamed:  # out of core, gathering reads the block
                 passes += blocks[j].nnz / max(1, int(block_nnz.sum()))
         t1 = time.perf_counter()
-        use_spread = spread
-        if use_spread is None:
+        use_spread = bool(spread)
+        if spread is None:
             use_spread = streamed and 12.0 * n * ws.shape[0] > gather_max
         # out of core, passes cost most: a spread subproblem goes to the final target at once
         tight = tight_inner or use_spread
@@ -286,7 +291,37 @@ def solve_ws(
         # on its Gram matrix the subproblem's epochs are cheap: solved to the final target
         gram_target = inner_ratio * min(gap, tol * p0)
         inner: dict[str, Any] = {}
-        if use_spread:
+        # a spread Gram matrix (float32), the one being merged and the new columns' products
+        # (float64) on one worker: about 16 m^2 bytes, within the gather budget
+        spread_q = (
+            use_spread
+            and spread != "cocoa"
+            and datafit.beta == 1.0
+            and ws.shape[0] <= min(gram_max, np.sqrt(gather_max / 16.0))
+        )
+        if spread_q:
+            b, n_checks, epochs, kern, spread_gram = spread_gram_subproblem(
+                ex,
+                groups,
+                ws,
+                part_of_block,
+                col_bounds,
+                w,
+                b,
+                z,
+                y,
+                sw,
+                datafit,
+                penalty,
+                fit_intercept,
+                gram_target,
+                spread_gram,
+                min(gather_max / 4.0, float(SPREAD_PIECE_BYTES)),
+                dense_max,
+                max_epochs,
+            )
+            inner["inner_checks"] = n_checks
+        elif use_spread:
             b, n_rounds, kern = spread_subproblem(
                 ex,
                 groups,
@@ -377,6 +412,7 @@ def solve_ws(
     )
     last.block_nnz = block_nnz
     last.groups = groups
+    last.spread_gram = spread_gram
     if screen and prev is not None and col_norm_max >= 0:
         if any(a is not None for a in alive):
             # screened columns were not visited: bound them (see sequential_sphere)
@@ -386,6 +422,10 @@ def solve_ws(
             last.xt_bound = absmax
     return res_, z, last
 
+
+#: Worst-case bytes (12 per row and column) of a row piece of new columns sent from one
+#: partition to another while a spread Gram matrix is formed (:func:`_spread_gram`).
+SPREAD_PIECE_BYTES = 64 << 20
 
 #: Local epochs per round of :func:`spread_subproblem` (more: fewer round trips, each
 #: partition further from the others' changes).
@@ -420,16 +460,7 @@ def spread_subproblem(
     """
     n = y.shape[0]
     s = None if sw.shape[0] == 0 else sw
-    by_part: dict[int, list[tuple[Any, np.ndarray, np.ndarray]]] = {}
-    ids_all = np.concatenate([ids for _, ids, _ in groups])
-    live = np.isin(ids_all, ws)
-    offs = np.cumsum([0] + [ids.shape[0] for _, ids, _ in groups])
-    for g_i, (h, ids, _) in enumerate(groups):
-        keep = np.flatnonzero(live[offs[g_i] : offs[g_i + 1]])
-        if keep.shape[0]:  # a group holds columns of one block
-            q = int(part_of_block[np.searchsorted(col_bounds, ids[0], side="right") - 1])
-            by_part.setdefault(q, []).append((h, ids, keep))
-    plan = sorted(by_part.items())
+    plan = _spread_plan(groups, ws, part_of_block, col_bounds)
     sigma = float(len(plan))
     profile = fit_intercept and datafit.beta == 1.0
     threshold = n * penalty.alpha_l1
@@ -495,6 +526,188 @@ def spread_subproblem(
     return b, r, kern
 
 
+def _spread_plan(groups, ws, part_of_block, col_bounds):
+    """The cached groups holding live columns of ``ws``, by partition (sorted): ``[(q,
+    [(handle, ids, keep), ...]), ...]``, ``keep`` the positions of the live columns in a
+    group."""
+    by_part: dict[int, list[tuple[Any, np.ndarray, np.ndarray]]] = {}
+    ids_all = np.concatenate([ids for _, ids, _ in groups])
+    live = np.isin(ids_all, ws)
+    offs = np.cumsum([0] + [ids.shape[0] for _, ids, _ in groups])
+    for g_i, (h, ids, _) in enumerate(groups):
+        keep = np.flatnonzero(live[offs[g_i] : offs[g_i + 1]])
+        if keep.shape[0]:  # a group holds columns of one block
+            q = int(part_of_block[np.searchsorted(col_bounds, ids[0], side="right") - 1])
+            by_part.setdefault(q, []).append((h, ids, keep))
+    return sorted(by_part.items())
+
+
+def _spread_gram(ex, plan, ids, prev, c, n, sw, piece_bytes, scratch_max):
+    """The task holding ``(ids, Q)`` of a spread working set (:func:`T.merge_gram_task`):
+    only the products with columns new since ``prev`` (the previous ``(task, ids)``) are
+    formed, by each partition against each partition's new columns (sent in row pieces of
+    at most ``piece_bytes`` worst-case bytes); assembled on the first partition's worker."""
+    prev_task, prev_ids = prev if prev is not None else (None, np.zeros(0, np.int64))
+    if prev_task is not None and np.array_equal(prev_ids, ids):
+        return prev
+    is_new = ~np.isin(ids, prev_ids)
+    if not (~is_new).any():
+        prev_task = None
+    pos, blocks, k = {}, [], 0
+    for q, grp in plan:
+        m_q = sum(keep.shape[0] for _, _, keep in grp)
+        pos[q] = np.arange(k, k + m_q)
+        k += m_q
+    for r, grp_r in plan:
+        new_r = is_new[pos[r]]
+        if not new_r.any():
+            continue
+        cols_r, k0 = [], 0
+        for _, _, keep in grp_r:  # each group's new columns (local positions)
+            cols_r.append(keep[new_r[k0 : k0 + keep.shape[0]]])
+            k0 += keep.shape[0]
+        k_r = int(new_r.sum())
+        step = int(max(1, min(n, piece_bytes // (12 * k_r))))
+        ranges = [(r0, min(n, r0 + step)) for r0 in range(0, n, step)]
+        hs_r = [h for h, _, _ in grp_r]
+        pieces = None
+        for q, grp_q in plan:
+            hs_q, keeps_q = [h for h, _, _ in grp_q], [keep for _, _, keep in grp_q]
+            if q == r:
+                acc = ex.submit_to(
+                    q, T.cross_gram_task, None, hs_q, keeps_q, None, cols_r, n, ranges, sw,
+                    scratch_max,
+                )  # fmt: skip
+            else:
+                if pieces is None:
+                    pieces = [ex.submit_to(r, T.row_piece_task, hs_r, cols_r, n, a, b)
+                              for a, b in ranges]  # fmt: skip
+                acc = None
+                for (a, b), piece in zip(ranges, pieces, strict=True):
+                    acc = ex.submit_to(
+                        q, T.cross_gram_task, acc, hs_q, keeps_q, piece, None, n, [(a, b)], sw,
+                        scratch_max,
+                    )  # fmt: skip
+            blocks.append((pos[q], pos[r][new_r], acc))
+    task = ex.submit_to(
+        plan[0][0], T.merge_gram_task, prev_task, ids, np.flatnonzero(is_new), blocks, c, 1.0 / n
+    )
+    return task, ids
+
+
+def spread_gram_subproblem(
+    ex,
+    groups,
+    ws,
+    part_of_block,
+    col_bounds,
+    w,
+    b,
+    z,
+    y,
+    sw,
+    datafit,
+    penalty,
+    fit_intercept,
+    target_gap,
+    gram,
+    piece_bytes,
+    scratch_max,
+    max_epochs,
+    check_every=10,
+    anderson=5,
+    max_checks=200,
+):
+    """The squared-loss working-set subproblem on a Gram matrix formed across the partitions
+    holding its columns (out of core, when they are too many to gather on one worker).
+
+    ``Q = X_W^T (S - s s^T / sum(s)) X_W / n`` (the intercept profiled out, as in
+    :func:`dl1.solvers._tasks._solve_gram`) is formed where the columns are cached, only the
+    entries of new columns at each call (``gram``, the previous ``(task, ids)``), and held by
+    one worker, which runs the covariance updates until the O(m) gap estimate falls within
+    the target. Each exact check is partition reductions: ``X_q (w_q - w_q^0)`` moves the
+    residual, ``X_q^T theta`` gives the restricted gap and the next epochs' exact gradient
+    (so Q's float32 rounding does not accumulate, and the certificate never uses Q). ``w``
+    and ``z`` are updated in place. Returned: the intercept, the exact checks made, the
+    epochs, the kernel seconds of the epochs, and the new ``gram``.
+    """
+    n = y.shape[0]
+    s = None if sw.shape[0] == 0 else sw
+    plan = _spread_plan(groups, ws, part_of_block, col_bounds)
+    ids = np.concatenate([gids[keep] for _, grp in plan for _, gids, keep in grp])
+    hs = {q: [h for h, _, _ in grp] for q, grp in plan}
+    keeps = {q: [keep for _, _, keep in grp] for q, grp in plan}
+    sizes = np.cumsum([0] + [sum(k.shape[0] for k in keeps[q]) for q, _ in plan])
+    threshold = n * penalty.alpha_l1
+    yc = y - (datafit.initial_intercept(y, s) if fit_intercept else 0.0)
+    w_ids = w[ids]
+    kern, epochs, checks = 0.0, 0, 0
+    g_y = c = None
+    estimate_ok, min_between = False, 1
+    while True:
+        if fit_intercept:
+            db = datafit.intercept_update(y, z, s, max_iter=20)
+            b += db
+            z += db
+        theta = datafit.dual_point(y, z, s, fit_intercept)
+        vecs = [theta]
+        if g_y is None:  # once: X^T S (y - mean_s y) for the estimate, X^T s for the profile
+            vecs.append(yc if s is None else s * yc)
+            if fit_intercept:
+                vecs.append(np.ones(n) if s is None else s)
+        outs = ex.gather(
+            [ex.submit_to(q, T.partition_rmatvec_task, hs[q], keeps[q], vecs) for q, _ in plan]
+        )
+        h = np.concatenate([o[0] for o in outs])
+        if g_y is None:
+            g_y = np.concatenate([o[1] for o in outs])
+            if fit_intercept:
+                c = np.concatenate([o[2] for o in outs])
+                c /= np.sqrt(n * (n if s is None else float(s.sum())))
+        ah = np.abs(h)
+        excess = ah[ah > threshold] - threshold
+        _, _, gap = duality_gap_from_stats(
+            datafit,
+            penalty,
+            y,
+            z,
+            w_ids,
+            float(ah.max()) if ah.shape[0] else 0.0,
+            float(excess @ excess),
+            s=s,
+            intercept=fit_intercept,
+            theta=theta,
+        )
+        if gap <= target_gap or epochs >= max_epochs or checks >= max_checks:
+            break
+        gram = _spread_gram(ex, plan, ids, gram, c, n, sw, piece_bytes, scratch_max)
+        if estimate_ok:  # the estimate said "within the target", the exact gap did not
+            min_between = check_every
+        est = T._GramGapEstimate(datafit, penalty, y, z, theta, h, w_ids, s, g_y)
+        (w_new, done, estimate_ok, k), = ex.gather(
+            [
+                ex.submit_to(
+                    plan[0][0], T.spread_gram_epochs_task, gram[0], w_ids, h / n, est, penalty,
+                    target_gap, min_between, 10 * check_every, max_epochs - epochs, anderson,
+                )
+            ]
+        )  # fmt: skip
+        epochs += done
+        kern += k
+        checks += 1
+        d = w_new - w_ids
+        for u in ex.gather(
+            [
+                ex.submit_to(q, T.partition_matvec_task, hs[q], keeps[q], d[a:b_], n)
+                for (q, _), a, b_ in zip(plan, sizes[:-1], sizes[1:], strict=True)
+            ]
+        ):
+            z += u
+        w_ids = w_new
+        w[ids] = w_new
+    return b, checks, epochs, kern, gram
+
+
 @dataclass
 class LastScan:
     """A pass's per-block results (``scan_task`` output), with its ``theta``, threshold and
@@ -509,6 +722,8 @@ class LastScan:
     #: an upper bound on ``||X^T theta||_inf`` over all columns, screened ones included
     #: (nan: none known); with ``theta`` it seeds the next alpha's sequential screening
     xt_bound: float = np.nan
+    #: ``(task, ids)`` of the last spread Gram matrix (:func:`spread_gram_subproblem`)
+    spread_gram: tuple[Any, np.ndarray] | None = None
 
 
 def sequential_sphere(datafit, penalty, y, z, w, s, max_s, theta, xt_bound):
