@@ -995,7 +995,6 @@ def _solve_gram(
     Q = working_set_gram(indptr, indices, vals, n, sw, ws, gram_key, dense_max, 1.0 / n, c)
     z_start = z.copy()
     w_start = w.copy()
-    threshold = n * penalty.alpha_l1
     h = np.empty(m)
     # X_W^T S (y - mean_s(y)): how the weighted residual's inner product with y moves
     yc = y - (datafit.initial_intercept(y, s) if fit_intercept else 0.0)
@@ -1019,16 +1018,13 @@ def _solve_gram(
         theta = datafit.dual_point(y, zc, s, fit_intercept)
         # one pass gives X^T theta for the gap's statistics and the next epochs' gradient
         csc_rmatvec(indptr, indices, data, scale, theta, h)
-        ah = np.abs(h)
-        excess = ah[ah > threshold] - threshold
         _, _, gap = duality_gap_from_stats(
             datafit,
             penalty,
             y,
             zc,
             w,
-            float(ah.max()) if m else 0.0,
-            float(excess @ excess),
+            *penalty.xt_theta_stats(h, n),
             s=s,
             intercept=fit_intercept,
             theta=theta,

@@ -638,7 +638,6 @@ def spread_gram_subproblem(
     hs = {q: [h for h, _, _ in grp] for q, grp in plan}
     keeps = {q: [keep for _, _, keep in grp] for q, grp in plan}
     sizes = np.cumsum([0] + [sum(k.shape[0] for k in keeps[q]) for q, _ in plan])
-    threshold = n * penalty.alpha_l1
     yc = y - (datafit.initial_intercept(y, s) if fit_intercept else 0.0)
     w_ids = w[ids]
     kern, epochs, checks = 0.0, 0, 0
@@ -664,16 +663,13 @@ def spread_gram_subproblem(
             if fit_intercept:
                 c = np.concatenate([o[2] for o in outs])
                 c /= np.sqrt(n * (n if s is None else float(s.sum())))
-        ah = np.abs(h)
-        excess = ah[ah > threshold] - threshold
         _, _, gap = duality_gap_from_stats(
             datafit,
             penalty,
             y,
             z,
             w_ids,
-            float(ah.max()) if ah.shape[0] else 0.0,
-            float(excess @ excess),
+            *penalty.xt_theta_stats(h, n),
             s=s,
             intercept=fit_intercept,
             theta=theta,
