@@ -199,14 +199,14 @@ def _report(name, runs, curves, Xt, yt, p) -> None:
     curves[name] = (l1, mse)
     k = int(np.argmin(mse))
     n = len(runs["CD (dl1)"][1])
-    # a run stopped by the time limit has no speed-up to quote (it did less of the path)
-    # ... and scikit-learn stopped by it took longer than it ran: its speed-ups are lower bounds
+    # a run stopped by the time limit would have taken longer than it ran: its speed-ups
+    # are upper bounds; scikit-learn stopped by it likewise: speed-ups over it, lower bounds
     skl_part = "CD (sklearn)" in runs and len(runs["CD (sklearn)"][1]) < n
-    sp_cd, sp_skl = (
-        (f"{t_cd / dt:.2f}", (">" if skl_part else "") + f"{t_skl / dt:.2f}")
-        if len(out) == n
-        else ("-", "-")
-    )
+    part = len(out) < n
+    sp_cd = ("<" if part else "") + f"{t_cd / dt:.2f}"
+    sp_skl = "-" if part and skl_part else ("<" if part else ">" if skl_part else "")
+    if sp_skl != "-":
+        sp_skl += f"{t_skl / dt:.2f}"
     dots = st.get("dot_products", st["passes"] * p)
     print(
         f"  {name:13s} {dt:8.1f} {len(out):4d} {st['iterations']:8d} {dots:10.3g} "
