@@ -302,12 +302,17 @@ def test_identical_across_worker_counts_and_runs(local_cluster):
         assert r.n_rounds_ == results[0].n_rounds_
 
 
-def test_a_killed_worker_does_not_fail_the_fit():
+@pytest.mark.parametrize("spread", [False, True])
+def test_a_killed_worker_does_not_fail_the_fit(spread):
+    """SIGKILL a worker mid-fit: lost blocks, cached column groups and (``spread``) the
+    chain of Gram matrices formed across the workers are recomputed from their tasks."""
     X, y = make_regression(n=3000, p=4000, density=0.01, seed=9)
-    kw = dict(alpha=1e-4, tol=1e-9, n_partitions=2, max_rounds=100_000)
-    reference = dl1.fit(as_dask(X, 4), y, **kw)
+    kw = dict(alpha=1e-4, tol=1e-9, n_partitions=2, max_rounds=100_000, spread=spread)
     cluster, client = _cluster(2)
     with cluster, client:
+        # on the cluster: its workers' one BLAS thread rounds like the rerun tasks will
+        reference = dl1.fit(as_dask(X, 4), y, client=client, **kw)
+        assert ("inner_checks" in reference.history_[0]) == spread
         out = {}
         started = threading.Event()
 
