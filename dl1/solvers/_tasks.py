@@ -1101,12 +1101,14 @@ def partition_matvec_task(
 
 
 def row_piece_task(
-    extracts: list[tuple], cols: list[np.ndarray], n: int, r0: int, r1: int
+    extracts: list[tuple], cols: list[np.ndarray], n: int, r0: int, r1: int, after=None
 ) -> sp.csr_matrix:
     """Rows ``[r0, r1)`` of the columns ``cols`` of a partition's groups (scaled; groups in
-    order), as CSR: a bounded piece of new columns sent to another partition."""
+    order), as CSR: a bounded piece of new columns sent to another partition. ``after`` (the
+    consumer's previous result, unused) orders the pieces: one is made when the previous one
+    has been used, so they are never all held at once."""
     mats = [
-        _group_csc(e, n, np.asarray(c, dtype=np.int64)).tocsr()[r0:r1]
+        _group_csc(e, n, np.asarray(c, dtype=np.int64))[r0:r1].tocsr()
         for e, c in zip(extracts, cols, strict=True)
         if len(c)
     ]
@@ -1150,14 +1152,19 @@ def cross_gram_task(
     columns (rows of the result, group order) against new columns, given as a row ``piece``
     from another partition (one range) or, with ``own_cols``, this partition's own (taken a
     range at a time, so no copy of them all is made)."""
-    lefts = [
-        _group_csc(e, n, np.asarray(keep, dtype=np.int64)).tocsr()
-        for e, keep in zip(extracts, keeps, strict=True)
-    ]
     for r0, r1 in ranges:
         right = piece if piece is not None else row_piece_task(extracts, own_cols, n, r0, r1)
         s = None if sw.shape[0] == 0 else sw[r0:r1]
-        parts = [_cross(left[r0:r1], right, s, scratch_max) for left in lefts]
+        # one group's rows at a time: no copy of all the partition's columns
+        parts = [
+            _cross(
+                _group_csc(e, n, np.asarray(keep, dtype=np.int64))[r0:r1].tocsr(),
+                right,
+                s,
+                scratch_max,
+            )
+            for e, keep in zip(extracts, keeps, strict=True)
+        ]
         out = np.concatenate(parts, axis=0) if parts else np.zeros((0, right.shape[1]))
         acc = out if acc is None else acc + out
     return acc

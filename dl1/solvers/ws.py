@@ -316,7 +316,7 @@ def solve_ws(
                 fit_intercept,
                 gram_target,
                 spread_gram,
-                min(gather_max / 4.0, float(SPREAD_PIECE_BYTES)),
+                min(gather_max / 8.0, float(SPREAD_PIECE_BYTES)),
                 dense_max,
                 max_epochs,
             )
@@ -425,7 +425,7 @@ def solve_ws(
 
 #: Worst-case bytes (12 per row and column) of a row piece of new columns sent from one
 #: partition to another while a spread Gram matrix is formed (:func:`_spread_gram`).
-SPREAD_PIECE_BYTES = 64 << 20
+SPREAD_PIECE_BYTES = 16 << 20
 
 #: Local epochs per round of :func:`spread_subproblem` (more: fewer round trips, each
 #: partition further from the others' changes).
@@ -570,7 +570,6 @@ def _spread_gram(ex, plan, ids, prev, c, n, sw, piece_bytes, scratch_max):
         step = int(max(1, min(n, piece_bytes // (12 * k_r))))
         ranges = [(r0, min(n, r0 + step)) for r0 in range(0, n, step)]
         hs_r = [h for h, _, _ in grp_r]
-        pieces = None
         for q, grp_q in plan:
             hs_q, keeps_q = [h for h, _, _ in grp_q], [keep for _, _, keep in grp_q]
             if q == r:
@@ -579,11 +578,9 @@ def _spread_gram(ex, plan, ids, prev, c, n, sw, piece_bytes, scratch_max):
                     scratch_max,
                 )  # fmt: skip
             else:
-                if pieces is None:
-                    pieces = [ex.submit_to(r, T.row_piece_task, hs_r, cols_r, n, a, b)
-                              for a, b in ranges]  # fmt: skip
                 acc = None
-                for (a, b), piece in zip(ranges, pieces, strict=True):
+                for a, b in ranges:  # each piece made once the previous one has been used
+                    piece = ex.submit_to(r, T.row_piece_task, hs_r, cols_r, n, a, b, acc)
                     acc = ex.submit_to(
                         q, T.cross_gram_task, acc, hs_q, keeps_q, piece, None, n, [(a, b)], sw,
                         scratch_max,
