@@ -120,6 +120,20 @@ def gather_budget(ex: Any, streamed: bool) -> float:
     return max(min(limits or [total]) - WORKER_BASELINE, 0) / 4
 
 
+def working_set_limits(
+    ex: Any, store: Store | None, split: str, streamed: bool
+) -> tuple[np.ndarray | None, float]:
+    """``(col_bytes, cache_max)`` for :func:`dl1.solvers.ws.solve_ws`: out of core, the bytes
+    of each column once extracted (12 per nonzero: int32 row, float64 value; from the
+    store's column counts) and what the workers may hold of a working set's columns (the
+    sum of their :func:`gather_budget`, a quarter of their memory beyond the baseline; the
+    cached groups may hold twice a working set); in memory, no bound."""
+    if not streamed or store is None:
+        return None, float("inf")
+    col_bytes = 12 * store.read("stats/col_nnz", split).astype(np.float64) + 8
+    return col_bytes, gather_budget(ex, streamed) * max(1, ex.n_workers)
+
+
 def decide_stream(stream: bool | None, store: Store | None, split: str, ex: Any) -> bool:
     """Whether blocks are re-read from the store by every task instead of kept in memory.
 
@@ -420,6 +434,7 @@ def fit(
     )
     penalty = ElasticNet(alpha, l1_ratio)
     if solver == "ws":
+        col_bytes, cache_max = working_set_limits(ex, store, split, streamed)
         res, _, _ = solve_ws(
             ex,
             blocks,
@@ -432,6 +447,8 @@ def fit(
             dense_max=dense_max(streamed),
             spread=spread,
             gather_max=gather_budget(ex, streamed),
+            col_bytes=col_bytes,
+            cache_max=cache_max,
             **common,
         )
     else:

@@ -18,6 +18,7 @@ from dl1.fit import (
     decide_stream,
     dense_max,
     gather_budget,
+    working_set_limits,
     xt_theta_absmax,
 )
 from dl1.penalties.elastic_net import ElasticNet
@@ -192,6 +193,7 @@ def path(
     ex = executor_for(client)
     streamed = decide_stream(stream, store, split, ex)
     budget = gather_budget(ex, streamed)
+    col_bytes, cache_max = working_set_limits(ex, store, split, streamed)
     blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, streamed)
     if not streamed:
         ex.wait(blocks)
@@ -295,6 +297,8 @@ def path(
                 dense_max=dense_max(streamed),
                 spread=spread,
                 gather_max=budget,
+                col_bytes=col_bytes,
+                cache_max=cache_max,
                 # the working sets of neighbouring alphas share their Gram matrix; with a
                 # checkpoint each alpha starts afresh, as a resumed run does (bit-identical)
                 gram_key=gram_key if ck is None else f"{gram_key}-{k}",

@@ -201,3 +201,38 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
         np.testing.assert_allclose(spread.test_mse_, ref.test_mse_, rtol=1e-4)
     assert res.converged_.all()
     assert (res.passes_ >= ref.passes_).all()
+
+
+def test_out_of_core_working_sets_grow_within_the_column_budget(tmp_path):
+    """Out of core, violators join the working set while its columns (bytes from the store's
+    column counts) fit the budget: with a budget between the solution's support and the
+    unbounded solver's largest working set, every round's working set fits, and the answer
+    is the unbounded solver's."""
+    from dl1.fit import _load, _problem
+    from dl1.penalties.elastic_net import ElasticNet
+    from dl1.solvers.executor import LocalExecutor
+    from dl1.solvers.ws import solve_ws
+
+    path = tmp_path / "s.zarr"
+    make_e2006_like(path, preset="small", seed=6, n_feature_blocks=4)
+    ex = LocalExecutor()
+    Xd, y, sw, datafit, store = _problem(path, None, None, "squared", "train")
+    blocks, cb = _load(ex, Xd, sw, False, True, 2, store, "train", True)
+    col_bytes = 12.0 * store.read("stats/col_nnz", "train") + 8.0
+    kw = dict(fit_intercept=True, tol=1e-8, max_rounds=500, n_partitions=2)
+    pen = ElasticNet(dl1.alpha_max(path) / 100)
+    # unbounded (infinite budget), its working sets' bytes recorded
+    free, _, _ = solve_ws(ex, blocks, cb, y, sw, datafit, pen, col_bytes=col_bytes, **kw)
+    free_max = max(h["ws_bytes"] for h in free.history_ if "ws_bytes" in h)
+    # between the support's bytes and the largest unbounded working set's: the bound binds
+    support_bytes = col_bytes[free.coef_ != 0].sum()
+    assert support_bytes < free_max
+    budget = 0.5 * (support_bytes + free_max)
+    capped, _, _ = solve_ws(
+        ex, blocks, cb, y, sw, datafit, pen, col_bytes=col_bytes, cache_max=budget, **kw
+    )
+    assert free.converged_ and capped.converged_
+    got = [h["ws_bytes"] for h in capped.history_ if "ws_bytes" in h]
+    assert got and max(got) <= budget
+    assert capped.n_rounds_ >= free.n_rounds_
+    np.testing.assert_allclose(capped.coef_, free.coef_, atol=1e-5 * np.abs(free.coef_).max())

@@ -64,6 +64,8 @@ def solve_ws(
     spread: bool | str | None = None,
     gather_max: float = np.inf,
     spread_gram0: tuple[Any, np.ndarray] | None = None,
+    col_bytes: np.ndarray | None = None,
+    cache_max: float = np.inf,
 ) -> tuple[FitResult, np.ndarray, LastScan]:
     """Run outer iterations until ``gap <= tol * P(0)``; see the module docstring.
 
@@ -93,7 +95,10 @@ def solve_ws(
     else (or with ``"cocoa"``) by CoCoA+ rounds over the partitions
     (:func:`spread_subproblem`); default (None): out
     of core, when the working set's columns could exceed ``gather_max`` bytes (12 bytes per
-    row and column, the worst case of dense columns).
+    row and column, the worst case of dense columns). ``col_bytes`` (bytes of each column
+    when extracted, from the store's column counts) bounds the growth of the working set:
+    violators join it while its columns fit ``cache_max`` bytes (out of core, what the
+    workers can hold; the support always stays).
     """
     n = y.shape[0]
     p = int(col_bounds[-1])
@@ -250,9 +255,17 @@ def solve_ws(
         )
         score = np.concatenate([s[2] for s in per_block] or [np.zeros(0)])
         n_new = max(ws_size - support.shape[0], 1)
+        order = np.argsort(-score, kind="stable")
         if cand.shape[0] > n_new:
-            keep = np.argsort(-score, kind="stable")[:n_new]
-            cand = cand[keep]
+            order = order[:n_new]
+        cand = cand[order]  # best violators first
+        if col_bytes is not None:
+            # out of core the workers hold the working set's columns: the violators join
+            # while their bytes fit ``cache_max`` (at least one, or no progress is made)
+            cand = cand[~np.isin(cand, support)]
+            room = cache_max - float(col_bytes[support].sum())
+            fits = int(np.searchsorted(np.cumsum(col_bytes[cand]), room, side="right"))
+            cand = cand[: max(fits, 1)]
         ws = np.union1d(support, cand).astype(np.int64)
         # columns are gathered once and cached where the subproblem runs: only new ones move
         # a group mostly stale is compacted where it lives: the cache never holds more than
@@ -374,6 +387,8 @@ def solve_ws(
             w[ws] = w_ws
             z += dz
             b += db
+        if col_bytes is not None:
+            entry["ws_bytes"] = float(col_bytes[ws].sum())
         entry.update(
             {
                 "ws_size": int(ws.shape[0]),
