@@ -125,13 +125,14 @@ def working_set_limits(
 ) -> tuple[np.ndarray | None, float]:
     """``(col_bytes, cache_max)`` for :func:`dl1.solvers.ws.solve_ws`: out of core, the bytes
     of each column once extracted (12 per nonzero: int32 row, float64 value; from the
-    store's column counts) and what the workers may hold of a working set's columns (twice
-    the sum of their :func:`gather_budget`: half their memory beyond the baseline; the rest
-    is for the pass's block, the Gram matrix and transients); in memory, no bound."""
+    store's column counts) and what the workers may hold of a working set's columns (the
+    sum of their :func:`gather_budget`, a quarter of their memory beyond the baseline: the
+    cached groups may hold up to twice a working set, and the rest is for the pass's block,
+    the Gram matrix and transients); in memory, no bound."""
     if not streamed or store is None:
         return None, float("inf")
     col_bytes = 12 * store.read("stats/col_nnz", split).astype(np.float64) + 8
-    return col_bytes, 2.0 * gather_budget(ex, streamed) * max(1, ex.n_workers)
+    return col_bytes, gather_budget(ex, streamed) * max(1, ex.n_workers)
 
 
 def decide_stream(stream: bool | None, store: Store | None, split: str, ex: Any) -> bool:
