@@ -18,6 +18,7 @@ from dl1.solvers import _tasks as T
 from dl1.solvers.cd import FitResult, solve
 from dl1.solvers.executor import executor_for, with_low_latency
 from dl1.solvers.fw import FWProblem, FWResult, sample_size, solve_fw
+from dl1.solvers.rpc import rpc_executor
 from dl1.solvers.ws import solve_ws
 from dl1.store import Store, open_store
 
@@ -417,6 +418,8 @@ def fit(
     Xd, y, sw, datafit, store = _problem(X, y, sample_weight, loss, split)
     ex = executor_for(client)
     streamed = decide_stream(stream, store, split, ex)
+    if solver == "ws" and not streamed and not spread:
+        ex = rpc_executor(ex)  # blocks in memory: per-round steps by direct calls
     t0 = time.perf_counter()
     blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, streamed)
     if not streamed:

@@ -25,6 +25,7 @@ from dl1.penalties.elastic_net import ElasticNet
 from dl1.solvers import _tasks as T
 from dl1.solvers.cd import ConvergenceWarning
 from dl1.solvers.executor import executor_for, with_low_latency
+from dl1.solvers.rpc import rpc_executor
 from dl1.solvers.ws import rescan, solve_ws
 from dl1.store import Store, open_store
 
@@ -192,6 +193,8 @@ def path(
     Xd, yv, sw, datafit, store = _problem(X, y, sample_weight, loss, split)
     ex = executor_for(client)
     streamed = decide_stream(stream, store, split, ex)
+    if not streamed and not spread:
+        ex = rpc_executor(ex)  # blocks in memory: per-round steps by direct calls
     budget = gather_budget(ex, streamed)
     col_bytes, cache_max = working_set_limits(ex, store, split, streamed)
     blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, streamed)

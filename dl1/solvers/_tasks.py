@@ -406,7 +406,7 @@ def extract_task(block: Block | BlockSource, local: np.ndarray):
     return (
         indptr,
         indices,
-        data.astype(np.float64),
+        data.astype(np.float64, copy=False),
         scale,
         block.col_sqnorm[local],
         block.col_scale.shape[0] > 0,

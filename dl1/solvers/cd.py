@@ -65,7 +65,9 @@ class FitResult:
         Rounds run (each is one pass over the data on the workers).
     history_ : list of dict
         Per round: objective, gap (relative), nnz, seconds since start, kernel and overhead
-        seconds.
+        seconds; for the working-set solver also how its steps ran (``transport``: "local",
+        "tasks" through the scheduler, or "direct" calls to the workers, see
+        :mod:`dl1.solvers.rpc`).
     alpha, l1_ratio, loss, tol : the problem solved.
     passes_ : float
         Passes over the data, in units of the whole matrix (screened columns are skipped).

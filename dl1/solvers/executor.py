@@ -96,6 +96,7 @@ class LocalExecutor:
     """Runs tasks in this process (no cluster): for small data and tests."""
 
     n_workers = 1
+    transport = "local"
 
     def __init__(self) -> None:
         warm_up()
@@ -128,6 +129,8 @@ class DistributedExecutor:
     the store or of the input dask array), and tasks running there are rescheduled, so a
     worker killed mid-fit does not fail the fit.
     """
+
+    transport = "tasks"
 
     def __init__(self, client: Any) -> None:
         self.client = client

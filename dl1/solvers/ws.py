@@ -240,6 +240,7 @@ def solve_ws(
                 )
             ),
             "passes": passes,
+            "transport": ex.transport,
         }
         history.append(entry)
         rounds = r
@@ -402,6 +403,7 @@ def solve_ws(
                 "inner_kernel_s": kern,
             }
         )
+        entry["transport"] = ex.transport  # "tasks" from the round a direct call failed
         entry["wall_s"] = wall = entry["scan_s"] + entry["inner_s"]
         entry["busy_s"] = busy = entry["scan_kernel_s"] + entry["inner_kernel_s"]
         entry["overhead_fraction"] = max(0.0, 1.0 - busy / wall) if wall > 0 else 0.0

@@ -1,0 +1,146 @@
+"""Direct calls to the workers (dl1.solvers.rpc): same answers as tasks, bit for bit; a
+lost server or block falls back to tasks; bounded caches."""
+
+import numpy as np
+import pytest
+
+import dl1
+from dl1.datafits import Logistic, Quadratic
+from dl1.fit import _load, _problem
+from dl1.penalties.elastic_net import ElasticNet
+from dl1.solvers.executor import DistributedExecutor, LocalExecutor
+from dl1.solvers.rpc import RpcExecutor, rpc_executor
+from dl1.solvers.ws import solve_ws
+from tests.test_fit import as_dask, make_classification, make_regression
+
+KW = dict(fit_intercept=True, tol=1e-9, max_rounds=200, n_partitions=2, ws_start=8)
+
+
+def _blocks(client, X, y, sw=None, n_blocks=5):
+    ex = DistributedExecutor(client)
+    Xd, yv, swv, datafit, store = _problem(as_dask(X, n_blocks), y, sw, "squared", "train")
+    blocks, cb = _load(ex, Xd, swv, False, True, 2, store, "train", False)
+    ex.wait(blocks)
+    return ex, blocks, cb, yv, swv
+
+
+def _same(a, b):
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    assert a.intercept_ == b.intercept_ and a.gap_ == b.gap_ and a.n_rounds_ == b.n_rounds_
+
+
+@pytest.mark.parametrize(
+    "loss, l1_ratio, gram_max, weighted",
+    [
+        ("squared", 1.0, 4096, False),  # working sets on their Gram matrix
+        ("squared", 0.5, 0, True),  # column-wise epochs, sample weights
+        ("logistic", 1.0, 4096, False),
+    ],
+)
+def test_direct_calls_give_the_answers_of_tasks_bit_for_bit(
+    local_cluster, loss, l1_ratio, gram_max, weighted
+):
+    """The same solve (and a second one warm-started from it, reusing its gathered columns as
+    a path does) through tasks and through the servers: identical results, every step of the
+    latter a direct call; the subproblem's server holds the last working set's groups only."""
+    X, y = make_classification(n=160, p=70) if loss == "logistic" else make_regression(p=90)
+    sw = np.random.default_rng(3).uniform(0.5, 2.0, y.shape[0]) if weighted else None
+    ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y, sw)
+    datafit = Logistic() if loss == "logistic" else Quadratic()
+    amax = dl1.alpha_max(as_dask(X, 5), y, loss=loss, l1_ratio=l1_ratio, sample_weight=sw)
+    out = {}
+    for name, e in (("tasks", ex), ("direct", RpcExecutor(ex))):
+        first, z, last = solve_ws(
+            e,
+            blocks,
+            cb,
+            yv,
+            swv,
+            datafit,
+            ElasticNet(amax / 5, l1_ratio),
+            gram_max=gram_max,
+            gram_key=f"k-{name}",
+            **KW,
+        )
+        second, _, last2 = solve_ws(
+            e,
+            blocks,
+            cb,
+            yv,
+            swv,
+            datafit,
+            ElasticNet(amax / 30, l1_ratio),
+            gram_max=gram_max,
+            gram_key=f"k-{name}",
+            w0=first.coef_,
+            b0=first.intercept_,
+            z0=z,
+            groups0=last.groups,
+            **KW,
+        )
+        out[name] = (first, second, e, last2)
+    for a, b in zip(out["tasks"][:2], out["direct"][:2], strict=True):
+        _same(a, b)
+        assert a.converged_ and a.n_rounds_ >= 1
+    for r in (*out["tasks"][:2],):
+        assert {h["transport"] for h in r.history_} == {"tasks"}
+    for r in out["direct"][:2]:
+        assert {h["transport"] for h in r.history_} == {"direct"}
+    e, last2 = out["direct"][2], out["direct"][3]
+    home = e._ready()[min(e._ready())]
+    held = set(home.held_groups().result())
+    assert held == {g.gid for g, _, _ in last2.groups}
+    assert sum(int(np.asarray(ids).shape[0]) for _, ids, _ in last2.groups) <= 2 * max(
+        h.get("ws_size", 0) for h in out["direct"][1].history_
+    )
+
+
+def test_a_lost_server_falls_back_to_tasks_mid_solve(local_cluster):
+    """A server that disappears between two rounds (its actor released, as with a worker
+    lost): the failing call and every later step run as tasks, the answer is unchanged."""
+    X, y = make_regression(n=200, p=120, seed=4)
+    ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y)
+    pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 50)
+    ref, _, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    assert ref.n_rounds_ >= 3
+    rx = RpcExecutor(ex)
+    rx.wait(blocks)
+
+    def lose_one(entry):
+        if entry["round"] == 1:
+            victim = rx._actor_futures[1]
+            rx._actor_futures[1] = None
+            local_cluster.cancel(victim, force=True)
+
+    res, _, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, callback=lose_one, **KW)
+    _same(res, ref)
+    transports = [h["transport"] for h in res.history_]
+    assert transports[0] == "direct" and transports[-1] == "tasks"
+    assert rx.broken
+
+
+def test_a_block_on_no_server_runs_as_a_task(local_cluster):
+    """A block whose worker has no server (here: the servers never started) is read by a
+    task; the executor says so and answers as the task path does."""
+    X, y = make_regression(n=150, p=60, seed=5)
+    ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y)
+    pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 20)
+    ref, _, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    rx = RpcExecutor(ex)
+    for f in rx._actor_futures:
+        local_cluster.cancel(f, force=True)
+    res, _, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    _same(res, ref)
+    assert {h["transport"] for h in res.history_} == {"tasks"}
+
+
+def test_fit_and_path_use_direct_calls_where_blocks_are_in_memory(local_cluster, tmp_path):
+    X, y = make_regression(seed=6)
+    res = dl1.fit(as_dask(X, 3), y, alpha=0.01, client=local_cluster)
+    assert {h["transport"] for h in res.history_} == {"direct"}
+    assert {h["transport"] for h in dl1.fit(as_dask(X, 3), y, alpha=0.01).history_} == {"local"}
+    # spread subproblems (and out of core) keep their tasks
+    spread = dl1.fit(as_dask(X, 3), y, alpha=0.01, spread=True, client=local_cluster)
+    assert {h["transport"] for h in spread.history_} == {"tasks"}
+    np.testing.assert_allclose(spread.coef_, res.coef_, atol=1e-6 * np.abs(res.coef_).max())
+    assert rpc_executor(LocalExecutor()).transport == "local"
