@@ -125,14 +125,15 @@ def working_set_limits(
     ex: Any, store: Store | None, split: str, streamed: bool
 ) -> tuple[np.ndarray | None, float]:
     """``(col_bytes, cache_max)`` for :func:`dl1.solvers.ws.solve_ws`: out of core, the bytes
-    of each column once extracted (12 per nonzero: int32 row, float64 value; from the
-    store's column counts) and what the workers may hold of a working set's columns (the
-    sum of their :func:`gather_budget`, a quarter of their memory beyond the baseline: the
-    cached groups may hold up to twice a working set, and the rest is for the pass's block,
-    the Gram matrix and transients); in memory, no bound."""
+    of each column once extracted (per nonzero an int32 row and a value in the store's
+    dtype, from the store's column counts) and what the workers may hold of a working set's
+    columns (the sum of their :func:`gather_budget`, a quarter of their memory beyond the
+    baseline: the cached groups may hold up to twice a working set, and the rest is for the
+    pass's block, the Gram matrix and transients); in memory, no bound."""
     if not streamed or store is None:
         return None, float("inf")
-    col_bytes = 12 * store.read("stats/col_nnz", split).astype(np.float64) + 8
+    per_nnz = 4 + store.dtype(split).itemsize  # an int32 row and a value in the store's dtype
+    col_bytes = per_nnz * store.read("stats/col_nnz", split).astype(np.float64) + 8
     return col_bytes, gather_budget(ex, streamed) * max(1, ex.n_workers)
 
 

@@ -218,7 +218,7 @@ def test_out_of_core_working_sets_grow_within_the_column_budget(tmp_path):
     ex = LocalExecutor()
     Xd, y, sw, datafit, store = _problem(path, None, None, "squared", "train")
     blocks, cb = _load(ex, Xd, sw, False, True, 2, store, "train", True)
-    col_bytes = 12.0 * store.read("stats/col_nnz", "train") + 8.0
+    col_bytes = (4.0 + store.dtype("train").itemsize) * store.read("stats/col_nnz", "train") + 8.0
     kw = dict(fit_intercept=True, tol=1e-8, max_rounds=500, n_partitions=2)
     pen = ElasticNet(dl1.alpha_max(path) / 100)
     # unbounded (infinite budget), its working sets' bytes recorded

@@ -397,7 +397,11 @@ def _select_columns(indptr, indices, data, cols):
 
 
 def extract_task(block: Block | BlockSource, local: np.ndarray):
-    """CSC arrays, scales and squared norms of the chosen columns of a block."""
+    """CSC arrays, scales and squared norms of the chosen columns of a block.
+
+    Values keep the block's dtype (a float32 store's columns cost 8 bytes per nonzero to
+    cache and to move, not 12); every consumer widens them to float64 exactly, in its
+    kernels or in the copy it makes."""
     t0 = time.perf_counter()
     block = loaded(block)
     local = np.asarray(local, dtype=np.int64)
@@ -406,7 +410,7 @@ def extract_task(block: Block | BlockSource, local: np.ndarray):
     return (
         indptr,
         indices,
-        data.astype(np.float64, copy=False),
+        data,
         scale,
         block.col_sqnorm[local],
         block.col_scale.shape[0] > 0,
@@ -1061,6 +1065,7 @@ def _group_csc(e: tuple, n: int, cols: np.ndarray) -> sp.csc_matrix:
     indptr, indices, data = _select_columns(e[0], e[1], e[2], cols)
     if e[5]:
         data = data * np.repeat(e[3][cols], np.diff(indptr))
+    data = data.astype(np.float64, copy=False)  # products in float64 (BLAS, scipy)
     return sp.csc_matrix((data, indices, indptr), shape=(n, cols.shape[0]))
 
 
