@@ -153,7 +153,8 @@ def main(argv=None) -> None:
             flush=True,
         )
         rows = {}
-        solves = []
+        solves: list[float] = []
+        overheads: list[float] = []
         for name in ["dl1", *args.peers]:
             times, mems = [], []
             for _ in range(args.repeat):
@@ -162,10 +163,12 @@ def main(argv=None) -> None:
                         _run_dl1, str(path), alpha, TARGET, args.workers
                     )
                     solves.append(res.solve_seconds_)
+                    overheads.append(res.overhead_fraction_)
                     print(
                         f"  dl1 run: load {res.load_seconds_:.2f} s + solve "
-                        f"{res.solve_seconds_:.2f} s, {res.n_rounds_} rounds, median overhead "
-                        f"fraction {res.overhead_fraction_:.1%}",
+                        f"{res.solve_seconds_:.2f} s, {res.n_rounds_} rounds, overhead "
+                        f"fraction {res.overhead_fraction_:.1%} (steps: "
+                        f"{'/'.join(sorted({h['transport'] for h in res.history_}))})",
                         flush=True,
                     )
                 else:
@@ -189,6 +192,10 @@ def main(argv=None) -> None:
                 f"   peak {rows[name][3]:8.0f} MB",
                 flush=True,
             )
+        print(
+            f"  dl1 overhead fraction, median of {len(overheads)} runs: "
+            f"{float(np.median(overheads)):.1%}"
+        )
         t_dl1 = rows["dl1"][0]
         s_dl1 = float(np.median(solves))
         print(

@@ -313,6 +313,8 @@ def test_a_killed_worker_does_not_fail_the_fit(spread):
         # on the cluster: its workers' one BLAS thread rounds like the rerun tasks will
         reference = dl1.fit(as_dask(X, 4), y, client=client, **kw)
         assert ("inner_checks" in reference.history_[0]) == spread
+        # in memory the rounds are direct calls to the workers; spread subproblems are tasks
+        assert {h["transport"] for h in reference.history_} == {"tasks" if spread else "direct"}
         out = {}
         started = threading.Event()
 
@@ -335,6 +337,7 @@ def test_a_killed_worker_does_not_fail_the_fit(spread):
         t.join(timeout=300)
         assert "r" in out
     np.testing.assert_array_equal(out["r"].coef_, reference.coef_)
+    assert out["r"].history_[-1]["transport"] == "tasks"  # a direct call failed: tasks since
 
 
 def test_estimators_match_sklearn_and_reject_unknown_parameters():
