@@ -1,6 +1,8 @@
 """Direct calls to the workers (dl1.solvers.rpc): same answers as tasks, bit for bit; a
 lost server or block falls back to tasks; bounded caches."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -144,3 +146,72 @@ def test_fit_and_path_use_direct_calls_where_blocks_are_in_memory(local_cluster,
     assert {h["transport"] for h in spread.history_} == {"tasks"}
     np.testing.assert_allclose(spread.coef_, res.coef_, atol=1e-6 * np.abs(res.coef_).max())
     assert rpc_executor(LocalExecutor()).transport == "local"
+
+
+def test_calls_to_a_removed_worker_fall_back_instead_of_waiting():
+    """A worker killed and removed by the scheduler while the coordinator still routes calls
+    to its server (blocks it held, the subproblem's server): the calls fail over to tasks
+    (an actor call proxied to a removed worker would otherwise never return)."""
+    from tests.test_fit import _cluster
+
+    X, y = make_regression(n=300, p=200, seed=7)
+    cluster, client = _cluster(2)
+    with cluster, client:
+        ex, blocks, cb, yv, swv = _blocks(client, X, y)
+        pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 50)
+        ref, _, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+        rx = RpcExecutor(ex)
+        rx.wait(blocks)
+        home = min(rx._ready())
+        held = rx._holders(blocks)  # where the blocks are: cached, as during a solve
+        assert home in held
+        nanny = next(n for n in cluster.workers.values() if n.worker_address == home)
+        nanny.process.process.kill()
+        deadline = time.monotonic() + 60
+        while home in client.scheduler_info()["workers"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        res, _, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    _same(res, ref)
+    assert rx.broken and {h["transport"] for h in res.history_} == {"tasks"}
+
+
+def test_a_peer_lost_while_the_subproblem_server_waits_for_its_columns():
+    """The subproblem's server asks a peer for columns of a block it holds, but the peer's
+    worker is gone: the server gives up once the scheduler no longer lists it (its call to
+    the peer would otherwise wait for an actor that is never recreated there), and the call
+    re-runs as tasks, which recompute the block."""
+    from dl1.solvers import _tasks as T
+    from tests.test_fit import _cluster
+
+    X, y = make_regression(n=300, p=200, seed=8)
+    cluster, client = _cluster(2)
+    with cluster, client:
+        ex, blocks, cb, yv, swv = _blocks(client, X, y)
+        rx = RpcExecutor(ex)
+        rx.wait(blocks)
+        home = min(rx._ready())
+        held = rx._holders(blocks)
+        j = next(k for k, h in enumerate(held) if h != home)  # a block on the peer
+        ws = cb[j] + np.arange(3)
+        args = (np.zeros(3), yv, np.zeros(yv.shape[0]), swv, Quadratic(), ElasticNet(0.01))
+        rest = (True, 1e-12, 1000, 10, False, 0)
+        expected = T.subproblem_task(
+            [T.extract_task(T.loaded(blocks[j].result()), np.arange(3))],
+            [ws],
+            [True],
+            ws,
+            *args,
+            *rest,
+        )
+        group = rx.submit(T.extract_task, blocks[j], np.arange(3))
+        peer = next(n for n in cluster.workers.values() if n.worker_address == held[j])
+        peer.process.process.kill()
+        deadline = time.monotonic() + 60
+        while held[j] in client.scheduler_info()["workers"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        (got,) = rx.gather([rx.submit(T.subproblem_task, [group], [ws], [True], ws, *args, *rest)])
+    assert rx.broken
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])

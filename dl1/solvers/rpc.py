@@ -35,7 +35,25 @@ ROUTED = (T.scan_task, T.matvec_task, T.xt_theta_task, T.subproblem_task)
 
 
 class BlockMissing(RuntimeError):
-    """A block the coordinator expected in a worker's memory is not there."""
+    """A block the coordinator expected in a worker's memory is not there (or the worker)."""
+
+
+#: Seconds between checks that the workers of a call are alive while it runs.
+POLL_S = 1.0
+
+
+def _wait(fut: Any, workers: Any, get_client: Any) -> Any:
+    """``fut.result()``, checking every :data:`POLL_S` that the ``workers()`` it depends on
+    are still in the cluster: a call to a lost worker can otherwise wait forever (an actor
+    call proxied through the scheduler to a removed worker never resolves its future)."""
+    while True:
+        try:
+            return fut.result(timeout=POLL_S)
+        except TimeoutError:
+            alive = set(get_client().scheduler_info()["workers"])
+            lost = [w for w in workers() if w not in alive]
+            if lost:
+                raise BlockMissing(f"worker {lost[0]} was lost during a call") from None
 
 
 @dataclass(frozen=True)
@@ -156,8 +174,8 @@ class PartitionServer:
         # the peers extract while this server does: the extraction time on the critical
         # path, the one a fresh group's ``e[6]`` reports, is the longest of the two
         peer_s = 0.0
-        for groups, fut in asked:
-            got = fut.result()
+        for (groups, fut), holder in zip(asked, remote, strict=True):
+            got = _wait(fut, lambda h=holder: [h], _worker_client)
             peer_s = max(peer_s, sum(e[6] for e in got))
             for g, e in zip(groups, got, strict=True):
                 used[g.gid] = (*e[:6], 0.0)
@@ -223,6 +241,12 @@ class PartitionServer:
         return a
 
 
+def _worker_client() -> Any:
+    from distributed import get_client
+
+    return get_client()
+
+
 class RpcFuture:
     """The result of a call to a server; re-issued as a task if the call fails."""
 
@@ -231,7 +255,7 @@ class RpcFuture:
 
     def result(self) -> Any:
         try:
-            return self._fut.result()
+            return self._ex.wait_call(self._fut)
         except Exception:
             # a lost worker, a moved block, or the function's own error: the task path
             # recomputes what the servers held, and raises the function's own errors itself
@@ -276,12 +300,16 @@ class RpcExecutor(DistributedExecutor):
         if not self._servers and not self.broken:
             actors = [f.result() for f in self._actor_futures]
             # where each server is (a worker lost meanwhile has none: its blocks use tasks)
-            addrs = [f.result() for f in [a.address() for a in actors]]
+            addrs = [self.wait_call(f) for f in [a.address() for a in actors]]
             servers = dict(zip(addrs, actors, strict=True))
             for fut in [a.set_peers(servers) for a in actors]:
-                fut.result()
+                self.wait_call(fut)
             self._servers = servers
         return self._servers
+
+    def wait_call(self, fut: Any) -> Any:
+        """The result of a call to a server, or BlockMissing once a server's worker is lost."""
+        return _wait(fut, lambda: list(self._servers) or self.workers, lambda: self.client)
 
     def fall_back(self) -> None:
         """Run everything as tasks from now on, and let the servers go."""
@@ -405,7 +433,7 @@ class RpcExecutor(DistributedExecutor):
         if not self.broken:
             try:
                 for fut in [srv.call(fn, list(args)) for srv in self._ready().values()]:
-                    fut.result()
+                    self.wait_call(fut)
                 return
             except Exception:
                 self.fall_back()
