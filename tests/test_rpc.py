@@ -52,33 +52,17 @@ def test_direct_calls_give_the_answers_of_tasks_bit_for_bit(
     amax = dl1.alpha_max(as_dask(X, 5), y, loss=loss, l1_ratio=l1_ratio, sample_weight=sw)
     out = {}
     for name, e in (("tasks", ex), ("direct", RpcExecutor(ex))):
-        first, z, last = solve_ws(
-            e,
-            blocks,
-            cb,
-            yv,
-            swv,
-            datafit,
-            ElasticNet(amax / 5, l1_ratio),
-            gram_max=gram_max,
-            gram_key=f"k-{name}",
-            **KW,
-        )
+        common = dict(gram_max=gram_max, gram_key=f"k-{name}", **KW)
+        args = (e, blocks, cb, yv, swv, datafit)
+        first, z, last = solve_ws(*args, ElasticNet(amax / 5, l1_ratio), **common)
         second, _, last2 = solve_ws(
-            e,
-            blocks,
-            cb,
-            yv,
-            swv,
-            datafit,
+            *args,
             ElasticNet(amax / 30, l1_ratio),
-            gram_max=gram_max,
-            gram_key=f"k-{name}",
             w0=first.coef_,
             b0=first.intercept_,
             z0=z,
             groups0=last.groups,
-            **KW,
+            **common,
         )
         out[name] = (first, second, e, last2)
     for a, b in zip(out["tasks"][:2], out["direct"][:2], strict=True):
