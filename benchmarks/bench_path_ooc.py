@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -29,6 +30,28 @@ import psutil
 
 def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _memory_report(client, every: float, stop: threading.Event) -> None:
+    """Every ``every`` seconds, each worker's status and memory as Dask accounts it: process
+    RSS, managed (task results in memory), spilled to disk, and the rest (unmanaged)."""
+    while not stop.wait(every):
+        try:
+            workers = client.scheduler_info()["workers"]
+        except Exception:
+            return
+        parts = []
+        for addr, w in sorted(workers.items()):
+            m = w.get("metrics", {})
+            rss = m.get("memory", 0)
+            managed = m.get("managed_bytes", 0)
+            spilled = m.get("spilled_bytes", {}).get("disk", 0)
+            parts.append(
+                f"{addr.rsplit(':', 1)[-1]} {w.get('status', '?')} rss {rss / 2**20:.0f} "
+                f"managed {managed / 2**20:.0f} unmanaged {(rss - managed) / 2**20:.0f} "
+                f"spilled {spilled / 2**20:.0f} MiB"
+            )
+        print("memory: " + "; ".join(parts), flush=True)
 
 
 def main() -> None:
@@ -54,6 +77,12 @@ def main() -> None:
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--checkpoint", type=Path, default=None)
     ap.add_argument("--stream", choices=["auto", "yes", "no"], default="auto")
+    ap.add_argument(
+        "--memory-report",
+        type=float,
+        default=0.0,
+        help="print each worker's status and managed / unmanaged memory every SECONDS",
+    )
     ap.add_argument(
         "--screen",
         action="store_true",
@@ -122,6 +151,11 @@ def main() -> None:
             )
             t_last[0] = now
 
+        stop = threading.Event()
+        if args.memory_report:
+            threading.Thread(
+                target=_memory_report, args=(client, args.memory_report, stop), daemon=True
+            ).start()
         with PeakRSS(pids.values(), period=0.05) as rss:
             t0 = time.perf_counter()
             res = dl1.path(
@@ -137,6 +171,7 @@ def main() -> None:
                 callback=progress,
             )
             t_path = time.perf_counter() - t0
+        stop.set()
         restarted = client.run(os.getpid) != pids
         logs = "\n".join(m for msgs in client.get_worker_logs().values() for _, m in msgs)
         paused = len(re.findall(r"Pausing worker", logs))

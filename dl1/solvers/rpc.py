@@ -3,7 +3,7 @@
 A working-set round is a chain of short dependent steps: every partition scans its blocks
 with the current dual point, the coordinator picks the working set, one worker solves the
 subproblem on the gathered columns. Through the scheduler each step costs a task round
-trip, a fixed cost per round that made 20-30% of a fit's time at the ``"tfidf"`` preset
+trip, a fixed cost per round that made 20-31% of a fit's time at the ``"tfidf"`` preset
 (measured on a 2-core LocalCluster with Dask's low-latency intervals: one task 4.2 ms, two
 tasks on two workers 7.8 ms, a two-task chain across workers 7.6 ms, against 1.2 ms for a
 call to a Dask actor and 2.3 ms for calls to two of them).
@@ -44,8 +44,9 @@ POLL_S = 1.0
 
 def _wait(fut: Any, workers: Any, get_client: Any) -> Any:
     """``fut.result()``, checking every :data:`POLL_S` that the ``workers()`` it depends on
-    are still in the cluster: a call to a lost worker can otherwise wait forever (an actor
-    call proxied through the scheduler to a removed worker never resolves its future)."""
+    are still in the cluster: a call to a lost worker can otherwise wait forever (Dask's
+    actor retries a failed call once its actor is recreated, which a server's call to a
+    killed peer waited for in vain)."""
     while True:
         try:
             return fut.result(timeout=POLL_S)
