@@ -91,11 +91,12 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     import dl1
     from dl1.datasets import make_e2006_like
     from dl1.fit import block_memory
+    from dl1.localcluster import local_cluster
     from dl1.monitor import PeakRSS
 
     t_gen = float("nan")
@@ -128,7 +129,7 @@ def main() -> None:
     )
     stream = {"auto": None, "yes": True, "no": False}[args.stream]
     with (
-        LocalCluster(
+        local_cluster(
             n_workers=2,
             threads_per_worker=1,
             processes=True,

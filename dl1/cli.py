@@ -60,7 +60,9 @@ def _client(scheduler: str | None, workers: int, memory_limit: str | None):
     """A client of ``scheduler``, or of a new LocalCluster of ``workers`` processes."""
     from contextlib import ExitStack
 
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from dl1.localcluster import local_cluster
 
     logging.getLogger("distributed").setLevel(logging.WARNING)
     stack = ExitStack()
@@ -68,7 +70,7 @@ def _client(scheduler: str | None, workers: int, memory_limit: str | None):
         client = stack.enter_context(Client(scheduler))
     else:
         cluster = stack.enter_context(
-            LocalCluster(
+            local_cluster(
                 silence_logs=logging.WARNING,
                 n_workers=workers,
                 threads_per_worker=1,

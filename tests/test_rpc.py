@@ -199,3 +199,28 @@ def test_a_peer_lost_while_the_subproblem_server_waits_for_its_columns():
     assert rx.broken
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_array_equal(got[1], expected[1])
+
+
+def test_dl1s_local_cluster_starts_its_workers_with_the_malloc_setting(monkeypatch):
+    """Workers of dl1's LocalCluster get WORKER_ENV before they start (glibc reads it then);
+    the caller's Dask configuration is left as it was."""
+    import os
+
+    from dl1.localcluster import WORKER_ENV
+
+    for k in WORKER_ENV:  # not inherited (Dask's nanny also sets it in its own process)
+        monkeypatch.delenv(k, raising=False)
+
+    import dask
+    from distributed import Client
+
+    from dl1.localcluster import local_cluster
+
+    before = dask.config.get("distributed.nanny.pre-spawn-environ")
+    with (
+        local_cluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
+        env = next(iter(client.run(lambda: dict(os.environ)).values()))
+    assert all(env.get(k) == v for k, v in WORKER_ENV.items())
+    assert dask.config.get("distributed.nanny.pre-spawn-environ") == before
