@@ -120,7 +120,7 @@ def test_a_block_on_no_server_runs_as_a_task(local_cluster):
     assert {h["transport"] for h in res.history_} == {"tasks"}
 
 
-def test_fit_and_path_use_direct_calls_where_blocks_are_in_memory(local_cluster, tmp_path):
+def test_fit_uses_direct_calls_where_blocks_are_in_memory(local_cluster):
     X, y = make_regression(seed=6)
     res = dl1.fit(as_dask(X, 3), y, alpha=0.01, client=local_cluster)
     assert {h["transport"] for h in res.history_} == {"direct"}

@@ -89,13 +89,13 @@ def warm_up() -> None:
                 0,
                 gram_max=gram_max,
             )
-        # kernels the tiny subproblems above do not reach: a cached float32 Gram matrix
-        # reused by the next working set, and its products
-        from dl1.kernels.gram import gram_matvec, take_submatrix
+    # kernels the tiny subproblems above do not reach: a cached float32 Gram matrix reused
+    # by the next working set, and its products (one Gram dtype: once, not per data dtype)
+    from dl1.kernels.gram import gram_matvec, take_submatrix
 
-        Q = np.eye(2, dtype=T.GRAM_DTYPE)
-        gram_matvec(Q, np.ones(2), np.zeros(2))
-        take_submatrix(Q, np.arange(2), np.zeros_like(Q), np.arange(2))
+    Q = np.eye(2, dtype=T.GRAM_DTYPE)
+    gram_matvec(Q, np.ones(2), np.zeros(2))
+    take_submatrix(Q, np.arange(2), np.zeros_like(Q), np.arange(2))
     _WARM = True
 
 

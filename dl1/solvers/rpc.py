@@ -127,7 +127,6 @@ class PartitionServer:
         self._peers: dict[str, Any] = {}
         self._groups: dict[str, tuple] = {}
         self._values: dict[str, Any] = {}
-        self._local_s = 0.0
 
     def set_peers(self, peers: dict[str, Any]) -> bool:
         """The servers of the other workers, by worker address."""
@@ -170,10 +169,10 @@ class PartitionServer:
             for holder, groups in remote.items()
         ]
         used: dict[str, tuple] = {}
-        self._local_s = 0.0
         self._resolve(args, used, local_only=True)  # local work while the peers extract
         # the peers extract while this server does: the extraction time on the critical
         # path, the one a fresh group's ``e[6]`` reports, is the longest of the two
+        local_s = sum(e[6] for gid, e in used.items() if gid not in self._groups)
         peer_s = 0.0
         for (groups, fut), holder in zip(asked, remote, strict=True):
             got = _wait(fut, lambda h=holder: [h], _worker_client)
@@ -182,7 +181,7 @@ class PartitionServer:
                 used[g.gid] = (*e[:6], 0.0)
         if asked:
             g0 = asked[0][0][0].gid
-            used[g0] = (*used[g0][:6], max(0.0, peer_s - self._local_s))
+            used[g0] = (*used[g0][:6], max(0.0, peer_s - local_s))
         out = fn(*self._resolve(args, used))
         if used:
             self._groups = used
@@ -215,7 +214,6 @@ class PartitionServer:
             e = T.compact_task(parent, g.keep)
         elif g.holder is None or g.holder == self._worker.address:
             e = T.extract_task(self._block(_Block(g.block) if g.holder else g.block), g.local)
-            self._local_s += e[6]
         elif local_only:
             return None  # asked of its holder
         else:
