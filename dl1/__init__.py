@@ -1,12 +1,27 @@
 """dl1: L1 / elastic-net linear models on sparse data larger than memory, on Dask."""
 
+import sys
+import types
+
 __version__ = "0.1.0"
 
-from dl1.convert import from_dask, from_scipy, open  # noqa: E402
-from dl1.fit import alpha_max, fit  # noqa: E402
-from dl1.pathfit import delta_max, path  # noqa: E402
-from dl1.solvers.cd import ConvergenceWarning, FitResult  # noqa: E402
-from dl1.store import Store, open_store  # noqa: E402
+# Everything loads on first use (PEP 562): a Dask worker unpickling a task function of
+# dl1.solvers imports only what the task needs, not dask.array and its optional
+# integrations (pandas, xarray, sparse: ~66 MiB of every worker's memory).
+_LAZY = {
+    "ConvergenceWarning": "dl1.solvers.cd",
+    "FitResult": "dl1.solvers.cd",
+    "Store": "dl1.store",
+    "alpha_max": "dl1.fit",
+    "delta_max": "dl1.pathfit",
+    "fit": "dl1.fit",
+    "from_dask": "dl1.convert",
+    "from_scipy": "dl1.convert",
+    "from_svmlight": "dl1.io.svmlight",
+    "open": "dl1.convert",
+    "open_store": "dl1.store",
+    "path": "dl1.pathfit",
+}
 
 __all__ = [
     "ConvergenceWarning",
@@ -24,14 +39,29 @@ __all__ = [
 ]
 
 
+class _Package(types.ModuleType):
+    """``dl1.fit`` is the function, as when this package imported it eagerly: importing the
+    submodule ``dl1.fit`` (which Python binds as an attribute of its package) leaves it so;
+    the module stays ``sys.modules["dl1.fit"]``."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "fit" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
 def __getattr__(name: str):
-    # Submodules with heavier imports load on first use.
+    import importlib
+
     if name == "datasets":
-        import dl1.datasets as m
-
-        return m
-    if name == "from_svmlight":
-        from dl1.io.svmlight import from_svmlight
-
-        return from_svmlight
+        return importlib.import_module("dl1.datasets")
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'dl1' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY, "datasets"])

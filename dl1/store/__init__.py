@@ -3,7 +3,20 @@
 See :mod:`dl1.store.format` for the layout.
 """
 
-from dl1.store.reader import Store, open_store
-from dl1.store.writer import SplitWriter, StoreWriter
-
 __all__ = ["Store", "SplitWriter", "StoreWriter", "open_store"]
+
+_WHERE = {
+    "Store": "dl1.store.reader",
+    "open_store": "dl1.store.reader",
+    "SplitWriter": "dl1.store.writer",
+    "StoreWriter": "dl1.store.writer",
+}
+
+
+def __getattr__(name: str):
+    # loaded on first use: workers reading blocks (dl1.store._kernels) need no dask.array
+    if name in _WHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'dl1.store' has no attribute {name!r}")

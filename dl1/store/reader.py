@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import crc32c
-import dask.array as da
 import numcodecs
 import numpy as np
 import scipy.sparse as sp
@@ -27,6 +26,9 @@ from dl1.store.format import (
     chunk_path,
     n_chunks,
 )
+
+if TYPE_CHECKING:  # workers reading blocks import this module: no dask.array there
+    import dask.array as da
 
 ChunkType = Literal["scipy", "sparse", "dense"]
 
@@ -356,6 +358,8 @@ class Store:
             for j in range(len(cb) - 1)
         }
         chunks = (tuple(np.diff(rb).tolist()), tuple(np.diff(cb).tolist()))
+        import dask.array as da
+
         return da.Array(dsk, name, chunks, meta=_meta(chunk_type, fmt, self.dtype(split)))
 
     def vector_dask(self, name: str = "y", split: str = "train") -> da.Array:
@@ -371,6 +375,8 @@ class Store:
             (tok, i): (_read_slice_task, root, key, arrays[name], int(rb[i]), int(rb[i + 1]))
             for i in range(len(rb) - 1)
         }
+        import dask.array as da
+
         return da.Array(dsk, tok, (tuple(np.diff(rb).tolist()),), meta=np.empty(0, np.float64))
 
 

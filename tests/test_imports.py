@@ -1,0 +1,61 @@
+"""What importing dl1 loads: workers run its task functions without dask.array."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+# dask.array pulls in its optional integrations (pandas, xarray, sparse when installed): tens
+# of MiB in every worker process, which out of core is memory the working set needs
+HEAVY = ("dask.array", "pandas", "xarray", "matplotlib", "rich", "click")
+
+
+def _loaded(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "dl1.solvers._tasks",
+        "dl1.solvers.executor",
+        "dl1.solvers.rpc",
+        "dl1.solvers.ws",
+        "dl1.solvers.fw",
+        "dl1.store.reader",
+        "dl1.datafits",
+        "dl1.penalties",
+    ],
+)
+def test_the_modules_workers_import_load_no_dask_array(module):
+    loaded = _loaded(f"import {module}")
+    assert module in loaded
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_the_package_loads_its_api_on_first_use():
+    assert not _loaded("import dl1") & set(HEAVY)
+    loaded = _loaded("import dl1; dl1.fit; dl1.path; dl1.open")
+    assert {"dl1.fit", "dl1.pathfit", "dl1.convert", "dask.array"} <= loaded
+
+
+def test_dl1_fit_stays_the_function_when_its_module_is_imported():
+    code = (
+        "import dl1.fit\nimport dl1\n"
+        "assert callable(dl1.fit) and dl1.fit.__name__ == 'fit', dl1.fit\n"
+        "import sys; assert sys.modules['dl1.fit'].fit is dl1.fit\n"
+        "from dl1 import alpha_max, fit, open_store, Store, from_svmlight, datasets\n"
+        "assert sorted(dl1.__all__) == sorted(set(dl1.__all__) & set(dir(dl1)))\n"
+        "try:\n    dl1.no_such_name\nexcept AttributeError as e:\n    print('AE', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "AE module 'dl1' has no attribute 'no_such_name'" in out.stdout
