@@ -5,7 +5,9 @@ set -euo pipefail
 n="${1:-2}"
 file="${DL1_SCHEDULER_FILE:-dl1-scheduler.json}"
 rm -f "$file"
-dask scheduler --host 127.0.0.1 --port 0 --no-dashboard --scheduler-file "$file" \
+# dl1 places its tasks next to their data itself: no work stealing (see dl1/localcluster.py)
+DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING="${DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING:-False}" \
+    dask scheduler --host 127.0.0.1 --port 0 --no-dashboard --scheduler-file "$file" \
     > dl1-scheduler.log 2>&1 &
 echo $! > dl1-cluster.pids
 for _ in $(seq 600); do [ -s "$file" ] && break; sleep 0.1; done

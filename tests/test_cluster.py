@@ -58,6 +58,10 @@ def test_fit_on_a_real_scheduler_and_workers(tmp_path, recipe_cluster):
         remote = dl1.fit(store, alpha=0.01, tol=1e-10, client=client)
         # the workers are separate processes started by the recipe
         assert os.getpid() not in client.run(os.getpid).values()
+        # as the recipe starts it, the scheduler steals no work (dl1 places its tasks)
+        assert not client.run_on_scheduler(
+            lambda dask_scheduler: "stealing" in dask_scheduler.extensions
+        )
     local = dl1.fit(store, alpha=0.01, tol=1e-10)
     np.testing.assert_array_equal(remote.coef_, local.coef_)
     assert remote.converged_

@@ -202,8 +202,8 @@ def test_a_peer_lost_while_the_subproblem_server_waits_for_its_columns():
 
 
 def test_dl1s_local_cluster_starts_its_workers_with_the_malloc_setting(monkeypatch):
-    """Workers of dl1's LocalCluster get WORKER_ENV before they start (glibc reads it then);
-    the caller's Dask configuration is left as it was."""
+    """Workers of dl1's LocalCluster get WORKER_ENV before they start (glibc reads it then),
+    its scheduler steals no work; the caller's Dask configuration is left as it was."""
     import os
 
     from dl1.localcluster import WORKER_ENV
@@ -217,10 +217,16 @@ def test_dl1s_local_cluster_starts_its_workers_with_the_malloc_setting(monkeypat
     from dl1.localcluster import local_cluster
 
     before = dask.config.get("distributed.nanny.pre-spawn-environ")
+    stealing = dask.config.get("distributed.scheduler.work-stealing")
     with (
         local_cluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster,
         Client(cluster) as client,
     ):
         env = next(iter(client.run(lambda: dict(os.environ)).values()))
+        steals = client.run_on_scheduler(
+            lambda dask_scheduler: "stealing" in dask_scheduler.extensions
+        )
     assert all(env.get(k) == v for k, v in WORKER_ENV.items())
+    assert not steals
     assert dask.config.get("distributed.nanny.pre-spawn-environ") == before
+    assert dask.config.get("distributed.scheduler.work-stealing") == stealing
