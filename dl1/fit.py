@@ -128,9 +128,8 @@ def working_set_limits(
     of each column once extracted (per nonzero an int32 row and a value in the store's
     dtype, from the store's column counts) and what the workers may hold of a working set's
     columns (the sum of their :func:`gather_budget`, a quarter of their memory beyond the
-    baseline: the cached groups hold the working set's columns, compacted as soon as one
-    leaves it, and the rest is for the compaction's copy, the pass's block, the Gram matrix
-    and transients); in memory, no bound."""
+    baseline: the cached groups may hold up to twice a working set, and the rest is for the
+    pass's block, the Gram matrix and transients); in memory, no bound."""
     if not streamed or store is None:
         return None, float("inf")
     per_nnz = 4 + store.dtype(split).itemsize  # an int32 row and a value in the store's dtype

@@ -274,17 +274,14 @@ def solve_ws(
         ws = np.union1d(support, cand).astype(np.int64)
         # columns are gathered once and cached where the subproblem runs: only new ones move
         # a group mostly stale is compacted where it lives: the cache never holds more than
-        # twice the working set's columns; under a column budget (out of core: the workers'
-        # memory) a group is compacted as soon as one of its columns leaves the working set,
-        # so the cache holds the working set's columns only (up to twice the budget before)
-        tight_cache = col_bytes is not None
+        # twice the working set's columns
         kept = []
         lives = []
         if groups:
             flags = np.isin(np.concatenate([ids for _, ids, _ in groups]), ws)
             lives = np.split(flags, np.cumsum([ids.shape[0] for _, ids, _ in groups])[:-1])
         for (h, ids, _), live in zip(groups, lives, strict=True):
-            if live.all() or (not tight_cache and 2 * live.sum() >= ids.shape[0]):
+            if 2 * live.sum() >= ids.shape[0]:
                 kept.append((h, ids, False))
             elif live.any():
                 kept.append((ex.submit(T.compact_task, h, np.flatnonzero(live)), ids[live], False))
