@@ -60,6 +60,17 @@ def __getattr__(name: str):
         return importlib.import_module("dl1.datasets")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if not name.startswith("_"):
+        try:
+            module = importlib.import_module(f"dl1.{name}")
+        except ModuleNotFoundError:
+            pass
+        else:
+            # a subpackage reached as an attribute (``dl1.solvers.executor``): the modules
+            # an eager import of the API loaded, as before
+            for api in sorted(set(_LAZY.values())):
+                importlib.import_module(api)
+            return module
     raise AttributeError(f"module 'dl1' has no attribute {name!r}")
 
 

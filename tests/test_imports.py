@@ -53,6 +53,7 @@ def test_dl1_fit_stays_the_function_when_its_module_is_imported():
         "assert callable(dl1.fit) and dl1.fit.__name__ == 'fit', dl1.fit\n"
         "import sys; assert sys.modules['dl1.fit'].fit is dl1.fit\n"
         "from dl1 import alpha_max, fit, open_store, Store, from_svmlight, datasets\n"
+        "assert dl1.solvers.executor.DistributedExecutor and dl1.kernels.cd and dl1.store.reader\n"
         "assert sorted(dl1.__all__) == sorted(set(dl1.__all__) & set(dir(dl1)))\n"
         "try:\n    dl1.no_such_name\nexcept AttributeError as e:\n    print('AE', e)\n"
     )
