@@ -24,6 +24,8 @@ def warm_up() -> None:
         return
     import scipy.sparse as sp
 
+    import dl1.store.reader  # noqa: F401  (zarr and the codecs: every task reading a store)
+
     for dtype in (np.float64, np.float32):
         m = sp.csc_matrix(np.array([[1.0, 0.0], [2.0, 3.0]], dtype=dtype))
         blk = T.assemble_block(0, 0, np.zeros(0), False, True, m)
