@@ -42,7 +42,7 @@ class BlockMissing(RuntimeError):
 POLL_S = 1.0
 
 
-def _wait(fut: Any, workers: Any, get_client: Any) -> Any:
+def _wait(fut: Any, workers: Any, get_client: Any, actors: Any = None) -> Any:
     """``fut.result()``, checking every :data:`POLL_S` that the ``workers()`` it depends on
     are still in the cluster: a call to a lost worker can otherwise wait forever (Dask's
     actor retries a failed call once its actor is recreated, which a server's call to a
@@ -55,6 +55,13 @@ def _wait(fut: Any, workers: Any, get_client: Any) -> Any:
             lost = [w for w in workers() if w not in alive]
             if lost:
                 raise BlockMissing(f"worker {lost[0]} was lost during a call") from None
+            # a server released while its worker lives (the call would wait for it forever)
+            keys = [a.key for a in (actors() if actors is not None else [])]
+            if keys:
+                held = get_client().run(lambda dask_worker: list(dask_worker.state.actors))
+                live = {k for ks in held.values() for k in ks}
+                if any(k not in live for k in keys):
+                    raise BlockMissing("a server was released during a call") from None
 
 
 @dataclass(frozen=True)
@@ -308,7 +315,12 @@ class RpcExecutor(DistributedExecutor):
 
     def wait_call(self, fut: Any) -> Any:
         """The result of a call to a server, or BlockMissing once a server's worker is lost."""
-        return _wait(fut, lambda: list(self._servers) or self.workers, lambda: self.client)
+        return _wait(
+            fut,
+            lambda: list(self._servers) or self.workers,
+            lambda: self.client,
+            lambda: list(self._servers.values()),
+        )
 
     def fall_back(self) -> None:
         """Run everything as tasks from now on, and let the servers go."""
