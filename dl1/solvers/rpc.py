@@ -182,7 +182,9 @@ class PartitionServer:
         local_s = sum(e[6] for gid, e in used.items() if gid not in self._groups)
         peer_s = 0.0
         for (groups, fut), holder in zip(asked, remote, strict=True):
-            got = _wait(fut, lambda h=holder: [h], _worker_client)
+            got = _wait(
+                fut, lambda h=holder: [h], _worker_client, lambda h=holder: [self._peers[h]]
+            )
             peer_s = max(peer_s, sum(e[6] for e in got))
             for g, e in zip(groups, got, strict=True):
                 used[g.gid] = (*e[:6], 0.0)
