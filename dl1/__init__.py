@@ -7,7 +7,8 @@ __version__ = "0.1.0"
 
 # Everything loads on first use (PEP 562): a Dask worker unpickling a task function of
 # dl1.solvers imports only what the task needs, not dask.array and its optional
-# integrations (pandas, xarray, sparse: ~66 MiB of every worker's memory).
+# integrations (pandas, xarray: 66 MiB imported in a bare process, 42 MiB less RSS per
+# worker after a streamed fit).
 _LAZY = {
     "ConvergenceWarning": "dl1.solvers.cd",
     "FitResult": "dl1.solvers.cd",

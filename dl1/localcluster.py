@@ -15,7 +15,7 @@ that a lost worker's tasks can run elsewhere; such tasks are stealable, and a st
 copies its inputs to the thief, which keeps the copies as long as the originals live. Out of
 core this doubled a worker's cached columns (measured on the out-of-core benchmark at alphas
 89-90: up to 197 MiB of cached columns on one worker, the whole working set, against 101 /
-96 MiB per worker without stealing; peak RSS 493 / 493 against 402 / 389 MiB).
+96 MiB per worker without stealing; peak RSS 503 / 500 against 402 / 389 MiB).
 """
 
 from __future__ import annotations
