@@ -14,6 +14,8 @@ for _ in $(seq 600); do [ -s "$file" ] && break; sleep 0.1; done
 [ -s "$file" ] || { echo "scheduler did not start; see dl1-scheduler.log" >&2; exit 1; }
 # large freed arrays go back to the system (see dl1/localcluster.py); glibc reads it at start
 export MALLOC_MMAP_THRESHOLD_="${MALLOC_MMAP_THRESHOLD_:-65536}"
+# no statistical profiler: its 1,000 s of call trees grow a busy worker's memory (ibid.)
+export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED="${DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED:-False}"
 for i in $(seq "$n"); do
     dask worker --scheduler-file "$file" --nthreads 1 --no-dashboard --name "w$i" \
         > "dl1-worker-$i.log" 2>&1 &

@@ -62,6 +62,9 @@ def test_fit_on_a_real_scheduler_and_workers(tmp_path, recipe_cluster):
         assert not client.run_on_scheduler(
             lambda dask_scheduler: "stealing" in dask_scheduler.extensions
         )
+        # and its workers run no statistical profiler
+        profiles = client.run(lambda dask_worker: "profile" in dask_worker.periodic_callbacks)
+        assert not any(profiles.values())
     local = dl1.fit(store, alpha=0.01, tol=1e-10)
     np.testing.assert_array_equal(remote.coef_, local.coef_)
     assert remote.converged_
