@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import numpy as np
@@ -860,6 +861,32 @@ def test_csc_select_columns_matches_scipy(dtype):
         got = sp.csc_matrix((dat, ind, ip), shape=(30, len(cols)))
         assert dat.dtype == dtype
         np.testing.assert_array_equal(got.toarray(), ref.toarray())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_csc_rows_as_csr_matches_numpy(dtype):
+    from dl1.kernels.select import csc_rows_as_csr
+
+    rng = np.random.default_rng(3)
+    X = sp.random(40, 11, density=0.35, format="lil", random_state=rng, dtype=dtype)
+    X[:, 5] = 0
+    X = sp.csc_matrix(X)
+    X.eliminate_zeros()
+    # row indices out of order within the columns: the kernel must not rely on their order
+    spans = itertools.pairwise(X.indptr)
+    perm = np.concatenate([rng.permutation(np.arange(a, b)) for a, b in spans])
+    ind, dat = X.indices[perm].astype(np.int32), X.data[perm]
+    dense = X.toarray().astype(np.float64)
+    scale = rng.uniform(0.5, 2.0, 11)
+    for cols, r0, r1 in (([3, 0, 5, 10], 7, 29), ([], 0, 40), ([2, 2, 9], 0, 40), ([1], 13, 13)):
+        cols = np.asarray(cols, dtype=np.int64)
+        for sc in (scale, np.zeros(0)):
+            ip, ci, vals = csc_rows_as_csr(X.indptr.astype(np.int64), ind, dat, sc, cols, r0, r1)
+            assert vals.dtype == np.float64 and ci.dtype == np.int32 and ip.shape == (r1 - r0 + 1,)
+            got = sp.csr_matrix((vals, ci, ip), shape=(r1 - r0, cols.shape[0]))
+            ref = dense[r0:r1][:, cols] * (sc[cols] if sc.shape[0] else 1.0)
+            np.testing.assert_array_equal(got.toarray(), ref)
+            assert got.has_sorted_indices and got.nnz == np.count_nonzero(ref)
 
 
 def test_csc_copy_columns_into_matches_scipy():

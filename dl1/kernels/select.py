@@ -63,3 +63,55 @@ def csc_copy_columns_into(
             out_indices[d] = indices[k]
             out_data[d] = data[k]
             d += 1
+
+
+@njit(nogil=True, cache=True)
+def csc_rows_as_csr(indptr, indices, data, scale, cols, r0, r1):  # pragma: no cover - compiled
+    """Rows ``[r0, r1)`` of the columns ``cols`` of a CSC matrix, as float64 CSR arrays.
+
+    Column ``t`` of the result is column ``cols[t]``, each value multiplied by
+    ``scale[cols[t]]`` when ``scale`` is not empty. This is a transpose of only the wanted
+    rows: it costs one read of the columns' nonzeros and allocates only the result, where
+    selecting the columns, widening them and slicing their rows copies the columns whole.
+
+    Parameters
+    ----------
+    indptr : ndarray of int64, shape (ncols + 1,)
+    indices : ndarray of int32 (any order within a column)
+    data : ndarray of float32 or float64
+    scale : ndarray of float64, shape (ncols,) or (0,)
+    cols : ndarray of int64, indices in ``[0, ncols)`` (validated by the caller)
+    r0, r1 : int, ``0 <= r0 <= r1``
+
+    Returns
+    -------
+    out_indptr : int64, shape (r1 - r0 + 1,)
+    out_indices : int32, result columns, increasing within a row
+    out_data : float64
+    """
+    nr = r1 - r0
+    m = cols.shape[0]
+    out_indptr = np.zeros(nr + 1, dtype=np.int64)
+    for t in range(m):
+        j = cols[t]
+        for k in range(indptr[j], indptr[j + 1]):
+            i = indices[k]
+            if r0 <= i < r1:
+                out_indptr[i - r0 + 1] += 1
+    for i in range(nr):
+        out_indptr[i + 1] += out_indptr[i]
+    out_indices = np.empty(out_indptr[nr], dtype=np.int32)
+    out_data = np.empty(out_indptr[nr], dtype=np.float64)
+    fill = out_indptr[:nr].copy()
+    scaled = scale.shape[0] > 0
+    for t in range(m):
+        j = cols[t]
+        s = scale[j] if scaled else 1.0
+        for k in range(indptr[j], indptr[j + 1]):
+            i = indices[k]
+            if r0 <= i < r1:
+                d = fill[i - r0]
+                out_indices[d] = t
+                out_data[d] = np.float64(data[k]) * s if scaled else np.float64(data[k])
+                fill[i - r0] += 1
+    return out_indptr, out_indices, out_data

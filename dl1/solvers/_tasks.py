@@ -1060,13 +1060,15 @@ def _solve_gram(
 # the partitions' ``X_q d_q``. See :func:`dl1.solvers.ws.spread_gram_subproblem`.
 
 
-def _group_csc(e: tuple, n: int, cols: np.ndarray) -> sp.csc_matrix:
-    """Columns ``cols`` (local positions) of a cached group, scaled, as an n-row CSC matrix."""
-    indptr, indices, data = _select_columns(e[0], e[1], e[2], cols)
-    if e[5]:
-        data = data * np.repeat(e[3][cols], np.diff(indptr))
-    data = data.astype(np.float64, copy=False)  # products in float64 (BLAS, scipy)
-    return sp.csc_matrix((data, indices, indptr), shape=(n, cols.shape[0]))
+def _group_rows(e: tuple, cols: np.ndarray, r0: int, r1: int) -> sp.csr_matrix:
+    """Rows ``[r0, r1)`` of the columns ``cols`` (local positions) of a cached group, scaled,
+    in float64 (products through BLAS and scipy), as CSR; the group is not copied."""
+    from dl1.kernels.select import csc_rows_as_csr
+
+    scale = e[3] if e[5] else np.zeros(0)
+    cols = np.asarray(cols, dtype=np.int64)
+    indptr, indices, data = csc_rows_as_csr(e[0], e[1], e[2], scale, cols, r0, r1)
+    return sp.csr_matrix((data, indices, indptr), shape=(r1 - r0, cols.shape[0]))
 
 
 def partition_rmatvec_task(
@@ -1112,11 +1114,7 @@ def row_piece_task(
     order), as CSR: a bounded piece of new columns sent to another partition. ``after`` (the
     consumer's previous result, unused) orders the pieces: one is made when the previous one
     has been used, so they are never all held at once."""
-    mats = [
-        _group_csc(e, n, np.asarray(c, dtype=np.int64))[r0:r1].tocsr()
-        for e, c in zip(extracts, cols, strict=True)
-        if len(c)
-    ]
+    mats = [_group_rows(e, c, r0, r1) for e, c in zip(extracts, cols, strict=True) if len(c)]
     return sp.hstack(mats, format="csr") if mats else sp.csr_matrix((r1 - r0, 0))
 
 
@@ -1162,12 +1160,7 @@ def cross_gram_task(
         s = None if sw.shape[0] == 0 else sw[r0:r1]
         # one group's rows at a time: no copy of all the partition's columns
         parts = [
-            _cross(
-                _group_csc(e, n, np.asarray(keep, dtype=np.int64))[r0:r1].tocsr(),
-                right,
-                s,
-                scratch_max,
-            )
+            _cross(_group_rows(e, keep, r0, r1), right, s, scratch_max)
             for e, keep in zip(extracts, keeps, strict=True)
         ]
         out = np.concatenate(parts, axis=0) if parts else np.zeros((0, right.shape[1]))
