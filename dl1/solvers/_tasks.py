@@ -1108,7 +1108,7 @@ def partition_matvec_task(
 
 
 def row_piece_task(
-    extracts: list[tuple], cols: list[np.ndarray], n: int, r0: int, r1: int, after=None
+    extracts: list[tuple], cols: list[np.ndarray], r0: int, r1: int, after=None
 ) -> sp.csr_matrix:
     """Rows ``[r0, r1)`` of the columns ``cols`` of a partition's groups (scaled; groups in
     order), as CSR: a bounded piece of new columns sent to another partition. ``after`` (the
@@ -1146,7 +1146,6 @@ def cross_gram_task(
     keeps: list[np.ndarray],
     piece: sp.csr_matrix | None,
     own_cols: list[np.ndarray] | None,
-    n: int,
     ranges: list[tuple[int, int]],
     sw: np.ndarray,
     scratch_max: int,
@@ -1156,7 +1155,7 @@ def cross_gram_task(
     from another partition (one range) or, with ``own_cols``, this partition's own (taken a
     range at a time, so no copy of them all is made)."""
     for r0, r1 in ranges:
-        right = piece if piece is not None else row_piece_task(extracts, own_cols, n, r0, r1)
+        right = piece if piece is not None else row_piece_task(extracts, own_cols, r0, r1)
         s = None if sw.shape[0] == 0 else sw[r0:r1]
         # one group's rows at a time: no copy of all the partition's columns
         parts = [

@@ -595,15 +595,15 @@ def _spread_gram(ex, plan, ids, prev, c, n, sw, piece_bytes, scratch_max):
             hs_q, keeps_q = [h for h, _, _ in grp_q], [keep for _, _, keep in grp_q]
             if q == r:
                 acc = ex.submit_to(
-                    q, T.cross_gram_task, None, hs_q, keeps_q, None, cols_r, n, ranges, sw,
+                    q, T.cross_gram_task, None, hs_q, keeps_q, None, cols_r, ranges, sw,
                     scratch_max,
                 )  # fmt: skip
             else:
                 acc = None
                 for a, b in ranges:  # each piece made once the previous one has been used
-                    piece = ex.submit_to(r, T.row_piece_task, hs_r, cols_r, n, a, b, acc)
+                    piece = ex.submit_to(r, T.row_piece_task, hs_r, cols_r, a, b, acc)
                     acc = ex.submit_to(
-                        q, T.cross_gram_task, acc, hs_q, keeps_q, piece, None, n, [(a, b)], sw,
+                        q, T.cross_gram_task, acc, hs_q, keeps_q, piece, None, [(a, b)], sw,
                         scratch_max,
                     )  # fmt: skip
             blocks.append((pos[q], pos[r][new_r], acc))
