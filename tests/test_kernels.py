@@ -843,15 +843,20 @@ def test_working_set_gram_cached_equals_numpy(density, weighted, profiled):
     T._GRAM_CACHE.pop(key)
 
 
+def _csc_with_empty_column(n, p, density, empty, dtype, rng) -> sp.csc_matrix:
+    """A random CSC matrix whose column ``empty`` has no entries (explicit zeros removed)."""
+    X = sp.random(n, p, density=density, format="lil", random_state=rng, dtype=dtype)
+    X[:, empty] = 0
+    X = sp.csc_matrix(X)
+    X.eliminate_zeros()
+    return X
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_csc_select_columns_matches_scipy(dtype):
     from dl1.kernels.select import csc_select_columns
 
-    rng = np.random.default_rng(0)
-    X = sp.random(30, 17, density=0.3, format="lil", random_state=rng, dtype=dtype)
-    X[:, 4] = 0
-    X = sp.csc_matrix(X)
-    X.eliminate_zeros()
+    X = _csc_with_empty_column(30, 17, 0.3, 4, dtype, np.random.default_rng(0))
     for cols in ([], [4], [16, 0, 4, 3], list(range(17))[::-1], [2, 2]):
         cols = np.asarray(cols, dtype=np.int64)
         ip, ind, dat = csc_select_columns(
@@ -868,10 +873,7 @@ def test_csc_rows_as_csr_matches_numpy(dtype):
     from dl1.kernels.select import csc_rows_as_csr
 
     rng = np.random.default_rng(3)
-    X = sp.random(40, 11, density=0.35, format="lil", random_state=rng, dtype=dtype)
-    X[:, 5] = 0
-    X = sp.csc_matrix(X)
-    X.eliminate_zeros()
+    X = _csc_with_empty_column(40, 11, 0.35, 5, dtype, rng)
     # row indices out of order within the columns: the kernel must not rely on their order
     spans = itertools.pairwise(X.indptr)
     perm = np.concatenate([rng.permutation(np.arange(a, b)) for a, b in spans])
