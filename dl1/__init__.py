@@ -56,22 +56,19 @@ sys.modules[__name__].__class__ = _Package
 
 def __getattr__(name: str):
     import importlib
+    import importlib.util
 
     if name == "datasets":
         return importlib.import_module("dl1.datasets")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if not name.startswith("_"):
-        try:
-            module = importlib.import_module(f"dl1.{name}")
-        except ModuleNotFoundError:
-            pass
-        else:
-            # a subpackage reached as an attribute (``dl1.solvers.executor``): the modules
-            # an eager import of the API loaded, as before
-            for api in sorted(set(_LAZY.values())):
-                importlib.import_module(api)
-            return module
+    if not name.startswith("_") and importlib.util.find_spec(f"dl1.{name}") is not None:
+        # a subpackage reached as an attribute (``dl1.solvers.executor``): the modules an
+        # eager import of the API loaded, as before (an import failing inside them is raised)
+        module = importlib.import_module(f"dl1.{name}")
+        for api in sorted(set(_LAZY.values())):
+            importlib.import_module(api)
+        return module
     raise AttributeError(f"module 'dl1' has no attribute {name!r}")
 
 

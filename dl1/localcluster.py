@@ -35,7 +35,7 @@ import dask
 WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
 
 #: Dask settings of dl1's scheduler and workers (read when they start).
-SCHEDULER_CONFIG = {
+CLUSTER_CONFIG = {
     "distributed.scheduler.work-stealing": False,
     "distributed.worker.profile.enabled": False,
 }
@@ -43,11 +43,11 @@ SCHEDULER_CONFIG = {
 
 def local_cluster(**kwargs: Any) -> Any:
     """``distributed.LocalCluster(**kwargs)`` whose worker processes start with
-    :data:`WORKER_ENV` (added to Dask's own pre-spawn environment) and whose scheduler has
-    :data:`SCHEDULER_CONFIG` (no work stealing, no worker profiler); the caller's Dask config
+    :data:`WORKER_ENV` (added to Dask's own pre-spawn environment) and whose scheduler and workers
+    have :data:`CLUSTER_CONFIG` (no work stealing, no worker profiler); the caller's Dask config
     is unchanged."""
     from distributed import LocalCluster
 
     env = {**dask.config.get("distributed.nanny.pre-spawn-environ", default={}), **WORKER_ENV}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": env, **SCHEDULER_CONFIG}):
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": env, **CLUSTER_CONFIG}):
         return LocalCluster(**kwargs)

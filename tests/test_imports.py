@@ -60,3 +60,14 @@ def test_dl1_fit_stays_the_function_when_its_module_is_imported():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "AE module 'dl1' has no attribute 'no_such_name'" in out.stdout
+
+
+def test_an_import_failing_inside_a_submodule_is_raised_not_hidden(tmp_path, monkeypatch):
+    import dl1
+
+    (tmp_path / "broken_probe.py").write_text("import dl1_no_such_dependency\n")
+    monkeypatch.setattr(dl1, "__path__", [*dl1.__path__, str(tmp_path)])
+    with pytest.raises(ModuleNotFoundError, match="dl1_no_such_dependency"):
+        dl1.broken_probe  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        dl1.no_such_name  # noqa: B018

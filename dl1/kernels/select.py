@@ -112,6 +112,6 @@ def csc_rows_as_csr(indptr, indices, data, scale, cols, r0, r1):  # pragma: no c
             if r0 <= i < r1:
                 d = fill[i - r0]
                 out_indices[d] = t
-                out_data[d] = np.float64(data[k]) * s if scaled else np.float64(data[k])
+                out_data[d] = np.float64(data[k]) * s  # s = 1.0: exact
                 fill[i - r0] += 1
     return out_indptr, out_indices, out_data
