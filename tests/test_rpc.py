@@ -235,3 +235,73 @@ def test_dl1s_local_cluster_starts_its_workers_with_the_malloc_setting(monkeypat
     assert dask.config.get("distributed.nanny.pre-spawn-environ") == before
     assert dask.config.get("distributed.scheduler.work-stealing") == stealing
     assert dask.config.get("distributed.worker.profile.enabled") == profiling
+
+
+def _count_proxied(dask_scheduler) -> None:
+    """Count the calls the scheduler forwards to workers (Dask's actor proxy)."""
+    handler = dask_scheduler.handlers["proxy"]
+    if getattr(handler, "dl1_counter", None) is None:
+
+        async def proxy(*args, **kwargs):
+            proxy.dl1_counter[0] += 1
+            return await handler(*args, **kwargs)
+
+        proxy.dl1_counter = [0]
+        dask_scheduler.handlers["proxy"] = proxy
+    dask_scheduler.handlers["proxy"].dl1_counter[0] = 0
+
+
+def _proxied(dask_scheduler) -> int:
+    return dask_scheduler.handlers["proxy"].dl1_counter[0]
+
+
+def test_calls_go_straight_to_reachable_workers_unless_the_client_says_not(local_cluster):
+    """A client that can reach the workers calls the servers directly (once they are set up,
+    the scheduler forwards nothing); one made with ``direct_to_workers=False`` has its calls
+    forwarded by the scheduler. Both give the answer of tasks, bit for bit."""
+    from distributed import Client
+
+    X, y = make_regression(n=150, p=80, seed=6)
+    ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y)
+    pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 30)
+    ref, _, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    rx = RpcExecutor(ex)
+    rx.wait(blocks)  # the servers start (their set-up calls go through the scheduler)
+    local_cluster.run_on_scheduler(_count_proxied)
+    res, _, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    _same(res, ref)
+    assert rx.direct_calls and {h["transport"] for h in res.history_} == {"direct"}
+    assert local_cluster.run_on_scheduler(_proxied) == 0
+    with Client(local_cluster.scheduler.address, direct_to_workers=False) as via:
+        vex = DistributedExecutor(via)
+        Xd, yv2, swv2, datafit, store = _problem(as_dask(X, 5), y, None, "squared", "train")
+        vblocks, vcb = _load(vex, Xd, swv2, False, True, 2, store, "train", False)
+        vx = RpcExecutor(vex)
+        vx.wait(vblocks)
+        local_cluster.run_on_scheduler(_count_proxied)
+        res2, _, _ = solve_ws(vx, vblocks, vcb, yv2, swv2, datafit, pen, **KW)
+        _same(res2, ref)
+        assert not vx.direct_calls and {h["transport"] for h in res2.history_} == {"direct"}
+        assert local_cluster.run_on_scheduler(_proxied) >= res2.n_rounds_
+
+
+def test_workers_a_client_cannot_reach_get_their_calls_through_the_scheduler(local_cluster):
+    """A client whose direct probe fails (a worker address it cannot connect to) falls back to
+    Dask's proxy through the scheduler instead of failing: same answer, still direct calls."""
+
+    class Unreachable(RpcExecutor):
+        async def _direct(self, addr, key, method, args):
+            raise OSError(f"cannot connect to {addr}")
+
+    X, y = make_regression(n=150, p=80, seed=7)
+    ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y)
+    pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 30)
+    ref, _, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    ux = Unreachable(ex)
+    ux.wait(blocks)
+    local_cluster.run_on_scheduler(_count_proxied)
+    res, _, _ = solve_ws(ux, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    _same(res, ref)
+    assert not ux.direct_calls and not ux.broken
+    assert {h["transport"] for h in res.history_} == {"direct"}
+    assert local_cluster.run_on_scheduler(_proxied) >= res.n_rounds_
