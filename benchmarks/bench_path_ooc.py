@@ -32,12 +32,30 @@ def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def _managed_by_task(dask_worker=None, top: int = 4) -> list[tuple[str, int, int]]:
+    """The task names (key prefixes) holding the most managed memory on a worker: name,
+    number of results and bytes, in memory (what Dask counts as managed) or spilled."""
+    from dask.utils import key_split
+
+    sizes: dict[str, list[int]] = {}
+    fast = getattr(dask_worker.data, "fast", dask_worker.data)
+    weights = getattr(fast, "weights", None)  # zict.LRU: key -> sizeof, kept by Dask
+    for key, nbytes in (weights or {}).items():
+        entry = sizes.setdefault(key_split(key), [0, 0])
+        entry[0] += 1
+        entry[1] += int(nbytes)
+    ranked = sorted(sizes.items(), key=lambda kv: -kv[1][1])[:top]
+    return [(name, count, nbytes) for name, (count, nbytes) in ranked]
+
+
 def _memory_report(client, every: float, stop: threading.Event) -> None:
     """Every ``every`` seconds, each worker's status and memory as Dask accounts it: process
-    RSS, managed (task results in memory), spilled to disk, and the rest (unmanaged)."""
+    RSS, managed (task results in memory), spilled to disk, and the rest (unmanaged); then
+    the task names holding most of each worker's managed memory."""
     while not stop.wait(every):
         try:
             workers = client.scheduler_info()["workers"]
+            by_task = client.run(_managed_by_task)
         except Exception:
             return
         parts = []
@@ -52,6 +70,11 @@ def _memory_report(client, every: float, stop: threading.Event) -> None:
                 f"spilled {spilled / 2**20:.0f} MiB"
             )
         print("memory: " + "; ".join(parts), flush=True)
+        for addr, ranked in sorted(by_task.items()):
+            held = ", ".join(
+                f"{name} {count} x {nbytes / 2**20:.0f}" for name, count, nbytes in ranked
+            )
+            print(f"  managed on {addr.rsplit(':', 1)[-1]} (MiB): {held}", flush=True)
 
 
 def main() -> None:

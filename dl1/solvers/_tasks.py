@@ -421,10 +421,11 @@ def extract_task(block: Block | BlockSource, local: np.ndarray):
 def compact_task(extract: tuple, keep: np.ndarray):
     """The columns ``keep`` of a gathered group (:func:`extract_task`), run where the group
     is held: a working set that has moved on frees its stale columns without rereading."""
+    t0 = time.perf_counter()
     keep = np.asarray(keep, dtype=np.int64)
     indptr, indices, data = _select_columns(extract[0], extract[1], extract[2], keep)
     scale = extract[3][keep] if extract[5] else np.zeros(0)
-    return indptr, indices, data, scale, extract[4][keep], extract[5], 0.0
+    return indptr, indices, data, scale, extract[4][keep], extract[5], time.perf_counter() - t0
 
 
 def ws_round_task(
@@ -603,6 +604,8 @@ def subproblem_task(
 
     ``extracts`` are groups of columns gathered in earlier rounds (cached where this task runs)
     and ``extract_ids`` their global feature ids; the columns of ``ws`` are picked from them.
+    ``fresh`` marks the groups made for this call (extracted or compacted): their seconds
+    (``extract[6]``) are counted as kernel time.
     Squared-loss working sets of at most ``gram_max`` columns (and :func:`gram_limit`, from
     the worker's memory limit) are solved on their Gram matrix, kept between rounds under
     ``gram_key`` by :func:`working_set_gram`;

@@ -153,8 +153,8 @@ def solve_ws(
     if screen and seq is not None and z0 is not None and np.isfinite(seq[1]):
         prev = sequential_sphere(datafit, penalty, y, z, w, s_arg, max_s, *seq)
     col_norm_max = -1.0  # largest column norm, from the first pass (which reads every block)
-    # gathered columns (task handle, feature ids, fresh), cached across rounds and, in a
-    # path, across alphas (the working sets of neighbouring alphas share most columns)
+    # gathered columns (task handle, feature ids, made for this round), cached across rounds
+    # and, in a path, across alphas (the working sets of neighbouring alphas share most columns)
     groups: list[tuple[Any, np.ndarray, bool]] = list(groups0 or [])
     # constant inputs of the subproblem travel once (held by tasks, hence recomputable)
     if handles is None:
@@ -284,7 +284,8 @@ def solve_ws(
             if 2 * live.sum() >= ids.shape[0]:
                 kept.append((h, ids, False))
             elif live.any():
-                kept.append((ex.submit(T.compact_task, h, np.flatnonzero(live)), ids[live], False))
+                # made for this round's subproblem (True): its compaction is kernel time
+                kept.append((ex.submit(T.compact_task, h, np.flatnonzero(live)), ids[live], True))
         groups = kept
         cached = np.concatenate([ids for _, ids, _ in groups] or [np.zeros(0, np.int64)])
         new = np.setdiff1d(ws, cached)
