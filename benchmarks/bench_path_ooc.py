@@ -32,20 +32,21 @@ def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _managed_by_task(dask_worker=None, top: int = 4) -> list[tuple[str, int, int]]:
+def _managed_by_task(dask_worker=None, top: int = 4) -> list[tuple[str, int, int, int]]:
     """The task names (key prefixes) holding the most managed memory on a worker: name,
-    number of results and bytes, in memory (what Dask counts as managed) or spilled."""
+    number of results, bytes in memory and bytes spilled to disk (as Dask sizes them)."""
     from dask.utils import key_split
 
+    slow = getattr(dask_worker.data, "slow", {})
     sizes: dict[str, list[int]] = {}
-    fast = getattr(dask_worker.data, "fast", dask_worker.data)
-    weights = getattr(fast, "weights", None)  # zict.LRU: key -> sizeof, kept by Dask
-    for key, nbytes in (weights or {}).items():
-        entry = sizes.setdefault(key_split(key), [0, 0])
+    for ts in list(dask_worker.state.tasks.values()):
+        if ts.state != "memory":
+            continue
+        entry = sizes.setdefault(key_split(ts.key), [0, 0, 0])
         entry[0] += 1
-        entry[1] += int(nbytes)
-    ranked = sorted(sizes.items(), key=lambda kv: -kv[1][1])[:top]
-    return [(name, count, nbytes) for name, (count, nbytes) in ranked]
+        entry[2 if ts.key in slow else 1] += int(ts.nbytes or 0)
+    ranked = sorted(sizes.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))[:top]
+    return [(name, count, mem, disk) for name, (count, mem, disk) in ranked]
 
 
 def _memory_report(client, every: float, stop: threading.Event) -> None:
@@ -72,7 +73,8 @@ def _memory_report(client, every: float, stop: threading.Event) -> None:
         print("memory: " + "; ".join(parts), flush=True)
         for addr, ranked in sorted(by_task.items()):
             held = ", ".join(
-                f"{name} {count} x {nbytes / 2**20:.0f}" for name, count, nbytes in ranked
+                f"{name} {count} x {mem / 2**20:.0f} + {disk / 2**20:.0f} spilled"
+                for name, count, mem, disk in ranked
             )
             print(f"  managed on {addr.rsplit(':', 1)[-1]} (MiB): {held}", flush=True)
 

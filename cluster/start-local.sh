@@ -17,7 +17,9 @@ export MALLOC_MMAP_THRESHOLD_="${MALLOC_MMAP_THRESHOLD_:-65536}"
 # no statistical profiler: its 1,000 s of call trees grow a busy worker's memory (ibid.)
 export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED="${DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED:-False}"
 for i in $(seq "$n"); do
+    # --preload dl1.worker: freed heap memory goes back to the system (see dl1/worker.py)
     dask worker --scheduler-file "$file" --nthreads 1 --no-dashboard --name "w$i" \
+        --preload dl1.worker \
         > "dl1-worker-$i.log" 2>&1 &
     echo $! >> dl1-cluster.pids
 done

@@ -65,6 +65,9 @@ def test_fit_on_a_real_scheduler_and_workers(tmp_path, recipe_cluster):
         # and its workers run no statistical profiler
         profiles = client.run(lambda dask_worker: "profile" in dask_worker.periodic_callbacks)
         assert not any(profiles.values())
+        # and they preload dl1.worker (each trims its heaps when its memory is high)
+        trims = client.run(lambda dask_worker: "dl1-trim-memory" in dask_worker.periodic_callbacks)
+        assert all(trims.values())
     local = dl1.fit(store, alpha=0.01, tol=1e-10)
     np.testing.assert_array_equal(remote.coef_, local.coef_)
     assert remote.converged_

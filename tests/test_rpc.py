@@ -203,8 +203,8 @@ def test_a_peer_lost_while_the_subproblem_server_waits_for_its_columns():
 
 def test_dl1s_local_cluster_starts_its_workers_with_the_malloc_setting(monkeypatch):
     """Workers of dl1's LocalCluster get WORKER_ENV before they start (glibc reads it then),
-    its scheduler steals no work, its workers run no statistical profiler; the caller's Dask
-    configuration is left as it was."""
+    its scheduler steals no work, its workers run no statistical profiler and preload
+    dl1.worker; the caller's Dask configuration is left as it was."""
     import os
 
     from dl1.localcluster import WORKER_ENV
@@ -220,6 +220,7 @@ def test_dl1s_local_cluster_starts_its_workers_with_the_malloc_setting(monkeypat
     before = dask.config.get("distributed.nanny.pre-spawn-environ")
     stealing = dask.config.get("distributed.scheduler.work-stealing")
     profiling = dask.config.get("distributed.worker.profile.enabled")
+    preload = dask.config.get("distributed.worker.preload")
     with (
         local_cluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster,
         Client(cluster) as client,
@@ -229,9 +230,12 @@ def test_dl1s_local_cluster_starts_its_workers_with_the_malloc_setting(monkeypat
             lambda dask_scheduler: "stealing" in dask_scheduler.extensions
         )
         profiles = client.run(lambda dask_worker: "profile" in dask_worker.periodic_callbacks)
+        trims = client.run(lambda dask_worker: "dl1-trim-memory" in dask_worker.periodic_callbacks)
     assert all(env.get(k) == v for k, v in WORKER_ENV.items())
     assert not steals
     assert not any(profiles.values())
+    assert all(trims.values())
+    assert dask.config.get("distributed.worker.preload") == preload
     assert dask.config.get("distributed.nanny.pre-spawn-environ") == before
     assert dask.config.get("distributed.scheduler.work-stealing") == stealing
     assert dask.config.get("distributed.worker.profile.enabled") == profiling
