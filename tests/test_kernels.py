@@ -993,11 +993,13 @@ def test_gram_gap_estimate_equals_the_exact_gap(fit_intercept, weighted, l1_rati
 
 
 @pytest.mark.parametrize("density", [0.05, 0.6])  # the sparse product and the BLAS branch
-@pytest.mark.parametrize("weighted", [False, True])
-def test_spread_gram_across_partitions_equals_numpy(density, weighted):
+@pytest.mark.parametrize(("weighted", "shares"), [(False, False), (True, False), (True, True)])
+def test_spread_gram_across_partitions_equals_numpy(density, weighted, shares):
     """The Gram matrix of a working set spread over two partitions (products of new columns
     sent in row pieces of 7 rows, scaled columns, weights, intercept profile), then updated
-    for a second working set: equal to NumPy's, with the kept entries reused bit for bit."""
+    for a second working set: equal to NumPy's, with the kept entries reused bit for bit.
+    With ``shares`` every group is a share of its own (a one-byte share budget), so shares
+    of the same partition exchange row pieces too."""
     from dl1.solvers import _tasks as T
     from dl1.solvers.executor import LocalExecutor
     from dl1.solvers.ws import _spread_gram, _spread_plan
@@ -1024,7 +1026,12 @@ def test_spread_gram_across_partitions_equals_numpy(density, weighted):
         return out
 
     def gram(groups, ws, prev):
-        plan = _spread_plan(groups, ws, np.array([0, 1]), cb)
+        if shares:
+            plan = _spread_plan(groups, ws, np.array([0, 1]), cb, np.ones(p), 1.0)
+            assert len(plan) == sum(np.isin(g, ws).any() for _, g, _ in groups)
+        else:
+            plan = _spread_plan(groups, ws, np.array([0, 1]), cb)
+            assert len(plan) == 2
         ids = np.concatenate([gids[keep] for _, grp in plan for _, gids, keep in grp])
         got = _spread_gram(ex, plan, ids, prev, c_all[ids], n, s, 12 * 7 * p, 10 * p)
         return got, ids

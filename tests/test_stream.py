@@ -238,3 +238,55 @@ def test_out_of_core_working_sets_grow_within_the_column_budget(tmp_path):
     assert max(got) < free_max
     assert capped.n_rounds_ >= free.n_rounds_
     np.testing.assert_allclose(capped.coef_, free.coef_, atol=1e-5 * np.abs(free.coef_).max())
+
+
+@pytest.mark.parametrize(("spread", "key"), [(True, "inner_checks"), ("cocoa", "inner_rounds")])
+def test_spread_subproblems_take_a_bounded_share_of_a_partitions_columns(
+    tmp_path, monkeypatch, spread, key
+):
+    """Out of core, each task of a spread subproblem takes one share of its partition's
+    cached groups, of at most ``SHARE_FRACTION * gather_max`` bytes unless a single group
+    is larger: with a share budget that cuts the partitions into several shares, the answer
+    is the one of unbounded shares (the same subproblem, its sums in another order)."""
+    from dl1.fit import _load, _problem
+    from dl1.penalties.elastic_net import ElasticNet
+    from dl1.solvers import ws as W
+    from dl1.solvers.executor import LocalExecutor
+
+    path = tmp_path / "s.zarr"
+    make_e2006_like(path, preset="small", seed=7, n_feature_blocks=6)
+    ex = LocalExecutor()
+    Xd, y, sw, datafit, store = _problem(path, None, None, "squared", "train")
+    blocks, cb = _load(ex, Xd, sw, False, True, 2, store, "train", True)
+    col_bytes = (4.0 + store.dtype("train").itemsize) * store.read("stats/col_nnz", "train") + 8.0
+    pen = ElasticNet(dl1.alpha_max(path) / 50)
+    kw = dict(fit_intercept=True, tol=1e-8, max_rounds=500, n_partitions=2, spread=spread)
+    plans = []
+    plan_of = W._spread_plan
+
+    def recorded(groups, ws, part_of_block, col_bounds, col_bytes=None, share_bytes=np.inf):
+        plan = plan_of(groups, ws, part_of_block, col_bounds, col_bytes, share_bytes)
+        sizes = [sum(float(col_bytes[ids].sum()) for _, ids, _ in grp) for _, grp in plan]
+        plans.append((len({q for q, _ in plan}), len(plan), sizes, [len(g) for _, g in plan]))
+        return plan
+
+    monkeypatch.setattr(W, "_spread_plan", recorded)
+    one, _, _ = W.solve_ws(ex, blocks, cb, y, sw, datafit, pen, col_bytes=col_bytes, **kw)
+    assert all(n_shares == n_parts for n_parts, n_shares, _, _ in plans)
+    # a gather budget under which the Gram matrix of the largest working set is still formed
+    # (16 m^2 bytes), and a share fraction that cuts each partition's groups in two or more
+    budget = 16.0 * (max(h.get("ws_size", 0) for h in one.history_) + 1) ** 2
+    monkeypatch.setattr(W, "SHARE_FRACTION", max(max(sz) for _, _, sz, _ in plans) / 2 / budget)
+    plans.clear()
+    cut, _, _ = W.solve_ws(
+        ex, blocks, cb, y, sw, datafit, pen, col_bytes=col_bytes, gather_max=budget, **kw
+    )
+    assert any(n_shares > n_parts for n_parts, n_shares, _, _ in plans)
+    share_max = W.SHARE_FRACTION * budget
+    for _, _, sizes, counts in plans:
+        assert all(s <= share_max or c == 1 for s, c in zip(sizes, counts, strict=True))
+    assert one.converged_ and cut.converged_
+    assert all(key in h for h in cut.history_[:-1])
+    scale = np.abs(one.coef_).max()
+    np.testing.assert_allclose(cut.coef_, one.coef_, rtol=0, atol=1e-5 * scale)
+    assert np.array_equal(cut.coef_ != 0, one.coef_ != 0)

@@ -338,6 +338,8 @@ def solve_ws(
                 min(gather_max / 8.0, float(SPREAD_PIECE_BYTES)),
                 dense_max,
                 max_epochs,
+                col_bytes=col_bytes,
+                share_bytes=gather_max * SHARE_FRACTION,
             )
             inner["inner_checks"] = n_checks
         elif use_spread:
@@ -356,6 +358,8 @@ def solve_ws(
                 penalty,
                 fit_intercept,
                 target,
+                col_bytes=col_bytes,
+                share_bytes=gather_max * SHARE_FRACTION,
             )
             epochs = n_rounds * SPREAD_EPOCHS
             inner["inner_rounds"] = n_rounds
@@ -445,6 +449,10 @@ def solve_ws(
     return res_, z, last
 
 
+#: A task of a spread subproblem takes at most this fraction of the gather budget (a quarter
+#: of a worker's memory beyond its baseline) of cached columns (:func:`_spread_plan`).
+SHARE_FRACTION = 0.5
+
 #: Worst-case bytes (12 per row and column) of a row piece of new columns sent from one
 #: partition to another while a spread Gram matrix is formed (:func:`_spread_gram`).
 SPREAD_PIECE_BYTES = 16 << 20
@@ -470,8 +478,11 @@ def spread_subproblem(
     fit_intercept,
     target_gap,
     max_rounds=2000,
+    col_bytes=None,
+    share_bytes=np.inf,
 ):
-    """The working-set subproblem by CoCoA+ rounds over the partitions holding its columns.
+    """The working-set subproblem by CoCoA+ rounds over the partitions holding its columns
+    (each task one share of a partition's groups, :func:`_spread_plan`).
 
     Each partition's worker runs :func:`dl1.solvers._tasks.ws_round_task` on the cached column
     groups it extracted (``sigma'`` = the number of partitions taking part: their updates
@@ -482,15 +493,15 @@ def spread_subproblem(
     """
     n = y.shape[0]
     s = None if sw.shape[0] == 0 else sw
-    plan = _spread_plan(groups, ws, part_of_block, col_bounds)
+    plan = _spread_plan(groups, ws, part_of_block, col_bounds, col_bytes, share_bytes)
     sigma = float(len(plan))
     profile = fit_intercept and datafit.beta == 1.0
     threshold = n * penalty.alpha_l1
     # per-column sums for the profiled intercept: computed once, kept where the groups are
-    sums = {
-        q: ex.submit_to(q, T.group_col_sums, [h for h, _, _ in grp], sw) if profile else None
+    sums = [
+        ex.submit_to(q, T.group_col_sums, [h for h, _, _ in grp], sw) if profile else None
         for q, grp in plan
-    }
+    ]
     kern = 0.0
     r = 0
     for r in range(max_rounds + 1):
@@ -517,9 +528,9 @@ def spread_subproblem(
                     penalty.alpha_l2,
                     SPREAD_EPOCHS if r < max_rounds else 0,
                     threshold,
-                    sums[q],
+                    sums[i],
                 )
-                for q, grp in plan
+                for i, (q, grp) in enumerate(plan)
             ]
         )
         kern += max(res[4]["kernel_s"] for res in results)
@@ -548,10 +559,18 @@ def spread_subproblem(
     return b, r, kern
 
 
-def _spread_plan(groups, ws, part_of_block, col_bounds):
-    """The cached groups holding live columns of ``ws``, by partition (sorted): ``[(q,
-    [(handle, ids, keep), ...]), ...]``, ``keep`` the positions of the live columns in a
-    group."""
+def _spread_plan(groups, ws, part_of_block, col_bounds, col_bytes=None, share_bytes=np.inf):
+    """The cached groups holding live columns of ``ws`` in shares: ``[(q, [(handle, ids,
+    keep), ...]), ...]``, ``q`` the partition whose worker holds the share's groups (sorted),
+    ``keep`` the positions of the live columns in a group.
+
+    A partition's groups are cut into consecutive shares of at most ``share_bytes`` (by
+    ``col_bytes``, the bytes of each cached column; a larger group is a share of its own),
+    and every task takes one share: a worker then needs only one share's groups in memory at
+    a time, and Dask may keep its other cached groups spilled to disk (at the dense end of
+    the out-of-core benchmark a partition's groups reached 250 MiB, which a task taking
+    them all had to hold at once, on top of the worker's baseline and its own scratch).
+    """
     by_part: dict[int, list[tuple[Any, np.ndarray, np.ndarray]]] = {}
     ids_all = np.concatenate([ids for _, ids, _ in groups])
     live = np.isin(ids_all, ws)
@@ -561,7 +580,19 @@ def _spread_plan(groups, ws, part_of_block, col_bounds):
         if keep.shape[0]:  # a group holds columns of one block
             q = int(part_of_block[np.searchsorted(col_bounds, ids[0], side="right") - 1])
             by_part.setdefault(q, []).append((h, ids, keep))
-    return sorted(by_part.items())
+    plan: list[tuple[int, list[tuple[Any, np.ndarray, np.ndarray]]]] = []
+    for q, grp in sorted(by_part.items(), key=lambda kv: kv[0]):
+        share: list[tuple[Any, np.ndarray, np.ndarray]] = []
+        size = 0.0
+        for g in grp:
+            nbytes = float(col_bytes[g[1]].sum()) if col_bytes is not None else 0.0
+            if share and size + nbytes > share_bytes:
+                plan.append((q, share))
+                share, size = [], 0.0
+            share.append(g)
+            size += nbytes
+        plan.append((q, share))
+    return plan
 
 
 def _spread_gram(ex, plan, ids, prev, c, n, sw, piece_bytes, scratch_max):
@@ -575,13 +606,13 @@ def _spread_gram(ex, plan, ids, prev, c, n, sw, piece_bytes, scratch_max):
     is_new = ~np.isin(ids, prev_ids)
     if not (~is_new).any():
         prev_task = None
-    pos, blocks, k = {}, [], 0
-    for q, grp in plan:
+    pos, blocks, k = [], [], 0
+    for _, grp in plan:
         m_q = sum(keep.shape[0] for _, _, keep in grp)
-        pos[q] = np.arange(k, k + m_q)
+        pos.append(np.arange(k, k + m_q))
         k += m_q
-    for r, grp_r in plan:
-        new_r = is_new[pos[r]]
+    for i_r, (r, grp_r) in enumerate(plan):
+        new_r = is_new[pos[i_r]]
         if not new_r.any():
             continue
         cols_r, k0 = [], 0
@@ -592,9 +623,9 @@ def _spread_gram(ex, plan, ids, prev, c, n, sw, piece_bytes, scratch_max):
         step = int(max(1, min(n, piece_bytes // (12 * k_r))))
         ranges = [(r0, min(n, r0 + step)) for r0 in range(0, n, step)]
         hs_r = [h for h, _, _ in grp_r]
-        for q, grp_q in plan:
+        for i_q, (q, grp_q) in enumerate(plan):
             hs_q, keeps_q = [h for h, _, _ in grp_q], [keep for _, _, keep in grp_q]
-            if q == r:
+            if i_q == i_r:
                 acc = ex.submit_to(
                     q, T.cross_gram_task, None, hs_q, keeps_q, None, cols_r, ranges, sw,
                     scratch_max,
@@ -607,7 +638,7 @@ def _spread_gram(ex, plan, ids, prev, c, n, sw, piece_bytes, scratch_max):
                         q, T.cross_gram_task, acc, hs_q, keeps_q, piece, None, [(a, b)], sw,
                         scratch_max,
                     )  # fmt: skip
-            blocks.append((pos[q], pos[r][new_r], acc))
+            blocks.append((pos[i_q], pos[i_r][new_r], acc))
     task = ex.submit_to(
         plan[0][0], T.merge_gram_task, prev_task, ids, np.flatnonzero(is_new), blocks, c, 1.0 / n
     )
@@ -636,9 +667,12 @@ def spread_gram_subproblem(
     check_every=10,
     anderson=5,
     max_checks=200,
+    col_bytes=None,
+    share_bytes=np.inf,
 ):
     """The squared-loss working-set subproblem on a Gram matrix formed across the partitions
-    holding its columns (out of core, when they are too many to gather on one worker).
+    holding its columns (out of core, when they are too many to gather on one worker); each
+    task takes one share of a partition's groups (:func:`_spread_plan`).
 
     ``Q = X_W^T (S - s s^T / sum(s)) X_W / n`` (the intercept profiled out, as in
     :func:`dl1.solvers._tasks._solve_gram`) is formed where the columns are cached, only the
@@ -652,11 +686,11 @@ def spread_gram_subproblem(
     """
     n = y.shape[0]
     s = None if sw.shape[0] == 0 else sw
-    plan = _spread_plan(groups, ws, part_of_block, col_bounds)
+    plan = _spread_plan(groups, ws, part_of_block, col_bounds, col_bytes, share_bytes)
     ids = np.concatenate([gids[keep] for _, grp in plan for _, gids, keep in grp])
-    hs = {q: [h for h, _, _ in grp] for q, grp in plan}
-    keeps = {q: [keep for _, _, keep in grp] for q, grp in plan}
-    sizes = np.cumsum([0] + [sum(k.shape[0] for k in keeps[q]) for q, _ in plan])
+    hs = [[h for h, _, _ in grp] for _, grp in plan]
+    keeps = [[keep for _, _, keep in grp] for _, grp in plan]
+    sizes = np.cumsum([0] + [sum(k.shape[0] for k in ks) for ks in keeps])
     yc = y - (datafit.initial_intercept(y, s) if fit_intercept else 0.0)
     w_ids = w[ids]
     kern, epochs, checks = 0.0, 0, 0
@@ -674,7 +708,10 @@ def spread_gram_subproblem(
             if fit_intercept:
                 vecs.append(np.ones(n) if s is None else s)
         outs = ex.gather(
-            [ex.submit_to(q, T.partition_rmatvec_task, hs[q], keeps[q], vecs) for q, _ in plan]
+            [
+                ex.submit_to(q, T.partition_rmatvec_task, hs[i], keeps[i], vecs)
+                for i, (q, _) in enumerate(plan)
+            ]
         )
         h = np.concatenate([o[0] for o in outs])
         if g_y is None:
@@ -713,8 +750,8 @@ def spread_gram_subproblem(
         d = w_new - w_ids
         for u in ex.gather(
             [
-                ex.submit_to(q, T.partition_matvec_task, hs[q], keeps[q], d[a:b_], n)
-                for (q, _), a, b_ in zip(plan, sizes[:-1], sizes[1:], strict=True)
+                ex.submit_to(q, T.partition_matvec_task, hs[i], keeps[i], d[a:b_], n)
+                for i, ((q, _), a, b_) in enumerate(zip(plan, sizes[:-1], sizes[1:], strict=True))
             ]
         ):
             z += u
