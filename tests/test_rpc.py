@@ -44,7 +44,9 @@ def test_direct_calls_give_the_answers_of_tasks_bit_for_bit(
 ):
     """The same solve (and a second one warm-started from it, reusing its gathered columns as
     a path does) through tasks and through the servers: identical results, every step of the
-    latter a direct call; the subproblem's server holds the last working set's groups only."""
+    latter a direct call, every pass after a subproblem run by the subproblem's server (its
+    own steps of the coordinator's, on the same values); the subproblem's server holds the
+    last working set's groups only."""
     X, y = make_classification(n=160, p=70) if loss == "logistic" else make_regression(p=90)
     sw = np.random.default_rng(3).uniform(0.5, 2.0, y.shape[0]) if weighted else None
     ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y, sw)
@@ -72,6 +74,10 @@ def test_direct_calls_give_the_answers_of_tasks_bit_for_bit(
         assert {h["transport"] for h in r.history_} == {"tasks"}
     for r in out["direct"][:2]:
         assert {h["transport"] for h in r.history_} == {"direct"}
+        # every pass after a subproblem was run by the subproblem's server
+        assert [h["scan_by_server"] for h in r.history_[1:]] == [True] * (len(r.history_) - 1)
+    for r in out["tasks"][:2]:
+        assert not any(h["scan_by_server"] for h in r.history_)
     e, last2 = out["direct"][2], out["direct"][3]
     home = e._ready()[min(e._ready())]
     held = set(home.held_groups().result())

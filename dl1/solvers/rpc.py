@@ -13,6 +13,12 @@ worker, which runs the very same task functions (same inputs, same results, bit 
 the blocks its worker holds (futures of the solve, looked up by key in the worker's memory)
 and keeps the working set's gathered columns between rounds. The columns travel from worker
 to worker (the server solving the subproblem asks its peers), never through the client.
+After a subproblem, its server runs the next pass itself (the coordinator's own steps on
+the same values: ``z + dz``, the intercept's update, the dual point), its peers' partitions
+by direct calls, and returns the pass's results with the subproblem's: one call from the
+coordinator per round instead of two, the same pass bit for bit; the coordinator still
+computes every gap and picks every working set.
+
 Nothing an actor holds is irreplaceable: the blocks stay task results the scheduler can
 recompute, and the gathered columns and constants are caches whose lineage (block, columns)
 the coordinator keeps. When a call fails (a worker died, a block moved after one did), the
@@ -22,6 +28,7 @@ executor re-issues it, and every later step, as ordinary tasks; the fit goes on.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -87,6 +94,21 @@ class _Group:
     local: np.ndarray | None
     parent: _Group | None
     keep: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class _ScanPlan:
+    """Wire form of the pass that follows a subproblem on its server (see
+    :meth:`PartitionServer.call`): per partition, the worker holding its blocks, the blocks,
+    their column ranges and alive sets; the pass's threshold and the working set's minimum
+    size."""
+
+    holders: list[str]
+    blocks: list[list[Any]]
+    bounds: list[list[tuple[int, int]]]
+    alive: list[list[Any]]
+    threshold: float
+    ws_start: int
 
 
 @dataclass(frozen=True)
@@ -167,12 +189,17 @@ class PartitionServer:
         call per peer and subproblem."""
         return [T.extract_task(self._block(_Block(key)), local) for key, local in wanted]
 
-    def call(self, fn: Any, args: list[Any]) -> Any:
+    def call(self, fn: Any, args: list[Any], then_scan: _ScanPlan | None = None) -> Any:
         """``fn(*args)`` with blocks, groups and constants resolved here.
 
         Groups held by peers are asked for first (one call per peer), made here meanwhile.
         A call that uses column groups replaces the cache of groups by the ones it used
         (a working set's next round keeps most of them, and gets the rest from this call).
+
+        ``then_scan`` (a subproblem's call): this server then runs the pass that follows,
+        as the coordinator would (:meth:`_scan_after`), and returns ``(fn's result, the
+        pass's results per partition, the pass's seconds here)``: a round then costs one
+        call from the coordinator instead of two, and the pass's dual point does not travel.
         """
         remote: dict[str, list[_Group]] = {}
         self._remote_groups(args, remote)
@@ -196,10 +223,53 @@ class PartitionServer:
         if asked:
             g0 = asked[0][0][0].gid
             used[g0] = (*used[g0][:6], max(0.0, peer_s - local_s))
-        out = fn(*self._resolve(args, used))
+        resolved = self._resolve(args, used)
+        out = fn(*resolved)
         if used:
             self._groups = used
+        if then_scan is not None:
+            t0 = time.perf_counter()
+            scans = self._scan_after(out, resolved, then_scan)
+            out = (out, scans, time.perf_counter() - t0)
         return out
+
+    def _scan_after(self, out: tuple, args: list[Any], plan: _ScanPlan) -> list[Any]:
+        """The pass after a subproblem (``args`` those of
+        :func:`~dl1.solvers._tasks.subproblem_task`, ``out`` its result), with the
+        coordinator's own steps on the same values, so bit for bit the pass it would run:
+        ``z + dz``, the intercept's update, the dual point, the coefficients by block (the
+        working set holds every nonzero) and the candidates' count; the peers' partitions
+        by direct calls, this worker's meanwhile."""
+        w_ws, dz, _, _ = out
+        ws, y, z, sw, datafit, fit_intercept = (args[i] for i in (3, 5, 6, 7, 8, 10))
+        s = None if sw.shape[0] == 0 else sw
+        z = z + dz
+        if fit_intercept:
+            z += datafit.intercept_update(y, z, s, max_iter=20)
+        theta = datafit.dual_point(y, z, s, fit_intercept)
+        ws_size = max(plan.ws_start, 2 * int(np.count_nonzero(w_ws)))
+        calls, done = [], {}
+        for q, holder in enumerate(plan.holders):
+            w_parts = []
+            for lo, hi in plan.bounds[q]:
+                inside = (ws >= lo) & (ws < hi)
+                idx, val = ws[inside] - lo, w_ws[inside]
+                nz = val != 0
+                w_parts.append((idx[nz].astype(np.int64), val[nz]))
+            scan = [plan.blocks[q], theta, plan.threshold, w_parts, ws_size, plan.alive[q]]
+            if holder == self._worker.address:
+                calls.append((q, None, scan))
+            else:
+                calls.append((q, holder, self._peers[holder].call(T.scan_task, scan)))
+        for q, holder, scan in calls:  # this worker's partitions while the peers scan
+            if holder is None:
+                done[q] = T.scan_task(*self._resolve(scan, {}))
+        for q, holder, fut in calls:
+            if holder is not None:
+                done[q] = _wait(
+                    fut, lambda h=holder: [h], _worker_client, lambda h=holder: [self._peers[h]]
+                )
+        return [done[q] for q in range(len(plan.holders))]
 
     def _remote_groups(self, a: Any, remote: dict[str, list[_Group]]) -> None:
         """The uncached groups to extract from a peer's blocks, by the peer's address."""
@@ -274,6 +344,18 @@ class RpcFuture:
             # recomputes what the servers held, and raises the function's own errors itself
             self._ex.fall_back()
             return self._ex.task_submit(self._fn, *self._args).result()
+
+
+class _RoundFuture(RpcFuture):
+    """The result of a subproblem's call that also ran the next pass: ``(result, scans,
+    seconds)``; re-issued as the subproblem's task alone (``scans`` None) if it fails."""
+
+    def result(self) -> Any:
+        try:
+            return self._ex.wait_call(self._fut)
+        except Exception:
+            self._ex.fall_back()
+            return self._ex.task_submit(self._fn, *self._args).result(), None, 0.0
 
 
 class RpcExecutor(DistributedExecutor):
@@ -478,6 +560,50 @@ class RpcExecutor(DistributedExecutor):
                 except Exception:  # no server, or a block on none: tasks from now on
                     self.fall_back()
         return self.task_submit(fn, *args)
+
+    def submit_then_scan(
+        self,
+        parts: list[list[Any]],
+        bounds: list[list[tuple[int, int]]],
+        alive: list[list[Any]],
+        threshold: float,
+        ws_start: int,
+        fn: Any,
+        *args: Any,
+    ) -> _RoundFuture | None:
+        """``fn(*args)`` (a working-set subproblem) on its server, which then runs the next
+        pass over ``parts`` (each partition's block futures, with their column ranges and
+        alive sets) as the coordinator would (:meth:`PartitionServer.call`). A handle whose
+        ``result()`` is ``(fn's result, each partition's scan results or None, the pass's
+        seconds)``; None when a partition's blocks are not all held by one server (then
+        submit ``fn`` alone)."""
+        from distributed import Future
+
+        if self.broken:
+            return None
+        try:
+            home = min(self._ready())
+            holders = []
+            for part in parts:
+                if not all(isinstance(b, Future) for b in part):
+                    return None
+                where = set(self._holders(part))
+                if len(where) != 1 or None in where:
+                    return None
+                holders.append(where.pop())
+            plan = _ScanPlan(
+                holders,
+                [[_Block(b.key) for b in part] for part in parts],
+                bounds,
+                alive,
+                float(threshold),
+                int(ws_start),
+            )
+            wire = [self._wire(a, home) for a in args]
+            return _RoundFuture(self, self._invoke(home, "call", fn, wire, plan), fn, args)
+        except Exception:  # no server, or a block on none: tasks from now on
+            self.fall_back()
+            return None
 
     def submit_to(self, part: int, fn: Any, *args: Any) -> Any:
         if not self.broken and fn is T.extract_task:

@@ -162,6 +162,9 @@ def solve_ws(
     y_h, sw_h = handles
     can_reuse = not screen and penalty.alpha_l2 == 0.0 and reuse is not None
     spread_gram = spread_gram0
+    # the next pass, run by the subproblem's server right after it (direct calls, in memory)
+    then_scan = getattr(ex, "submit_then_scan", None) if not screen else None
+    pending: tuple[list[Any], float] | None = None
     for r in range(max_rounds + 1):
         support = np.flatnonzero(w)
         ws_size = max(ws_start, 2 * support.shape[0])
@@ -182,22 +185,27 @@ def solve_ws(
                 b += db
                 z += db
             theta = datafit.dual_point(y, z, s_arg, fit_intercept)
-            per_block, scan_kernel = scan_pass(
-                ex,
-                blocks,
-                parts,
-                col_bounds,
-                theta,
-                threshold,
-                w,
-                ws_size,
-                alive,
-                prev,
-                norms=screen and r == 0,
-            )
+            if pending is not None:  # the server ran this pass, at this very theta
+                per_block = [blk for res, _ in pending[0] for blk in res]
+                scan_kernel = max(dt for _, dt in pending[0])
+            else:
+                per_block, scan_kernel = scan_pass(
+                    ex,
+                    blocks,
+                    parts,
+                    col_bounds,
+                    theta,
+                    threshold,
+                    w,
+                    ws_size,
+                    alive,
+                    prev,
+                    norms=screen and r == 0,
+                )
             if screen and r == 0:
                 col_norm_max = max((blk[5] for blk in per_block), default=-1.0)
-        t_scan = time.perf_counter() - t0
+        t_scan = time.perf_counter() - t0 + (pending[1] if pending is not None else 0.0)
+        by_server, pending = pending is not None, None
         last = LastScan(per_block, theta, threshold, ws_size, block_nnz)
         for j, blk in enumerate(per_block):
             alive[j] = blk[3]
@@ -241,6 +249,7 @@ def solve_ws(
             ),
             "passes": passes,
             "transport": ex.transport,
+            "scan_by_server": by_server,
         }
         history.append(entry)
         rounds = r
@@ -364,34 +373,49 @@ def solve_ws(
             epochs = n_rounds * SPREAD_EPOCHS
             inner["inner_rounds"] = n_rounds
         else:
-            (res,) = ex.gather(
-                [
-                    ex.submit(
-                        T.subproblem_task,
-                        [h for h, _, _ in groups],
-                        [ids for _, ids, _ in groups],
-                        [fresh for _, _, fresh in groups],
-                        ws,
-                        w[ws],
-                        y_h,
-                        z,
-                        sw_h,
-                        datafit,
-                        penalty,
-                        fit_intercept,
-                        target,
-                        max_epochs,
-                        10,
-                        random_order,
-                        seed * 7919 + r,
-                        5,
-                        gram_max,
-                        dense_max,
-                        gram_key,
-                        gram_target,
-                    )
-                ]
+            sub_args = (
+                [h for h, _, _ in groups],
+                [ids for _, ids, _ in groups],
+                [fresh for _, _, fresh in groups],
+                ws,
+                w[ws],
+                y_h,
+                z,
+                sw_h,
+                datafit,
+                penalty,
+                fit_intercept,
+                target,
+                max_epochs,
+                10,
+                random_order,
+                seed * 7919 + r,
+                5,
+                gram_max,
+                dense_max,
+                gram_key,
+                gram_target,
             )
+            fused = None
+            if then_scan is not None:  # the subproblem, then the next pass, in one call
+                fused = then_scan(
+                    [[blocks[j] for j in part] for part in parts],
+                    [
+                        [(int(col_bounds[j]), int(col_bounds[j + 1])) for j in part]
+                        for part in parts
+                    ],
+                    [[alive[j] for j in part] for part in parts],
+                    threshold,
+                    ws_start,
+                    T.subproblem_task,
+                    *sub_args,
+                )
+            if fused is not None:
+                res, scans, scan_s = fused.result()
+                if scans is not None:
+                    pending = (scans, scan_s)
+            else:
+                (res,) = ex.gather([ex.submit(T.subproblem_task, *sub_args)])
             w_ws, dz, db, info = res
             epochs, kern = info["epochs"], info["kernel_s"]
             w[ws] = w_ws
@@ -404,7 +428,8 @@ def solve_ws(
                 "ws_size": int(ws.shape[0]),
                 "inner_epochs": epochs,
                 **inner,
-                "inner_s": time.perf_counter() - t1,
+                # the pass the server ran after the subproblem is the next round's
+                "inner_s": time.perf_counter() - t1 - (pending[1] if pending else 0.0),
                 "inner_kernel_s": kern,
             }
         )
@@ -451,7 +476,7 @@ def solve_ws(
 
 #: A task of a spread subproblem takes at most this fraction of the gather budget (a quarter
 #: of a worker's memory beyond its baseline) of cached columns (:func:`_spread_plan`).
-SHARE_FRACTION = 0.5
+SHARE_FRACTION = 0.25
 
 #: Worst-case bytes (12 per row and column) of a row piece of new columns sent from one
 #: partition to another while a spread Gram matrix is formed (:func:`_spread_gram`).
