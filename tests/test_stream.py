@@ -203,22 +203,30 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
     assert (res.passes_ >= ref.passes_).all()
 
 
+def _streamed_problem(tmp_path, seed: int, n_feature_blocks: int):
+    """A small store's blocks as sources read by each task (in process), and the bytes of
+    each column once extracted (from the store's column counts)."""
+    from dl1.fit import _load, _problem
+    from dl1.solvers.executor import LocalExecutor
+
+    path = tmp_path / "s.zarr"
+    make_e2006_like(path, preset="small", seed=seed, n_feature_blocks=n_feature_blocks)
+    ex = LocalExecutor()
+    Xd, y, sw, datafit, store = _problem(path, None, None, "squared", "train")
+    blocks, cb = _load(ex, Xd, sw, False, True, 2, store, "train", True)
+    col_bytes = (4.0 + store.dtype("train").itemsize) * store.read("stats/col_nnz", "train") + 8.0
+    return path, ex, blocks, cb, y, sw, datafit, col_bytes
+
+
 def test_out_of_core_working_sets_grow_within_the_column_budget(tmp_path):
     """Out of core, violators join the working set while its columns (bytes from the store's
     column counts) fit the budget (at least WS_MIN_NEW of them): with a budget between the
     solution's support and the unbounded solver's largest working set, every round's working
     set fits that slack and stays below the unbounded one, and the answer is the same."""
-    from dl1.fit import _load, _problem
     from dl1.penalties.elastic_net import ElasticNet
-    from dl1.solvers.executor import LocalExecutor
     from dl1.solvers.ws import WS_MIN_NEW, solve_ws
 
-    path = tmp_path / "s.zarr"
-    make_e2006_like(path, preset="small", seed=6, n_feature_blocks=4)
-    ex = LocalExecutor()
-    Xd, y, sw, datafit, store = _problem(path, None, None, "squared", "train")
-    blocks, cb = _load(ex, Xd, sw, False, True, 2, store, "train", True)
-    col_bytes = (4.0 + store.dtype("train").itemsize) * store.read("stats/col_nnz", "train") + 8.0
+    path, ex, blocks, cb, y, sw, datafit, col_bytes = _streamed_problem(tmp_path, 6, 4)
     kw = dict(fit_intercept=True, tol=1e-8, max_rounds=500, n_partitions=2)
     pen = ElasticNet(dl1.alpha_max(path) / 100)
     # unbounded (infinite budget), its working sets' bytes recorded
@@ -248,17 +256,10 @@ def test_spread_subproblems_take_a_bounded_share_of_a_partitions_columns(
     cached groups, of at most ``SHARE_FRACTION * gather_max`` bytes unless a single group
     is larger: with a share budget that cuts the partitions into several shares, the answer
     is the one of unbounded shares (the same subproblem, its sums in another order)."""
-    from dl1.fit import _load, _problem
     from dl1.penalties.elastic_net import ElasticNet
     from dl1.solvers import ws as W
-    from dl1.solvers.executor import LocalExecutor
 
-    path = tmp_path / "s.zarr"
-    make_e2006_like(path, preset="small", seed=7, n_feature_blocks=6)
-    ex = LocalExecutor()
-    Xd, y, sw, datafit, store = _problem(path, None, None, "squared", "train")
-    blocks, cb = _load(ex, Xd, sw, False, True, 2, store, "train", True)
-    col_bytes = (4.0 + store.dtype("train").itemsize) * store.read("stats/col_nnz", "train") + 8.0
+    path, ex, blocks, cb, y, sw, datafit, col_bytes = _streamed_problem(tmp_path, 7, 6)
     pen = ElasticNet(dl1.alpha_max(path) / 50)
     kw = dict(fit_intercept=True, tol=1e-8, max_rounds=500, n_partitions=2, spread=spread)
     plans = []
