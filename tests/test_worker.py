@@ -73,4 +73,16 @@ def test_the_trimmer_waits_for_high_and_growing_memory(monkeypatch):
     assert calls == [1] and t.trims == 1 and t.floor > 0
     t()  # not grown by 1e12 bytes since
     assert calls == [1] and t.trims == 1
-    assert trim_memory() in (True, False)
+
+
+@glibc
+def test_trim_memory_releases_freed_heap_pages():
+    """In this process: after freeing most of 40,000 small arrays, glibc reports that the
+    trim gave memory back."""
+    import numpy as np
+
+    arrays = [np.ones(1000) for _ in range(40_000)]
+    kept = arrays[::16]
+    del arrays
+    assert trim_memory() is True
+    assert len(kept) == 2500

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -300,6 +301,33 @@ def matvec_task(
         w[idx] = val
         csc_matvec(b.indptr, b.indices, b.data, b.col_scale, w, out)
     return out
+
+
+def coef_parts(
+    ids: np.ndarray, values: np.ndarray, ranges: list[tuple[int, int]]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per column range ``[lo, hi)`` (a block), the local indices (int64) and values of the
+    nonzero coefficients among ``values`` at the sorted feature ids ``ids``: the form in
+    which passes and products receive a block's coefficients."""
+    out = []
+    for lo, hi in ranges:
+        a, b = np.searchsorted(ids, [lo, hi])
+        val = values[a:b]
+        nz = val != 0
+        out.append(((ids[a:b][nz] - lo).astype(np.int64), val[nz]))
+    return out
+
+
+def pass_dual_point(
+    datafit: Any, y: np.ndarray, z: np.ndarray, s: np.ndarray | None, fit_intercept: bool
+) -> tuple[float, np.ndarray]:
+    """The steps before a pass: the intercept's update (``z`` is moved by it in place) and
+    the dual point at the new ``z``. Returned: the update and the dual point."""
+    db = 0.0
+    if fit_intercept:
+        db = datafit.intercept_update(y, z, s, max_iter=20)
+        z += db
+    return db, datafit.dual_point(y, z, s, fit_intercept)
 
 
 def scan_task(

@@ -126,12 +126,13 @@ def overhead_fraction(history: list[dict[str, Any]]) -> float:
 
 
 def _sparse_parts(w: np.ndarray, bounds: np.ndarray, blocks: list[int]):
-    out = []
-    for j in blocks:
-        seg = w[bounds[j] : bounds[j + 1]]
-        nz = np.flatnonzero(seg)
-        out.append((nz, seg[nz]))
-    return out
+    """The nonzero coefficients of each of ``blocks`` (:func:`dl1.solvers._tasks.coef_parts`)."""
+    if not blocks:
+        return []
+    ranges = [(int(bounds[j]), int(bounds[j + 1])) for j in blocks]
+    lo, hi = min(a for a, _ in ranges), max(b for _, b in ranges)
+    ids = np.flatnonzero(w[lo:hi]) + lo
+    return T.coef_parts(ids, w[ids], ranges)
 
 
 def solve(

@@ -242,20 +242,12 @@ class PartitionServer:
         by direct calls, this worker's meanwhile."""
         w_ws, dz, _, _ = out
         ws, y, z, sw, datafit, fit_intercept = (args[i] for i in (3, 5, 6, 7, 8, 10))
-        s = None if sw.shape[0] == 0 else sw
         z = z + dz
-        if fit_intercept:
-            z += datafit.intercept_update(y, z, s, max_iter=20)
-        theta = datafit.dual_point(y, z, s, fit_intercept)
+        _, theta = T.pass_dual_point(datafit, y, z, None if sw.shape[0] == 0 else sw, fit_intercept)
         ws_size = max(plan.ws_start, 2 * int(np.count_nonzero(w_ws)))
         calls, done = [], {}
         for q, holder in enumerate(plan.holders):
-            w_parts = []
-            for lo, hi in plan.bounds[q]:
-                inside = (ws >= lo) & (ws < hi)
-                idx, val = ws[inside] - lo, w_ws[inside]
-                nz = val != 0
-                w_parts.append((idx[nz].astype(np.int64), val[nz]))
+            w_parts = T.coef_parts(ws, w_ws, plan.bounds[q])
             scan = [plan.blocks[q], theta, plan.threshold, w_parts, ws_size, plan.alive[q]]
             if holder == self._worker.address:
                 calls.append((q, None, scan))
@@ -333,8 +325,13 @@ def _worker_client() -> Any:
 class RpcFuture:
     """The result of a call to a server; re-issued as a task if the call fails."""
 
-    def __init__(self, ex: RpcExecutor, fut: Any, fn: Any, args: tuple) -> None:
+    def __init__(
+        self, ex: RpcExecutor, fut: Any, fn: Any, args: tuple, as_call: Any = None
+    ) -> None:
         self._ex, self._fut, self._fn, self._args = ex, fut, fn, args
+        # the task's result in the form of the call's (a call that also ran the next pass
+        # returns ``(result, scans, seconds)``; its task, ``(result, None, 0.0)``)
+        self._as_call = as_call or (lambda out: out)
 
     def result(self) -> Any:
         try:
@@ -343,19 +340,7 @@ class RpcFuture:
             # a lost worker, a moved block, or the function's own error: the task path
             # recomputes what the servers held, and raises the function's own errors itself
             self._ex.fall_back()
-            return self._ex.task_submit(self._fn, *self._args).result()
-
-
-class _RoundFuture(RpcFuture):
-    """The result of a subproblem's call that also ran the next pass: ``(result, scans,
-    seconds)``; re-issued as the subproblem's task alone (``scans`` None) if it fails."""
-
-    def result(self) -> Any:
-        try:
-            return self._ex.wait_call(self._fut)
-        except Exception:
-            self._ex.fall_back()
-            return self._ex.task_submit(self._fn, *self._args).result(), None, 0.0
+            return self._as_call(self._ex.task_submit(self._fn, *self._args).result())
 
 
 class RpcExecutor(DistributedExecutor):
@@ -555,7 +540,6 @@ class RpcExecutor(DistributedExecutor):
                     if len(holders) == 1 and None not in holders:
                         (addr,) = holders
                         wire = [self._wire(a, addr) for a in args]
-                        self._ready()
                         return RpcFuture(self, self._invoke(addr, "call", fn, wire), fn, args)
                 except Exception:  # no server, or a block on none: tasks from now on
                     self.fall_back()
@@ -570,7 +554,7 @@ class RpcExecutor(DistributedExecutor):
         ws_start: int,
         fn: Any,
         *args: Any,
-    ) -> _RoundFuture | None:
+    ) -> RpcFuture | None:
         """``fn(*args)`` (a working-set subproblem) on its server, which then runs the next
         pass over ``parts`` (each partition's block futures, with their column ranges and
         alive sets) as the coordinator would (:meth:`PartitionServer.call`). A handle whose
@@ -600,7 +584,8 @@ class RpcExecutor(DistributedExecutor):
                 int(ws_start),
             )
             wire = [self._wire(a, home) for a in args]
-            return _RoundFuture(self, self._invoke(home, "call", fn, wire, plan), fn, args)
+            fut = self._invoke(home, "call", fn, wire, plan)
+            return RpcFuture(self, fut, fn, args, lambda out: (out, None, 0.0))
         except Exception:  # no server, or a block on none: tasks from now on
             self.fall_back()
             return None

@@ -180,11 +180,8 @@ def solve_ws(
             block_nnz = reuse.block_nnz.copy()
             scan_kernel = 0.0
         else:
-            if fit_intercept:
-                db = datafit.intercept_update(y, z, s_arg, max_iter=20)
-                b += db
-                z += db
-            theta = datafit.dual_point(y, z, s_arg, fit_intercept)
+            db, theta = T.pass_dual_point(datafit, y, z, s_arg, fit_intercept)
+            b += db
             if pending is not None:  # the server ran this pass, at this very theta
                 per_block = [blk for res, _ in pending[0] for blk in res]
                 scan_kernel = max(dt for _, dt in pending[0])
@@ -606,7 +603,7 @@ def _spread_plan(groups, ws, part_of_block, col_bounds, col_bytes=None, share_by
             q = int(part_of_block[np.searchsorted(col_bounds, ids[0], side="right") - 1])
             by_part.setdefault(q, []).append((h, ids, keep))
     plan: list[tuple[int, list[tuple[Any, np.ndarray, np.ndarray]]]] = []
-    for q, grp in sorted(by_part.items(), key=lambda kv: kv[0]):
+    for q, grp in sorted(by_part.items()):
         share: list[tuple[Any, np.ndarray, np.ndarray]] = []
         size = 0.0
         for g in grp:
