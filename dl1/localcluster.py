@@ -27,7 +27,9 @@ and 279 / 275 MiB at alpha 78 without; pauses at the dense end fell from 338 to 
 Its workers preload :mod:`dl1.worker`, which returns the free pages of glibc's heaps to the
 system when a worker's memory is high: freed allocations below the mmap threshold otherwise
 stay in the process, and at the dense end of the out-of-core benchmark a worker stayed
-paused, idle, at 521 MiB with all of its task results spilled (337 MiB once trimmed).
+paused, idle, at 521 MiB with all of its task results spilled (337 MiB once trimmed). The
+preload also lowers the results a worker keeps in memory before spilling to what its pause
+threshold leaves beside dl1's baseline and a running task (:func:`dl1.worker.managed_target`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Worker preload (``dask worker --preload dl1.worker``): give freed heap memory back.
+"""Worker preload (``dask worker --preload dl1.worker``): give freed heap memory back, and
+keep room for a running task (see :func:`dask_setup`).
 
 glibc keeps the memory of freed small allocations (below ``MALLOC_MMAP_THRESHOLD_``) in its
 arenas for reuse. It returns pages to the system only from the top of the main heap (past
@@ -30,6 +31,12 @@ TRIM_GROWTH = 16 * 2**20
 
 #: Milliseconds between checks.
 TRIM_INTERVAL_MS = 200
+
+#: Resident memory a worker keeps free for its running task, beyond its baseline and the
+#: task results it holds in memory. The largest rise of resident memory during one of dl1's
+#: tasks, measured task by task on the out-of-core benchmark's dense end, was 61 MiB
+#: (``cross_gram_task``; ``scan_task`` 28, ``row_piece_task`` 34 MiB).
+TASK_HEADROOM = 96 * 2**20
 
 _LIBC: Any = None
 
@@ -83,14 +90,44 @@ class MemoryTrimmer:
         self.trims += 1
 
 
+def managed_target(limit: float, pause_fraction: float, target: float) -> float:
+    """Bytes of task results a worker may hold in memory before it spills the least recently
+    used to disk: Dask's ``target`` (by default 60% of ``limit``), lowered so that the
+    baseline of a dl1 worker (:data:`dl1.fit.WORKER_BASELINE`, the interpreter and the
+    compiled kernels), those results and a running task's :data:`TASK_HEADROOM` stay under
+    the pause threshold, but not below a tenth of ``limit``."""
+    from dl1.fit import WORKER_BASELINE
+
+    room = pause_fraction * limit - WORKER_BASELINE - TASK_HEADROOM
+    return min(target, max(room, 0.1 * limit))
+
+
 def dask_setup(worker: Any) -> None:
-    """Dask's preload hook: a worker with a memory limit checks every
-    :data:`TRIM_INTERVAL_MS` whether to trim (:class:`MemoryTrimmer`, kept as
-    ``worker.dl1_trimmer``)."""
+    """Dask's preload hook, for a worker with a memory limit.
+
+    - Its spill buffer's target becomes :func:`managed_target`. Dask spills by the
+      process's memory only every 100 ms and above 70% of the limit, but by the size of
+      the results held in memory at once, whenever a result is stored or read back from
+      disk. A dl1 worker's baseline is about 256 MiB (a third of it numba's LLVM), which
+      Dask's default target of 60% of the limit does not leave room for: on 650 MiB
+      workers, 390 MiB of results on top of it would be past the limit. Out of core,
+      where the cached working-set columns outgrow the workers at the dense end of a
+      path, tasks reading spilled columns back pushed the workers past the pause
+      threshold between two checks.
+    - It checks every :data:`TRIM_INTERVAL_MS` whether to trim (:class:`MemoryTrimmer`,
+      kept as ``worker.dl1_trimmer``).
+    """
     from tornado.ioloop import PeriodicCallback
 
-    limit = worker.memory_manager.memory_limit
-    if not limit or _libc() is None:
+    memory = worker.memory_manager
+    limit = memory.memory_limit
+    if not limit:
+        return
+    data = worker.data
+    if hasattr(data, "fast") and isinstance(getattr(data, "n", None), (int, float)):
+        pause = memory.memory_pause_fraction or 1.0
+        data.n = managed_target(limit, pause, data.n)
+    if _libc() is None:
         return
     worker.dl1_trimmer = MemoryTrimmer(limit)
     # started by the worker with its other periodic callbacks, after the preloads

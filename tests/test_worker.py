@@ -86,3 +86,56 @@ def test_trim_memory_releases_freed_heap_pages():
     del arrays
     assert trim_memory() is True
     assert len(kept) == 2500
+
+
+def test_the_managed_target_leaves_room_for_the_baseline_and_a_task():
+    """Dask's target is lowered so that the baseline, the results held in memory and a
+    running task's headroom fit under the pause threshold; never below a tenth of the limit;
+    a target already lower (a large worker's 60%) is kept."""
+    from dl1.fit import WORKER_BASELINE
+    from dl1.worker import TASK_HEADROOM, managed_target
+
+    small = 650 * 2**20
+    got = managed_target(small, 0.8, 0.6 * small)
+    assert got < 0.6 * small
+    assert WORKER_BASELINE + got + TASK_HEADROOM == pytest.approx(0.8 * small)
+    tiny = 400 * 2**20  # its pause threshold is under the baseline and the headroom
+    assert managed_target(tiny, 0.8, 0.6 * tiny) == pytest.approx(0.1 * tiny)
+    large = 16 * 2**30
+    assert managed_target(large, 0.8, 0.6 * large) == 0.6 * large
+
+
+def _hold(nbytes: int):
+    import numpy as np
+
+    return np.ones(nbytes // 8)
+
+
+def _memory_state(dask_worker) -> tuple[float, float, int, int]:
+    data = dask_worker.data
+    return data.n, data.fast.total_weight, len(data.fast), len(data.slow)
+
+
+def test_a_dl1_worker_spills_results_beyond_its_managed_target():
+    """On dl1's LocalCluster, a 650 MiB worker holds at most :func:`managed_target` bytes of
+    results in memory (under Dask's default of 60%) and spills the rest as they are
+    stored, without waiting for its memory monitor."""
+    from distributed import Client, wait
+
+    from dl1.localcluster import local_cluster
+    from dl1.worker import managed_target
+
+    limit = 650 * 2**20
+    with (
+        local_cluster(
+            n_workers=1, threads_per_worker=1, memory_limit=limit, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        futures = [client.submit(_hold, 24 * 2**20, pure=False) for _ in range(10)]
+        wait(futures)
+        n, in_memory, fast, slow = next(iter(client.run(_memory_state).values()))
+        assert n == managed_target(limit, 0.8, 0.6 * limit) < 0.6 * limit
+        assert in_memory <= n
+        assert slow >= 1 and fast + slow == 10  # 240 MiB stored: the oldest went to disk
+        assert all(f.result().shape == (3 * 2**20,) for f in futures)  # read back intact
