@@ -108,7 +108,7 @@ def dask_setup(worker: Any) -> None:
     - Its spill buffer's target becomes :func:`managed_target`. Dask spills by the
       process's memory only every 100 ms and above 70% of the limit, but by the size of
       the results held in memory at once, whenever a result is stored or read back from
-      disk. A dl1 worker's baseline is about 256 MiB (a third of it numba's LLVM), which
+      disk. A dl1 worker's baseline is about 256 MiB (68 MiB of it numba's LLVM), which
       Dask's default target of 60% of the limit does not leave room for: on 650 MiB
       workers, 390 MiB of results on top of it would be past the limit. Out of core,
       where the cached working-set columns outgrow the workers at the dense end of a
