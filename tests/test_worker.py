@@ -1,14 +1,32 @@
 """The worker preload (dl1.worker): a worker whose memory is high gives glibc's free heap
 pages back to the system."""
 
+import contextlib
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from dl1.worker import MemoryTrimmer, trim_memory
 
 glibc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+
+
+@contextlib.contextmanager
+def _one_dl1_worker(memory_limit: int | str) -> Iterator:
+    """A client of dl1's LocalCluster with one single-threaded worker process."""
+    from distributed import Client
+
+    from dl1.localcluster import local_cluster
+
+    with (
+        local_cluster(
+            n_workers=1, threads_per_worker=1, memory_limit=memory_limit, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
 
 
 def _fragment(dask_worker) -> tuple[float, float]:
@@ -35,16 +53,7 @@ def test_a_worker_with_high_memory_gives_freed_heap_pages_back():
     """On a worker of dl1's LocalCluster, freeing 300 MB of small arrays leaves the resident
     memory high (glibc keeps the pages) until the worker's trimmer, above half of its limit,
     gives them back: at least 200 MB within a few seconds."""
-    from distributed import Client
-
-    from dl1.localcluster import local_cluster
-
-    with (
-        local_cluster(
-            n_workers=1, threads_per_worker=1, memory_limit="600MiB", dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with _one_dl1_worker("600MiB") as client:
         before, fragmented = next(iter(client.run(_fragment).values()))
         assert fragmented - before > 250e6  # the freed arrays' pages are still resident
         deadline = time.time() + 10
@@ -118,24 +127,21 @@ def _memory_state(dask_worker) -> tuple[float, float, int, int]:
 
 def test_a_dl1_worker_spills_results_beyond_its_managed_target():
     """On dl1's LocalCluster, a 650 MiB worker holds at most :func:`managed_target` bytes of
-    results in memory (under Dask's default of 60%) and spills the rest as they are
+    results in memory (under Dask's own target) and spills the rest as they are
     stored, without waiting for its memory monitor."""
-    from distributed import Client, wait
+    import dask
+    from distributed import wait
 
-    from dl1.localcluster import local_cluster
     from dl1.worker import managed_target
 
     limit = 650 * 2**20
-    with (
-        local_cluster(
-            n_workers=1, threads_per_worker=1, memory_limit=limit, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    pause = dask.config.get("distributed.worker.memory.pause")
+    target = dask.config.get("distributed.worker.memory.target") * limit
+    with _one_dl1_worker(limit) as client:
         futures = [client.submit(_hold, 24 * 2**20, pure=False) for _ in range(10)]
         wait(futures)
         n, in_memory, fast, slow = next(iter(client.run(_memory_state).values()))
-        assert n == managed_target(limit, 0.8, 0.6 * limit) < 0.6 * limit
+        assert n == managed_target(limit, pause, target) < target
         assert in_memory <= n
         assert slow >= 1 and fast + slow == 10  # 240 MiB stored: the oldest went to disk
         assert all(f.result().shape == (3 * 2**20,) for f in futures)  # read back intact
