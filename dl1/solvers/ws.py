@@ -172,11 +172,17 @@ def solve_ws(
     spread_gram = spread_gram0
     # the next pass, run by the subproblem's server right after it (direct calls, in memory)
     then_scan = getattr(ex, "submit_then_scan", None) if not screen else None
+    # ... and a pass the coordinator asks for, by that server too: it fetches the first
+    # working set's columns while the coordinator chooses them
+    then_pass = getattr(ex, "submit_pass", None) if not screen else None
+    part_blocks = [[blocks[j] for j in part] for part in parts]
+    part_bounds = [[(int(col_bounds[j]), int(col_bounds[j + 1])) for j in part] for part in parts]
     pending: tuple[list[Any], float] | None = None
     for r in range(max_rounds + 1):
         support = np.flatnonzero(w)
         ws_size = max(ws_start, 2 * support.shape[0])
         t0 = time.perf_counter()
+        by_pass = None
         if r == 0 and can_reuse and reuse.ws_size == ws_size:
             # the previous alpha's last pass, at this very point: scores shift with the
             # threshold (|c_j| - n alpha_l1), the order and ||X^T theta||_inf do not
@@ -190,6 +196,20 @@ def solve_ws(
         else:
             db, theta = T.pass_dual_point(datafit, y, z, s_arg, fit_intercept)
             b += db
+            if pending is None and then_pass is not None:
+                by_pass = then_pass(
+                    part_blocks,
+                    part_bounds,
+                    [[alive[j] for j in part] for part in parts],
+                    threshold,
+                    ws_start,
+                    theta,
+                    [_sparse_parts(w, col_bounds, part) for part in parts],
+                    ws_size,
+                    support,
+                    [ids for _, ids, _ in groups],
+                )
+                pending = None if by_pass is None else by_pass.result()
             if pending is not None:  # the server ran this pass, at this very theta
                 per_block = [blk for res, _ in pending[0] for blk in res]
                 scan_kernel = max(dt for _, dt in pending[0])
@@ -209,8 +229,11 @@ def solve_ws(
                 )
             if screen and r == 0:
                 col_norm_max = max((blk[5] for blk in per_block), default=-1.0)
+        by_server = pending is not None
+        if by_pass is not None:  # timed here, whole
+            pending = None
         t_scan = time.perf_counter() - t0 + (pending[1] if pending is not None else 0.0)
-        by_server, pending = pending is not None, None
+        pending = None
         last = LastScan(per_block, theta, threshold, ws_size, block_nnz)
         for j, blk in enumerate(per_block):
             alive[j] = blk[3]
@@ -267,26 +290,7 @@ def solve_ws(
             break
         if r == max_rounds:
             break
-        # working set: the support plus the worst violators over all blocks
-        cand = np.concatenate(
-            [col_bounds[j] + s[1] for j, s in enumerate(per_block)] or [np.zeros(0, np.int64)]
-        )
-        score = np.concatenate([s[2] for s in per_block] or [np.zeros(0)])
-        n_new = max(ws_size - support.shape[0], 1)
-        order = np.argsort(-score, kind="stable")
-        if cand.shape[0] > n_new:
-            order = order[:n_new]
-        cand = cand[order]  # best violators first
-        if col_bytes is not None:
-            # out of core the workers hold the working set's columns: the violators join
-            # while their bytes fit ``cache_max``, at least max(WS_MIN_NEW, WS_MIN_GROWTH
-            # |support|) of them (a support that fills the budget alone would otherwise gain
-            # one feature per pass)
-            cand = cand[~np.isin(cand, support)]
-            room = cache_max - float(col_bytes[support].sum())
-            fits = int(np.searchsorted(np.cumsum(col_bytes[cand]), room, side="right"))
-            cand = cand[: max(fits, WS_MIN_NEW, int(WS_MIN_GROWTH * support.shape[0]))]
-        ws = np.union1d(support, cand).astype(np.int64)
+        ws = choose_working_set(support, per_block, col_bounds, ws_size, col_bytes, cache_max)
         # columns are gathered once and cached where the subproblem runs: only new ones move
         # a group mostly stale is compacted where it lives: the cache never holds more than
         # twice the working set's columns
@@ -405,11 +409,8 @@ def solve_ws(
             fused = None
             if then_scan is not None:  # the subproblem, then the next pass, in one call
                 fused = then_scan(
-                    [[blocks[j] for j in part] for part in parts],
-                    [
-                        [(int(col_bounds[j]), int(col_bounds[j + 1])) for j in part]
-                        for part in parts
-                    ],
+                    part_blocks,
+                    part_bounds,
                     [[alive[j] for j in part] for part in parts],
                     threshold,
                     ws_start,
@@ -487,6 +488,46 @@ SHARE_FRACTION = 0.25
 #: Worst-case bytes (12 per row and column) of a row piece of new columns sent from one
 #: partition to another while a spread Gram matrix is formed (:func:`_spread_gram`).
 SPREAD_PIECE_BYTES = 16 << 20
+
+
+def choose_working_set(
+    support: np.ndarray,
+    per_block: list[tuple],
+    starts: Any,
+    ws_size: int,
+    col_bytes: np.ndarray | None = None,
+    cache_max: float = np.inf,
+) -> np.ndarray:
+    """The next working set (sorted feature ids): the support plus the worst violators.
+
+    ``per_block`` holds each block's :func:`~dl1.solvers._tasks.scan_task` result, whose
+    candidates (local ids, scores) ``starts[j]`` shifts to feature ids; the ``ws_size -
+    |support|`` best scores over all blocks join (at least one, ties to the lower block and
+    rank). With ``col_bytes``, the violators join while their columns' bytes fit
+    ``cache_max`` (see :func:`solve_ws`). The coordinator chooses with it, and the server of
+    a subproblem repeats the choice to fetch the next round's columns in advance
+    (:meth:`dl1.solvers.rpc.PartitionServer.call`): the same function on the same values.
+    """
+    cand = np.concatenate(
+        [starts[j] + s[1] for j, s in enumerate(per_block)] or [np.zeros(0, np.int64)]
+    )
+    score = np.concatenate([s[2] for s in per_block] or [np.zeros(0)])
+    n_new = max(ws_size - support.shape[0], 1)
+    order = np.argsort(-score, kind="stable")
+    if cand.shape[0] > n_new:
+        order = order[:n_new]
+    cand = cand[order]  # best violators first
+    if col_bytes is not None:
+        # out of core the workers hold the working set's columns: the violators join
+        # while their bytes fit ``cache_max``, at least max(WS_MIN_NEW, WS_MIN_GROWTH
+        # |support|) of them (a support that fills the budget alone would otherwise gain
+        # one feature per pass)
+        cand = cand[~np.isin(cand, support)]
+        room = cache_max - float(col_bytes[support].sum())
+        fits = int(np.searchsorted(np.cumsum(col_bytes[cand]), room, side="right"))
+        cand = cand[: max(fits, WS_MIN_NEW, int(WS_MIN_GROWTH * support.shape[0]))]
+    return np.union1d(support, cand).astype(np.int64)
+
 
 #: Local epochs per round of :func:`spread_subproblem` (more: fewer round trips, each
 #: partition further from the others' changes).
