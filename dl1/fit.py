@@ -458,6 +458,7 @@ def fit(
         )
     else:
         res, _ = solve(ex, blocks, cb, y, sw, datafit, penalty, n_epochs=n_epochs, **common)
+    ex.close()
     res.streamed_ = streamed
     res.load_seconds_ = t_load
     res.solve_seconds_ = time.perf_counter() - t0 - t_load

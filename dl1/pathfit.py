@@ -355,6 +355,7 @@ def path(
         if callback is not None:
             callback(k, float(grid[k]), res)
     ex.broadcast(T.drop_gram, gram_key)  # the workers' cached Gram matrices die with the path
+    ex.close()
     if ck is not None:
         d = ck.load()
     else:

@@ -130,6 +130,9 @@ class LocalExecutor:
         """Run ``fn(*args)`` in every process running tasks (here: this one)."""
         fn(*args)
 
+    def close(self) -> None:
+        """Release what the solve held beside its tasks (here: nothing)."""
+
 
 class DistributedExecutor:
     """Runs tasks on a ``distributed.Client``; futures keep blocks in worker memory.
@@ -177,6 +180,10 @@ class DistributedExecutor:
     def broadcast(self, fn, *args) -> None:
         """Run ``fn(*args)`` on every worker (for worker-local caches)."""
         self.client.run(fn, *args, on_error="ignore")
+
+    def close(self) -> None:
+        """Release what the solve held beside its tasks (tasks: nothing; see
+        :meth:`dl1.solvers.rpc.RpcExecutor.close`)."""
 
     def compute(self, delayed: list[Any], workers: list[int] | None = None) -> list[Any]:
         if workers is None or not self.workers:

@@ -28,6 +28,9 @@ executor re-issues it, and every later step, as ordinary tasks; the fit goes on.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import os
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +41,7 @@ import numpy as np
 
 from dl1.solvers import _tasks as T
 from dl1.solvers.executor import DistributedExecutor
+from dl1.solvers.line import Dialer, Line
 
 #: Task functions a server runs (the others go through the scheduler).
 ROUTED = (T.scan_task, T.matvec_task, T.xt_theta_task, T.subproblem_task)
@@ -160,24 +164,71 @@ class PartitionServer:
         warm_up()
         self._worker = get_worker()
         self._peers: dict[str, Any] = {}
+        self._peer_lines: dict[str, Dialer] = {}
+        self._line: Line | None = None
+        # one method at a time, whichever way it was called (actor calls, lines)
+        self._lock = threading.Lock()
         self._groups: dict[str, tuple] = {}
         self._values: dict[str, Any] = {}
         # the next round's new columns, fetched while the coordinator turns around
         # (:meth:`_fetch_ahead`): a future of {(block key, local ids): where they are}
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dl1-ahead")
         self._ahead: Any = None
-        self._got_ahead: dict[tuple, list] = {}
+        self._got_ahead: dict[tuple, tuple] = {}
         self._served_ahead = 0  # column groups taken from those fetched in advance
         self._fetched_late = 0  # ... and groups extracted while a call waited
         # seconds of the current call spent waiting for extractions made in advance, and
         # the groups it took from them
         self._ahead_wait = 0.0
         self._ahead_gids: set[str] = set()
+        # the worker's context (``get_worker`` works in it), for this server's own threads
+        self._context = contextvars.copy_context()
 
-    def set_peers(self, peers: dict[str, Any]) -> bool:
-        """The servers of the other workers, by worker address."""
+    def set_peers(
+        self, peers: dict[str, Any], lines: dict[str, tuple[tuple[str, int], bytes]] | None = None
+    ) -> bool:
+        """The servers of the other workers, by worker address, and the lines of those that
+        have one (:meth:`open_line`; a peer this server cannot reach gets actor calls)."""
         self._peers = dict(peers)
+        for dialer in self._peer_lines.values():
+            dialer.close()
+        self._peer_lines = {}
+        for addr, (where, key) in (lines or {}).items():
+            if addr != self._worker.address:
+                dialer = Dialer(where, key)
+                try:
+                    dialer.connect()
+                except Exception:
+                    continue
+                self._peer_lines[addr] = dialer
         return True
+
+    def open_line(self, authkey: bytes) -> tuple[str, int] | None:
+        """Listen for direct calls (:class:`dl1.solvers.line.Line`) on this worker's host;
+        None where Dask's messages are not plain TCP (a line would bypass their
+        encryption)."""
+        where = self._worker.address
+        if not where.startswith("tcp://"):
+            return None
+        host = where[len("tcp://") :].rsplit(":", 1)[0].strip("[]")
+        if self._line is None:
+            self._line = Line(self, "dispatch", host, authkey)
+        return self._line.address
+
+    def close_line(self) -> bool:
+        """Stop listening, and close the lines to the peers."""
+        if self._line is not None:
+            self._line.close()
+            self._line = None
+        for dialer in self._peer_lines.values():
+            dialer.close()
+        self._peer_lines = {}
+        return True
+
+    def dispatch(self, method: str, args: tuple) -> Any:
+        """``method(*args)`` of this server, once no other method runs."""
+        with self._lock:
+            return getattr(self, method)(*args)
 
     def address(self) -> str:
         """The worker this server runs on."""
@@ -205,12 +256,15 @@ class PartitionServer:
     def packed(self, blob: bytes) -> bytes:
         """``method(*args)`` of this server, ``(method, args)`` and the result pickled whole
         (see :func:`pack`)."""
-        method, args = unpack(blob)
-        return pack(getattr(self, method)(*args))
+        return pack(self.dispatch(*unpack(blob)))
 
-    def _ask(self, holder: str, method: str, *args: Any) -> Any:
-        """A call of the peer server on ``holder``, as a future: packed (:func:`pack`), but
-        for ``extract``, whose columns (megabytes) Dask sends as frames without a copy."""
+    def _ask(self, holder: str, method: str, *args: Any, early: bool = False) -> Any:
+        """A call of the peer server on ``holder``, as a future: on its line if it has one
+        (its reply read as soon as it comes with ``early``, see
+        :meth:`dl1.solvers.line.Dialer.request`), else packed (:func:`pack`), but for
+        ``extract``, whose columns (megabytes) Dask sends as frames without a copy."""
+        if holder in self._peer_lines:
+            return self._peer_lines[holder].request(method, args, early)
         if method == "extract":
             return getattr(self._peers[holder], method)(*args)
         return _Packed(self._peers[holder].packed(pack((method, args))))
@@ -239,13 +293,9 @@ class PartitionServer:
         # the columns fetched in advance are for the next call that uses groups; a solve's
         # end (its Gram matrix dropped) lets them go
         t_in = time.perf_counter()
-        self._got_ahead, span = {}, (t_in, t_in)
+        self._got_ahead, self._ahead_wait, self._ahead_gids = {}, 0.0, set()
         if fn is T.drop_gram or _has_groups(args):
-            self._got_ahead, span = self._take_ahead()
-        # the part of this server's extraction in advance this call waited for is on the
-        # critical path (see below), as is the wait for a peer's (:meth:`_from_ahead`)
-        self._ahead_wait = max(0.0, span[1] - max(span[0], t_in))
-        self._ahead_gids = set()
+            self._got_ahead = self._take_ahead(t_in)
         remote: dict[str, list[_Group]] = {}
         self._remote_groups(args, remote)
         asked = [
@@ -267,10 +317,10 @@ class PartitionServer:
         if asked:
             g0 = asked[0][0][0].gid
             used[g0] = (*used[g0][:6], max(0.0, peer_s - local_s))
-        resolved = self._resolve(args, used)
         served = [gid for gid in used if gid in self._ahead_gids]
         if served:  # new groups, whose extraction seconds the call counts
             used[served[0]] = (*used[served[0]][:6], self._ahead_wait)
+        resolved = self._resolve(args, used)
         self._got_ahead = {}
         out = fn(*resolved)
         if used:
@@ -314,7 +364,9 @@ class PartitionServer:
     ) -> None:
         """Start :meth:`_fetch_ahead` in this server's own thread: the call returns
         meanwhile."""
-        self._ahead = self._pool.submit(self._fetch_ahead, plan, scans, support, ws_size, cached)
+        self._ahead = self._pool.submit(
+            self._context.copy().run, self._fetch_ahead, plan, scans, support, ws_size, cached
+        )
 
     def _fetch_ahead(
         self,
@@ -323,7 +375,7 @@ class PartitionServer:
         support: np.ndarray,
         ws_size: int,
         cached: list[np.ndarray],
-    ) -> tuple[dict[tuple, list], tuple[float, float]]:
+    ) -> tuple[dict[tuple, tuple], tuple[float, float, float, float]]:
         """Fetch the columns the coordinator will ask for next, while it turns around.
 
         After a pass it ran (``scans``, per partition), this server holds what the
@@ -334,9 +386,9 @@ class PartitionServer:
         their ids: the coordinator keeps them, see :func:`~dl1.solvers.ws.solve_ws`) are
         asked of the peers holding them and extracted here meanwhile. The next call that
         uses groups takes those it names (by block and columns); a choice that differs only
-        costs the work done here. Returned: where each group is (by block key and local
-        ids: here, or the future of the peer's answer), and when this server extracted its
-        share."""
+        costs the work done here. Returned: the groups (by block key and local ids), and
+        when this server extracted its share (start, end), when the peers' answers were in,
+        and the longest of the peers' extraction seconds."""
         from dl1.solvers.ws import choose_working_set
 
         keys = [b.key for q in plan.blocks for b in q]
@@ -346,56 +398,59 @@ class PartitionServer:
         chosen = choose_working_set(support, per_block, edges, ws_size)
         new = np.setdiff1d(chosen, np.concatenate(cached) if cached else np.zeros(0, np.int64))
         owner = np.searchsorted(edges, new, side="right") - 1
-        ahead: dict[tuple, list] = {}
+        ahead: dict[tuple, tuple] = {}
         asks: dict[str, list] = {}
         for j in np.unique(owner):
             local = (new[owner == j] - edges[j]).astype(np.int64)
             asks.setdefault(holders[j], []).append((keys[j], local))
-        for holder, wanted in asks.items():  # the peers first: they extract meanwhile
-            if holder != self._worker.address:
-                fut = self._ask(holder, "extract", wanted)
-                for i, (key, local) in enumerate(wanted):
-                    ahead[(key, local.tobytes())] = [holder, fut, i]
+        here = self._worker.address
+        # the peers first: they extract meanwhile
+        futs = {
+            h: self._ask(h, "extract", wanted, early=True)
+            for h, wanted in asks.items()
+            if h != here
+        }
         t0 = time.perf_counter()
-        for key, local in asks.get(self._worker.address, []):
-            e = T.extract_task(self._block(_Block(key)), local)
-            ahead[(key, local.tobytes())] = [None, None, (*e[:6], 0.0)]
-        return ahead, (t0, time.perf_counter())
+        for key, local in asks.get(here, []):
+            ahead[(key, local.tobytes())] = T.extract_task(self._block(_Block(key)), local)
+        t1 = time.perf_counter()
+        peer_s = 0.0
+        for holder, fut in futs.items():  # received here now, not when the call needs them
+            try:
+                got = self._answer(holder, fut)
+            except Exception:  # the call asks for them itself
+                continue
+            peer_s = max(peer_s, sum(e[6] for e in got))
+            for (key, local), e in zip(asks[holder], got, strict=True):
+                ahead[(key, local.tobytes())] = e
+        return ahead, (t0, t1, time.perf_counter(), peer_s)
 
-    def _take_ahead(self) -> tuple[dict[tuple, list], tuple[float, float]]:
-        """The columns fetched in advance (waiting for this server's share) and when this
-        server extracted its share; forgotten here."""
+    def _take_ahead(self, t_in: float) -> dict[tuple, tuple]:
+        """The columns fetched in advance, once all are in; forgotten here.
+
+        Their extraction counts as kernel time only for the part a call arriving at
+        ``t_in`` waited for (``_ahead_wait``): of this server's own extraction, the part
+        after ``t_in``; of the wait for the peers' answers after ``t_in``, at most their
+        extraction seconds (the rest is transfer)."""
         fut, self._ahead = self._ahead, None
+        self._ahead_wait = 0.0
         try:
-            if fut is not None:
-                return fut.result()
+            if fut is None:
+                return {}
+            ahead, (t0, t1, t2, peer_s) = fut.result()
         except Exception:  # a choice that failed: the call asks for its columns itself
-            pass
-        return {}, (0.0, 0.0)
+            return {}
+        self._ahead_wait = max(0.0, t1 - max(t0, t_in)) + min(peer_s, max(0.0, t2 - max(t1, t_in)))
+        return ahead
 
-    def _from_ahead(self, g: _Group, local_only: bool) -> tuple | None:
-        """Group ``g`` from the columns fetched in advance (None: not among them, or a
-        peer's while ``local_only``). Their extraction seconds count 0, but for the part
-        the call waited for (``_ahead_wait``): at most the peer's extraction seconds of the
-        time it waited for a peer's answer."""
-        got = self._got_ahead.get(_ahead_key(g))
-        if got is None:
+    def _from_ahead(self, g: _Group) -> tuple | None:
+        """Group ``g`` from the columns fetched in advance (None: not among them), its
+        extraction seconds zeroed (see :meth:`_take_ahead`)."""
+        e = self._got_ahead.get(_ahead_key(g))
+        if e is None:
             return None
-        holder, fut, e = got
-        if holder is not None:
-            if local_only:
-                return None
-            if fut is not None:  # the peer's answer, for every group it was asked for
-                t0 = time.perf_counter()
-                res = self._answer(holder, fut)
-                waited = time.perf_counter() - t0
-                self._ahead_wait += min(waited, sum(r[6] for r in res))
-                for other in self._got_ahead.values():
-                    if other[1] is fut:
-                        other[1], other[2] = None, (*res[other[2]][:6], 0.0)
-                e = got[2]
         self._served_ahead += 1
-        return e
+        return (*e[:6], 0.0)
 
     def _scan_after(self, out: tuple, args: list[Any], plan: _ScanPlan, ws_size: int) -> list:
         """The pass after a subproblem (``args`` those of
@@ -452,11 +507,9 @@ class PartitionServer:
             return used[g.gid]
         if g.gid in self._groups:
             e = self._groups[g.gid]
-        elif (ahead := self._from_ahead(g, local_only)) is not None:
+        elif (ahead := self._from_ahead(g)) is not None:
             e = ahead
             self._ahead_gids.add(g.gid)
-        elif _ahead_key(g) in self._got_ahead:
-            return None  # a peer's, fetched in advance: taken once the peers have answered
         elif g.parent is not None:
             parent = self._group(g.parent, used, local_only, record=False)
             if parent is None:
@@ -590,8 +643,9 @@ class RpcExecutor(DistributedExecutor):
         self._servers: dict[str, Any] = {}
         self._holder: dict[Any, str | None] = {}
         self._sent: dict[str, set[str]] = {}
-        # whether calls go straight to the workers (see :meth:`_invoke`)
+        # whether calls go straight to the workers, and on which lines (see :meth:`_invoke`)
         self.direct_calls = False
+        self._lines: dict[str, Dialer] = {}
 
     @property
     def transport(self) -> str:
@@ -604,11 +658,42 @@ class RpcExecutor(DistributedExecutor):
             # where each server is (a worker lost meanwhile has none: its blocks use tasks)
             addrs = [self.wait_call(f) for f in [a.address() for a in actors]]
             servers = dict(zip(addrs, actors, strict=True))
-            for fut in [a.set_peers(servers) for a in actors]:
-                self.wait_call(fut)
             self.direct_calls = self._reachable(servers)
             self._servers = servers
+            lines = self._open_lines() if self.direct_calls else {}
+            for fut in [a.set_peers(servers, lines) for a in actors]:
+                self.wait_call(fut)
         return self._servers
+
+    def _open_lines(self) -> dict[str, tuple[tuple[str, int], bytes]]:
+        """Open a line to every server (:mod:`dl1.solvers.line`), or to none: returned, the
+        lines by worker address (empty when a server has none or does not answer within
+        :data:`~dl1.solvers.line.CONNECT_S` seconds)."""
+        key = os.urandom(32)
+        try:
+            futs = {a: self._invoke(a, "open_line", key) for a in self._servers}
+            where = {a: self.wait_call(f) for a, f in futs.items()}
+            if any(w is None for w in where.values()):
+                return {}
+            dialers = {a: Dialer(w, key) for a, w in where.items()}
+            for d in dialers.values():
+                d.connect()
+        except Exception:
+            return {}
+        self._lines = dialers
+        return {a: (w, key) for a, w in where.items()}
+
+    def close(self) -> None:
+        """Close the lines to the servers, and theirs (the servers live on until released)."""
+        lines, self._lines = self._lines, {}
+        for d in lines.values():
+            d.close()
+        if lines and not self.broken:
+            try:
+                for fut in [self._invoke(a, "close_line") for a in self._servers]:
+                    self.wait_call(fut)
+            except Exception:
+                pass
 
     def _reachable(self, servers: dict[str, Any]) -> bool:
         """Whether this client calls the servers directly: as its ``direct_to_workers`` says,
@@ -644,8 +729,12 @@ class RpcExecutor(DistributedExecutor):
         on a busy machine (on the tfidf preset's 2-core LocalCluster, a scan call took a
         median 3.5 ms to reach its worker that way, 2.2 ms directly). So when the workers are
         reachable (:meth:`_reachable`) the call is Dask's own ``actor_execute`` message sent
-        straight to the worker, over the client's connection pool.
+        straight to the worker, over the client's connection pool; and where the servers
+        have lines (:meth:`_open_lines`), a request on the server's line, written by the
+        calling thread.
         """
+        if addr in self._lines:
+            return self._lines[addr].request(method, args)
         actor = self._servers[addr]
         if not self.direct_calls:
             return getattr(actor, method)(*args)
@@ -662,7 +751,11 @@ class RpcExecutor(DistributedExecutor):
         )
 
     def fall_back(self) -> None:
-        """Run everything as tasks from now on, and let the servers go."""
+        """Run everything as tasks from now on, and let the servers go (their lines close
+        as the connections to them do)."""
+        lines, self._lines = self._lines, {}
+        for d in lines.values():
+            d.close()
         self.broken = True
         self._servers = {}
         self._actor_futures = []
