@@ -11,7 +11,9 @@ from dl1.datafits import Logistic, Quadratic
 from dl1.fit import _load, _problem
 from dl1.penalties.elastic_net import ElasticNet
 from dl1.solvers import _tasks as T
+from dl1.solvers import rpc
 from dl1.solvers.executor import DistributedExecutor, LocalExecutor
+from dl1.solvers.line import Dialer
 from dl1.solvers.rpc import RpcExecutor, rpc_executor
 from dl1.solvers.ws import solve_ws
 from tests.test_fit import as_dask, make_classification, make_regression
@@ -81,6 +83,7 @@ def test_direct_calls_give_the_answers_of_tasks_bit_for_bit(
     for r in out["tasks"][:2]:
         assert not any(h["scan_by_server"] for h in r.history_)
     e, last2 = out["direct"][2], out["direct"][3]
+    assert set(e._lines) == set(e._ready())  # the calls went on lines
     home = e._ready()[min(e._ready())]
     # it chose each working set as the coordinator did, after each pass: every new column
     # group was fetched in advance, none while a subproblem's call waited
@@ -321,3 +324,31 @@ def test_workers_a_client_cannot_reach_get_their_calls_through_the_scheduler(loc
     assert not ux.direct_calls and not ux.broken
     assert {h["transport"] for h in res.history_} == {"direct"}
     assert local_cluster.run_on_scheduler(_proxied) >= res.n_rounds_
+
+
+def test_workers_whose_lines_a_client_cannot_reach_get_actor_calls(local_cluster, monkeypatch):
+    """A client that cannot connect to the workers' lines (a firewall in between) keeps
+    Dask's actor calls, sent straight to the workers: same answer; and this process does not
+    try those workers' lines again."""
+    tried = []
+
+    def refuse(self, timeout=5.0):
+        tried.append(self.address)
+        raise TimeoutError("no answer")
+
+    monkeypatch.setattr(Dialer, "connect", refuse)  # in this process: the client's side
+    monkeypatch.setattr(rpc, "NO_LINE", set())
+    X, y = make_regression(n=150, p=80, seed=8)
+    ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y)
+    pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 30)
+    ref, _, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    ux = RpcExecutor(ex)
+    ux.wait(blocks)
+    res, _, _ = solve_ws(ux, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    _same(res, ref)
+    assert ux.direct_calls and not ux._lines and not ux.broken
+    assert {h["transport"] for h in res.history_} == {"direct"}
+    assert tried and rpc.NO_LINE <= set(ux._ready())
+    again = RpcExecutor(ex)
+    again.wait(blocks)
+    assert len(tried) == 1 and not again._lines and again.direct_calls
