@@ -904,20 +904,13 @@ class RpcExecutor(DistributedExecutor):
         ``result()`` is ``(fn's result, each partition's scan results or None, the pass's
         seconds)``; None when a partition's blocks are not all held by one server (then
         submit ``fn`` alone)."""
-        if self.broken:
-            return None
-        try:
-            plan = self._plan(parts, bounds, alive, threshold, ws_start)
-            if plan is None:
-                return None
-            home = min(self._ready())
-            wire = [self._wire(a, home) for a in args]
-            fut = self._invoke(home, "call", fn, wire, plan)
+        return self._home_call(
+            (parts, bounds, alive, threshold, ws_start),
+            "call",
+            lambda home, plan: (fn, [self._wire(a, home) for a in args], plan),
             # by tasks: the subproblem alone (the coordinator then runs the pass)
-            return RpcFuture(self, fut, lambda: (self.task_submit(fn, *args).result(), None, 0.0))
-        except Exception:  # no server, or a block on none: tasks from now on
-            self.fall_back()
-            return None
+            lambda: (self.task_submit(fn, *args).result(), None, 0.0),
+        )
 
     def submit_pass(
         self,
@@ -938,14 +931,26 @@ class RpcExecutor(DistributedExecutor):
         partition's scan results, the pass's seconds)``, or None if the call failed (the
         executor then runs tasks); None when a partition's blocks are not all held by one
         server."""
+        return self._home_call(
+            (parts, bounds, alive, threshold, ws_start),
+            "scan_pass",
+            lambda home, plan: (plan, theta, w_parts, int(ws_size), support, cached),
+            _none,
+        )
+
+    def _home_call(self, pass_args: tuple, method: str, args: Any, fallback: Any) -> Any:
+        """``method(*args(home, plan))`` of the subproblem's server (``home``), ``plan``
+        the wire form of the pass :meth:`_plan` makes of ``pass_args``: an
+        :class:`RpcFuture` falling back to ``fallback()``; None when there is no such plan
+        or server."""
         if self.broken:
             return None
         try:
-            plan = self._plan(parts, bounds, alive, threshold, ws_start)
+            plan = self._plan(*pass_args)
             if plan is None:
                 return None
-            args = (plan, theta, w_parts, int(ws_size), support, cached)
-            return RpcFuture(self, self._invoke(min(self._ready()), "scan_pass", *args), _none)
+            home = min(self._ready())
+            return RpcFuture(self, self._invoke(home, method, *args(home, plan)), fallback)
         except Exception:  # no server, or a block on none: tasks from now on
             self.fall_back()
             return None

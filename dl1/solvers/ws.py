@@ -177,6 +177,11 @@ def solve_ws(
     then_pass = getattr(ex, "submit_pass", None) if not screen else None
     part_blocks = [[blocks[j] for j in part] for part in parts]
     part_bounds = [[(int(col_bounds[j]), int(col_bounds[j + 1])) for j in part] for part in parts]
+
+    def pass_plan() -> tuple:  # a pass's partitions, for the subproblem's server
+        alive_parts = [[alive[j] for j in part] for part in parts]
+        return part_blocks, part_bounds, alive_parts, threshold, ws_start
+
     pending: tuple[list[Any], float] | None = None
     for r in range(max_rounds + 1):
         support = np.flatnonzero(w)
@@ -198,11 +203,7 @@ def solve_ws(
             b += db
             if pending is None and then_pass is not None:
                 by_pass = then_pass(
-                    part_blocks,
-                    part_bounds,
-                    [[alive[j] for j in part] for part in parts],
-                    threshold,
-                    ws_start,
+                    *pass_plan(),
                     theta,
                     [_sparse_parts(w, col_bounds, part) for part in parts],
                     ws_size,
@@ -409,11 +410,7 @@ def solve_ws(
             fused = None
             if then_scan is not None:  # the subproblem, then the next pass, in one call
                 fused = then_scan(
-                    part_blocks,
-                    part_bounds,
-                    [[alive[j] for j in part] for part in parts],
-                    threshold,
-                    ws_start,
+                    *pass_plan(),
                     T.subproblem_task,
                     *sub_args,
                 )
