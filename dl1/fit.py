@@ -16,7 +16,7 @@ from dl1.errors import ValidationError
 from dl1.penalties.elastic_net import ElasticNet
 from dl1.solvers import _tasks as T
 from dl1.solvers.cd import FitResult, solve
-from dl1.solvers.executor import executor_for, with_low_latency
+from dl1.solvers.executor import coordinating, executor_for
 from dl1.solvers.fw import FWProblem, FWResult, sample_size, solve_fw
 from dl1.solvers.rpc import rpc_executor
 from dl1.solvers.ws import solve_ws
@@ -242,7 +242,7 @@ def _check_params(alpha: float, l1_ratio: float, tol: float, spread: Any = None)
         raise ValueError(f"tol must be > 0, got {tol!r}")
 
 
-@with_low_latency
+@coordinating
 def fit(
     X: Any,
     y: Any = None,

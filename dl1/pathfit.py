@@ -24,7 +24,7 @@ from dl1.fit import (
 from dl1.penalties.elastic_net import ElasticNet
 from dl1.solvers import _tasks as T
 from dl1.solvers.cd import ConvergenceWarning
-from dl1.solvers.executor import executor_for, with_low_latency
+from dl1.solvers.executor import coordinating, executor_for
 from dl1.solvers.rpc import rpc_executor
 from dl1.solvers.ws import rescan, solve_ws
 from dl1.store import Store, open_store
@@ -58,7 +58,7 @@ def alpha_grid(alpha_max: float, n_alphas: int = 100, eps: float = 1e-2) -> np.n
     return np.geomspace(alpha_max, alpha_max * eps, n_alphas)
 
 
-@with_low_latency
+@coordinating
 def path(
     X: Any,
     y: Any = None,

@@ -530,3 +530,42 @@ def test_low_latency_sets_and_restores_dask_batching_intervals(local_cluster):
     # and dl1.fit sets them for its own duration only
     dl1.fit(as_dask(X, 2), y, alpha=0.01, tol=1e-8, client=local_cluster)
     assert _intervals(local_cluster) == before
+
+
+def _blas_threads() -> set[int]:
+    from threadpoolctl import threadpool_info
+
+    return {d["num_threads"] for d in threadpool_info() if d["user_api"] == "blas"}
+
+
+def test_a_coordinating_process_keeps_its_blas_to_one_thread(local_cluster):
+    """While dl1.fit or dl1.path coordinates a cluster, this process's BLAS runs on one
+    thread (spinning BLAS threads took a core from the workers of a LocalCluster); the
+    process's own setting is back when they return, and a fit without a client keeps it."""
+    from threadpoolctl import threadpool_limits
+
+    X, y = make_regression(n=80, p=30, seed=4)
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = _blas_threads()
+        assert before == {2}
+        seen: list[set[int]] = []
+        res = dl1.fit(
+            as_dask(X, 2),
+            y,
+            alpha=0.01,
+            client=local_cluster,
+            callback=lambda entry: seen.append(_blas_threads()),
+        )
+        assert res.converged_ and seen and all(s == {1} for s in seen)
+        assert _blas_threads() == before
+        dl1.path(
+            as_dask(X, 2),
+            y,
+            n_alphas=3,
+            client=local_cluster,
+            callback=lambda k, alpha, r: seen.append(_blas_threads()),
+        )
+        assert seen[-1] == {1} and _blas_threads() == before
+        local: list[set[int]] = []
+        dl1.fit(as_dask(X, 2), y, alpha=0.01, callback=lambda e: local.append(_blas_threads()))
+        assert local and all(s == before for s in local)
