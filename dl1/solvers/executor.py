@@ -267,9 +267,10 @@ def quiet_blas(client: Any) -> Iterator[None]:
     threads; but OpenBLAS's threads spin, waiting for work, for about a tenth of a second
     after each call they served. On a machine the client shares with its workers (a
     LocalCluster) they took a core from the workers' kernels: at the ``"tfidf"`` preset
-    (2-core LocalCluster, 12 fits each) the passes after a subproblem took 40-47 ms (the
-    subproblem's worker) and 33-38 ms (its peer) instead of 25-28 and 17-20 ms, and a fit
-    took a median of 0.35 s instead of 0.29 s.
+    (2-core LocalCluster) the passes after a subproblem mostly took 40-47 ms (the
+    subproblem's worker) and 33-38 ms (its peer) instead of 25-28 and 17-20 ms (12 fits
+    each), and a fit took a median of 0.37 s instead of 0.30 s (16 fits on each of two
+    clusters).
     """
     if client is None:
         yield

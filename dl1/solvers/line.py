@@ -164,12 +164,14 @@ class Line:
                     out = ("error", exc)
                 del owner
                 try:
-                    try:
-                        send(conn, out)
-                    except (EOFError, OSError):
-                        raise
-                    except Exception as exc:  # an unpicklable result or error
-                        send(conn, ("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
+                    send(conn, out)
+                    continue
+                except (EOFError, OSError):
+                    return
+                except Exception as exc:  # unpicklable (pickled before a byte is written)
+                    out = ("error", RuntimeError(f"{type(exc).__name__}: {exc}"))
+                try:
+                    send(conn, out)
                 except (EOFError, OSError):
                     return
 
@@ -192,7 +194,7 @@ class Dialer:
 
         def attempt() -> None:
             try:
-                box.append(_socket(Client(self.address, authkey=self._authkey)))
+                box.append(self._open())
             except Exception as exc:
                 box.append(exc)
 
@@ -203,12 +205,14 @@ class Dialer:
             raise TimeoutError(f"no answer from {self.address} within {timeout} s")
         if isinstance(box[0], Exception):
             raise box[0]
-        self._keep(box[0])
+        self._release(box[0])
 
-    def _keep(self, conn: socket.socket) -> None:
+    def _open(self) -> socket.socket:
+        """A new connection (handshake passed), kept to be closed with the others."""
+        conn = _socket(Client(self.address, authkey=self._authkey))
         with self._lock:
             self._all.append(conn)
-            self._idle.append(conn)
+        return conn
 
     def request(self, method: str, args: tuple, early: bool = False) -> Reply:
         """Send ``method(*args)``; the reply is read by :meth:`Reply.result`, or as soon as
@@ -217,9 +221,7 @@ class Dialer:
         with self._lock:
             conn = self._idle.pop() if self._idle else None
         if conn is None:
-            conn = _socket(Client(self.address, authkey=self._authkey))
-            with self._lock:
-                self._all.append(conn)
+            conn = self._open()
         send(conn, (method, args))
         return Reply(self, conn, early)
 

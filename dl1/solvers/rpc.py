@@ -30,10 +30,11 @@ differed would only cost the work (``test_rpc`` asserts that none does).
 The calls travel on lines (:mod:`dl1.solvers.line`) where the workers' addresses are plain
 TCP and the client can connect to them: a socket per server, served by a thread of its own,
 instead of an actor call crossing two event loops and the actor's thread. At the
-``"tfidf"`` preset (2-core LocalCluster, 16 fits at ``alpha_max / 20`` on each of two
-clusters) the fraction of the rounds' time outside the kernels fell from 0.14-0.15 to 0.07-0.09
-with the fetching ahead and the lines. Otherwise the calls are Dask actor calls, sent
-straight to the workers when they are reachable.
+``"tfidf"`` preset (2-core LocalCluster, 16 fits at ``alpha_max / 20`` per run, three runs
+each) the medians of the fraction of the rounds' time outside the kernels fell from
+0.13-0.16 to 0.07-0.08 with the fetching ahead and the lines (the non-kernel time per fit
+from 48-53 to 21-25 ms). Otherwise the calls are Dask actor calls, sent straight to the
+workers when they are reachable.
 
 Nothing an actor holds is irreplaceable: the blocks stay task results the scheduler can
 recompute, and the gathered columns and constants are caches whose lineage (block, columns)
@@ -197,9 +198,7 @@ class PartitionServer:
         self._got_ahead: dict[tuple, tuple] = {}
         self._served_ahead = 0  # column groups taken from those fetched in advance
         self._fetched_late = 0  # ... and groups extracted while a call waited
-        # seconds of the current call spent waiting for extractions made in advance, and
-        # the groups it took from them
-        self._ahead_wait = 0.0
+        # the groups the current call took from those fetched in advance
         self._ahead_gids: set[str] = set()
         # the worker's context (``get_worker`` works in it), for this server's own threads
         self._context = contextvars.copy_context()
@@ -227,12 +226,13 @@ class PartitionServer:
         """Listen for direct calls (:class:`dl1.solvers.line.Line`) on this worker's host;
         None where Dask's messages are not plain TCP (a line would bypass their
         encryption)."""
+        from distributed.comm import get_address_host, parse_address
+
         where = self._worker.address
-        if not where.startswith("tcp://"):
+        if parse_address(where)[0] != "tcp":
             return None
-        host = where[len("tcp://") :].rsplit(":", 1)[0].strip("[]")
         if self._line is None:
-            self._line = Line(self, "dispatch", host, authkey)
+            self._line = Line(self, "dispatch", get_address_host(where), authkey)
         return self._line.address
 
     def close_line(self) -> bool:
@@ -289,7 +289,7 @@ class PartitionServer:
             return getattr(self._peers[holder], method)(*args)
         return _Packed(self._peers[holder].packed(pack((method, args))))
 
-    def _answer(self, holder: str, fut: _Packed) -> Any:
+    def _answer(self, holder: str, fut: Any) -> Any:
         """The result of a call to the peer on ``holder``; BlockMissing once it is lost."""
         return _wait(fut, lambda: [holder], _worker_client, lambda: [self._peers[holder]])
 
@@ -312,10 +312,9 @@ class PartitionServer:
         """
         # the columns fetched in advance are for the next call that uses groups; a solve's
         # end (its Gram matrix dropped) lets them go
-        t_in = time.perf_counter()
-        self._got_ahead, self._ahead_wait, self._ahead_gids = {}, 0.0, set()
+        self._got_ahead, ahead_wait, self._ahead_gids = {}, 0.0, set()
         if fn is T.drop_gram or _has_groups(args):
-            self._got_ahead = self._take_ahead(t_in)
+            self._got_ahead, ahead_wait = self._take_ahead(time.perf_counter())
         remote: dict[str, list[_Group]] = {}
         self._remote_groups(args, remote)
         asked = [
@@ -339,7 +338,7 @@ class PartitionServer:
             used[g0] = (*used[g0][:6], max(0.0, peer_s - local_s))
         served = [gid for gid in used if gid in self._ahead_gids]
         if served:  # new groups, whose extraction seconds the call counts
-            used[served[0]] = (*used[served[0]][:6], self._ahead_wait)
+            used[served[0]] = (*used[served[0]][:6], ahead_wait)
         resolved = self._resolve(args, used)
         self._got_ahead = {}
         out = fn(*resolved)
@@ -362,17 +361,16 @@ class PartitionServer:
         ws_size: int,
         support: np.ndarray,
         cached: list[np.ndarray],
-    ) -> tuple[list[Any], float]:
+    ) -> list[Any]:
         """A pass over the partitions of ``plan`` at the coordinator's dual point ``theta``
         (``w_parts``: each partition's coefficients by block), its peers' partitions by
         direct calls; then, as after a subproblem, the columns of the working set the
         coordinator will choose from it (``support``, ``ws_size``; ``cached``: the ids of
-        the column groups it holds) are fetched in advance. Returns each partition's results
-        and the pass's seconds here."""
-        t0 = time.perf_counter()
+        the column groups it holds) are fetched in advance. Returns each partition's
+        results."""
         scans = self._scan(plan, theta, w_parts, ws_size)
         self._look_ahead(plan, scans, support, ws_size, cached)
-        return scans, time.perf_counter() - t0
+        return scans
 
     def _look_ahead(
         self,
@@ -445,27 +443,25 @@ class PartitionServer:
                 ahead[(key, local.tobytes())] = e
         return ahead, (t0, t1, time.perf_counter(), peer_s)
 
-    def _take_ahead(self, t_in: float) -> dict[tuple, tuple]:
-        """The columns fetched in advance, once all are in; forgotten here.
-
-        Their extraction counts as kernel time only for the part a call arriving at
-        ``t_in`` waited for (``_ahead_wait``): of this server's own extraction, the part
-        after ``t_in``; of the wait for the peers' answers after ``t_in``, at most their
+    def _take_ahead(self, t_in: float) -> tuple[dict[tuple, tuple], float]:
+        """The columns fetched in advance, once all are in (forgotten here), and the
+        seconds of their extraction that count as kernel time: the part a call arriving at
+        ``t_in`` waited for, that is, of this server's own extraction the part after
+        ``t_in``, and of the wait for the peers' answers after ``t_in`` at most their
         extraction seconds (the rest is transfer)."""
         fut, self._ahead = self._ahead, None
-        self._ahead_wait = 0.0
         try:
             if fut is None:
-                return {}
+                return {}, 0.0
             ahead, (t0, t1, t2, peer_s) = fut.result()
         except Exception:  # a choice that failed: the call asks for its columns itself
-            return {}
-        self._ahead_wait = max(0.0, t1 - max(t0, t_in)) + min(peer_s, max(0.0, t2 - max(t1, t_in)))
-        return ahead
+            return {}, 0.0
+        return ahead, max(0.0, t1 - max(t0, t_in)) + min(peer_s, max(0.0, t2 - max(t1, t_in)))
 
     def _from_ahead(self, g: _Group) -> tuple | None:
         """Group ``g`` from the columns fetched in advance (None: not among them), its
-        extraction seconds zeroed (see :meth:`_take_ahead`)."""
+        extraction seconds zeroed (the call counts those it waited for, see
+        :meth:`_take_ahead`)."""
         e = self._got_ahead.get(_ahead_key(g))
         if e is None:
             return None
@@ -569,7 +565,7 @@ def pack(obj: Any) -> bytes:
     can, else by value).
 
     A direct call's arguments are nested lists of index arrays, column groups and the
-    solve's objects; Dask serializes each array as a frame of its own (40-60 frames per
+    solve's objects; Dask serializes each array as a frame of its own (38-60 frames per
     subproblem call at the ``"tfidf"`` preset). One pickle per message instead: a round
     trip to a worker took a median 0.89 ms instead of 2.36 ms for a message of 50 small
     arrays and a length-16,087 vector (2-core LocalCluster, 200 calls)."""
@@ -712,12 +708,16 @@ class RpcExecutor(DistributedExecutor):
         self._lines = dialers
         return {a: (w, key) for a, w in where.items()}
 
-    def close(self) -> None:
-        """Close the lines to the servers, and theirs (the servers live on until released)."""
+    def _hang_up(self) -> bool:
+        """Close this client's lines; whether there were any."""
         lines, self._lines = self._lines, {}
         for d in lines.values():
             d.close()
-        if lines and not self.broken:
+        return bool(lines)
+
+    def close(self) -> None:
+        """Close the lines to the servers, and theirs (the servers live on until released)."""
+        if self._hang_up() and not self.broken:
             try:
                 for fut in [self._invoke(a, "close_line") for a in self._servers]:
                     self.wait_call(fut)
@@ -782,9 +782,7 @@ class RpcExecutor(DistributedExecutor):
     def fall_back(self) -> None:
         """Run everything as tasks from now on, and let the servers go (their lines close
         as the connections to them do)."""
-        lines, self._lines = self._lines, {}
-        for d in lines.values():
-            d.close()
+        self._hang_up()
         self.broken = True
         self._servers = {}
         self._actor_futures = []
@@ -927,10 +925,9 @@ class RpcExecutor(DistributedExecutor):
     ) -> RpcFuture | None:
         """A pass over ``parts`` at ``theta`` run by the subproblem's server, which then
         fetches the next working set's columns in advance
-        (:meth:`PartitionServer.scan_pass`). A handle whose ``result()`` is ``(each
-        partition's scan results, the pass's seconds)``, or None if the call failed (the
-        executor then runs tasks); None when a partition's blocks are not all held by one
-        server."""
+        (:meth:`PartitionServer.scan_pass`). A handle whose ``result()`` is each
+        partition's scan results, or None if the call failed (the executor then runs
+        tasks); None when a partition's blocks are not all held by one server."""
         return self._home_call(
             (parts, bounds, alive, threshold, ws_start),
             "scan_pass",

@@ -187,7 +187,8 @@ def solve_ws(
         support = np.flatnonzero(w)
         ws_size = max(ws_start, 2 * support.shape[0])
         t0 = time.perf_counter()
-        by_pass = None
+        server_s = 0.0  # seconds of a pass the server ran after a subproblem (timed there)
+        scans = None
         if r == 0 and can_reuse and reuse.ws_size == ws_size:
             # the previous alpha's last pass, at this very point: scores shift with the
             # threshold (|c_j| - n alpha_l1), the order and ||X^T theta||_inf do not
@@ -201,7 +202,9 @@ def solve_ws(
         else:
             db, theta = T.pass_dual_point(datafit, y, z, s_arg, fit_intercept)
             b += db
-            if pending is None and then_pass is not None:
+            if pending is not None:  # the server ran this pass, at this very theta
+                scans, server_s = pending
+            elif then_pass is not None:  # the server runs it now (timed here, whole)
                 by_pass = then_pass(
                     *pass_plan(),
                     theta,
@@ -210,10 +213,10 @@ def solve_ws(
                     support,
                     [ids for _, ids, _ in groups],
                 )
-                pending = None if by_pass is None else by_pass.result()
-            if pending is not None:  # the server ran this pass, at this very theta
-                per_block = [blk for res, _ in pending[0] for blk in res]
-                scan_kernel = max(dt for _, dt in pending[0])
+                scans = None if by_pass is None else by_pass.result()
+            if scans is not None:
+                per_block = [blk for res, _ in scans for blk in res]
+                scan_kernel = max(dt for _, dt in scans)
             else:
                 per_block, scan_kernel = scan_pass(
                     ex,
@@ -230,11 +233,8 @@ def solve_ws(
                 )
             if screen and r == 0:
                 col_norm_max = max((blk[5] for blk in per_block), default=-1.0)
-        by_server = pending is not None
-        if by_pass is not None:  # timed here, whole
-            pending = None
-        t_scan = time.perf_counter() - t0 + (pending[1] if pending is not None else 0.0)
-        pending = None
+        by_server, pending = scans is not None, None
+        t_scan = time.perf_counter() - t0 + server_s
         last = LastScan(per_block, theta, threshold, ws_size, block_nnz)
         for j, blk in enumerate(per_block):
             alive[j] = blk[3]
