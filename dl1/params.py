@@ -1,0 +1,196 @@
+"""Parameter constraints, declared once and checked in one place.
+
+Each public entry point declares its parameters as scikit-learn's estimators do
+(``_parameter_constraints``): a dict from name to the list of constraints any one of which
+the value must meet. :func:`validate_params` checks a call's values against it before any
+work starts; the functions (:func:`dl1.fit`, :func:`dl1.path`, ...), the estimators and the
+command line share the same declarations, so a value is refused with the same message
+wherever it comes from.
+
+A constraint is one of:
+
+- :class:`Interval` (numbers in a range, of a type),
+- :class:`Options` (one of a set of values),
+- ``None`` (the value may be None),
+- ``"boolean"`` (True or False, NumPy's included),
+- ``"array-like"`` (anything; checked where the data is read),
+- a callable returning whether the value is acceptable, with a ``description`` attribute.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dl1.errors import ValidationError
+
+
+class InvalidParameterError(ValidationError, TypeError):
+    """A parameter of a public function has a value outside its declared constraints."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Numbers of ``kind`` (``numbers.Integral`` or ``numbers.Real``) between ``left`` and
+    ``right`` (None: unbounded), ``closed`` on ``"left"``, ``"right"``, ``"both"`` or
+    ``"neither"``; NaN never is, infinities only with ``finite=False``."""
+
+    kind: type
+    left: float | None
+    right: float | None
+    closed: str = "both"
+    finite: bool = True
+
+    def __call__(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, self.kind):
+            return False
+        v = float(value)
+        if math.isnan(v) or (self.finite and math.isinf(v)):
+            return False
+        lo_ok = self.left is None or (
+            v >= self.left if self.closed in ("left", "both") else v > self.left
+        )
+        hi_ok = self.right is None or (
+            v <= self.right if self.closed in ("right", "both") else v < self.right
+        )
+        return lo_ok and hi_ok
+
+    def __str__(self) -> str:
+        name = "an int" if self.kind is numbers.Integral else "a finite number"
+        lo = "-inf" if self.left is None else repr(self.left)
+        hi = "inf" if self.right is None else repr(self.right)
+        left = "[" if self.closed in ("left", "both") and self.left is not None else "("
+        right = "]" if self.closed in ("right", "both") and self.right is not None else ")"
+        return f"{name} in {left}{lo}, {hi}{right}"
+
+
+@dataclass(frozen=True)
+class Options:
+    """One of ``values``."""
+
+    values: tuple[Any, ...]
+
+    def __call__(self, value: Any) -> bool:
+        try:
+            return any(value == v and type(value) is type(v) for v in self.values)
+        except Exception:  # an array compared with a string
+            return False
+
+    def __str__(self) -> str:
+        return "one of " + ", ".join(repr(v) for v in self.values)
+
+
+def _is_boolean(value: Any) -> bool:
+    return isinstance(value, bool) or type(value).__name__ == "bool_"
+
+
+def _describe(constraint: Any) -> str:
+    if constraint is None:
+        return "None"
+    if constraint == "boolean":
+        return "a boolean"
+    if constraint == "array-like":
+        return "array-like"
+    return getattr(constraint, "description", None) or str(constraint)
+
+
+def _meets(value: Any, constraint: Any) -> bool:
+    if constraint is None:
+        return value is None
+    if constraint == "boolean":
+        return _is_boolean(value)
+    if constraint == "array-like":
+        return True
+    return bool(constraint(value))
+
+
+def check_value(name: str, value: Any, constraints: Iterable[Any], where: str) -> None:
+    """Raise :class:`InvalidParameterError` unless ``value`` meets one of ``constraints``."""
+    constraints = list(constraints)
+    if any(_meets(value, c) for c in constraints):
+        return
+    wanted = [_describe(c) for c in constraints]
+    text = wanted[0] if len(wanted) == 1 else ", ".join(wanted[:-1]) + " or " + wanted[-1]
+    raise InvalidParameterError(
+        f"the {name!r} parameter of {where} must be {text}; got {value!r}"
+    )
+
+
+def validate_params(
+    constraints: Mapping[str, list[Any]], params: Mapping[str, Any], where: str
+) -> None:
+    """Check every value of ``params`` that ``constraints`` declares (see the module)."""
+    for name, value in params.items():
+        if name in constraints:
+            check_value(name, value, constraints[name], where)
+
+
+def predicate(description: str) -> Callable[[Callable[[Any], bool]], Callable[[Any], bool]]:
+    """Decorator naming a predicate constraint in error messages."""
+
+    def wrap(fn: Callable[[Any], bool]) -> Callable[[Any], bool]:
+        fn.description = description  # type: ignore[attr-defined]
+        return fn
+
+    return wrap
+
+
+@predicate("a distributed.Client")
+def is_client(value: Any) -> bool:
+    """A ``distributed.Client`` (by duck type: its ``submit`` and ``scheduler_info``)."""
+    return hasattr(value, "submit") and hasattr(value, "scheduler_info")
+
+
+@predicate("a string")
+def is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+@predicate("a callable")
+def is_callable(value: Any) -> bool:
+    return callable(value)
+
+
+POSITIVE = Interval(numbers.Real, 0, None, closed="neither")
+NON_NEGATIVE = Interval(numbers.Real, 0, None, closed="left")
+UNIT = Interval(numbers.Real, 0, 1, closed="both")
+POSITIVE_INT = Interval(numbers.Integral, 1, None, closed="left")
+NON_NEGATIVE_INT = Interval(numbers.Integral, 0, None, closed="left")
+
+#: Parameters shared by every fitting entry point (the penalised and the constrained ones).
+COMMON = {
+    "loss": [Options(("squared", "logistic"))],
+    "fit_intercept": ["boolean"],
+    "standardize": ["boolean"],
+    "n_partitions": [POSITIVE_INT],
+    "seed": [NON_NEGATIVE_INT],
+    "stream": ["boolean", None],
+    "client": [is_client, None],
+    "split": [is_str],
+    "verbose": ["boolean"],
+    "callback": [is_callable, None],
+}
+
+#: Parameters of the penalised problem (:func:`dl1.fit`, :func:`dl1.path`, the estimators).
+PENALISED = {
+    **COMMON,
+    "alpha": [POSITIVE],
+    "l1_ratio": [UNIT],
+    "tol": [POSITIVE],
+    "max_rounds": [NON_NEGATIVE_INT, None],
+    "n_epochs": [POSITIVE_INT],
+    "random_order": ["boolean"],
+    "solver": [Options(("ws", "cd"))],
+    "screen": ["boolean"],
+    "spread": ["boolean", Options(("cocoa",)), None],
+}
+
+#: Parameters of the regularisation path (:func:`dl1.path`) beyond :data:`PENALISED`.
+PATH = {
+    **PENALISED,
+    "n_alphas": [POSITIVE_INT],
+    "eps": [Interval(numbers.Real, 0, 1, closed="neither")],
+}
