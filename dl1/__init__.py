@@ -10,8 +10,8 @@ __version__ = "0.1.0"
 # integrations (pandas, xarray: 66 MiB imported in a bare process, 42 MiB less RSS per
 # worker after a streamed fit).
 _LAZY = {
-    "ConvergenceWarning": "dl1.solvers.cd",
-    "FitResult": "dl1.solvers.cd",
+    "ConvergenceWarning": "dl1.solvers.result",
+    "FitResult": "dl1.solvers.result",
     "Store": "dl1.store",
     "alpha_max": "dl1.fit",
     "delta_max": "dl1.pathfit",

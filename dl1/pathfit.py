@@ -4,33 +4,33 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 import warnings
 from typing import Any
 
 import numpy as np
 
 from dl1.errors import ValidationError
-from dl1.fit import (
-    _check_params,
-    _load,
-    _problem,
+from dl1.fit import direct_calls, make_solver
+from dl1.loading import (
+    col_scales,
     decide_stream,
-    dense_max,
-    gather_budget,
-    working_set_limits,
+    load_blocks,
+    load_problem,
+    read_inputs,
     xt_theta_absmax,
 )
+from dl1.params import PATH, validate_params
 from dl1.penalties.elastic_net import ElasticNet
-from dl1.solvers import _tasks as T
-from dl1.solvers.cd import ConvergenceWarning
+from dl1.regpath.checkpoint import PathCheckpoint
+from dl1.regpath.loop import AlphaStep, walk
+from dl1.regpath.result import PathResult
+from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.executor import coordinating, executor_for
-from dl1.solvers.rpc import rpc_executor
-from dl1.solvers.ws import rescan, solve_ws
+from dl1.solvers.result import ConvergenceWarning
 from dl1.store import Store, open_store
 
 
-def _fingerprint(X: Any, y: np.ndarray, split: str) -> dict[str, Any]:
+def fingerprint(X: Any, y: np.ndarray, split: str) -> dict[str, Any]:
     """What identifies the data of a checkpoint: store checksums, or a token of the input."""
     from dask.base import tokenize
 
@@ -85,6 +85,7 @@ def path(
     verbose: bool = False,
     callback: Any = None,
     solver: str = "ws",
+    random_order: bool = False,
     deltas: Any = None,
     delta_max: float | None = None,
     sample: float | tuple[float, int] = 0.01,
@@ -124,8 +125,9 @@ def path(
     callback : callable, optional
         Called after each alpha with ``(k, alpha, result)`` (``(k, delta, result)`` for
         ``solver="fw"``).
-    solver : {"ws", "fw"}
-        ``"ws"``: the penalised path (working sets). ``"fw"``: the *constrained* Lasso path
+    solver : {"ws", "cd", "fw"}
+        ``"ws"``: the penalised path (working sets); ``"cd"``: CoCoA+ coordinate descent
+        (as in :func:`dl1.fit`). ``"fw"``: the *constrained* Lasso path
         in ``delta`` (``||w||_1 <= delta``) by randomized Frank-Wolfe (Frandi et al.):
         ``n_alphas`` radii from ``eps * delta_max`` up to ``delta_max`` (geometric, or
         ``deltas``), each warm-started from the previous solution rescaled onto the new ball
@@ -149,10 +151,6 @@ def path(
         iterations, dot products, nonzeros read, full passes, the penalised Lasso's relative
         gap and the objective ``f``.
     """
-    from dl1.regpath import PathCheckpoint, PathResult
-
-    if solver not in ("ws", "fw"):
-        raise ValueError(f"solver must be 'ws' or 'fw', got {solver!r}")
     if solver == "fw":
         return _fw_path(
             X,
@@ -188,182 +186,114 @@ def path(
         )
     if deltas is not None or delta_max is not None:
         raise ValueError("deltas and delta_max are the radii of solver='fw'")
-    max_rounds = 1000 if max_rounds is None else max_rounds
-    _check_params(1.0, l1_ratio, tol, spread)
-    Xd, yv, sw, datafit, store = _problem(X, y, sample_weight, loss, split)
+    validate_params(PATH, locals(), "dl1.path()")
+    inputs = read_inputs(X, y, sample_weight, loss, split)
+    solver_obj = make_solver(
+        solver, max_rounds=max_rounds, random_order=random_order, seed=seed, screen=screen,
+        spread=spread,
+        # warm-started from the previous alpha, the working set is usually right: its
+        # subproblem is solved to the target gap at once (one pass per alpha, not two)
+        tight_inner=True,
+    )  # fmt: skip
     ex = executor_for(client)
-    streamed = decide_stream(stream, store, split, ex)
-    if not streamed and not spread:
-        ex = rpc_executor(ex)  # blocks in memory: per-round steps by direct calls
-    budget = gather_budget(ex, streamed)
-    col_bytes, cache_max = working_set_limits(ex, store, split, streamed)
-    blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, streamed)
-    if not streamed:
-        ex.wait(blocks)
-    n = yv.shape[0]
-    s = None if sw.shape[0] == 0 else sw
-    b_zero = datafit.initial_intercept(yv, s) if fit_intercept else 0.0
-    theta0 = datafit.dual_point(yv, np.full(n, b_zero), s, fit_intercept)
-    amax = ElasticNet.alpha_max(xt_theta_absmax(ex, blocks, theta0, n_partitions) / n, l1_ratio)
-    if alphas is None:
-        if not np.isfinite(amax) or amax <= 0:
-            raise ValidationError(f"alpha_max is {amax}; give the alphas explicitly")
-        grid = alpha_grid(amax, n_alphas, eps)
-    else:
-        grid = np.asarray(alphas, dtype=np.float64).ravel()
-        if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
-            raise ValueError("alphas must be finite and > 0")
-
-    test = _test_data(X, X_test, y_test)
-
-    p = int(cb[-1])
+    streamed = decide_stream(stream, inputs.store, split, ex)
+    ex = direct_calls(ex, solver_obj, streamed)
+    problem, _ = load_problem(
+        inputs, ex, penalty=ElasticNet(1.0, l1_ratio), fit_intercept=fit_intercept,
+        standardize=standardize, tol=tol, n_partitions=n_partitions, loss=loss,
+        streamed=streamed,
+    )  # fmt: skip
+    grid = _grid(problem, alphas, n_alphas, eps, l1_ratio)
+    test = test_data(X, X_test, y_test)
     settings = {
-        "l1_ratio": l1_ratio,
-        "loss": loss,
-        "fit_intercept": fit_intercept,
-        "standardize": standardize,
-        "tol": tol,
-        "max_rounds": max_rounds,
-        "n_partitions": n_partitions,
-        "solver": "ws",
-        "screen": screen,
-        "sample_weight": None if s is None else _crc(sw),
-        "test": None if test is None else _crc(np.asarray(test[1])),
-    }
+        "l1_ratio": l1_ratio, "loss": loss, "fit_intercept": fit_intercept,
+        "standardize": standardize, "tol": tol,
+        "max_rounds": 1000 if max_rounds is None else max_rounds, "n_partitions": n_partitions,
+        "solver": solver, "screen": screen,
+        "sample_weight": None if inputs.weights is None else crc(inputs.sample_weight),
+        "test": None if test is None else crc(np.asarray(test[1])),
+    }  # fmt: skip
     ck = None
     if checkpoint is not None:
         ck = PathCheckpoint.open_or_create(
-            checkpoint,
-            fingerprint=_fingerprint(X, yv, split),
-            settings=settings,
-            alphas=grid,
-            n_features=p,
-        )
-    handles = (ex.submit(T.identity, yv), ex.submit(T.identity, sw))
-    w = np.zeros(p)
-    b: float | None = None
-    z: np.ndarray | None = None  # X w + b, carried from one alpha to the next
-    last = None  # the last pass of the previous alpha (reused as the next one's first)
-    reuse = not screen and l1_ratio == 1.0
-    seq = None  # with screening: (theta, bound) of the previous alpha's solution
-    start = 0
-    if ck is not None and ck.n_done:
-        start = ck.n_done
-        b = float(ck.load()["intercepts"][start - 1])
-        state = ck.state(start - 1)
-        if state is None:  # pragma: no cover - written by every version that reads it
-            w = ck.coef(start - 1)
-        else:
-            # the solver's own w (standardized scale) and X w + b, bit for bit, and the
-            # pass the interrupted run would have reused: resuming is bit-identical
-            w, z = state["w"], state["z"]
-            if "xt_bound" in state:
-                theta = datafit.dual_point(yv, z, s, fit_intercept)  # as the last pass had it
-                seq = (theta, float(state["xt_bound"][0]))
-            if reuse:
-                last = rescan(
-                    ex,
-                    blocks,
-                    cb,
-                    n_partitions,
-                    yv,
-                    sw,
-                    datafit,
-                    fit_intercept,
-                    n * float(grid[start - 1]) * l1_ratio,
-                    w,
-                    z,
-                )
+            checkpoint, fingerprint=fingerprint(X, inputs.y, split), settings=settings,
+            alphas=grid, n_features=problem.p,
+        )  # fmt: skip
+    state, start = _resumed(ck, solver_obj, problem, grid, l1_ratio)
+    scales = col_scales(ex, problem.blocks) if standardize else None
     records: list[dict[str, Any]] = []
-    gram_key = uuid.uuid4().hex
-    for k in range(start, grid.shape[0]):
-        t0 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            res, z, last = solve_ws(
-                ex,
-                blocks,
-                cb,
-                yv,
-                sw,
-                datafit,
-                ElasticNet(float(grid[k]), l1_ratio),
-                fit_intercept=fit_intercept,
-                tol=tol,
-                max_rounds=max_rounds,
-                n_partitions=n_partitions,
-                loss_name=loss,
-                w0=w,
-                b0=b,
-                handles=handles,
-                screen=screen,
-                dense_max=dense_max(streamed),
-                spread=spread,
-                gather_max=budget,
-                col_bytes=col_bytes,
-                cache_max=cache_max,
-                # the working sets of neighbouring alphas share their Gram matrix; with a
-                # checkpoint each alpha starts afresh, as a resumed run does (bit-identical)
-                gram_key=gram_key if ck is None else f"{gram_key}-{k}",
-                z0=z,
-                reuse=last if reuse else None,
-                groups0=None if last is None else last.groups,
-                spread_gram0=None if last is None or ck is not None else last.spread_gram,
-                seq=seq,
-                # warm-started from the previous alpha, the working set is usually right: its
-                # subproblem is solved to the target gap at once (one pass per alpha, not two)
-                tight_inner=True,
-            )
-        if screen:
-            seq = (last.theta, last.xt_bound)
-        res.streamed_ = streamed
-        w = res.coef_
-        b = res.intercept_
-        metric = None
-        if test is not None:
-            coef = w if not standardize else w * _scales(ex, blocks)
-            metric = _test_metric(test, coef, b, client, loss)
+
+    def on_alpha(step: AlphaStep) -> None:
+        res, w = step.result, step.result.coef_
+        coef = w if scales is None else w * scales
+        metric = None if test is None else test_metric(test, coef, res.intercept_, client, loss)
         rec = dict(
-            coef=w if not standardize else w * _scales(ex, blocks),
-            intercept=b,
-            gap=res.gap_,
-            converged=res.converged_,
-            n_active=int(np.count_nonzero(w)),
-            passes=res.passes_,
-            seconds=time.perf_counter() - t0,
-            rounds=res.n_rounds_,
-            test_metric=metric,
-        )
+            coef=coef, intercept=res.intercept_, gap=res.gap_, converged=res.converged_,
+            n_active=int(np.count_nonzero(w)), passes=res.passes_, seconds=step.seconds,
+            rounds=res.n_rounds_, test_metric=metric,
+        )  # fmt: skip
         if ck is not None:
-            state = {"w": w, "z": z}
-            if seq is not None:
-                state["xt_bound"] = np.array([seq[1]])
-            ck.record(k, **rec, state=state)
-        records.append(_sparse_coef(rec))
-        if not res.converged_:
-            warnings.warn(
-                f"alpha[{k}] = {grid[k]:.6g} is not certified: relative duality gap "
-                f"{res.gap_:.3e} > tol {tol:.3e} after {res.n_rounds_} rounds",
-                ConvergenceWarning,
-                stacklevel=2,
-            )
-        if verbose:
-            print(
-                f"alpha[{k:3d}] {grid[k]:.4e}  nnz {rec['n_active']:6d}  gap {res.gap_:.2e}"
-                f"  passes {rec['passes']}"
-            )
-        if callback is not None:
-            callback(k, float(grid[k]), res)
-    ex.broadcast(T.drop_gram, gram_key)  # the workers' cached Gram matrices die with the path
+            ck.record(step.k, **rec, state=step.state.checkpoint_arrays())
+        records.append(sparse_record(rec))
+        _report(step, rec, tol, verbose, callback)
+
+    penalty_at = lambda alpha: ElasticNet(alpha, l1_ratio)  # noqa: E731
+    walk(solver_obj, problem, grid, penalty_at, on_alpha, state=state, start=start,
+         reproducible=ck is not None)  # fmt: skip
     ex.close()
-    if ck is not None:
-        d = ck.load()
-    else:
-        d = _as_arrays(records, p)
+    d = ck.load() if ck is not None else records_as_arrays(records, problem.p)
     return PathResult.from_checkpoint_arrays(d, alphas=grid, l1_ratio=l1_ratio, loss=loss, tol=tol)
 
 
-def _test_data(X: Any, X_test: Any, y_test: Any) -> tuple[Any, np.ndarray] | None:
+def _grid(problem: Problem, alphas: Any, n_alphas: int, eps: float, l1_ratio: float) -> np.ndarray:
+    """The alphas of the path: given, or ``n_alphas`` from ``alpha_max`` down geometrically."""
+    if alphas is not None:
+        grid = np.asarray(alphas, dtype=np.float64).ravel()
+        if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
+            raise ValueError("alphas must be finite and > 0")
+        return grid
+    pb = problem
+    theta0 = pb.datafit.dual_point(pb.y, np.full(pb.n, pb.initial_intercept()), pb.weights,
+                                   pb.fit_intercept)  # fmt: skip
+    absmax = xt_theta_absmax(pb.executor, pb.blocks, theta0, pb.n_partitions)
+    amax = ElasticNet.alpha_max(absmax / pb.n, l1_ratio)
+    if not np.isfinite(amax) or amax <= 0:
+        raise ValidationError(f"alpha_max is {amax}; give the alphas explicitly")
+    return alpha_grid(amax, n_alphas, eps)
+
+
+def _resumed(
+    ck: Any, solver: Any, problem: Problem, grid: np.ndarray, l1_ratio: float
+) -> tuple[WarmState | None, int]:
+    """Where a checkpointed path resumes: the solver's state after the last completed alpha
+    (bit for bit) and the next alpha's index; ``(None, 0)`` for a fresh path."""
+    if ck is None or not ck.n_done:
+        return None, 0
+    start = ck.n_done
+    intercept = float(ck.load()["intercepts"][start - 1])
+    arrays = ck.state(start - 1)
+    at = problem.at(ElasticNet(float(grid[start - 1]), l1_ratio))
+    return solver.restore(at, arrays, intercept), start
+
+
+def _report(step: AlphaStep, rec: dict[str, Any], tol: float, verbose: bool, callback: Any):
+    """An alpha's warning when not certified, its line, its callback."""
+    res = step.result
+    if not res.converged_:
+        warnings.warn(
+            f"alpha[{step.k}] = {step.alpha:.6g} is not certified: relative duality gap "
+            f"{res.gap_:.3e} > tol {tol:.3e} after {res.n_rounds_} rounds",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+    if verbose:
+        print(f"alpha[{step.k:3d}] {step.alpha:.4e}  nnz {rec['n_active']:6d}  "
+              f"gap {res.gap_:.2e}  passes {rec['passes']}")  # fmt: skip
+    if callback is not None:
+        callback(step.k, step.alpha, res)
+
+
+def test_data(X: Any, X_test: Any, y_test: Any) -> tuple[Any, np.ndarray] | None:
     if X_test is None:
         return None
     if isinstance(X_test, str) and isinstance(X, (str, os.PathLike, Store)):
@@ -374,12 +304,12 @@ def _test_data(X: Any, X_test: Any, y_test: Any) -> tuple[Any, np.ndarray] | Non
     return (X_test, np.asarray(y_test, dtype=np.float64).ravel())
 
 
-def _test_metric(test, coef: np.ndarray, b: float, client: Any, loss: str) -> dict[str, float]:
+def test_metric(test, coef: np.ndarray, b: float, client: Any, loss: str) -> dict[str, float]:
     from dl1.predict import decision_function
 
     pred = decision_function(test[0], coef, b)
     pred = client.compute(pred).result() if client is not None else pred.compute(scheduler="sync")
-    return _metrics(loss, test[1], pred)
+    return metrics(loss, test[1], pred)
 
 
 def delta_max(
@@ -415,10 +345,13 @@ def delta_max(
 
 
 def _standardized(X, y, coef, fit_intercept, n_partitions, client, split) -> np.ndarray:
-    Xd, _, sw, _, store = _problem(X, y, None, "squared", split)
+    inputs = read_inputs(X, y, None, "squared", split)
     ex = executor_for(client)
-    blocks, _ = _load(ex, Xd, sw, True, fit_intercept, n_partitions, store, split, False)
-    scales = _scales(ex, blocks)
+    blocks, _ = load_blocks(
+        ex, inputs.X, inputs.sample_weight, True, fit_intercept, n_partitions, inputs.store,
+        split, False,
+    )  # fmt: skip
+    scales = col_scales(ex, blocks)
     out = np.zeros_like(coef)
     nz = scales > 0
     out[nz] = coef[nz] / scales[nz]
@@ -514,7 +447,7 @@ def _fw_path(
         split=split,
         l2=l2,
     )
-    test = _test_data(X, X_test, y_test)
+    test = test_data(X, X_test, y_test)
     records: list[dict[str, Any]] = []
     extra: list[dict[str, Any] | None] = []
     lasso_alphas = np.full(grid.shape[0], np.nan)
@@ -544,7 +477,7 @@ def _fw_path(
         it0 += res.n_iter_ + 1
         lasso_alphas[k] = res.lasso_alpha_
         metric = (
-            None if test is None else _test_metric(test, res.coef_, res.intercept_, client, loss)
+            None if test is None else test_metric(test, res.coef_, res.intercept_, client, loss)
         )
         rec = dict(
             coef=res.coef_,
@@ -557,7 +490,7 @@ def _fw_path(
             rounds=res.n_iter_,
             test_metric=metric,
         )
-        records.append(_sparse_coef(rec))
+        records.append(sparse_record(rec))
         extra.append(
             {
                 "delta": float(delta),
@@ -588,7 +521,7 @@ def _fw_path(
             )
         if callback is not None:
             callback(k, float(delta), res)
-    d = _as_arrays(records, prob.p)
+    d = records_as_arrays(records, prob.p)
     d["alphas"] = lasso_alphas
     d["extra"] = extra
     out = PathResult.from_checkpoint_arrays(d, l1_ratio=1.0, loss=loss, tol=tol)
@@ -596,7 +529,7 @@ def _fw_path(
     return out
 
 
-def _sparse_coef(rec: dict[str, Any]) -> dict[str, Any]:
+def sparse_record(rec: dict[str, Any]) -> dict[str, Any]:
     """The record with its coefficients kept as (indices, values): a path's memory on the
     client grows with its supports, not with n_alphas x p."""
     coef = np.asarray(rec["coef"], dtype=np.float64)
@@ -604,7 +537,7 @@ def _sparse_coef(rec: dict[str, Any]) -> dict[str, Any]:
     return {**rec, "coef": (nz, coef[nz])}
 
 
-def _as_arrays(records: list[dict[str, Any]], p: int) -> dict[str, Any]:
+def records_as_arrays(records: list[dict[str, Any]], p: int) -> dict[str, Any]:
     """The per-alpha records of a run without checkpoint, in the checkpoint's load() form."""
     import scipy.sparse as sp
 
@@ -633,19 +566,13 @@ def _as_arrays(records: list[dict[str, Any]], p: int) -> dict[str, Any]:
     }
 
 
-def _crc(a: np.ndarray) -> int:
+def crc(a: np.ndarray) -> int:
     from dl1.store.format import checksum
 
     return checksum(np.ascontiguousarray(a, dtype=np.float64))
 
 
-def _scales(ex, blocks) -> np.ndarray:
-    from dl1.fit import _scale
-
-    return np.concatenate(ex.gather([ex.submit(_scale, b) for b in blocks]))
-
-
-def _metrics(loss: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+def metrics(loss: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     if loss == "squared":
         return {"mse": float(np.mean((y - pred) ** 2))}
     margin = y * pred

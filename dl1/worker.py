@@ -96,7 +96,7 @@ def managed_target(limit: float, pause_fraction: float, target: float) -> float:
     baseline of a dl1 worker (:data:`dl1.fit.WORKER_BASELINE`, the interpreter and the
     compiled kernels), those results and a running task's :data:`TASK_HEADROOM` stay under
     the pause threshold, but not below a tenth of ``limit``."""
-    from dl1.fit import WORKER_BASELINE
+    from dl1.loading import WORKER_BASELINE
 
     room = pause_fraction * limit - WORKER_BASELINE - TASK_HEADROOM
     return min(target, max(room, 0.1 * limit))

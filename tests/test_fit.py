@@ -266,9 +266,9 @@ def test_bad_inputs_are_named():
     y2[4] = np.nan
     with pytest.raises(dl1.errors.ValidationError, match=r"y\[4\] is nan"):
         dl1.fit(X, y2, alpha=0.1)
-    with pytest.raises(ValueError, match="loss must be one of"):
+    with pytest.raises(ValueError, match=r"'loss' parameter of dl1.fit\(\) must be one of"):
         dl1.fit(X, y, alpha=0.1, loss="hinge")
-    with pytest.raises(ValueError, match="alpha must be"):
+    with pytest.raises(ValueError, match=r"'alpha' parameter of dl1.fit\(\) must be"):
         dl1.fit(X, y, alpha=-1)
     with pytest.raises(dl1.errors.ValidationError, match="labels"):
         dl1.fit(X, y, alpha=0.1, loss="logistic")
@@ -474,14 +474,14 @@ def test_spread_subproblem_in_process_equals_gathered(loss, spread, key):
     assert key in res.history_[0] and key not in gathered.history_[0]
     np.testing.assert_allclose(res.coef_, gathered.coef_, atol=1e-5)
     assert res.intercept_ == pytest.approx(gathered.intercept_, abs=1e-5)
-    with pytest.raises(ValueError, match="spread must be"):
+    with pytest.raises(ValueError, match=r"'spread' parameter of dl1.fit\(\) must be"):
         dl1.fit(as_dask(X, 3), y, spread="gram", **kw)
 
 
 def test_gather_budget_follows_the_workers_memory_limit(local_cluster):
     from distributed import Client, LocalCluster
 
-    from dl1.fit import WORKER_BASELINE, gather_budget
+    from dl1.loading import WORKER_BASELINE, gather_budget
     from dl1.solvers.executor import executor_for
 
     assert gather_budget(executor_for(local_cluster), streamed=False) == np.inf

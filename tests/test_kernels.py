@@ -709,7 +709,12 @@ def test_cd_block_epochs_profiled_intercept_matches_reference(use_sw, use_scale)
 def test_sparse_subproblem_with_intercept_matches_sklearn():
     """The working-set subproblem without a Gram matrix (profiled intercept) on positive
     features converges to scikit-learn's Lasso with intercept."""
-    from dl1.solvers._tasks import assemble_block, extract_task, subproblem_task
+    from dl1.solvers._tasks import (
+        SubproblemSettings,
+        assemble_block,
+        extract_task,
+        subproblem_task,
+    )
 
     rng = np.random.default_rng(2)
     n, p = 80, 30
@@ -731,18 +736,9 @@ def test_sparse_subproblem_with_intercept_matches_sklearn():
         y,
         z,
         EMPTY,
-        Quadratic(),
-        ElasticNet(alpha),
-        True,
-        1e-12,
-        100_000,
-        10,
-        False,
-        0,
-        5,
-        0,
+        SubproblemSettings(Quadratic(), ElasticNet(alpha), True, 1e-12, 100_000, gram_max=0),
     )
-    w, dz = res[0], res[1]
+    w, dz = res.w_ws, res.dz
     sk = SkElasticNet(alpha=alpha, l1_ratio=1.0, tol=1e-14, max_iter=1_000_000).fit(dense, y)
     np.testing.assert_allclose(w, sk.coef_, atol=1e-6)
     np.testing.assert_allclose(z + dz, dense @ sk.coef_ + sk.intercept_, atol=1e-6)
@@ -814,7 +810,7 @@ def test_working_set_gram_cached_equals_numpy(density, weighted, profiled):
         factor, c_all = 1.0 / n, rng.standard_normal(p)
         full = factor * full - np.outer(c_all, c_all)
     key = f"test-{density}-{weighted}-{profiled}"
-    T._GRAM_CACHE.pop(key, None)
+    T.GRAM_CACHE.pop(key, None)
 
     def gram(ws, scratch_max=10**6):
         A = X[:, ws]
@@ -838,9 +834,9 @@ def test_working_set_gram_cached_equals_numpy(density, weighted, profiled):
     # cached entries are reused as they were
     sel1 = np.searchsorted(ws1, ws2[kept])
     np.testing.assert_array_equal(G2[np.ix_(kept, kept)], G1[np.ix_(sel1, sel1)])
-    assert T._GRAM_CACHE[key][0].tolist() == ws2.tolist()
+    assert T.GRAM_CACHE[key][0].tolist() == ws2.tolist()
     assert gram(ws2) is G2  # the same working set again: the cached matrix, no work
-    T._GRAM_CACHE.pop(key)
+    T.GRAM_CACHE.pop(key)
 
 
 def _csc_with_empty_column(n, p, density, empty, dtype, rng) -> sp.csc_matrix:
@@ -963,7 +959,7 @@ def test_gram_gap_estimate_equals_the_exact_gap(fit_intercept, weighted, l1_rati
     from dl1.datafits import Quadratic
     from dl1.gap import duality_gap
     from dl1.penalties.elastic_net import ElasticNet
-    from dl1.solvers._tasks import _GramGapEstimate
+    from dl1.solvers._tasks import GramGapEstimate
 
     rng = np.random.default_rng(int(fit_intercept) + 2 * int(weighted) + int(10 * l1_ratio))
     n, m = 80, 12
@@ -983,7 +979,7 @@ def test_gram_gap_estimate_equals_the_exact_gap(fit_intercept, weighted, l1_rati
     z0, th0, h0 = state(w0)
     ybar = (y.mean() if s is None else s @ y / s.sum()) if fit_intercept else 0.0
     g_y = X.T @ ((y - ybar) * (1.0 if s is None else s))
-    est = _GramGapEstimate(df, pen, y, z0, th0, h0, w0, s, g_y)
+    est = GramGapEstimate(df, pen, y, z0, th0, h0, w0, s, g_y)
     for step in (0.0, 1e-3, 0.3):
         w1 = w0 + step * rng.standard_normal(m) * (rng.random(m) < 0.7)
         z1, th1, h1 = state(w1)
@@ -1002,7 +998,7 @@ def test_spread_gram_across_partitions_equals_numpy(density, weighted, shares):
     of the same partition exchange row pieces too."""
     from dl1.solvers import _tasks as T
     from dl1.solvers.executor import LocalExecutor
-    from dl1.solvers.ws import _spread_gram, _spread_plan
+    from dl1.solvers.subproblems import CachedGroup, spread_gram_task, spread_plan
 
     rng = np.random.default_rng(int(density * 100) + weighted)
     n, p = 50, 36
@@ -1022,18 +1018,18 @@ def test_spread_gram_across_partitions_equals_numpy(density, weighted, shares):
         for j in range(2):
             g = ids[(ids >= cb[j]) & (ids < cb[j + 1])]
             if g.shape[0]:
-                out.append((T.extract_task(blocks[j], g - cb[j]), g, True))
+                out.append(CachedGroup(T.extract_task(blocks[j], g - cb[j]), g, True))
         return out
 
     def gram(groups, ws, prev):
         if shares:
-            plan = _spread_plan(groups, ws, np.array([0, 1]), cb, np.ones(p), 1.0)
+            plan = spread_plan(groups, ws, np.array([0, 1]), cb, np.ones(p), 1.0)
             assert len(plan) == sum(np.isin(g, ws).any() for _, g, _ in groups)
         else:
-            plan = _spread_plan(groups, ws, np.array([0, 1]), cb)
+            plan = spread_plan(groups, ws, np.array([0, 1]), cb)
             assert len(plan) == 2
         ids = np.concatenate([gids[keep] for _, grp in plan for _, gids, keep in grp])
-        got = _spread_gram(ex, plan, ids, prev, c_all[ids], n, s, 12 * 7 * p, 10 * p)
+        got = spread_gram_task(ex, plan, ids, prev, c_all[ids], n, s, 12 * 7 * p, 10 * p)
         return got, ids
 
     ws1 = np.sort(rng.choice(p, 14, replace=False))

@@ -167,9 +167,9 @@ def test_last_pass_of_an_alpha_is_the_first_of_the_next():
 
 
 def _gram_cache_size() -> int:
-    from dl1.solvers._tasks import _GRAM_CACHE
+    from dl1.solvers._tasks import GRAM_CACHE
 
-    return len(_GRAM_CACHE)
+    return len(GRAM_CACHE)
 
 
 def test_workers_forget_gram_matrices_after_fit_and_path(local_cluster):
@@ -214,9 +214,9 @@ def test_sequential_screening_is_safe_and_screens_from_the_first_pass(
     seen = []
     orig = W.sequential_sphere
 
-    def spy(datafit, penalty, yy, z, w, s, max_s, theta, xt_bound):
-        seen.append((xt_bound, np.abs(X.T @ theta).max()))
-        return orig(datafit, penalty, yy, z, w, s, max_s, theta, xt_bound)
+    def spy(problem, z, w, max_s, seed):
+        seen.append((seed.xt_bound, np.abs(X.T @ seed.theta).max()))
+        return orig(problem, z, w, max_s, seed)
 
     monkeypatch.setattr(W, "sequential_sphere", spy)
     first_alive, screened = [], []

@@ -10,10 +10,10 @@ import pytest
 import dl1
 from dl1.datasets import make_e2006_like
 from dl1.errors import StoreCorruptError, ValidationError
-from dl1.fit import WORKER_BASELINE, _sources, block_memory, decide_stream
+from dl1.loading import WORKER_BASELINE, block_memory, block_sources, decide_stream
 from dl1.monitor import PeakRSS
 from dl1.solvers import _tasks as T
-from dl1.solvers.cd import ConvergenceWarning
+from dl1.solvers.result import ConvergenceWarning
 from dl1.store import open_store
 
 
@@ -111,7 +111,7 @@ def test_auto_streams_when_blocks_exceed_half_the_workers_data_memory(store):
 
 
 def test_fully_screened_block_is_not_read(store):
-    src = _sources(open_store(store), "train", np.zeros(0), False, True)[0][2]
+    src = block_sources(open_store(store), "train", np.zeros(0), False, True)[0][2]
     gone = T.BlockSource(**{**src.__dict__, "root": "/nonexistent/store"})
     none_alive = np.packbits(np.zeros(gone.ncols, dtype=bool))
     theta = np.ones(open_store(store).shape()[0])
@@ -206,14 +206,13 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
 def _streamed_problem(tmp_path, seed: int, n_feature_blocks: int):
     """A small store's blocks as sources read by each task (in process), and the bytes of
     each column once extracted (from the store's column counts)."""
-    from dl1.fit import _load, _problem
     from dl1.solvers.executor import LocalExecutor
+    from tests.solving import loaded
 
     path = tmp_path / "s.zarr"
     make_e2006_like(path, preset="small", seed=seed, n_feature_blocks=n_feature_blocks)
     ex = LocalExecutor()
-    Xd, y, sw, datafit, store = _problem(path, None, None, "squared", "train")
-    blocks, cb = _load(ex, Xd, sw, False, True, 2, store, "train", True)
+    blocks, cb, y, sw, datafit, store = loaded(ex, path, stream=True)
     col_bytes = (4.0 + store.dtype("train").itemsize) * store.read("stats/col_nnz", "train") + 8.0
     return path, ex, blocks, cb, y, sw, datafit, col_bytes
 
@@ -225,19 +224,20 @@ def test_out_of_core_working_sets_grow_within_the_column_budget(tmp_path):
     solution's support and the unbounded solver's largest working set, every round's working
     set fits that slack and stays below the unbounded one, and the answer is the same."""
     from dl1.penalties.elastic_net import ElasticNet
-    from dl1.solvers.ws import WS_MIN_GROWTH, WS_MIN_NEW, solve_ws
+    from dl1.solvers.ws import WS_MIN_GROWTH, WS_MIN_NEW
+    from tests.solving import solve_ws
 
     path, ex, blocks, cb, y, sw, datafit, col_bytes = _streamed_problem(tmp_path, 6, 4)
     kw = dict(fit_intercept=True, tol=1e-8, max_rounds=500, n_partitions=2)
     pen = ElasticNet(dl1.alpha_max(path) / 100)
     # unbounded (infinite budget), its working sets' bytes recorded
-    free, _, _ = solve_ws(ex, blocks, cb, y, sw, datafit, pen, col_bytes=col_bytes, **kw)
+    free, _ = solve_ws(ex, blocks, cb, y, sw, datafit, pen, col_bytes=col_bytes, **kw)
     free_max = max(h["ws_bytes"] for h in free.history_ if "ws_bytes" in h)
     # between the support's bytes and the largest unbounded working set's: the bound binds
     support_bytes = col_bytes[free.coef_ != 0].sum()
     assert support_bytes < free_max
     budget = 0.5 * (support_bytes + free_max)
-    capped, _, _ = solve_ws(
+    capped, _ = solve_ws(
         ex, blocks, cb, y, sw, datafit, pen, col_bytes=col_bytes, cache_max=budget, **kw
     )
     assert free.converged_ and capped.converged_
@@ -262,12 +262,13 @@ def test_spread_subproblems_take_a_bounded_share_of_a_partitions_columns(
     is the one of unbounded shares (the same subproblem, its sums in another order)."""
     from dl1.penalties.elastic_net import ElasticNet
     from dl1.solvers import ws as W
+    from tests.solving import solve_ws
 
     path, ex, blocks, cb, y, sw, datafit, col_bytes = _streamed_problem(tmp_path, 7, 6)
     pen = ElasticNet(dl1.alpha_max(path) / 50)
     kw = dict(fit_intercept=True, tol=1e-8, max_rounds=500, n_partitions=2, spread=spread)
     plans = []
-    plan_of = W._spread_plan
+    plan_of = W.spread_plan
 
     def recorded(groups, ws, part_of_block, col_bounds, col_bytes=None, share_bytes=np.inf):
         plan = plan_of(groups, ws, part_of_block, col_bounds, col_bytes, share_bytes)
@@ -275,15 +276,15 @@ def test_spread_subproblems_take_a_bounded_share_of_a_partitions_columns(
         plans.append((len({q for q, _ in plan}), len(plan), sizes, [len(g) for _, g in plan]))
         return plan
 
-    monkeypatch.setattr(W, "_spread_plan", recorded)
-    one, _, _ = W.solve_ws(ex, blocks, cb, y, sw, datafit, pen, col_bytes=col_bytes, **kw)
+    monkeypatch.setattr(W, "spread_plan", recorded)
+    one, _ = solve_ws(ex, blocks, cb, y, sw, datafit, pen, col_bytes=col_bytes, **kw)
     assert all(n_shares == n_parts for n_parts, n_shares, _, _ in plans)
     # a gather budget under which the Gram matrix of the largest working set is still formed
     # (16 m^2 bytes), and a share fraction that cuts each partition's groups in two or more
     budget = 16.0 * (max(h.get("ws_size", 0) for h in one.history_) + 1) ** 2
     monkeypatch.setattr(W, "SHARE_FRACTION", max(max(sz) for _, _, sz, _ in plans) / 2 / budget)
     plans.clear()
-    cut, _, _ = W.solve_ws(
+    cut, _ = solve_ws(
         ex, blocks, cb, y, sw, datafit, pen, col_bytes=col_bytes, gather_max=budget, **kw
     )
     assert any(n_shares > n_parts for n_parts, n_shares, _, _ in plans)

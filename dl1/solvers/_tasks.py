@@ -17,6 +17,15 @@ import scipy.sparse as sp
 from dl1.errors import ValidationError
 from dl1.kernels.cd import cd_block_epochs
 from dl1.kernels.linalg import csc_col_sqnorms, csc_xt_theta_stats
+from dl1.solvers.records import (
+    BlockScan,
+    ColumnGroup,
+    GapStats,
+    PartitionScan,
+    RoundOutput,
+    SpreadRoundOutput,
+    SubproblemOutput,
+)
 from dl1.store import _kernels as SK
 
 #: Elements (rows x columns) of the scratch that densifies a batch of working-set columns
@@ -40,8 +49,8 @@ GRAM_DTYPE = np.float32
 #: computation to rounding (BLAS may sum a product's entry in an order that depends on the
 #: product's shape), which is why a checkpointed path starts each alpha's Gram matrix afresh,
 #: as its resumed run must.
-_GRAM_CACHE: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-_GRAM_CACHE_ENTRIES = 2
+GRAM_CACHE: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+GRAM_CACHE_ENTRIES = 2
 _NO_PROFILE = np.zeros(0)
 _NO_SHIFT = np.zeros(2)
 
@@ -204,7 +213,8 @@ def xt_theta_task(blocks: list[Block | BlockSource], theta: np.ndarray, threshol
     out = []
     for b in blocks:
         b = loaded(b)
-        out.append(csc_xt_theta_stats(b.indptr, b.indices, b.data, b.col_scale, theta, threshold))
+        stats = csc_xt_theta_stats(b.indptr, b.indices, b.data, b.col_scale, theta, threshold)
+        out.append(GapStats(*stats))
     return out
 
 
@@ -283,7 +293,7 @@ def round_task(
         nz = np.flatnonzero(w)
         w_new.append((nz.astype(np.int64), w[nz]))
     info = {"kernel_s": time.perf_counter() - t0, "n_changed": n_changed, "max_dz": max_dz}
-    return w_new, u, stats, info
+    return RoundOutput(w_new, u, stats, info)
 
 
 def matvec_task(
@@ -368,7 +378,8 @@ def scan_task(
         )
         if cols is not None and cols.shape[0] == 0:
             # every column screened: the block is not read at all
-            out.append(((0.0, 0.0), np.zeros(0, np.int64), np.zeros(0), packed, 0, -1.0))
+            none = np.zeros(0, np.int64)
+            out.append(BlockScan(GapStats(0.0, 0.0), none, np.zeros(0), packed, 0, -1.0))
             continue
         b = loaded(b)
         nmax = -1.0
@@ -412,9 +423,16 @@ def scan_task(
         else:
             top = np.zeros(0, dtype=np.int64)
         out.append(
-            ((absmax, excess), visit[top].astype(np.int64), score[top], new_alive, visited, nmax)
+            BlockScan(
+                GapStats(absmax, excess),
+                visit[top].astype(np.int64),
+                score[top],
+                new_alive,
+                visited,
+                nmax,
+            )
         )
-    return out, time.perf_counter() - t0
+    return PartitionScan(out, time.perf_counter() - t0)
 
 
 def _select_columns(indptr, indices, data, cols):
@@ -435,7 +453,7 @@ def extract_task(block: Block | BlockSource, local: np.ndarray):
     local = np.asarray(local, dtype=np.int64)
     indptr, indices, data = _select_columns(block.indptr, block.indices, block.data, local)
     scale = block.col_scale[local] if block.col_scale.shape[0] else np.zeros(0)
-    return (
+    return ColumnGroup(
         indptr,
         indices,
         data,
@@ -446,18 +464,19 @@ def extract_task(block: Block | BlockSource, local: np.ndarray):
     )
 
 
-def compact_task(extract: tuple, keep: np.ndarray):
+def compact_task(group: ColumnGroup, keep: np.ndarray) -> ColumnGroup:
     """The columns ``keep`` of a gathered group (:func:`extract_task`), run where the group
     is held: a working set that has moved on frees its stale columns without rereading."""
     t0 = time.perf_counter()
     keep = np.asarray(keep, dtype=np.int64)
-    indptr, indices, data = _select_columns(extract[0], extract[1], extract[2], keep)
-    scale = extract[3][keep] if extract[5] else np.zeros(0)
-    return indptr, indices, data, scale, extract[4][keep], extract[5], time.perf_counter() - t0
+    indptr, indices, data = _select_columns(group.indptr, group.indices, group.data, keep)
+    scale = group.scale[keep] if group.scaled else np.zeros(0)
+    seconds = time.perf_counter() - t0
+    return ColumnGroup(indptr, indices, data, scale, group.sqnorm[keep], group.scaled, seconds)
 
 
 def ws_round_task(
-    extracts: list[tuple],
+    extracts: list[ColumnGroup],
     keeps: list[np.ndarray],
     w_parts: list[np.ndarray],
     g: np.ndarray,
@@ -503,31 +522,31 @@ def ws_round_task(
     ws, args = [], []
     for i, (e, keep, wp) in enumerate(zip(extracts, keeps, w_parts, strict=True)):
         keep = np.asarray(keep, dtype=np.int64)
-        scale = e[3] if e[5] else np.zeros(0)
+        scale = e.col_scale
         c, _ = csc_scan_screen(
-            e[0], e[1], e[2], scale, keep, theta, np.zeros(0), 1.0, 0.0, threshold
+            e.indptr, e.indices, e.data, scale, keep, theta, np.zeros(0), 1.0, 0.0, threshold
         )
         if c.size:
             a = np.abs(c)
             absmax = max(absmax, float(a.max()))
             ex = a[a > threshold] - threshold
             excess += float(ex @ ex)
-        w = np.zeros(e[0].shape[0] - 1)
+        w = np.zeros(e.ncols)
         w[keep] = wp
         ws.append(w)
         args.append((e, scale, keep, _NO_PROFILE if col_sums is None else col_sums[i]))
     for _ in range(n_epochs):
         for (e, scale, keep, col_sum), w in zip(args, ws, strict=True):
             cd_block_epochs(
-                e[0],
-                e[1],
-                e[2],
+                e.indptr,
+                e.indices,
+                e.data,
                 scale,
                 w,
                 g,
                 u,
                 sw,
-                e[4],
+                e.sqnorm,
                 sigma,
                 beta,
                 float(n),
@@ -542,14 +561,15 @@ def ws_round_task(
             )
     w_new = [w[np.asarray(k, dtype=np.int64)] for w, k in zip(ws, keeps, strict=True)]
     info = {"kernel_s": time.perf_counter() - t0}
-    return w_new, u, 0.0 if col_sums is None else float(shift[0]), (absmax, excess), info
+    shift_b = 0.0 if col_sums is None else float(shift[0])
+    return SpreadRoundOutput(w_new, u, shift_b, GapStats(absmax, excess), info)
 
 
-def group_col_sums(extracts: list[tuple], sw: np.ndarray) -> list[np.ndarray]:
+def group_col_sums(extracts: list[ColumnGroup], sw: np.ndarray) -> list[np.ndarray]:
     """``sum_i s_i x_ij`` of every column of each cached group (unscaled), for the profiled
     steps of :func:`ws_round_task`: computed once per subproblem, where the groups live."""
     s = None if sw.shape[0] == 0 else sw
-    return [_col_sums(e[0], e[1], e[2], s) for e in extracts]
+    return [_col_sums(e.indptr, e.indices, e.data, s) for e in extracts]
 
 
 def identity(x):
@@ -557,7 +577,7 @@ def identity(x):
     return x
 
 
-def _gather_ws(extracts: list[tuple], extract_ids: list[np.ndarray], ws: np.ndarray):
+def _gather_ws(extracts: list[ColumnGroup], extract_ids: list[np.ndarray], ws: np.ndarray):
     """CSC arrays, scales and squared norms of the columns ``ws`` (in that order), copied
     from the cached groups into arrays allocated once (one copy of the working set)."""
     from dl1.kernels.select import csc_copy_columns_into
@@ -577,7 +597,7 @@ def _gather_ws(extracts: list[tuple], extract_ids: list[np.ndarray], ws: np.ndar
     ends = [*starts[1:], by.shape[0]]
     runs = [(int(group[by[a]]), by[a:b]) for a, b in zip(starts, ends, strict=True)]
     for g, dest in runs:
-        ip = extracts[g][0]
+        ip = extracts[g].indptr
         lens[dest] = ip[local[dest] + 1] - ip[local[dest]]
     indptr = np.zeros(ws.shape[0] + 1, dtype=np.int64)
     np.cumsum(lens, out=indptr[1:])
@@ -585,17 +605,45 @@ def _gather_ws(extracts: list[tuple], extract_ids: list[np.ndarray], ws: np.ndar
     data = np.empty(indptr[-1], dtype=np.float64)
     for g, dest in runs:
         e = extracts[g]
-        csc_copy_columns_into(e[0], e[1], e[2], local[dest], indptr, dest, indices, data)
-    sqn = np.concatenate([e[4] for e in extracts])[pos]
+        csc_copy_columns_into(
+            e.indptr, e.indices, e.data, local[dest], indptr, dest, indices, data
+        )
+    sqn = np.concatenate([e.sqnorm for e in extracts])[pos]
     scale = np.zeros(0)
-    if any(e[5] for e in extracts):
-        scale = np.concatenate([e[3] if e[5] else np.ones(e[0].shape[0] - 1) for e in extracts])
+    if any(e.scaled for e in extracts):
+        scale = np.concatenate([e.scale if e.scaled else np.ones(e.ncols) for e in extracts])
         scale = scale[pos]
     return indptr, indices, data, scale, sqn
 
 
+@dataclass(frozen=True)
+class SubproblemSettings:
+    """The settings of a gathered working-set subproblem (:func:`subproblem_task`).
+
+    ``target_gap`` stops column epochs, ``gram_target`` (None: ``target_gap``) Gram-matrix
+    epochs; ``check_every`` epochs between gap checks; ``anderson`` iterates per
+    extrapolation; working sets of at most ``gram_max`` columns (squared loss) are solved on
+    their Gram matrix, kept by the worker under ``gram_key``; ``dense_max`` bounds the
+    scratch densifying its new columns.
+    """
+
+    datafit: Any
+    penalty: Any
+    fit_intercept: bool
+    target_gap: float
+    max_epochs: int
+    check_every: int = 10
+    random_order: bool = False
+    seed: int = 0
+    anderson: int = 5
+    gram_max: int = GRAM_MAX
+    dense_max: int = GRAM_DENSE_MAX
+    gram_key: str | None = None
+    gram_target: float | None = None
+
+
 def subproblem_task(
-    extracts: list[tuple],
+    extracts: list[ColumnGroup],
     extract_ids: list[np.ndarray],
     fresh: list[bool],
     ws: np.ndarray,
@@ -603,20 +651,8 @@ def subproblem_task(
     y: np.ndarray,
     z: np.ndarray,
     sw: np.ndarray,
-    datafit,
-    penalty,
-    fit_intercept: bool,
-    target_gap: float,
-    max_epochs: int,
-    check_every: int,
-    random_order: bool,
-    seed: int,
-    anderson: int = 5,
-    gram_max: int = GRAM_MAX,
-    dense_max: int = GRAM_DENSE_MAX,
-    gram_key: str | None = None,
-    gram_target: float | None = None,
-):
+    settings: SubproblemSettings,
+) -> SubproblemOutput:
     """Solve the problem restricted to the working set to a gap of ``target_gap``
     (``gram_target``, when given, on the Gram-matrix path).
 
@@ -633,7 +669,7 @@ def subproblem_task(
     ``extracts`` are groups of columns gathered in earlier rounds (cached where this task runs)
     and ``extract_ids`` their global feature ids; the columns of ``ws`` are picked from them.
     ``fresh`` marks the groups made for this call (extracted or compacted): their seconds
-    (``extract[6]``) are counted as kernel time.
+    (``ColumnGroup.seconds``) are counted as kernel time.
     Squared-loss working sets of at most ``gram_max`` columns (and :func:`gram_limit`, from
     the worker's memory limit) are solved on their Gram matrix, kept between rounds under
     ``gram_key`` by :func:`working_set_gram`;
@@ -654,14 +690,18 @@ def subproblem_task(
     from dl1.kernels.linalg import csc_xt_theta_stats
 
     t0 = time.perf_counter()
-    extract_s = sum(e[6] for e, f in zip(extracts, fresh, strict=True) if f)
+    datafit, penalty, fit_intercept = settings.datafit, settings.penalty, settings.fit_intercept
+    target_gap, max_epochs = settings.target_gap, settings.max_epochs
+    check_every, anderson = settings.check_every, settings.anderson
+    gram_target = settings.gram_target
+    extract_s = sum(e.seconds for e, f in zip(extracts, fresh, strict=True) if f)
     n = y.shape[0]
     indptr, indices, data, scale, sqn = _gather_ws(extracts, extract_ids, ws)
     w = np.asarray(w_ws, dtype=np.float64).copy()
     z0 = z
     z = z.copy()
     s = None if sw.shape[0] == 0 else sw
-    if datafit.beta == 1.0 and 0 < w.shape[0] <= min(gram_max, gram_limit()):
+    if datafit.beta == 1.0 and 0 < w.shape[0] <= min(settings.gram_max, gram_limit()):
         # squared loss on a small working set: covariance updates
         w, dz, db, info = _solve_gram(
             indptr,
@@ -681,12 +721,12 @@ def subproblem_task(
             check_every,
             anderson,
             t0,
-            dense_max,
+            settings.dense_max,
             ws,
-            gram_key,
+            settings.gram_key,
         )
         info["kernel_s"] += extract_s
-        return w, dz, db, info
+        return SubproblemOutput(w, dz, db, info)
     active = np.arange(w.shape[0], dtype=np.int64)
     u = np.zeros(n)
     db_total = 0.0
@@ -731,8 +771,8 @@ def subproblem_task(
             penalty.alpha_l1,
             penalty.alpha_l2,
             1,
-            random_order,
-            (seed * 1000003 + epoch) % (2**32),
+            settings.random_order,
+            (settings.seed * 1000003 + epoch) % (2**32),
             active,
             col_sum,
             shift,
@@ -750,10 +790,10 @@ def subproblem_task(
             )
             hist = []
     info = {"epochs": epochs, "gap": float(gap), "kernel_s": time.perf_counter() - t0 + extract_s}
-    return w, z - z0, db_total, info
+    return SubproblemOutput(w, z - z0, db_total, info)
 
 
-class _GramGapEstimate:
+class GramGapEstimate:
     """The restricted duality gap at ``w``, from Gram-matrix quantities only (squared loss).
 
     At an exact check point ``w0`` (residual ``r0 = y - z``, intercept refitted, ``theta =
@@ -800,7 +840,7 @@ def _gram_epochs(
     h: np.ndarray,
     w: np.ndarray,
     penalty,
-    est: _GramGapEstimate,
+    est: GramGapEstimate,
     target_gap: float,
     min_between: int,
     max_between: int,
@@ -904,8 +944,8 @@ def gram_limit() -> int:
 
 def drop_gram(prefix: str) -> None:
     """Forget the Gram matrices cached under keys starting with ``prefix`` (end of a solve)."""
-    for key in [k for k in _GRAM_CACHE if k.startswith(prefix)]:
-        del _GRAM_CACHE[key]
+    for key in [k for k in GRAM_CACHE if k.startswith(prefix)]:
+        del GRAM_CACHE[key]
 
 
 def working_set_gram(
@@ -935,9 +975,9 @@ def working_set_gram(
     from dl1.kernels.gram import csc_dense_rows, take_submatrix
 
     m = ws.shape[0]
-    hit = _GRAM_CACHE.pop(key, None) if key is not None else None
+    hit = GRAM_CACHE.pop(key, None) if key is not None else None
     if hit is not None and np.array_equal(hit[0], ws):  # the same working set again
-        _GRAM_CACHE[key] = hit
+        GRAM_CACHE[key] = hit
         return hit[1]
     G = np.empty((m, m), dtype=GRAM_DTYPE)
     if hit is not None:
@@ -983,9 +1023,9 @@ def working_set_gram(
         G[:, new] = part
         G[new, :] = part.T
     if key is not None:
-        _GRAM_CACHE[key] = (ws.copy(), G)
-        while len(_GRAM_CACHE) > _GRAM_CACHE_ENTRIES:
-            _GRAM_CACHE.popitem(last=False)
+        GRAM_CACHE[key] = (ws.copy(), G)
+        while len(GRAM_CACHE) > GRAM_CACHE_ENTRIES:
+            GRAM_CACHE.popitem(last=False)
     return G
 
 
@@ -1068,7 +1108,7 @@ def _solve_gram(
             break
         if estimate_ok:  # the estimate said "within the target", the exact gap did not
             min_between = check_every
-        est = _GramGapEstimate(datafit, penalty, y, zc, theta, h, w, s, g_y)
+        est = GramGapEstimate(datafit, penalty, y, zc, theta, h, w, s, g_y)
         h /= n
         # the exact gap costs two passes over the working set's nonzeros: it is computed
         # when the Gram-matrix estimate (O(m) per epoch) falls within the target, or after
@@ -1091,19 +1131,20 @@ def _solve_gram(
 # the partitions' ``X_q d_q``. See :func:`dl1.solvers.ws.spread_gram_subproblem`.
 
 
-def _group_rows(e: tuple, cols: np.ndarray, r0: int, r1: int) -> sp.csr_matrix:
+def _group_rows(e: ColumnGroup, cols: np.ndarray, r0: int, r1: int) -> sp.csr_matrix:
     """Rows ``[r0, r1)`` of the columns ``cols`` (local positions) of a cached group, scaled,
     in float64 (products through BLAS and scipy), as CSR; the group is not copied."""
     from dl1.kernels.select import csc_rows_as_csr
 
-    scale = e[3] if e[5] else np.zeros(0)
     cols = np.asarray(cols, dtype=np.int64)
-    indptr, indices, data = csc_rows_as_csr(e[0], e[1], e[2], scale, cols, r0, r1)
+    indptr, indices, data = csc_rows_as_csr(
+        e.indptr, e.indices, e.data, e.col_scale, cols, r0, r1
+    )
     return sp.csr_matrix((data, indices, indptr), shape=(r1 - r0, cols.shape[0]))
 
 
 def partition_rmatvec_task(
-    extracts: list[tuple], keeps: list[np.ndarray], vecs: list[np.ndarray]
+    extracts: list[ColumnGroup], keeps: list[np.ndarray], vecs: list[np.ndarray]
 ) -> list[np.ndarray]:
     """``X_q^T v`` (scaled columns) over a partition's live columns (each group's ``keeps``,
     in group order), for every ``v`` of ``vecs``."""
@@ -1112,16 +1153,16 @@ def partition_rmatvec_task(
     outs: list[list[np.ndarray]] = [[] for _ in vecs]
     for e, keep in zip(extracts, keeps, strict=True):
         keep = np.asarray(keep, dtype=np.int64)
-        scale = e[3] if e[5] else np.zeros(0)
-        tmp = np.empty(e[0].shape[0] - 1)
+        scale = e.col_scale
+        tmp = np.empty(e.ncols)
         for out, v in zip(outs, vecs, strict=True):
-            csc_rmatvec(e[0], e[1], e[2], scale, v, tmp)
+            csc_rmatvec(e.indptr, e.indices, e.data, scale, v, tmp)
             out.append(tmp[keep])
     return [np.concatenate(o) if o else np.zeros(0) for o in outs]
 
 
 def partition_matvec_task(
-    extracts: list[tuple], keeps: list[np.ndarray], d: np.ndarray, n: int
+    extracts: list[ColumnGroup], keeps: list[np.ndarray], d: np.ndarray, n: int
 ) -> np.ndarray:
     """``X_q d`` (scaled columns) over a partition's live columns (``d`` in their order)."""
     from dl1.kernels.linalg import csc_matvec
@@ -1130,16 +1171,16 @@ def partition_matvec_task(
     k = 0
     for e, keep in zip(extracts, keeps, strict=True):
         keep = np.asarray(keep, dtype=np.int64)
-        full = np.zeros(e[0].shape[0] - 1)
+        full = np.zeros(e.ncols)
         full[keep] = d[k : k + keep.shape[0]]
         k += keep.shape[0]
         if full.any():
-            csc_matvec(e[0], e[1], e[2], e[3] if e[5] else np.zeros(0), full, u)
+            csc_matvec(e.indptr, e.indices, e.data, e.col_scale, full, u)
     return u
 
 
 def row_piece_task(
-    extracts: list[tuple], cols: list[np.ndarray], r0: int, r1: int, after=None
+    extracts: list[ColumnGroup], cols: list[np.ndarray], r0: int, r1: int, after=None
 ) -> sp.csr_matrix:
     """Rows ``[r0, r1)`` of the columns ``cols`` of a partition's groups (scaled; groups in
     order), as CSR: a bounded piece of new columns sent to another partition. ``after`` (the
@@ -1173,7 +1214,7 @@ def _cross(left: sp.csr_matrix, right: sp.csr_matrix, s: np.ndarray | None, scra
 
 def cross_gram_task(
     acc: np.ndarray | None,
-    extracts: list[tuple],
+    extracts: list[ColumnGroup],
     keeps: list[np.ndarray],
     piece: sp.csr_matrix | None,
     own_cols: list[np.ndarray] | None,
@@ -1233,7 +1274,7 @@ def spread_gram_epochs_task(
     gram: tuple[np.ndarray, np.ndarray],
     w: np.ndarray,
     h: np.ndarray,
-    est: _GramGapEstimate,
+    est: GramGapEstimate,
     penalty,
     target_gap: float,
     min_between: int,

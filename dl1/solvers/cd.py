@@ -29,315 +29,177 @@ workers.
 from __future__ import annotations
 
 import time
-import warnings
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from dl1.gap import duality_gap_from_stats
 from dl1.solvers import _tasks as T
+from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.records import GapStats, RoundOutput
+from dl1.solvers.result import (
+    UNCERTIFIED,
+    Certificate,
+    FitResult,
+    coef_by_block,
+    make_result,
+)
 
 
-class ConvergenceWarning(UserWarning):
-    """The solver stopped at its round limit before reaching the requested gap."""
+class CoordinateDescentSolver:
+    """CoCoA+ rounds of local coordinate descent on every partition (see the module).
 
-
-@dataclass
-class FitResult:
-    """Result of :func:`dl1.fit`.
-
-    Attributes
+    Parameters
     ----------
-    coef_ : ndarray (p,)
-        Coefficients in the scale of the input features.
-    intercept_ : float
-    gap_ : float
-        Relative duality gap ``(P - D) / P(0)`` of the returned point.
-    dual_gap_ : float
-        Absolute duality gap ``P - D``.
-    primal_, dual_ : float
-    p0_ : float
-        ``P(0)``: the objective at ``w = 0`` with the intercept fitted.
-    converged_ : bool
-        ``gap_ <= tol``.
-    n_rounds_ : int
-        Rounds run (each is one pass over the data on the workers).
-    history_ : list of dict
-        Per round: objective, gap (relative), nnz, seconds since start, kernel and overhead
-        seconds; for the working-set solver also how its steps ran (``transport``: "local",
-        "tasks" through the scheduler, or "direct" calls to the workers, see
-        :mod:`dl1.solvers.rpc`).
-    alpha, l1_ratio, loss, tol : the problem solved.
-    passes_ : float
-        Passes over the data, in units of the whole matrix (screened columns are skipped).
-    screened_ : bool ndarray (p,) or None
-        Features proven zero by gap-safe screening during the solve (working-set solver).
-    load_seconds_, solve_seconds_ : float
-        Time to read the feature blocks into worker memory, and to solve afterwards.
-    streamed_ : bool
-        Out-of-core mode: blocks were read from the store by every task that used them.
+    max_rounds : int
+        Rounds at most; the last only certifies. Reaching it warns with the gap reached.
+    n_epochs : int
+        Local epochs per round.
+    random_order, seed : uniformly random coordinate order (stochastic coordinate descent).
+    verbose, callback : a line, or a call with the history entry, per round.
     """
 
-    coef_: np.ndarray
-    intercept_: float
-    gap_: float
-    dual_gap_: float
-    primal_: float
-    dual_: float
-    p0_: float
-    converged_: bool
-    n_rounds_: int
-    alpha: float
-    l1_ratio: float
-    loss: str
-    tol: float
-    n_partitions: int
-    history_: list[dict[str, Any]] = field(default_factory=list)
-    passes_: float = float("nan")
-    screened_: np.ndarray | None = None
-    load_seconds_: float = float("nan")
-    solve_seconds_: float = float("nan")
-    streamed_: bool = False
+    name = "cd"
+    #: every round is partition tasks: direct calls would not shorten it
+    direct_calls = False
 
-    @property
-    def overhead_fraction_(self) -> float:
-        """``1 - kernel time / wall time`` over all rounds (kernel: the slowest partition's).
+    def __init__(
+        self,
+        *,
+        max_rounds: int = 1000,
+        n_epochs: int = 1,
+        random_order: bool = False,
+        seed: int = 0,
+        verbose: bool = False,
+        callback: Any = None,
+    ) -> None:
+        self.max_rounds = max_rounds
+        self.n_epochs = n_epochs
+        self.random_order = random_order
+        self.seed = seed
+        self.verbose = verbose
+        self.callback = callback
 
-        Wall time is the coordinator's, from sending a round's work to holding its result:
-        what remains after the kernels is scheduling, serialization and transfer.
-        """
-        return overhead_fraction(self.history_)
+    def solve(
+        self, problem: Problem, warm: WarmState | None = None
+    ) -> tuple[FitResult, WarmState]:
+        """Rounds until the start point of one is certified within ``problem.tol``."""
+        pb = problem
+        w, b, z = self._start(pb, warm)
+        p0 = pb.p_zero()
+        history: list[dict[str, Any]] = []
+        t_start = time.perf_counter()
+        cert, converged, rounds = UNCERTIFIED, False, 0
+        for r in range(self.max_rounds + 1):
+            last = r == self.max_rounds
+            if pb.fit_intercept:
+                db = pb.datafit.intercept_update(pb.y, z, pb.weights, max_iter=20)
+                b += db
+                z += db
+            t0 = time.perf_counter()
+            results, stats = self._round(pb, w, z, r, last)
+            wall = time.perf_counter() - t0
+            absmax = max((st.absmax for st in stats), default=0.0)
+            excess = float(sum(st.excess for st in stats))
+            theta = pb.datafit.dual_point(pb.y, z, pb.weights, pb.fit_intercept)
+            cert = Certificate(*duality_gap_from_stats(
+                pb.datafit, pb.penalty, pb.y, z, w, absmax, excess, s=pb.weights,
+                intercept=pb.fit_intercept, theta=theta,
+            ))  # fmt: skip
+            entry = self._entry(r, cert, p0, w, t_start, wall, results)
+            history.append(entry)
+            rounds = r
+            if entry["gap"] <= pb.tol:
+                converged = True
+                break
+            if last:
+                break
+            self._apply(pb, w, z, results)
+        res = make_result(pb, w, b, cert, converged, rounds, history, streamed_=pb.streamed)
+        return res, WarmState(w, b, z)
 
-    def __repr__(self) -> str:
-        return (
-            f"FitResult(loss={self.loss!r}, alpha={self.alpha:.6g}, l1_ratio={self.l1_ratio}, "
-            f"nnz={int(np.count_nonzero(self.coef_))}, gap={self.gap_:.3e}, "
-            f"converged={self.converged_}, rounds={self.n_rounds_})"
-        )
+    def _start(self, pb: Problem, warm: WarmState | None) -> tuple[np.ndarray, float, np.ndarray]:
+        """``(w, b, z = X w + b)`` of the warm start, ``z`` recomputed on the workers."""
+        w = np.zeros(pb.p) if warm is None else np.asarray(warm.coef, dtype=np.float64).copy()
+        b = pb.initial_intercept() if warm is None else float(warm.intercept)
+        b = b if pb.fit_intercept else 0.0
+        z = np.full(pb.n, b)
+        if w.any():
+            ex = pb.executor
+            for u in ex.gather(
+                [
+                    ex.submit(T.matvec_task, [pb.blocks[j] for j in part],
+                              coef_by_block(w, pb.col_bounds, part), pb.n)
+                    for part in pb.partitions
+                ]
+            ):  # fmt: skip
+                z += u
+        return w, b, z
 
-
-def overhead_fraction(history: list[dict[str, Any]]) -> float:
-    """``1 - sum(busy_s) / sum(wall_s)`` over the rounds of a history that timed them."""
-    rounds = [h for h in history if "wall_s" in h]
-    wall = sum(h["wall_s"] for h in rounds)
-    busy = sum(h["busy_s"] for h in rounds)
-    return max(0.0, 1.0 - busy / wall) if wall > 0 else float("nan")
-
-
-def _sparse_parts(w: np.ndarray, bounds: np.ndarray, blocks: list[int]):
-    """The nonzero coefficients of each of ``blocks`` (:func:`dl1.solvers._tasks.coef_parts`)."""
-    if not blocks:
-        return []
-    ranges = [(int(bounds[j]), int(bounds[j + 1])) for j in blocks]
-    lo, hi = min(a for a, _ in ranges), max(b for _, b in ranges)
-    ids = np.flatnonzero(w[lo:hi]) + lo
-    return T.coef_parts(ids, w[ids], ranges)
-
-
-def solve(
-    ex: Any,
-    blocks: list[Any],
-    col_bounds: np.ndarray,
-    y: np.ndarray,
-    sw: np.ndarray,
-    datafit: Any,
-    penalty: Any,
-    *,
-    fit_intercept: bool,
-    tol: float,
-    max_rounds: int,
-    n_partitions: int,
-    n_epochs: int,
-    random_order: bool,
-    seed: int,
-    w0: np.ndarray | None = None,
-    b0: float | None = None,
-    loss_name: str = "",
-    verbose: bool = False,
-    callback: Any = None,
-) -> tuple[FitResult, np.ndarray]:
-    """Run the rounds; returns the result (coef in the solver's scaled space) and ``z``.
-
-    ``ex`` is an executor (:mod:`dl1.solvers.executor`): ``submit(fn, *args)`` and
-    ``gather(handles)``; ``blocks`` are its handles of the loaded feature blocks.
-    """
-    n = y.shape[0]
-    p = int(col_bounds[-1])
-    K = len(blocks)
-    n_partitions = max(1, min(n_partitions, K))
-    parts = [list(a) for a in np.array_split(np.arange(K), n_partitions)]
-    s_arg = None if sw.shape[0] == 0 else sw
-    sigma = float(n_partitions)
-    threshold = n * penalty.alpha_l1
-
-    b_zero = datafit.initial_intercept(y, s_arg) if fit_intercept else 0.0
-    p0 = datafit.value(y, np.full(n, b_zero), s_arg)
-    w = np.zeros(p) if w0 is None else np.asarray(w0, dtype=np.float64).copy()
-    b = (b_zero if b0 is None else float(b0)) if fit_intercept else 0.0
-    z = np.full(n, b)
-    if w.any():
-        us = ex.gather(
+    def _round(
+        self, pb: Problem, w: np.ndarray, z: np.ndarray, r: int, last: bool
+    ) -> tuple[list[RoundOutput] | None, list[GapStats]]:
+        """Every partition's round (:func:`T.round_task`), or on the last round only the
+        certificate's statistics (:func:`T.xt_theta_task`)."""
+        ex, datafit = pb.executor, pb.datafit
+        g = datafit.gradient(pb.y, z, pb.weights)
+        theta = datafit.dual_point(pb.y, z, pb.weights, pb.fit_intercept)
+        threshold = pb.n * pb.penalty.alpha_l1
+        parts = pb.partitions
+        if last:
+            stats = ex.gather(
+                [ex.submit(T.xt_theta_task, [pb.blocks[j] for j in part], theta, threshold)
+                 for part in parts]
+            )  # fmt: skip
+            return None, [st for part in stats for st in part]
+        sigma = float(len(parts))
+        results = ex.gather(
             [
                 ex.submit(
-                    T.matvec_task, [blocks[j] for j in part], _sparse_parts(w, col_bounds, part), n
+                    T.round_task, [pb.blocks[j] for j in part],
+                    coef_by_block(w, pb.col_bounds, part), g, theta, pb.sample_weight, sigma,
+                    datafit.beta, pb.penalty.alpha_l1, pb.penalty.alpha_l2, self.n_epochs,
+                    self.random_order, self.seed * 7919 + r * len(parts) + q, threshold, True,
                 )
-                for part in parts
+                for q, part in enumerate(parts)
             ]
-        )
-        for u in us:
-            z += u
+        )  # fmt: skip
+        return results, [st for res in results for st in res.stats]
 
-    history: list[dict[str, Any]] = []
-    t_start = time.perf_counter()
-    primal = dual = gap = np.inf
-    converged = False
-    rounds = 0
-    for r in range(max_rounds + 1):
-        if fit_intercept:
-            db = datafit.intercept_update(y, z, s_arg, max_iter=20)
-            b += db
-            z += db
-        g = datafit.gradient(y, z, s_arg)
-        theta = datafit.dual_point(y, z, s_arg, fit_intercept)
-        last = r == max_rounds
-        t0 = time.perf_counter()
-        handles = [
-            ex.submit(
-                T.round_task if not last else T.xt_theta_task,
-                *(
-                    (
-                        [blocks[j] for j in part],
-                        _sparse_parts(w, col_bounds, part),
-                        g,
-                        theta,
-                        sw,
-                        sigma,
-                        datafit.beta,
-                        penalty.alpha_l1,
-                        penalty.alpha_l2,
-                        n_epochs,
-                        random_order,
-                        seed * 7919 + r * n_partitions + q,
-                        threshold,
-                        True,
-                    )
-                    if not last
-                    else ([blocks[j] for j in part], theta, threshold)
-                ),
-            )
-            for q, part in enumerate(parts)
-        ]
-        results = ex.gather(handles)
-        wall = time.perf_counter() - t0
-        if last:
-            stats = [s for res in results for s in res]
-        else:
-            stats = [s for res in results for s in res[2]]
-        absmax = max((s[0] for s in stats), default=0.0)
-        excess = float(sum(s[1] for s in stats))
-        primal, dual, gap = duality_gap_from_stats(
-            datafit,
-            penalty,
-            y,
-            z,
-            w,
-            absmax,
-            excess,
-            s=s_arg,
-            intercept=fit_intercept,
-            theta=theta,
-        )
-        rel = gap / p0 if p0 > 0 else gap
+    def _entry(self, r, cert, p0, w, t_start, wall, results) -> dict[str, Any]:
         entry = {
             "round": r,
-            "objective": primal,
-            "gap": rel,
+            "objective": cert.primal,
+            "gap": cert.gap / p0 if p0 > 0 else cert.gap,
             "nnz": int(np.count_nonzero(w)),
             "seconds": time.perf_counter() - t_start,
         }
-        if not last:
-            kern = max(res[3]["kernel_s"] for res in results)
+        if results is not None:
+            kern = max(res.info["kernel_s"] for res in results)
             entry.update(wall_s=wall, kernel_s=kern, busy_s=kern)
             entry["overhead_fraction"] = max(0.0, 1.0 - kern / wall) if wall > 0 else 0.0
-        history.append(entry)
-        if verbose:
-            print(f"round {r:4d}  objective {primal:.10g}  gap {rel:.3e}  nnz {entry['nnz']}")
-        if callback is not None:
-            callback(entry)
-        rounds = r
-        if rel <= tol:
-            converged = True
-            break
-        if last:
-            break
-        # apply the round's updates (partition order: deterministic)
-        for q, part in enumerate(parts):
-            w_new, u, _, _ = results[q]
-            for j, (idx, val) in zip(part, w_new, strict=True):
-                seg = w[col_bounds[j] : col_bounds[j + 1]]
+        if self.verbose:
+            print(f"round {r:4d}  objective {cert.primal:.10g}  gap {entry['gap']:.3e}"
+                  f"  nnz {entry['nnz']}")  # fmt: skip
+        if self.callback is not None:
+            self.callback(entry)
+        return entry
+
+    @staticmethod
+    def _apply(pb: Problem, w: np.ndarray, z: np.ndarray, results: list[RoundOutput]) -> None:
+        """Add the partitions' updates in partition order (deterministic aggregation)."""
+        for part, res in zip(pb.partitions, results, strict=True):
+            for j, (idx, val) in zip(part, res.coef, strict=True):
+                seg = w[pb.col_bounds[j] : pb.col_bounds[j + 1]]
                 seg[:] = 0.0
                 seg[idx] = val
-            z += u
-    res = finish(
-        w,
-        b,
-        gap,
-        primal,
-        dual,
-        p0,
-        converged,
-        rounds,
-        penalty,
-        loss_name,
-        tol,
-        n_partitions,
-        history,
-    )
-    return res, z
+            z += res.u
 
+    def restore(
+        self, problem: Problem, arrays: dict[str, np.ndarray], intercept: float
+    ) -> WarmState:
+        """The state a checkpoint saved."""
+        return WarmState(arrays["w"], intercept, arrays["z"])
 
-def finish(
-    w,
-    b,
-    gap,
-    primal,
-    dual,
-    p0,
-    converged,
-    rounds,
-    penalty,
-    loss_name,
-    tol,
-    n_partitions,
-    history,
-    **extra: Any,
-) -> FitResult:
-    """The :class:`FitResult` of a solve, warning (ConvergenceWarning) if it is not certified."""
-    rel = gap / p0 if p0 > 0 else gap
-    res = FitResult(
-        coef_=w,
-        intercept_=float(b),
-        gap_=float(rel),
-        dual_gap_=float(gap),
-        primal_=float(primal),
-        dual_=float(dual),
-        p0_=float(p0),
-        converged_=converged,
-        n_rounds_=rounds,
-        alpha=penalty.alpha,
-        l1_ratio=penalty.l1_ratio,
-        loss=loss_name,
-        tol=tol,
-        n_partitions=n_partitions,
-        history_=history,
-        **extra,
-    )
-    if not converged:
-        warnings.warn(
-            f"dl1 did not converge: relative duality gap {rel:.3e} > tol {tol:.3e} after "
-            f"{rounds} rounds (alpha={penalty.alpha:.6g}); raise max_rounds or tol",
-            ConvergenceWarning,
-            stacklevel=4,
-        )
-    return res
+    def release(self, problem: Problem, state: WarmState | None) -> None:
+        """Nothing is cached on the workers."""

@@ -81,15 +81,7 @@ def warm_up() -> None:
                 y,
                 np.zeros(2),
                 np.zeros(0),
-                datafit,
-                ElasticNet(0.01),
-                True,
-                0.0,
-                12,
-                10,
-                False,
-                0,
-                gram_max=gram_max,
+                T.SubproblemSettings(datafit, ElasticNet(0.01), True, 0.0, 12, gram_max=gram_max),
             )
     # kernels the tiny subproblems above do not reach: a cached float32 Gram matrix reused
     # by the next working set, and its products (one Gram dtype: once, not per data dtype)
@@ -132,6 +124,14 @@ class LocalExecutor:
 
     def close(self) -> None:
         """Release what the solve held beside its tasks (here: nothing)."""
+
+    def submit_pass(self, *args: Any) -> None:
+        """A pass run by the subproblem's server: none here (the coordinator runs it)."""
+        return None
+
+    def submit_then_scan(self, *args: Any) -> None:
+        """A subproblem followed by the next pass on one server: none here."""
+        return None
 
 
 class DistributedExecutor:
@@ -184,6 +184,14 @@ class DistributedExecutor:
     def close(self) -> None:
         """Release what the solve held beside its tasks (tasks: nothing; see
         :meth:`dl1.solvers.rpc.RpcExecutor.close`)."""
+
+    def submit_pass(self, *args: Any) -> None:
+        """A pass run by the subproblem's server: none here (the coordinator runs it)."""
+        return None
+
+    def submit_then_scan(self, *args: Any) -> None:
+        """A subproblem followed by the next pass on one server: none here."""
+        return None
 
     def compute(self, delayed: list[Any], workers: list[int] | None = None) -> list[Any]:
         if workers is None or not self.workers:

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from dl1.solvers import _fw_tasks as FT
-from dl1.solvers.cd import ConvergenceWarning, overhead_fraction
+from dl1.solvers.result import ConvergenceWarning, overhead_fraction
 
 #: Stopping rules: the paper's ``||a_{k+1} - a_k||_inf <= step_tol`` (glmnet's default), or
 #: the exact FW gap ``<= tol * f(0)`` (checked by a full pass when the sampled estimate

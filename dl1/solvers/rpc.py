@@ -59,6 +59,7 @@ import numpy as np
 from dl1.solvers import _tasks as T
 from dl1.solvers.executor import DistributedExecutor
 from dl1.solvers.line import Dialer, Line
+from dl1.solvers.records import SubproblemCall
 
 #: Workers whose line this process could not connect to (:meth:`RpcExecutor._open_lines`):
 #: later solves keep actor calls for them at once instead of waiting for the connection.
@@ -325,20 +326,20 @@ class PartitionServer:
         used: dict[str, tuple] = {}
         self._resolve(args, used, local_only=True)  # local work while the peers extract
         # the peers extract while this server does: the extraction time on the critical
-        # path, the one a fresh group's ``e[6]`` reports, is the longest of the two
-        local_s = sum(e[6] for gid, e in used.items() if gid not in self._groups)
+        # path, the one a fresh group's ``seconds`` reports, is the longest of the two
+        local_s = sum(e.seconds for gid, e in used.items() if gid not in self._groups)
         peer_s = 0.0
         for (groups, fut), holder in zip(asked, remote, strict=True):
             got = self._answer(holder, fut)
-            peer_s = max(peer_s, sum(e[6] for e in got))
+            peer_s = max(peer_s, sum(e.seconds for e in got))
             for g, e in zip(groups, got, strict=True):
-                used[g.gid] = (*e[:6], 0.0)
+                used[g.gid] = e._replace(seconds=0.0)
         if asked:
             g0 = asked[0][0][0].gid
-            used[g0] = (*used[g0][:6], max(0.0, peer_s - local_s))
+            used[g0] = used[g0]._replace(seconds=max(0.0, peer_s - local_s))
         served = [gid for gid in used if gid in self._ahead_gids]
         if served:  # new groups, whose extraction seconds the call counts
-            used[served[0]] = (*used[served[0]][:6], ahead_wait)
+            used[served[0]] = used[served[0]]._replace(seconds=ahead_wait)
         resolved = self._resolve(args, used)
         self._got_ahead = {}
         out = fn(*resolved)
@@ -346,10 +347,11 @@ class PartitionServer:
             self._groups = used
         if then_scan is not None:
             t0 = time.perf_counter()
-            support = resolved[3][out[0] != 0]  # the working set holds every nonzero
+            call = SubproblemCall(*resolved)
+            support = call.ws[out.w_ws != 0]  # the working set holds every nonzero
             ws_size = max(then_scan.ws_start, 2 * support.shape[0])
             scans = self._scan_after(out, resolved, then_scan, ws_size)
-            self._look_ahead(then_scan, scans, support, ws_size, resolved[1])
+            self._look_ahead(then_scan, scans, support, ws_size, call.group_ids)
             out = (out, scans, time.perf_counter() - t0)
         return out
 
@@ -438,7 +440,7 @@ class PartitionServer:
                 got = self._answer(holder, fut)
             except Exception:  # the call asks for them itself
                 continue
-            peer_s = max(peer_s, sum(e[6] for e in got))
+            peer_s = max(peer_s, sum(e.seconds for e in got))
             for (key, local), e in zip(asks[holder], got, strict=True):
                 ahead[(key, local.tobytes())] = e
         return ahead, (t0, t1, time.perf_counter(), peer_s)
@@ -466,7 +468,7 @@ class PartitionServer:
         if e is None:
             return None
         self._served_ahead += 1
-        return (*e[:6], 0.0)
+        return e._replace(seconds=0.0)
 
     def _scan_after(self, out: tuple, args: list[Any], plan: _ScanPlan, ws_size: int) -> list:
         """The pass after a subproblem (``args`` those of
@@ -474,11 +476,12 @@ class PartitionServer:
         coordinator's own steps on the same values, so bit for bit the pass it would run:
         ``z + dz``, the intercept's update, the dual point and the coefficients by block
         (the working set holds every nonzero); ``ws_size`` candidates per block."""
-        w_ws, dz, _, _ = out
-        ws, y, z, sw, datafit, fit_intercept = (args[i] for i in (3, 5, 6, 7, 8, 10))
-        z = z + dz
-        _, theta = T.pass_dual_point(datafit, y, z, None if sw.shape[0] == 0 else sw, fit_intercept)
-        w_parts = [T.coef_parts(ws, w_ws, bounds) for bounds in plan.bounds]
+        call = SubproblemCall(*args)
+        sw, settings = call.sample_weight, call.settings
+        z = call.z + out.dz
+        weights = None if sw.shape[0] == 0 else sw
+        _, theta = T.pass_dual_point(settings.datafit, call.y, z, weights, settings.fit_intercept)
+        w_parts = [T.coef_parts(call.ws, out.w_ws, bounds) for bounds in plan.bounds]
         return self._scan(plan, theta, w_parts, ws_size)
 
     def _scan(

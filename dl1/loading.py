@@ -1,0 +1,303 @@
+"""Reading a fit's inputs and loading its feature blocks: shared by every entry point.
+
+:func:`read_inputs` checks ``X``, ``y`` and the sample weights before any work starts;
+:func:`load_problem` puts the feature blocks where the solvers read them (worker memory, or
+sources read from the store by every task, out of core) and builds the
+:class:`~dl1.solvers.base.Problem`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import scipy.sparse as sp
+
+from dl1.datafits import Logistic, Quadratic, normalize_sample_weight
+from dl1.errors import ValidationError
+from dl1.solvers import _tasks as T
+from dl1.solvers.base import DataHandles, Problem, WorkingSetBudget
+from dl1.store import Store, open_store
+
+LOSSES = {"squared": Quadratic, "logistic": Logistic}
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """A fit's validated inputs: ``X`` as a 2-D dask array (each column chunk a feature
+    block), ``y``, the sample weights normalised to sum to n (empty: none), the datafit,
+    and the store ``X`` came from (None: not a store)."""
+
+    X: da.Array
+    y: np.ndarray
+    sample_weight: np.ndarray
+    datafit: Any
+    store: Store | None
+    split: str
+
+    @property
+    def weights(self) -> np.ndarray | None:
+        return None if self.sample_weight.shape[0] == 0 else self.sample_weight
+
+
+def as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray | None]:
+    """(X as a 2-D dask array, y from a store or None, sample weights from a store or None)."""
+    if isinstance(X, (str, os.PathLike)):
+        X = open_store(X)
+    if isinstance(X, Store):
+        y = X.read("y", split)
+        sw = X.read("sample_weight", split) if X.entry(split)["has_sample_weight"] else None
+        return X.to_dask(split, "csc" if "csc" in X.entry(split)["formats"] else None), y, sw
+    if isinstance(X, da.Array):
+        if X.ndim != 2:
+            raise ValidationError(f"X must be 2-D, got {X.ndim} dimensions")
+        if any(np.isnan(c) for cs in X.chunks for c in cs):
+            raise ValidationError("X has unknown chunk sizes; call X.compute_chunk_sizes()")
+        return X, None, None
+    if sp.issparse(X) or isinstance(X, np.ndarray):
+        n, p = X.shape
+        X = sp.csc_matrix(X) if sp.issparse(X) else np.asarray(X)
+        return da.from_array(X, chunks=(n, max(1, -(-p // 4))), asarray=False), None, None
+    raise ValidationError(
+        f"X must be a dask array, a dl1 Store or store path, a scipy.sparse matrix or a "
+        f"NumPy array; got {type(X).__name__}"
+    )
+
+
+def as_vector(v: Any, n: int, what: str) -> np.ndarray:
+    v = v.compute() if isinstance(v, da.Array) else v
+    v = np.asarray(v, dtype=np.float64).ravel()
+    if v.shape[0] != n:
+        raise ValidationError(f"{what} has {v.shape[0]} values for {n} rows of X")
+    bad = ~np.isfinite(v)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise ValidationError(f"{what}[{k}] is {v[k]} (not finite)")
+    return v
+
+
+def read_inputs(X: Any, y: Any, sample_weight: Any, loss: str, split: str) -> Inputs:
+    """The validated :class:`Inputs` of a fit (``y`` and weights read from a store)."""
+    store = open_store(X) if isinstance(X, (str, os.PathLike)) else X
+    store = store if isinstance(store, Store) else None
+    Xd, y_store, sw_store = as_dask(X if store is None else store, split)
+    n, p = Xd.shape
+    if np.dtype(Xd.dtype) not in (np.float32, np.float64):
+        raise ValidationError(f"X has dtype {Xd.dtype}; use float32 or float64")
+    if y is None:
+        if y_store is None:
+            raise ValidationError("y is required unless X is a dl1 store")
+        y = y_store
+    datafit = LOSSES[loss]()
+    y = datafit.validate_y(as_vector(y, n, "y"))
+    if sample_weight is None:
+        sample_weight = sw_store
+    sw = np.zeros(0)
+    if sample_weight is not None:
+        s = as_vector(sample_weight, n, "sample_weight")
+        if (s < 0).any():
+            raise ValidationError(f"sample_weight[{int(np.flatnonzero(s < 0)[0])}] is negative")
+        sw = normalize_sample_weight(s, n)
+    return Inputs(Xd, y, sw, datafit, store, split)
+
+
+#: Memory of a worker process before it holds any data (interpreter, dask, compiled kernels).
+WORKER_BASELINE = 256 * 2**20
+
+
+def block_memory(store: Store, split: str) -> int:
+    """Bytes the feature blocks of ``split`` take in worker memory (CSC, int32 indices)."""
+    p = store.shape(split)[1]
+    return store.nnz(split) * (store.dtype(split).itemsize + 4) + 16 * (p + 1)
+
+
+def dense_max(streamed: bool) -> int:
+    """Largest working set (rows x columns) densified for its Gram matrix: 16 MiB out of core
+    (workers with little memory), 256 MiB otherwise."""
+    return (1 << 21) if streamed else T.GRAM_DENSE_MAX
+
+
+def gather_budget(ex: Any, streamed: bool) -> float:
+    """Bytes of working-set columns one worker may gather (out of core: a quarter of the
+    smallest worker's memory limit beyond :data:`WORKER_BASELINE`; in memory: no bound)."""
+    if not streamed:
+        return float("inf")
+    import psutil
+
+    total = psutil.virtual_memory().total
+    if hasattr(ex, "client"):
+        limits = [
+            w.get("memory_limit") or total for w in ex.client.scheduler_info()["workers"].values()
+        ]
+    else:
+        limits = [psutil.virtual_memory().available]
+    return max(min(limits or [total]) - WORKER_BASELINE, 0) / 4
+
+
+def working_set_limits(
+    ex: Any, store: Store | None, split: str, streamed: bool
+) -> tuple[np.ndarray | None, float]:
+    """``(col_bytes, cache_max)`` for :func:`dl1.solvers.ws.solve_ws`: out of core, the bytes
+    of each column once extracted (per nonzero an int32 row and a value in the store's
+    dtype, from the store's column counts) and what the workers may hold of a working set's
+    columns (the sum of their :func:`gather_budget`, a quarter of their memory beyond the
+    baseline: the cached groups may hold up to twice a working set, and the rest is for the
+    pass's block, the Gram matrix and transients); in memory, no bound."""
+    if not streamed or store is None:
+        return None, float("inf")
+    per_nnz = 4 + store.dtype(split).itemsize  # an int32 row and a value in the store's dtype
+    col_bytes = per_nnz * store.read("stats/col_nnz", split).astype(np.float64) + 8
+    return col_bytes, gather_budget(ex, streamed) * max(1, ex.n_workers)
+
+
+def decide_stream(stream: bool | None, store: Store | None, split: str, ex: Any) -> bool:
+    """Whether blocks are re-read from the store by every task instead of kept in memory.
+
+    ``None`` (auto) streams when the blocks would take more than half of the memory the
+    workers have for data: the sum over workers of ``memory_limit`` minus
+    :data:`WORKER_BASELINE` (in-process: half of the available RAM).
+    """
+    if stream is False:
+        return False
+    if store is None:
+        if stream:
+            raise ValidationError(
+                "stream=True reads blocks from a dl1 store: X must be a Store or a store path "
+                "(convert a dask array with dl1.from_dask)"
+            )
+        return False
+    if stream:
+        return True
+    import psutil
+
+    need = block_memory(store, split)
+    if hasattr(ex, "client"):
+        limits = [
+            w.get("memory_limit") or 0 for w in ex.client.scheduler_info()["workers"].values()
+        ]
+        total = psutil.virtual_memory().total
+        budget = sum(max((lim or total) - WORKER_BASELINE, 0) for lim in limits)
+    else:
+        budget = psutil.virtual_memory().available
+    return need > 0.5 * budget
+
+
+def block_sources(store: Store, split: str, sw: np.ndarray, standardize: bool, center: bool):
+    e = store.entry(split)
+    fmt = "csc" if "csc" in e["formats"] else e["formats"][0]
+    rb, cb = store.row_bounds(split), store.col_bounds(split)
+    nnz = store.block_nnz(split, fmt)
+    root = os.fspath(store.path)
+    return [
+        T.BlockSource(
+            j,
+            int(cb[j]),
+            int(cb[j + 1] - cb[j]),
+            int(nnz[:, j].sum()),
+            root,
+            split,
+            fmt,
+            tuple(
+                (i, e["blocks"][fmt][i][j], store.block_shape(split, i, j))
+                for i in range(len(rb) - 1)
+            ),
+            sw,
+            standardize,
+            center,
+        )
+        for j in range(len(cb) - 1)
+    ], cb.astype(np.int64)
+
+
+def load_blocks(
+    ex,
+    Xd: da.Array,
+    sw: np.ndarray,
+    standardize: bool,
+    center: bool,
+    n_partitions: int,
+    store: Store | None = None,
+    split: str = "train",
+    stream: bool = False,
+):
+    """The feature blocks: futures of blocks in worker memory, or (``stream``) their sources."""
+    if stream:
+        assert store is not None
+        return block_sources(store, split, sw, standardize, center)
+    cb = np.concatenate([[0], np.cumsum(Xd.chunks[1])]).astype(np.int64)
+    K = len(cb) - 1
+    dl = Xd.to_delayed()
+    tasks = [
+        dask.delayed(T.assemble_block, pure=True)(
+            j, int(cb[j]), sw, standardize, center, *dl[:, j].tolist(), verified=store is not None
+        )
+        for j in range(K)
+    ]
+    part_of = np.concatenate(
+        [
+            np.full(len(a), q)
+            for q, a in enumerate(np.array_split(np.arange(K), max(1, min(n_partitions, K))))
+        ]
+    )
+    return ex.compute(tasks, workers=part_of.tolist()), cb
+
+
+def block_scale(block: T.Block | T.BlockSource) -> np.ndarray:
+    """A block's column scales (standardisation; empty: none)."""
+    return T.loaded(block).col_scale
+
+
+def col_scales(ex: Any, blocks: list[Any]) -> np.ndarray:
+    """The column scales of all blocks (standardisation), in feature order."""
+    return np.concatenate(ex.gather([ex.submit(block_scale, b) for b in blocks]))
+
+
+def xt_theta_absmax(ex: Any, blocks: list[Any], theta: np.ndarray, n_partitions: int) -> float:
+    """``||X^T theta||_inf``: one task per partition, so ``theta`` travels once per partition
+    (a task per block would ship a copy of ``theta`` with each of thousands of blocks)."""
+    parts = np.array_split(np.arange(len(blocks)), max(1, min(n_partitions, len(blocks))))
+    stats = ex.gather(
+        [ex.submit(T.xt_theta_task, [blocks[j] for j in part], theta, np.inf) for part in parts]
+    )
+    return max((st[0] for res in stats for st in res), default=0.0)
+
+
+def load_problem(
+    inputs: Inputs,
+    ex: Any,
+    *,
+    penalty: Any,
+    fit_intercept: bool,
+    standardize: bool,
+    tol: float,
+    n_partitions: int,
+    loss: str,
+    streamed: bool,
+) -> tuple[Problem, float]:
+    """The feature blocks loaded (in worker memory, or as sources when ``streamed``) and
+    the :class:`~dl1.solvers.base.Problem` on them; returned with the seconds loading took."""
+    t0 = time.perf_counter()
+    blocks, col_bounds = load_blocks(
+        ex, inputs.X, inputs.sample_weight, standardize, fit_intercept, n_partitions,
+        inputs.store, inputs.split, streamed,
+    )  # fmt: skip
+    if not streamed:
+        ex.wait(blocks)
+    seconds = time.perf_counter() - t0
+    col_bytes, cache_max = working_set_limits(ex, inputs.store, inputs.split, streamed)
+    budget = WorkingSetBudget(
+        dense_max(streamed), gather_budget(ex, streamed), col_bytes, cache_max
+    )
+    handles = DataHandles(
+        ex.submit(T.identity, inputs.y), ex.submit(T.identity, inputs.sample_weight)
+    )
+    problem = Problem(
+        ex, blocks, col_bounds, inputs.y, inputs.sample_weight, inputs.datafit, penalty,
+        fit_intercept, tol, n_partitions, loss, budget, handles,
+    )  # fmt: skip
+    return problem, seconds

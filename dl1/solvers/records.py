@@ -1,0 +1,116 @@
+"""Named records that travel between the coordinator and the workers' tasks.
+
+NamedTuples: they pickle small (a Dask message or a server call carries many of them) and
+read by name; a new field goes at the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+class GapStats(NamedTuple):
+    """Per-block reductions of ``c = X^T theta`` that the duality gap needs:
+    ``max_j |c_j|`` and ``sum_j (|c_j| - threshold)_+^2``."""
+
+    absmax: float
+    excess: float
+
+
+class ColumnGroup(NamedTuple):
+    """Columns of one block extracted for a working set (CSC arrays in the block's dtype),
+    with their scales (empty unless ``scaled``), squared norms and the seconds the
+    extraction took (counted as kernel time by the subproblem that uses it first)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    scale: np.ndarray
+    sqnorm: np.ndarray
+    scaled: bool
+    seconds: float
+
+    @property
+    def ncols(self) -> int:
+        return self.indptr.shape[0] - 1
+
+    @property
+    def col_scale(self) -> np.ndarray:
+        """The scales, or an empty array when the columns are not scaled."""
+        return self.scale if self.scaled else np.zeros(0)
+
+
+class BlockScan(NamedTuple):
+    """One block's part of a pass (:func:`dl1.solvers._tasks.scan_task`).
+
+    ``candidates`` (local column ids) and ``scores`` (``|x_j^T theta| - threshold``) are
+    the block's worst KKT violators; ``alive`` its unscreened columns as packed bits (None:
+    all); ``visited`` the nonzeros read; ``norm_max`` its largest column norm (-1: not
+    computed)."""
+
+    stats: GapStats
+    candidates: np.ndarray
+    scores: np.ndarray
+    alive: np.ndarray | None
+    visited: int
+    norm_max: float
+
+
+class PartitionScan(NamedTuple):
+    """A partition's part of a pass: its blocks' scans and the kernel seconds."""
+
+    blocks: list[BlockScan]
+    seconds: float
+
+
+class RoundOutput(NamedTuple):
+    """A partition's CoCoA+ round (:func:`dl1.solvers._tasks.round_task`): the new nonzero
+    coefficients of each block as (local ids, values), ``u = X_part dw``, the gap
+    statistics at the start point (None when not asked) and timing information."""
+
+    coef: list[tuple[np.ndarray, np.ndarray]]
+    u: np.ndarray
+    stats: list[GapStats] | None
+    info: dict[str, Any]
+
+
+class SpreadRoundOutput(NamedTuple):
+    """A partition's CoCoA+ round of a spread working-set subproblem
+    (:func:`dl1.solvers._tasks.ws_round_task`): new coefficients of each group's live
+    columns, ``u``, the intercept shift, the restricted gap statistics and timing."""
+
+    coef: list[np.ndarray]
+    u: np.ndarray
+    shift: float
+    stats: GapStats
+    info: dict[str, Any]
+
+
+class SubproblemOutput(NamedTuple):
+    """A gathered working-set subproblem's answer: the working set's new coefficients, the
+    change of ``X w + b``, the change of the intercept, and information (epochs, gap,
+    kernel seconds)."""
+
+    w_ws: np.ndarray
+    dz: np.ndarray
+    db: float
+    info: dict[str, Any]
+
+
+class SubproblemCall(NamedTuple):
+    """The arguments of :func:`dl1.solvers._tasks.subproblem_task`, by name: the cached
+    column groups (handles or resolved), their feature ids and freshness, the working set
+    and its coefficients, ``y``, ``z = X w + b``, the sample weights and the
+    :class:`~dl1.solvers._tasks.SubproblemSettings`."""
+
+    groups: list[Any]
+    group_ids: list[np.ndarray]
+    fresh: list[bool]
+    ws: np.ndarray
+    w_ws: np.ndarray
+    y: Any
+    z: np.ndarray
+    sample_weight: Any
+    settings: Any

@@ -1,0 +1,12 @@
+"""The solvers of the penalised problem, by name (``solver=`` of :func:`dl1.fit`,
+:func:`dl1.path` and the estimators). A new solver is a module and an entry here."""
+
+from __future__ import annotations
+
+from dl1.solvers.cd import CoordinateDescentSolver
+from dl1.solvers.ws import WorkingSetSolver
+
+SOLVERS: dict[str, type] = {
+    WorkingSetSolver.name: WorkingSetSolver,
+    CoordinateDescentSolver.name: CoordinateDescentSolver,
+}

@@ -1,0 +1,163 @@
+"""What a solve of the penalised problem returns, and how it warns when not certified."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from dl1.solvers import _tasks as T
+
+
+class ConvergenceWarning(UserWarning):
+    """The solver stopped at its round limit before reaching the requested gap."""
+
+
+@dataclass
+class FitResult:
+    """Result of :func:`dl1.fit`.
+
+    Attributes
+    ----------
+    coef_ : ndarray (p,)
+        Coefficients in the scale of the input features.
+    intercept_ : float
+    gap_ : float
+        Relative duality gap ``(P - D) / P(0)`` of the returned point.
+    dual_gap_ : float
+        Absolute duality gap ``P - D``.
+    primal_, dual_ : float
+    p0_ : float
+        ``P(0)``: the objective at ``w = 0`` with the intercept fitted.
+    converged_ : bool
+        ``gap_ <= tol``.
+    n_rounds_ : int
+        Rounds run (each is one pass over the data on the workers).
+    history_ : list of dict
+        Per round: objective, gap (relative), nnz, seconds since start, kernel and overhead
+        seconds; for the working-set solver also how its steps ran (``transport``: "local",
+        "tasks" through the scheduler, or "direct" calls to the workers, see
+        :mod:`dl1.solvers.rpc`).
+    alpha, l1_ratio, loss, tol : the problem solved.
+    passes_ : float
+        Passes over the data, in units of the whole matrix (screened columns are skipped).
+    screened_ : bool ndarray (p,) or None
+        Features proven zero by gap-safe screening during the solve (working-set solver).
+    load_seconds_, solve_seconds_ : float
+        Time to read the feature blocks into worker memory, and to solve afterwards.
+    streamed_ : bool
+        Out-of-core mode: blocks were read from the store by every task that used them.
+    """
+
+    coef_: np.ndarray
+    intercept_: float
+    gap_: float
+    dual_gap_: float
+    primal_: float
+    dual_: float
+    p0_: float
+    converged_: bool
+    n_rounds_: int
+    alpha: float
+    l1_ratio: float
+    loss: str
+    tol: float
+    n_partitions: int
+    history_: list[dict[str, Any]] = field(default_factory=list)
+    passes_: float = float("nan")
+    screened_: np.ndarray | None = None
+    load_seconds_: float = float("nan")
+    solve_seconds_: float = float("nan")
+    streamed_: bool = False
+
+    @property
+    def overhead_fraction_(self) -> float:
+        """``1 - kernel time / wall time`` over all rounds (kernel: the slowest partition's).
+
+        Wall time is the coordinator's, from sending a round's work to holding its result:
+        what remains after the kernels is scheduling, serialization and transfer.
+        """
+        return overhead_fraction(self.history_)
+
+    def __repr__(self) -> str:
+        return (
+            f"FitResult(loss={self.loss!r}, alpha={self.alpha:.6g}, l1_ratio={self.l1_ratio}, "
+            f"nnz={int(np.count_nonzero(self.coef_))}, gap={self.gap_:.3e}, "
+            f"converged={self.converged_}, rounds={self.n_rounds_})"
+        )
+
+
+def overhead_fraction(history: list[dict[str, Any]]) -> float:
+    """``1 - sum(busy_s) / sum(wall_s)`` over the rounds of a history that timed them."""
+    rounds = [h for h in history if "wall_s" in h]
+    wall = sum(h["wall_s"] for h in rounds)
+    busy = sum(h["busy_s"] for h in rounds)
+    return max(0.0, 1.0 - busy / wall) if wall > 0 else float("nan")
+
+
+def coef_by_block(w: np.ndarray, bounds: np.ndarray, blocks: list[int]):
+    """The nonzero coefficients of each of ``blocks`` as (local ids, values), the form in
+    which tasks receive a block's coefficients (:func:`dl1.solvers._tasks.coef_parts`)."""
+    if not blocks:
+        return []
+    ranges = [(int(bounds[j]), int(bounds[j + 1])) for j in blocks]
+    lo, hi = min(a for a, _ in ranges), max(b for _, b in ranges)
+    ids = np.flatnonzero(w[lo:hi]) + lo
+    return T.coef_parts(ids, w[ids], ranges)
+
+
+class Certificate(NamedTuple):
+    """A point's primal and dual objectives and their (absolute) duality gap."""
+
+    primal: float
+    dual: float
+    gap: float
+
+
+#: No point certified yet.
+UNCERTIFIED = Certificate(np.inf, -np.inf, np.inf)
+
+
+def make_result(
+    problem: Any,
+    w: np.ndarray,
+    b: float,
+    cert: Certificate,
+    converged: bool,
+    rounds: int,
+    history: list[dict[str, Any]],
+    **extra: Any,
+) -> FitResult:
+    """The :class:`FitResult` of a solve of ``problem`` (a :class:`dl1.solvers.base.Problem`),
+    warning (ConvergenceWarning) if it is not certified."""
+    p0 = problem.p_zero()
+    penalty = problem.penalty
+    rel = cert.gap / p0 if p0 > 0 else cert.gap
+    res = FitResult(
+        coef_=w,
+        intercept_=float(b),
+        gap_=float(rel),
+        dual_gap_=float(cert.gap),
+        primal_=float(cert.primal),
+        dual_=float(cert.dual),
+        p0_=float(p0),
+        converged_=converged,
+        n_rounds_=rounds,
+        alpha=penalty.alpha,
+        l1_ratio=penalty.l1_ratio,
+        loss=problem.loss,
+        tol=problem.tol,
+        n_partitions=len(problem.partitions),
+        history_=history,
+        **extra,
+    )
+    if not converged:
+        warnings.warn(
+            f"dl1 did not converge: relative duality gap {rel:.3e} > tol {problem.tol:.3e} "
+            f"after {rounds} rounds (alpha={penalty.alpha:.6g}); raise max_rounds or tol",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+    return res

@@ -1,0 +1,388 @@
+"""The working-set subproblem: ``min F(X_W w_W + b) + penalty(w_W)`` on a few columns.
+
+Four modes behind one interface (:class:`SubproblemMode`), picked per round by
+:func:`choose_mode`:
+
+- :class:`GatheredGram`: the columns gathered on one worker, covariance updates on their
+  Gram matrix (squared loss, up to ``GRAM_MAX`` columns), which the worker keeps between
+  rounds and alphas;
+- :class:`ColumnCD`: gathered likewise, coordinate descent on the columns (other losses,
+  larger working sets);
+- :class:`SpreadGram`: out of core, columns left where they were extracted, the Gram matrix
+  formed across the partitions and held by one worker;
+- :class:`SpreadCocoa`: out of core, CoCoA+ rounds over the partitions holding the columns.
+
+A mode moves the run's ``w`` and ``z`` (``X w + b``) in place and reports the new
+intercept. Each works on the run's cached column groups (:class:`CachedGroup`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from dl1.gap import duality_gap_from_stats
+from dl1.solvers import _tasks as T
+from dl1.solvers.records import PartitionScan, SpreadRoundOutput
+
+#: Local epochs per round of :class:`SpreadCocoa` (more: fewer round trips, each partition
+#: further from the others' changes).
+SPREAD_EPOCHS = 5
+
+#: A task of a spread subproblem takes at most this fraction of the gather budget (a quarter
+#: of a worker's memory beyond its baseline) of cached columns (:func:`spread_plan`).
+SHARE_FRACTION = 0.25
+
+#: Worst-case bytes (12 per row and column) of a row piece of new columns sent from one
+#: partition to another while a spread Gram matrix is formed (:func:`spread_gram_task`).
+SPREAD_PIECE_BYTES = 16 << 20
+
+
+class CachedGroup(NamedTuple):
+    """Columns of one block extracted for a working set and cached on a worker: the task
+    handle holding the :class:`~dl1.solvers.records.ColumnGroup`, the feature ids, and
+    whether it was made for the current round (its extraction then counts as kernel
+    time)."""
+
+    handle: Any
+    ids: np.ndarray
+    fresh: bool
+
+
+class Targets(NamedTuple):
+    """Gap targets of a subproblem: column epochs stop at ``gap``; Gram-matrix epochs,
+    whose every epoch is cheap, at ``gram_gap``."""
+
+    gap: float
+    gram_gap: float
+
+
+class SpreadGramHandle(NamedTuple):
+    """The task holding a spread working set's Gram matrix, and the feature ids of its
+    rows."""
+
+    task: Any
+    ids: np.ndarray
+
+
+class SubproblemReport(NamedTuple):
+    """What a mode did: the new intercept, epochs, kernel seconds, mode-specific counts for
+    the history, and (gathered modes with direct calls) the next pass, already run by the
+    subproblem's server with its seconds there."""
+
+    intercept: float
+    epochs: int
+    kernel_s: float
+    counts: dict[str, int]
+    next_scan: tuple[list[PartitionScan], float] | None = None
+
+
+class SubproblemMode(Protocol):
+    """One way of solving the subproblem of working set ``ws`` (sorted feature ids);
+    ``spread`` modes leave the columns where they were extracted."""
+
+    spread: bool
+
+    def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
+        """Move ``run.w``, ``run.z`` to the subproblem's solution within ``targets``."""
+        ...
+
+
+def choose_mode(
+    spread: bool | str | None, problem: Any, ws_size: int, gram_max: int
+) -> SubproblemMode:
+    """The mode of a round: gathered unless ``spread`` says otherwise (None: out of core,
+    when the working set's columns could exceed one worker's gather budget, 12 bytes per
+    row and column); spread on a Gram matrix when the loss is quadratic and the matrix's
+    ~16 m^2 bytes fit the budget (unless ``spread="cocoa"``)."""
+    gather_max = problem.budget.gather_max
+    use_spread = bool(spread)
+    if spread is None:
+        use_spread = problem.streamed and 12.0 * problem.n * ws_size > gather_max
+    quadratic = problem.datafit.beta == 1.0
+    if not use_spread:
+        return GatheredGram(gram_max) if quadratic else ColumnCD()
+    fits = ws_size <= min(gram_max, np.sqrt(gather_max / 16.0))
+    if spread != "cocoa" and quadratic and fits:
+        return SpreadGram()
+    return SpreadCocoa()
+
+
+@dataclass(frozen=True)
+class GatheredGram:
+    """Columns gathered on the subproblem's worker (:func:`T.subproblem_task`), solved on
+    their Gram matrix when at most ``gram_max`` (squared loss), else by column epochs. With
+    direct calls the same worker then runs the next pass (:meth:`Run.subproblem_then_scan`)."""
+
+    gram_max: int = T.GRAM_MAX
+    spread = False
+
+    def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
+        call = run.subproblem_call(ws, targets, r, self.gram_max)
+        out, next_scan = run.subproblem_then_scan(call)
+        run.w[ws] = out.w_ws
+        run.z += out.dz
+        b = run.b + out.db
+        return SubproblemReport(b, out.info["epochs"], out.info["kernel_s"], {}, next_scan)
+
+
+@dataclass(frozen=True)
+class ColumnCD(GatheredGram):
+    """Gathered columns, coordinate descent on the columns (no Gram matrix)."""
+
+    gram_max: int = 0
+
+
+def spread_plan(groups, ws, part_of_block, col_bounds, col_bytes=None, share_bytes=np.inf):
+    """The cached groups holding live columns of ``ws`` in shares: ``[(q, [(handle, ids,
+    keep), ...]), ...]``, ``q`` the partition whose worker holds the share's groups (sorted),
+    ``keep`` the positions of the live columns in a group.
+
+    A partition's groups are cut into consecutive shares of at most ``share_bytes`` (by
+    ``col_bytes``, the bytes of each cached column; a larger group is a share of its own),
+    and every task takes one share: a worker then needs one share's groups in memory at a
+    time, and Dask may keep its other cached groups spilled to disk.
+    """
+    by_part: dict[int, list[tuple[Any, np.ndarray, np.ndarray]]] = {}
+    ids_all = np.concatenate([g.ids for g in groups])
+    live = np.isin(ids_all, ws)
+    offs = np.cumsum([0] + [g.ids.shape[0] for g in groups])
+    for g_i, group in enumerate(groups):
+        keep = np.flatnonzero(live[offs[g_i] : offs[g_i + 1]])
+        if keep.shape[0]:  # a group holds columns of one block
+            block = np.searchsorted(col_bounds, group.ids[0], side="right") - 1
+            by_part.setdefault(int(part_of_block[block]), []).append(
+                (group.handle, group.ids, keep)
+            )
+    plan: list[tuple[int, list[tuple[Any, np.ndarray, np.ndarray]]]] = []
+    for q, grp in sorted(by_part.items()):
+        share: list[tuple[Any, np.ndarray, np.ndarray]] = []
+        size = 0.0
+        for g in grp:
+            nbytes = float(col_bytes[g[1]].sum()) if col_bytes is not None else 0.0
+            if share and size + nbytes > share_bytes:
+                plan.append((q, share))
+                share, size = [], 0.0
+            share.append(g)
+            size += nbytes
+        plan.append((q, share))
+    return plan
+
+
+class SpreadCocoa:
+    """CoCoA+ rounds over the partitions holding the working set's columns
+    (:func:`T.ws_round_task`, each task one share of a partition's groups; ``sigma'`` =
+    the number of shares taking part, whose updates are added), so no worker holds more
+    than its share. The restricted gap, from the same tasks' statistics at the start of a
+    round, stops the rounds at the target."""
+
+    max_rounds = 2000
+    spread = True
+
+    def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
+        pb, ex = run.problem, run.problem.executor
+        datafit, penalty, s = pb.datafit, pb.penalty, pb.weights
+        plan = run.spread_plan(ws)
+        sigma = float(len(plan))
+        profile = pb.fit_intercept and datafit.beta == 1.0
+        threshold = pb.n * penalty.alpha_l1
+        # per-column sums for the profiled intercept: computed once, kept where the groups are
+        sums = [
+            ex.submit_to(q, T.group_col_sums, [h for h, _, _ in grp], pb.sample_weight)
+            if profile
+            else None
+            for q, grp in plan
+        ]
+        kern, b, rounds = 0.0, run.b, 0
+        for rounds in range(self.max_rounds + 1):
+            if pb.fit_intercept:
+                db = datafit.intercept_update(pb.y, run.z, s, max_iter=20)
+                b += db
+                run.z += db
+            theta = datafit.dual_point(pb.y, run.z, s, pb.fit_intercept)
+            g = datafit.gradient(pb.y, run.z, s)
+            epochs = SPREAD_EPOCHS if rounds < self.max_rounds else 0
+            results: list[SpreadRoundOutput] = ex.gather(
+                [
+                    ex.submit_to(
+                        q, T.ws_round_task, [h for h, _, _ in grp], [k for _, _, k in grp],
+                        [run.w[ids[keep]] for _, ids, keep in grp], g, theta, pb.sample_weight,
+                        sigma, datafit.beta, penalty.alpha_l1, penalty.alpha_l2, epochs,
+                        threshold, sums[i],
+                    )
+                    for i, (q, grp) in enumerate(plan)
+                ]
+            )  # fmt: skip
+            kern += max(res.info["kernel_s"] for res in results)
+            absmax = max(res.stats.absmax for res in results)
+            excess = float(sum(res.stats.excess for res in results))
+            _, _, gap = duality_gap_from_stats(
+                datafit, penalty, pb.y, run.z, run.w[ws], absmax, excess, s=s,
+                intercept=pb.fit_intercept, theta=theta,
+            )  # fmt: skip
+            if gap <= targets.gap or rounds == self.max_rounds:
+                break
+            for (_, grp), res in zip(plan, results, strict=True):
+                for (_, ids, keep), w_new in zip(grp, res.coef, strict=True):
+                    run.w[ids[keep]] = w_new
+                run.z += res.u
+                run.z += res.shift
+                b += res.shift
+        return SubproblemReport(b, rounds * SPREAD_EPOCHS, kern, {"inner_rounds": rounds})
+
+
+def spread_gram_task(ex, plan, ids, prev, c, n, sw, piece_bytes, scratch_max) -> SpreadGramHandle:
+    """The task holding the Gram matrix of a spread working set (:func:`T.merge_gram_task`):
+    only the products with columns new since ``prev`` are formed, by each partition against
+    each partition's new columns (sent in row pieces of at most ``piece_bytes`` worst-case
+    bytes); assembled on the first partition's worker."""
+    prev_task, prev_ids = prev if prev is not None else (None, np.zeros(0, np.int64))
+    if prev_task is not None and np.array_equal(prev_ids, ids):
+        return prev
+    is_new = ~np.isin(ids, prev_ids)
+    if not (~is_new).any():
+        prev_task = None
+    pos, pieces, k = [], [], 0
+    for _, grp in plan:
+        m_q = sum(keep.shape[0] for _, _, keep in grp)
+        pos.append(np.arange(k, k + m_q))
+        k += m_q
+    for i_r, (r, grp_r) in enumerate(plan):
+        new_r = is_new[pos[i_r]]
+        if not new_r.any():
+            continue
+        cols_r, k0 = [], 0
+        for _, _, keep in grp_r:  # each group's new columns (local positions)
+            cols_r.append(keep[new_r[k0 : k0 + keep.shape[0]]])
+            k0 += keep.shape[0]
+        k_r = int(new_r.sum())
+        step = int(max(1, min(n, piece_bytes // (12 * k_r))))
+        ranges = [(r0, min(n, r0 + step)) for r0 in range(0, n, step)]
+        hs_r = [h for h, _, _ in grp_r]
+        for i_q, (q, grp_q) in enumerate(plan):
+            hs_q, keeps_q = [h for h, _, _ in grp_q], [keep for _, _, keep in grp_q]
+            if i_q == i_r:
+                acc = ex.submit_to(
+                    q, T.cross_gram_task, None, hs_q, keeps_q, None, cols_r, ranges, sw,
+                    scratch_max,
+                )  # fmt: skip
+            else:
+                acc = None
+                for a, b in ranges:  # each piece made once the previous one has been used
+                    piece = ex.submit_to(r, T.row_piece_task, hs_r, cols_r, a, b, acc)
+                    acc = ex.submit_to(
+                        q, T.cross_gram_task, acc, hs_q, keeps_q, piece, None, [(a, b)], sw,
+                        scratch_max,
+                    )  # fmt: skip
+            pieces.append((pos[i_q], pos[i_r][new_r], acc))
+    task = ex.submit_to(
+        plan[0][0], T.merge_gram_task, prev_task, ids, np.flatnonzero(is_new), pieces, c, 1.0 / n
+    )
+    return SpreadGramHandle(task, ids)
+
+
+class SpreadGram:
+    """The squared-loss subproblem on a Gram matrix formed across the partitions holding
+    its columns (out of core, when they are too many to gather on one worker).
+
+    ``Q = X_W^T (S - s s^T / sum(s)) X_W / n`` (the intercept profiled out) is formed where
+    the columns are cached, only the entries of new columns at each call, and held by one
+    worker, which runs the covariance updates until the O(m) gap estimate falls within the
+    target. Each exact check is partition reductions: ``X_q (w_q - w_q^0)`` moves the
+    residual, ``X_q^T theta`` gives the restricted gap and the next epochs' exact gradient
+    (so Q's float32 rounding does not accumulate, and the certificate never uses Q).
+    """
+
+    check_every = 10
+    anderson = 5
+    max_checks = 200
+    spread = True
+
+    def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
+        pb, ex = run.problem, run.problem.executor
+        plan = run.spread_plan(ws)
+        ids = np.concatenate([gids[keep] for _, grp in plan for _, gids, keep in grp])
+        hs = [[h for h, _, _ in grp] for _, grp in plan]
+        keeps = [[keep for _, _, keep in grp] for _, grp in plan]
+        sizes = np.cumsum([0] + [sum(k.shape[0] for k in ks) for ks in keeps])
+        w_ids = run.w[ids]
+        kern, epochs, checks, b = 0.0, 0, 0, run.b
+        profile: tuple[np.ndarray, np.ndarray | None] | None = None
+        estimate_ok, min_between = False, 1
+        while True:
+            b, theta, h, profile = self._exact_check(run, b, plan, hs, keeps, profile)
+            _, _, gap = duality_gap_from_stats(
+                pb.datafit, pb.penalty, pb.y, run.z, w_ids,
+                *pb.penalty.xt_theta_stats(h, pb.n), s=pb.weights,
+                intercept=pb.fit_intercept, theta=theta,
+            )  # fmt: skip
+            if gap <= targets.gram_gap or epochs >= run.max_epochs or checks >= self.max_checks:
+                break
+            run.spread_gram = spread_gram_task(
+                ex, plan, ids, run.spread_gram, profile[1], pb.n, pb.sample_weight,
+                min(pb.budget.gather_max / 8.0, float(SPREAD_PIECE_BYTES)), pb.budget.dense_max,
+            )  # fmt: skip
+            if estimate_ok:  # the estimate said "within the target", the exact gap did not
+                min_between = self.check_every
+            est = T.GramGapEstimate(
+                pb.datafit, pb.penalty, pb.y, run.z, theta, h, w_ids, pb.weights, profile[0]
+            )
+            ((w_new, done, estimate_ok, k),) = ex.gather(
+                [
+                    ex.submit_to(
+                        plan[0][0], T.spread_gram_epochs_task, run.spread_gram.task, w_ids,
+                        h / pb.n, est, pb.penalty, targets.gram_gap, min_between,
+                        10 * self.check_every, run.max_epochs - epochs, self.anderson,
+                    )
+                ]
+            )  # fmt: skip
+            epochs, kern, checks = epochs + done, kern + k, checks + 1
+            d = w_new - w_ids
+            for u in ex.gather(
+                [
+                    ex.submit_to(q, T.partition_matvec_task, hs[i], keeps[i], d[a:b_], pb.n)
+                    for i, ((q, _), a, b_) in enumerate(
+                        zip(plan, sizes[:-1], sizes[1:], strict=True)
+                    )
+                ]
+            ):
+                run.z += u
+            w_ids = w_new
+            run.w[ids] = w_new
+        return SubproblemReport(b, epochs, kern, {"inner_checks": checks})
+
+    @staticmethod
+    def _exact_check(run, b, plan, hs, keeps, profile):
+        """The intercept's update, the dual point and ``h = X_W^T theta`` from partition
+        reductions; the first time also ``X^T S (y - mean_s y)`` (for the estimate) and the
+        profile's ``c`` (scaled ``X^T s``). Returns ``(b, theta, h, (g_y, c))``."""
+        pb, ex = run.problem, run.problem.executor
+        s, n = pb.weights, pb.n
+        if pb.fit_intercept:
+            db = pb.datafit.intercept_update(pb.y, run.z, s, max_iter=20)
+            b += db
+            run.z += db
+        theta = pb.datafit.dual_point(pb.y, run.z, s, pb.fit_intercept)
+        vecs = [theta]
+        if profile is None:
+            yc = pb.y - pb.initial_intercept()
+            vecs.append(yc if s is None else s * yc)
+            if pb.fit_intercept:
+                vecs.append(np.ones(n) if s is None else s)
+        outs = ex.gather(
+            [
+                ex.submit_to(q, T.partition_rmatvec_task, hs[i], keeps[i], vecs)
+                for i, (q, _) in enumerate(plan)
+            ]
+        )
+        h = np.concatenate([o[0] for o in outs])
+        if profile is None:
+            g_y = np.concatenate([o[1] for o in outs])
+            c = None
+            if pb.fit_intercept:
+                c = np.concatenate([o[2] for o in outs])
+                c /= np.sqrt(n * (n if s is None else float(s.sum())))
+            profile = (g_y, c)
+        return b, theta, h, profile
