@@ -12,11 +12,18 @@ from typing import Any
 
 import numpy as np
 
-from dl1.fit import fit as _fit
+from dl1.fit import fit as fit_function
+from dl1.params import PENALISED, validate_params
 
 
 class _Base:
     _loss = "squared"
+    #: the constraints of dl1.fit's parameters of the same names (one declaration)
+    _parameter_constraints = {
+        name: PENALISED[name]
+        for name in ("alpha", "l1_ratio", "fit_intercept", "standardize", "tol", "max_rounds",
+                     "n_partitions", "solver", "client")
+    }  # fmt: skip
 
     def __init__(
         self,
@@ -61,7 +68,8 @@ class _Base:
 
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> _Base:
         """Fit on X (dask array, store, path, scipy.sparse or ndarray) and y."""
-        res = _fit(
+        validate_params(self._parameter_constraints, self.get_params(), type(self).__name__)
+        res = fit_function(
             X,
             y,
             alpha=self.alpha,
