@@ -17,7 +17,6 @@ from dl1.penalties.elastic_net import ElasticNet
 from dl1.solvers import _tasks as T
 from dl1.solvers.cd import FitResult, solve
 from dl1.solvers.executor import coordinating, executor_for
-from dl1.solvers.fw import FWProblem, FWResult, sample_size, solve_fw
 from dl1.solvers.rpc import rpc_executor
 from dl1.solvers.ws import solve_ws
 from dl1.store import Store, open_store
@@ -267,13 +266,7 @@ def fit(
     split: str = "train",
     verbose: bool = False,
     callback: Any = None,
-    l1_ball: float | None = None,
-    sample: float | tuple[float, int] = 0.01,
-    stop: str = "paper",
-    step_tol: float = 1e-3,
-    certify: bool = True,
-    l2: float = 0.0,
-) -> FitResult | FWResult:
+) -> FitResult:
     """Fit an L1 / elastic-net linear model, certified by its duality gap.
 
     Minimises ``F(X w + b) + alpha * (l1_ratio ||w||_1 + (1 - l1_ratio) / 2 ||w||_2^2)`` with
@@ -289,7 +282,7 @@ def fit(
     y : array_like or dask array, optional
         Targets; read from the store when X is a store.
     alpha, l1_ratio : float
-        Penalty strength and mix (1.0: Lasso / L1 logistic). Not used by ``solver="fw"``.
+        Penalty strength and mix (1.0: Lasso / L1 logistic).
     loss : {"squared", "logistic"}
     fit_intercept : bool
         Fit an unpenalised intercept.
@@ -301,7 +294,7 @@ def fit(
         Stop when the duality gap is ``<= tol * P(0)``.
     max_rounds : int, optional
         Round limit; reaching it warns (ConvergenceWarning) with the gap reached. Default
-        1000 (for ``"fw"``, where a round is one Frank-Wolfe iteration: 10000).
+        1000.
     n_partitions : int
         Groups of feature blocks whose updates are added each round (CoCoA+ sigma').
         Fixed by the caller, not by the cluster, so results do not depend on the number of
@@ -312,15 +305,11 @@ def fit(
         Uniformly random coordinate order (stochastic coordinate descent) instead of cyclic.
     seed : int
         Seed of the random order.
-    solver : {"ws", "cd", "fw"}
+    solver : {"ws", "cd"}
         ``"ws"``: working sets (:mod:`dl1.solvers.ws`): each round is one full pass that
         certifies the current point and picks the features to gather; the restricted problem
         is solved on one worker. ``"cd"``: every round runs coordinate descent on all
-        features of every partition (:mod:`dl1.solvers.cd`). ``"fw"``: randomized
-        Frank-Wolfe for the *constrained* Lasso ``min 1/2 ||y - X w - b||^2`` s.t.
-        ``||w||_1 <= l1_ball`` (:mod:`dl1.solvers.fw`; also the summed logistic loss and,
-        with ``l2``, the elastic net; no sample weights; blocks held in worker memory);
-        returns a :class:`dl1.solvers.fw.FWResult`.
+        features of every partition (:mod:`dl1.solvers.cd`).
     screen : bool
         Gap-safe sphere screening during the passes of the ``"ws"`` solver (Lasso and
         L1-logistic): screened columns are skipped by later passes. Off by default: on the
@@ -347,71 +336,12 @@ def fit(
         Print one line per round.
     callback : callable, optional
         Called with each round's history entry (for progress display).
-    l1_ball : float, optional
-        ``solver="fw"`` only: radius ``delta`` of the l1 ball.
-    sample : float or (float, int)
-        ``solver="fw"`` only: columns scored per iteration, as a fraction of p (the paper's
-        0.01, 0.02, 0.03; 1.0 is deterministic FW) or ``(rho, s)`` for the sample size of
-        Frandi et al.'s Eq. (12) (confidence ``rho`` of sampling one of ``s`` relevant
-        features); see :func:`dl1.solvers.fw.sample_size`.
-    stop : {"paper", "gap"}
-        ``solver="fw"`` only: ``"paper"`` stops when ``||w_{k+1} - w_k||_inf <= step_tol``
-        (the paper's rule); ``"gap"`` when the exact FW gap is ``<= tol * f(0)``.
-    step_tol : float
-        ``solver="fw"``, ``stop="paper"``: the step threshold (paper: 1e-3).
-    certify : bool
-        ``solver="fw"`` only: finish with one full pass so that the reported FW gap (and the
-        duality gap of the corresponding penalised problem) is exact, not a sample estimate.
-    l2 : float
-        ``solver="fw"`` only: ridge term ``l2/2 ||w||^2`` added to the objective (the
-        elastic net in constrained form; in the scale of ``1/2 ||y - X w - b||^2``).
-
     Returns
     -------
-    FitResult, or FWResult for ``solver="fw"``
+    FitResult
     """
-    if solver not in ("ws", "cd", "fw"):
-        raise ValueError(f"solver must be 'ws', 'cd' or 'fw', got {solver!r}")
-    if solver == "fw":
-        if alpha is not None:
-            raise ValueError(
-                "solver='fw' solves the constrained Lasso: give l1_ball (the radius delta), "
-                "not alpha"
-            )
-        if l1_ball is None:
-            raise TypeError("fit() with solver='fw' needs l1_ball")
-        if not tol > 0:
-            raise ValueError(f"tol must be > 0, got {tol!r}")
-        prob, t_load = fw_problem(
-            X,
-            y,
-            loss=loss,
-            fit_intercept=fit_intercept,
-            standardize=standardize,
-            sample_weight=sample_weight,
-            n_partitions=n_partitions,
-            sample=sample,
-            stream=stream,
-            client=client,
-            split=split,
-            l2=l2,
-        )
-        res_fw, _ = solve_fw(
-            prob,
-            float(l1_ball),
-            stop=stop,
-            step_tol=step_tol,
-            tol=tol,
-            max_iter=10000 if max_rounds is None else max_rounds,
-            seed=seed,
-            certify=certify,
-            verbose=verbose,
-            callback=callback,
-        )
-        res_fw.load_seconds_ = t_load
-        return res_fw
-    if l1_ball is not None:
-        raise ValueError("l1_ball is the constraint of solver='fw'; penalised solvers take alpha")
+    if solver not in ("ws", "cd"):
+        raise ValueError(f"solver must be 'ws' or 'cd', got {solver!r}")
     if alpha is None:
         raise TypeError(f"fit() with solver={solver!r} needs alpha")
     _check_params(alpha, l1_ratio, tol, spread)
@@ -466,59 +396,6 @@ def fit(
         scales = np.concatenate(ex.gather([ex.submit(_scale, b) for b in blocks]))
         res.coef_ = res.coef_ * scales
     return res
-
-
-def fw_problem(
-    X: Any,
-    y: Any,
-    *,
-    loss: str,
-    fit_intercept: bool,
-    standardize: bool,
-    sample_weight: Any,
-    n_partitions: int,
-    sample: float | tuple[float, int],
-    stream: bool | None,
-    client: Any,
-    split: str,
-    l2: float = 0.0,
-) -> tuple[FWProblem, float]:
-    """The blocks in worker memory and the fixed data of the FW solver (``sigma = X^T y``).
-
-    Returns the problem and the seconds spent loading the blocks.
-    """
-    if sample_weight is not None:
-        raise ValidationError("solver='fw' does not take sample weights (use solver='ws')")
-    Xd, yv, sw, _, store = _problem(X, y, None, loss, split)
-    if sw.shape[0]:
-        raise ValidationError(
-            "the store holds sample weights, which solver='fw' does not take (use solver='ws')"
-        )
-    ex = executor_for(client)
-    if decide_stream(stream, store, split, ex):
-        raise ValidationError(
-            "solver='fw' needs the feature blocks in worker memory: every iteration scores a "
-            "random sample of columns of every block, so out of core it would read the whole "
-            f"store per iteration ({block_memory(store, split) / 2**30:.2f} GiB of blocks "
-            "against the workers' memory limits); use solver='ws' or workers with more memory"
-        )
-    t0 = time.perf_counter()
-    blocks, cb = _load(ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, False)
-    ex.wait(blocks)
-    t_load = time.perf_counter() - t0
-    kappa = sample_size(int(cb[-1]), sample)
-    prob = FWProblem(
-        ex,
-        blocks,
-        cb,
-        yv,
-        fit_intercept=fit_intercept,
-        n_partitions=n_partitions,
-        kappa=kappa,
-        l2=l2,
-        loss=loss,
-    )
-    return prob, t_load
 
 
 def _scale(block: T.Block | T.BlockSource) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Randomized Frank-Wolfe for the constrained Lasso (solver="fw"), against NumPy references."""
+"""Randomized Frank-Wolfe for the constrained Lasso (dl1.fit_constrained, dl1.path_constrained),
+against NumPy references."""
 
 import math
 import warnings
@@ -137,15 +138,14 @@ def test_full_sample_equals_deterministic_fw(intercept):
     Xd = da.from_array(X, chunks=(X.shape[0], 120), asarray=False)  # 3 blocks, uneven
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dl1.ConvergenceWarning)
-        res = dl1.fit(
+        res = dl1.fit_constrained(
             Xd,
             y,
-            solver="fw",
-            l1_ball=delta,
+            delta=delta,
             sample=1.0,
             stop="gap",
             tol=1e-300,
-            max_rounds=150,
+            max_iter=150,
             fit_intercept=intercept,
         )
     assert res.n_iter_ == 150
@@ -167,16 +167,16 @@ def test_fw_gap_goes_to_zero_and_is_exact():
     for iters in (20, 200, 2000):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", dl1.ConvergenceWarning)
-            r = dl1.fit(
-                X, y, solver="fw", l1_ball=delta, sample=1.0, stop="gap", tol=1e-300,
-                max_rounds=iters,
+            r = dl1.fit_constrained(
+                X, y, delta=delta, sample=1.0, stop="gap", tol=1e-300,
+                max_iter=iters,
             )  # fmt: skip
         gaps.append(r.fw_gap_)
     assert gaps[0] > gaps[1] > gaps[2] > 0
     # sublinear rate: the gap after 2000 iterations is far below the one after 20
     assert gaps[2] < gaps[0] / 20
     # sampled FW with the gap rule: certified, and the certificate recomputed in NumPy
-    res = dl1.fit(X, y, solver="fw", l1_ball=delta, sample=0.2, stop="gap", tol=1e-3)
+    res = dl1.fit_constrained(X, y, delta=delta, sample=0.2, stop="gap", tol=1e-3)
     gap, f = _fw_gap(X, y, res.coef_, delta)
     assert res.certified_ and res.converged_ and res.gap_kind_ == "full pass"
     assert res.fw_gap_ == pytest.approx(gap, rel=1e-6, abs=1e-12)
@@ -188,11 +188,14 @@ def test_fw_gap_goes_to_zero_and_is_exact():
 
 def test_paper_stopping_rule_and_sample_estimate():
     X, y = _problem(seed=4)
-    res = dl1.fit(X, y, solver="fw", l1_ball=3.0, sample=0.1, stop="paper", step_tol=1e-3)
-    assert res.converged_ and res.gap_kind_ == "full pass"
+    # the step rule does not look at the gap: it stops short of the default tol, and says so
+    with pytest.warns(dl1.ConvergenceWarning, match=r"paper's step rule .* > tol 1e-04"):
+        res = dl1.fit_constrained(X, y, delta=3.0, sample=0.1, stop="paper", step_tol=1e-3)
+    assert res.converged_ and res.gap_kind_ == "full pass" and res.stopped_by_ == "step"
     gap, _ = _fw_gap(X, y, res.coef_, 3.0)
     assert res.fw_gap_ == pytest.approx(gap, rel=1e-6, abs=1e-12)
-    est = dl1.fit(X, y, solver="fw", l1_ball=3.0, sample=0.1, stop="paper", certify=False)
+    with pytest.warns(dl1.ConvergenceWarning, match="sample estimate: certify=False"):
+        est = dl1.fit_constrained(X, y, delta=3.0, sample=0.1, stop="paper", certify=False)
     np.testing.assert_array_equal(est.coef_, res.coef_)  # same seed, same run
     assert est.gap_kind_ == "sample estimate" and not est.certified_
     assert est.fw_gap_ <= gap * (1 + 1e-9)  # a sampled estimate is a lower bound
@@ -201,7 +204,7 @@ def test_paper_stopping_rule_and_sample_estimate():
 
 def test_lasso_certificate_of_constrained_solution():
     X, y = _problem(seed=5)
-    res = dl1.fit(X, y, solver="fw", l1_ball=1.5, sample=1.0, stop="gap", tol=1e-8)
+    res = dl1.fit_constrained(X, y, delta=1.5, sample=1.0, stop="gap", tol=1e-8)
     Xc, yc = _centred(X, y)
     n = X.shape[0]
     alpha = res.lasso_alpha_
@@ -222,8 +225,8 @@ def test_lasso_certificate_of_constrained_solution():
 def test_elastic_net_in_constrained_form_matches_scikit_learn():
     X, y = _problem(seed=8)
     mu = 0.5
-    res = dl1.fit(X, y, solver="fw", l1_ball=1.5, l2=mu, sample=0.5, stop="gap", tol=1e-9,
-                  max_rounds=100000)  # fmt: skip
+    res = dl1.fit_constrained(X, y, delta=1.5, l2=mu, sample=0.5, stop="gap", tol=1e-9,
+                  max_iter=100000)  # fmt: skip
     Xc, yc = _centred(X, y)
     a = res.coef_
     r = yc - Xc @ a
@@ -242,8 +245,8 @@ def test_elastic_net_in_constrained_form_matches_scikit_learn():
     assert np.abs(ref.coef_).sum() == pytest.approx(1.5, rel=1e-5)
     assert res.lasso_gap_ < 1e-8
     # a larger ridge shrinks the same ball's solution towards equal weights: different answer
-    other = dl1.fit(X, y, solver="fw", l1_ball=1.5, l2=50.0, sample=0.5, stop="gap", tol=1e-3,
-                    max_rounds=100000)  # fmt: skip
+    other = dl1.fit_constrained(X, y, delta=1.5, l2=50.0, sample=0.5, stop="gap", tol=1e-3,
+                    max_iter=100000)  # fmt: skip
     assert np.abs(other.coef_ - a).max() > 1e-3
 
 
@@ -253,8 +256,8 @@ def test_l1_logistic_in_constrained_form_matches_scikit_learn(intercept):
 
     X, y = _problem(n=120, p=300, seed=9)
     yl = np.where(y > np.median(y), 1.0, -1.0)
-    res = dl1.fit(X, yl, solver="fw", loss="logistic", l1_ball=3.0, sample=0.5, stop="gap",
-                  tol=1e-8, max_rounds=100000, fit_intercept=intercept)  # fmt: skip
+    res = dl1.fit_constrained(X, yl, loss="logistic", delta=3.0, sample=0.5, stop="gap",
+                  tol=1e-8, max_iter=100000, fit_intercept=intercept)  # fmt: skip
     assert res.certified_ and res.l1_norm_ == pytest.approx(3.0, rel=1e-9)
     z = X @ res.coef_ + res.intercept_
     psi = -yl / (1.0 + np.exp(yl * z))
@@ -268,8 +271,8 @@ def test_l1_logistic_in_constrained_form_matches_scikit_learn(intercept):
     np.testing.assert_allclose(res.coef_, coef, atol=1e-4 * np.abs(coef).max())
     assert res.intercept_ == pytest.approx(b, abs=1e-4)
     assert res.lasso_gap_ < 1e-7
-    path = dl1.path(X, yl, solver="fw", loss="logistic", deltas=[1.0, 2.0, 3.0], sample=0.5,
-                    stop="gap", tol=1e-6, max_rounds=100000, X_test=X, y_test=yl,
+    path = dl1.path_constrained(X, yl, loss="logistic", deltas=[1.0, 2.0, 3.0], sample=0.5,
+                    stop="gap", tol=1e-6, max_iter=100000, X_test=X, y_test=yl,
                     fit_intercept=intercept)  # fmt: skip
     assert path.converged_.all() and path.test_logloss_ is not None
     np.testing.assert_allclose(path.coefs_[:, 2].toarray().ravel(), res.coef_, atol=1e-3)
@@ -280,8 +283,8 @@ def test_path_matches_penalised_lasso_with_same_l1_norm():
     pen = dl1.path(X, y, n_alphas=8, eps=0.3, tol=1e-12)
     l1 = np.asarray(np.abs(pen.coefs_).sum(axis=0)).ravel()
     keep = l1 > 0
-    fw = dl1.path(
-        X, y, solver="fw", deltas=l1[keep], sample=0.5, stop="gap", tol=1e-5, max_rounds=50000
+    fw = dl1.path_constrained(
+        X, y, deltas=l1[keep], sample=0.5, stop="gap", tol=1e-5, max_iter=50000
     )
     assert fw.converged_.all()
     np.testing.assert_array_equal(fw.deltas_, l1[keep])
@@ -310,7 +313,7 @@ def test_path_grid_warm_starts_and_delta_max(tmp_path):
     assert dmax == pytest.approx(np.abs(ref.coef_).sum(), rel=1e-3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dl1.ConvergenceWarning)
-        res = dl1.path(X, y, solver="fw", n_alphas=12, eps=0.05, sample=0.3)
+        res = dl1.path_constrained(X, y, n_deltas=12, eps=0.05, sample=0.3, stop="paper")
     np.testing.assert_allclose(res.deltas_, np.geomspace(0.05 * dmax, dmax, 12))
     l1 = np.asarray(np.abs(res.coefs_).sum(axis=0)).ravel()
     assert np.all(l1 <= res.deltas_ * (1 + 1e-12))
@@ -328,7 +331,9 @@ def test_path_validation_error_per_delta():
     Xt, yt = X[80:], y[80:]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dl1.ConvergenceWarning)
-        res = dl1.path(X[:80], y[:80], solver="fw", n_alphas=5, sample=0.5, X_test=Xt, y_test=yt)
+        res = dl1.path_constrained(
+            X[:80], y[:80], n_deltas=5, sample=0.5, stop="paper", X_test=Xt, y_test=yt
+        )
     for k in range(5):
         pred = Xt @ res.coefs_[:, k].toarray().ravel() + res.intercepts_[k]
         assert res.test_mse_[k] == pytest.approx(np.mean((yt - pred) ** 2), rel=1e-10)
@@ -338,17 +343,17 @@ def test_path_validation_error_per_delta():
 def test_fw_on_local_cluster_is_deterministic(local_cluster):
     X, y = _problem(n=90, p=500, seed=7)
     Xd = da.from_array(X, chunks=(90, 130), asarray=False)
-    kw = dict(solver="fw", l1_ball=1.0, sample=0.05, stop="gap", tol=1e-6)
-    local = dl1.fit(Xd, y, **kw)
-    remote = dl1.fit(Xd, y, client=local_cluster, **kw)
-    remote3 = dl1.fit(Xd, y, client=local_cluster, n_partitions=3, **kw)
+    kw = dict(delta=1.0, sample=0.05, stop="gap", tol=1e-6)
+    local = dl1.fit_constrained(Xd, y, **kw)
+    remote = dl1.fit_constrained(Xd, y, client=local_cluster, **kw)
+    remote3 = dl1.fit_constrained(Xd, y, client=local_cluster, n_partitions=3, **kw)
     for r in (remote, remote3):
         np.testing.assert_array_equal(r.coef_, local.coef_)
         assert r.n_iter_ == local.n_iter_ and r.fw_gap_ == local.fw_gap_
     assert local.certified_ and local.n_active_ >= 2
-    pkw = dict(solver="fw", deltas=[0.5, 1.0], sample=0.05, stop="gap", tol=1e-6)
-    path = dl1.path(Xd, y, client=local_cluster, **pkw)
-    path_local = dl1.path(Xd, y, **pkw)
+    pkw = dict(deltas=[0.5, 1.0], sample=0.05, stop="gap", tol=1e-6)
+    path = dl1.path_constrained(Xd, y, client=local_cluster, **pkw)
+    path_local = dl1.path_constrained(Xd, y, **pkw)
     assert path.converged_.all()
     assert (path.coefs_ != path_local.coefs_).nnz == 0
     np.testing.assert_array_equal(path.gaps_, path_local.gaps_)
@@ -356,40 +361,49 @@ def test_fw_on_local_cluster_is_deterministic(local_cluster):
 
 def test_fw_refuses_what_it_does_not_solve(tmp_path):
     X, y = _problem()
-    with pytest.raises(ValueError, match="l1_ball"):
-        dl1.fit(X, y, solver="fw", alpha=0.1)
+    # the constrained problem has entry points of its own: the penalised ones refuse its
+    # parameters, and it refuses theirs
+    with pytest.raises(TypeError, match="alpha"):
+        dl1.fit_constrained(X, y, delta=1.0, alpha=0.1)
+    with pytest.raises(TypeError, match="delta"):
+        dl1.fit_constrained(X, y)
     with pytest.raises(TypeError, match="l1_ball"):
-        dl1.fit(X, y, solver="fw")
-    with pytest.raises(ValueError, match="solver='fw'"):
         dl1.fit(X, y, alpha=0.1, l1_ball=1.0)
-    with pytest.raises(ValueError, match="delta"):
-        dl1.fit(X, y, solver="fw", l1_ball=-1.0)
-    with pytest.raises(ValidationError, match="label"):
-        dl1.fit(X, y, solver="fw", l1_ball=1.0, loss="logistic")
-    with pytest.raises(ValidationError, match="sample weights"):
-        dl1.fit(X, y, solver="fw", l1_ball=1.0, sample_weight=np.ones(X.shape[0]))
-    with pytest.raises(ValueError, match="sample"):
-        dl1.fit(X, y, solver="fw", l1_ball=1.0, sample=0.0)
-    with pytest.raises(ValueError, match="stop"):
-        dl1.fit(X, y, solver="fw", l1_ball=1.0, stop="never")
-    with pytest.raises(ValidationError, match="checkpoint"):
-        dl1.path(X, y, solver="fw", deltas=[1.0], checkpoint=tmp_path / "ck")
-    with pytest.raises(ValidationError, match="l2"):
-        dl1.path(X, y, solver="fw", deltas=[1.0], l1_ratio=0.5)
-    with pytest.raises(ValueError, match="l2"):
-        dl1.fit(X, y, solver="fw", l1_ball=1.0, l2=-1.0)
-    with pytest.raises(ValueError, match="deltas"):
+    with pytest.raises(ValueError, match="solver"):
+        dl1.fit(X, y, alpha=0.1, solver="fw")
+    with pytest.raises(TypeError, match="deltas"):
         dl1.path(X, y, deltas=[1.0])
+    with pytest.raises(ValueError, match="delta"):
+        dl1.fit_constrained(X, y, delta=-1.0)
+    with pytest.raises(ValidationError, match="label"):
+        dl1.fit_constrained(X, y, delta=1.0, loss="logistic")
+    with pytest.raises(TypeError, match="sample_weight"):
+        dl1.fit_constrained(X, y, delta=1.0, sample_weight=np.ones(X.shape[0]))
+    weighted = dl1.from_scipy(X, y, tmp_path / "w.zarr", sample_weight=np.ones(X.shape[0]))
+    with pytest.raises(ValidationError, match="sample weights"):
+        dl1.fit_constrained(weighted, delta=1.0)
+    with pytest.raises(ValueError, match="sample"):
+        dl1.fit_constrained(X, y, delta=1.0, sample=0.0)
+    with pytest.raises(ValueError, match="stop"):
+        dl1.fit_constrained(X, y, delta=1.0, stop="never")
+    with pytest.raises(TypeError, match="checkpoint"):
+        dl1.path_constrained(X, y, deltas=[1.0], checkpoint=tmp_path / "ck")
+    with pytest.raises(TypeError, match="l1_ratio"):
+        dl1.path_constrained(X, y, deltas=[1.0], l1_ratio=0.5)
+    with pytest.raises(ValueError, match="l2"):
+        dl1.fit_constrained(X, y, delta=1.0, l2=-1.0)
+    with pytest.raises(ValueError, match="deltas"):
+        dl1.path_constrained(X, y, deltas=[1.0, -1.0])
     store = dl1.from_scipy(X, y, tmp_path / "s.zarr")
     with pytest.raises(ValidationError, match="worker memory"):
-        dl1.fit(store, solver="fw", l1_ball=1.0, stream=True)
+        dl1.fit_constrained(store, delta=1.0, stream=True)
 
 
 def test_standardized_ball_and_input_scale_coefficients():
     X, y = _problem(seed=10)
     X = sp.csc_matrix(X.multiply(np.linspace(0.2, 5.0, X.shape[1])[None, :]))
-    res = dl1.fit(X, y, solver="fw", l1_ball=0.3, sample=0.5, stop="gap", tol=1e-6,
-                  standardize=True, max_rounds=100000)  # fmt: skip
+    res = dl1.fit_constrained(X, y, delta=0.3, sample=0.5, stop="gap", tol=1e-6,
+                  standardize=True, max_iter=100000)  # fmt: skip
     Xd = X.toarray()
     std = Xd.std(axis=0)
     # the ball constrains the standardised coefficients; coef_ is in the input's scale
@@ -399,6 +413,6 @@ def test_standardized_ball_and_input_scale_coefficients():
     assert res.loss_ == pytest.approx(0.5 * r @ r, rel=1e-9)
     # the same problem solved by dense FW on explicitly standardised columns
     Z = sp.csc_matrix((Xd - Xd.mean(0)) / np.where(std > 0, std, 1.0))
-    ref = dl1.fit(Z, y, solver="fw", l1_ball=0.3, sample=0.5, stop="gap", tol=1e-6,
-                  max_rounds=100000)  # fmt: skip
+    ref = dl1.fit_constrained(Z, y, delta=0.3, sample=0.5, stop="gap", tol=1e-6,
+                  max_iter=100000)  # fmt: skip
     assert res.loss_ == pytest.approx(ref.loss_, rel=1e-5)
