@@ -12,6 +12,7 @@ import scipy.sparse as sp
 import dl1
 from dl1.errors import ValidationError
 from dl1.kernels.fw import fw_column, fw_score_columns
+from dl1.params import InvalidParameterError
 from dl1.solvers._fw_tasks import sample_columns
 from dl1.solvers.fw import sample_size, split_sample
 
@@ -416,3 +417,114 @@ def test_standardized_ball_and_input_scale_coefficients():
     ref = dl1.fit_constrained(Z, y, delta=0.3, sample=0.5, stop="gap", tol=1e-6,
                   max_iter=100000)  # fmt: skip
     assert res.loss_ == pytest.approx(ref.loss_, rel=1e-5)
+
+
+def _project_l1_ball(v, delta):
+    """Euclidean projection onto ``||w||_1 <= delta`` (Duchi et al., 2008)."""
+    if np.abs(v).sum() <= delta:
+        return v
+    u = np.sort(np.abs(v))[::-1]
+    css = np.cumsum(u)
+    k = np.flatnonzero(u * np.arange(1, u.size + 1) > css - delta)[-1]
+    theta = (css[k] - delta) / (k + 1.0)
+    return np.sign(v) * np.maximum(np.abs(v) - theta, 0.0)
+
+
+def _constrained_optimum(X, y, delta, iters=5000):
+    """``min 1/2 ||y - X w - b||^2`` s.t. ``||w||_1 <= delta`` by accelerated projected
+    gradient (FISTA) on dense centred arrays: a reference independent of Frank-Wolfe."""
+    Xc, yc = _centred(X, y)
+    step = 1.0 / np.linalg.norm(Xc, 2) ** 2
+    w = z = np.zeros(Xc.shape[1])
+    t = 1.0
+    for _ in range(iters):
+        w_next = _project_l1_ball(z + step * Xc.T @ (yc - Xc @ z), delta)
+        t_next = 0.5 * (1 + math.sqrt(1 + 4 * t * t))
+        z = w_next + (t - 1) / t_next * (w_next - w)
+        w, t = w_next, t_next
+    return w
+
+
+def _issue_problem():
+    """Issue 23's case in small: few relevant features among many, a ball smaller than the
+    true coefficients' l1 norm (2 active features at the optimum)."""
+    rng = np.random.default_rng(0)
+    n, p = 300, 1003
+    X = sp.random(n, p, density=0.1, random_state=1, format="csc")
+    w = np.zeros(p)
+    w[:5] = rng.standard_normal(5) * 3
+    y = X @ w + 0.1 * rng.standard_normal(n)
+    return X, y, 0.3 * np.abs(w).sum()
+
+
+def test_default_stop_reaches_tol_where_the_paper_rule_stops_short():
+    X, y, delta = _issue_problem()
+    ref = _constrained_optimum(X, y, delta)
+    ref_gap, f_star = _fw_gap(X, y, ref, delta)
+    assert ref_gap <= 1e-9 * f_star  # the reference is itself certified
+    res = dl1.fit_constrained(X, y, delta=delta, tol=1e-7)  # no warning: tol is reached
+    assert res.stopped_by_ == "gap" and res.certified_ and res.gap_kind_ == "full pass"
+    gap, f = _fw_gap(X, y, res.coef_, delta)
+    assert gap <= 1e-7 * res.f0_ * (1 + 1e-9) and res.gap_ <= 1e-7
+    assert res.loss_ == pytest.approx(f, rel=1e-10)
+    # the FW gap bounds f - f*: within 1e-7 f(0) of the optimum, f(0) < 10 f* here
+    assert res.f0_ < 10 * f_star
+    assert f_star * (1 - 1e-9) <= f <= f_star * (1 + 1e-6)
+    # the paper's step rule, which ignores tol, stops far from the optimum: it warns with the
+    # gap it reached, the tolerance and the rule
+    with pytest.warns(dl1.ConvergenceWarning) as rec:
+        paper = dl1.fit_constrained(X, y, delta=delta, tol=1e-7, stop="paper")
+    assert paper.stopped_by_ == "step" and not paper.certified_ and paper.gap_ > 1e-2
+    assert str(rec[0].message) == (
+        "Frank-Wolfe stopped by the paper's step rule (||w_k+1 - w_k||_inf <= 0.001) at "
+        f"relative FW gap {paper.gap_:.1e} > tol 1e-07"
+    )
+    assert paper.loss_ > 1.2 * f_star
+
+
+def test_max_iter_warns_with_the_gap_reached():
+    X, y, delta = _issue_problem()
+    with pytest.warns(dl1.ConvergenceWarning) as rec:
+        res = dl1.fit_constrained(X, y, delta=delta, tol=1e-7, max_iter=1)
+    assert res.stopped_by_ == "max_iter" and res.n_iter_ == 1 and not res.certified_
+    (w,) = rec
+    assert f"stopped by max_iter=1 at relative FW gap {res.gap_:.1e} > tol 1e-07" in str(w.message)
+    # without the certifying pass, the gap is the sample's estimate: the warning says so
+    with pytest.warns(dl1.ConvergenceWarning, match=r"max_iter=1 .*sample estimate"):
+        est = dl1.fit_constrained(X, y, delta=delta, tol=1e-7, max_iter=1, certify=False)
+    assert est.gap_kind_ == "sample estimate"
+
+
+def test_path_warns_once_listing_the_radii_that_missed():
+    X, y, delta = _issue_problem()
+    deltas = [0.5 * delta, delta, 2 * delta]
+    with pytest.warns(dl1.ConvergenceWarning) as rec:
+        res = dl1.path_constrained(X, y, deltas=deltas, tol=1e-7, stop="paper")
+    (w,) = rec  # one warning for the whole path
+    text = str(w.message)
+    missed = np.flatnonzero(~res.converged_)
+    assert missed.size >= 1 and f"{missed.size} of 3 radii missed tol 1e-07" in text
+    for k in missed:
+        assert f"delta[{k}] = {deltas[k]:.4g} stopped by the paper's step rule" in text
+        assert f"relative FW gap {res.gaps_[k]:.1e} > tol 1e-07" in text
+    assert [e["stopped_by"] for e in res.extra_] == ["step"] * 3
+    # the default rule certifies every radius: no warning
+    ok = dl1.path_constrained(X, y, deltas=deltas[:2], tol=1e-7)
+    assert ok.converged_.all() and [e["stopped_by"] for e in ok.extra_] == ["gap"] * 2
+
+
+def test_parameters_are_checked_before_the_data_is_read(tmp_path):
+    missing = tmp_path / "no-such-store"
+    for bad in ({"delta": 0.0}, {"delta": 1.0, "sample": (1.0, 5)}, {"delta": 1.0, "sample": 2},
+                {"delta": 1.0, "sample": (0.9, 0)}, {"delta": 1.0, "tol": 0.0},
+                {"delta": 1.0, "max_iter": 1.5}, {"delta": 1.0, "certify": 1}):  # fmt: skip
+        with pytest.raises(InvalidParameterError, match=r"of dl1\.fit_constrained\(\)"):
+            dl1.fit_constrained(missing, **bad)
+    with pytest.raises(InvalidParameterError, match=r"'sample' .* a pair \(rho, s\)"):
+        dl1.fit_constrained(missing, delta=1.0, sample="1%")
+    for bad in ({"n_deltas": 0}, {"eps": 1.0}, {"delta_max": -1.0}, {"stop": "step"}):
+        with pytest.raises(InvalidParameterError, match=r"of dl1\.path_constrained\(\)"):
+            dl1.path_constrained(missing, **bad)
+    X, y = _problem()
+    res = dl1.fit_constrained(X, y, delta=0.5, sample=(0.9, 3), tol=1e-3)
+    assert res.kappa_ == sample_size(X.shape[1], (0.9, 3)) and res.certified_
