@@ -7,7 +7,7 @@ For each preset, in one run on the same data (train split; test split for the MS
 * **CD (scikit-learn)**: ``Lasso`` warm-started along the same grid, ``tol=--cd-tol``;
 * **SCD**: dl1's feature-partitioned coordinate descent with uniformly random coordinate
   order (Shalev-Shwartz & Tewari), warm-started along the same grid, same gap;
-* **FW 1%, 2%, 3%**: ``dl1.path(solver="fw")`` on 100 radii from ``delta_max / 100`` to
+* **FW 1%, 2%, 3%**: ``dl1.path_constrained`` on 100 radii from ``delta_max / 100`` to
   ``delta_max = ||w(lambda_min)||_1`` (the paper's mapping, from the last solution of dl1's
   CD path, as the paper took glmnet's), warm-started with the paper's rescaling, stopped by
   the paper's rule ``||a_{k+1} - a_k||_inf <= 1e-3``; every radius is then certified by one
@@ -169,8 +169,8 @@ def _run_fw(path, deltas, sample, local, certify, time_limit, nnz, q):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            dl1.path(
-                path, solver="fw", deltas=deltas, sample=sample, certify=certify,
+            dl1.path_constrained(
+                path, deltas=deltas, sample=sample, stop="paper", certify=certify,
                 client=client, callback=keep,
             )  # fmt: skip
         except _TimeUp:
