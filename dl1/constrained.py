@@ -237,6 +237,20 @@ def delta_max(
 
     A constrained path up to this radius spans the models of the penalised path down to
     ``eps * alpha_max``.
+
+    Parameters
+    ----------
+    X, y, fit_intercept, standardize, n_partitions, client, split
+        As in :func:`dl1.fit` (squared loss).
+    eps : float
+        ``lambda_min / alpha_max``.
+    tol : float
+        Relative duality gap of the penalised fit.
+
+    Returns
+    -------
+    float
+        The l1 norm (of the standardised coefficients with ``standardize``).
     """
     from dl1.fit import alpha_max, fit
 
