@@ -7,7 +7,7 @@ For each preset, in one run on the same data (train split; test split for the MS
 * **CD (scikit-learn)**: ``Lasso`` warm-started along the same grid, ``tol=--cd-tol``;
 * **SCD**: dl1's feature-partitioned coordinate descent with uniformly random coordinate
   order (Shalev-Shwartz & Tewari), warm-started along the same grid, same gap;
-* **FW 1%, 2%, 3%**: ``dl1.path(solver="fw")`` on 100 radii from ``delta_max / 100`` to
+* **FW 1%, 2%, 3%**: ``dl1.path_constrained`` on 100 radii from ``delta_max / 100`` to
   ``delta_max = ||w(lambda_min)||_1`` (the paper's mapping, from the last solution of dl1's
   CD path, as the paper took glmnet's), warm-started with the paper's rescaling, stopped by
   the paper's rule ``||a_{k+1} - a_k||_inf <= 1e-3``; every radius is then certified by one
@@ -89,27 +89,25 @@ def _run_dl1_cd(path, grid, tol, q):
 
 
 def _run_scd(path, grid, tol, time_limit, q):
-    from dl1.fit import _load as load_blocks
-    from dl1.fit import _problem
+    from dl1.loading import load_problem, read_inputs
     from dl1.penalties.elastic_net import ElasticNet
-    from dl1.solvers.cd import solve
+    from dl1.solvers.cd import CoordinateDescentSolver
     from dl1.solvers.executor import executor_for
 
     cluster, client = _cluster()
     t0 = time.perf_counter()
-    Xd, y, sw, datafit, store = _problem(path, None, None, "squared", "train")
     ex = executor_for(client)
-    blocks, cb = load_blocks(ex, Xd, sw, False, True, 2, store, "train", False)
-    ex.wait(blocks)
-    w, b, out, epochs, cert = None, None, [], 0, 0
+    problem, _ = load_problem(
+        read_inputs(path, None, None, "squared", "train"), ex, penalty=ElasticNet(1.0),
+        fit_intercept=True, standardize=False, tol=tol, n_partitions=2, loss="squared",
+        streamed=False,
+    )  # fmt: skip
+    solver = CoordinateDescentSolver(max_rounds=2000, n_epochs=1, random_order=True, seed=0)
+    state, out, epochs, cert = None, [], 0, 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for alpha in grid:
-            res, _ = solve(
-                ex, blocks, cb, y, sw, datafit, ElasticNet(float(alpha)), fit_intercept=True,
-                tol=tol, max_rounds=2000, n_partitions=2, n_epochs=1, random_order=True,
-                seed=0, w0=w, b0=b,
-            )  # fmt: skip
+            res, state = solver.solve(problem.at(ElasticNet(float(alpha))), state)
             w, b = res.coef_, res.intercept_
             out.append((_sparse(w), float(b)))
             epochs += res.n_rounds_
@@ -169,8 +167,8 @@ def _run_fw(path, deltas, sample, local, certify, time_limit, nnz, q):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            dl1.path(
-                path, solver="fw", deltas=deltas, sample=sample, certify=certify,
+            dl1.path_constrained(
+                path, deltas=deltas, sample=sample, stop="paper", certify=certify,
                 client=client, callback=keep,
             )  # fmt: skip
         except _TimeUp:

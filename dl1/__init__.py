@@ -14,14 +14,16 @@ _LAZY = {
     "FitResult": "dl1.solvers.result",
     "Store": "dl1.store",
     "alpha_max": "dl1.fit",
-    "delta_max": "dl1.pathfit",
+    "delta_max": "dl1.constrained",
     "fit": "dl1.fit",
+    "fit_constrained": "dl1.constrained",
     "from_dask": "dl1.convert",
     "from_scipy": "dl1.convert",
     "from_svmlight": "dl1.io.svmlight",
     "open": "dl1.convert",
     "open_store": "dl1.store",
     "path": "dl1.pathfit",
+    "path_constrained": "dl1.constrained",
 }
 
 __all__ = [
@@ -32,11 +34,13 @@ __all__ = [
     "alpha_max",
     "delta_max",
     "fit",
+    "fit_constrained",
     "from_dask",
     "from_scipy",
     "open",
     "open_store",
     "path",
+    "path_constrained",
 ]
 
 

@@ -359,18 +359,17 @@ def main() -> None:
     help="Directory for the PNG figures (default: STORE-path-plots).",
 )
 @click.option(
-    "--solver",
-    type=click.Choice(["ws", "fw"]),
-    default="ws",
-    show_default=True,
-    help="ws: penalised path; fw: constrained path in delta by randomized Frank-Wolfe.",
+    "--constrained",
+    is_flag=True,
+    help="The constrained path in delta (||w||_1 <= delta) by randomized Frank-Wolfe "
+    "(dl1.path_constrained) instead of the penalised path.",
 )
 @click.option(
     "--sample",
     type=click.FloatRange(0, 1, min_open=True),
     default=0.01,
     show_default=True,
-    help="fw: fraction of the features scored per iteration.",
+    help="--constrained: fraction of the features scored per iteration.",
 )
 def path_cmd(
     store: str,
@@ -384,16 +383,21 @@ def path_cmd(
     memory_limit: str | None,
     checkpoint: str | None,
     plots: str | None,
-    solver: str,
+    constrained: bool,
     sample: float,
 ) -> None:
     """Regularisation path on STORE: every alpha certified; validation error on its test
-    split when it has one; figures written as PNG. With --solver fw, the constrained Lasso
-    path over n-alphas radii up to the paper's delta_max, each with its exact FW gap."""
+    split when it has one; figures written as PNG.
+
+    With --constrained, the constrained Lasso path instead: n-alphas radii from eps *
+    delta_max up to the paper's delta_max, each certified by its exact FW gap at --tol
+    (--loss squared or logistic; no --checkpoint, --l1-ratio 1 only)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     import dl1
 
+    if constrained and (checkpoint is not None or l1_ratio != 1.0):
+        raise click.UsageError("--constrained takes neither --checkpoint nor --l1-ratio")
     st = open_store(store)
     stack, client = _client(scheduler, workers, memory_limit)
     with (
@@ -411,25 +415,25 @@ def path_cmd(
             nnz = int(np.count_nonzero(res.coef_))
             info = (
                 f"delta {alpha:.3e}  nnz {nnz}  fw gap {res.gap_:.1e}  iterations {res.n_iter_}"
-                if solver == "fw"
+                if constrained
                 else f"alpha {alpha:.3e}  nnz {nnz}  gap {res.gap_:.1e}  passes {res.passes_:.2f}"
             )
             progress.update(task, advance=1, info=info)
 
-        fw = {"solver": "fw", "sample": sample} if solver == "fw" else {}
-        result = dl1.path(
-            st,
-            n_alphas=n_alphas,
+        common = dict(
             eps=eps,
-            l1_ratio=l1_ratio,
             loss=loss,
             tol=tol,
             client=client,
-            checkpoint=checkpoint,
             X_test="test" if "test" in st.splits else None,
             callback=on_alpha,
-            **fw,
         )
+        if constrained:
+            result = dl1.path_constrained(st, n_deltas=n_alphas, sample=sample, **common)
+        else:
+            result = dl1.path(
+                st, n_alphas=n_alphas, l1_ratio=l1_ratio, checkpoint=checkpoint, **common
+            )
     click.echo(result.summary())
     out = Path(plots) if plots else Path(str(st.path) + "-path-plots")
     for f in result.plot(out):

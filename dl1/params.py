@@ -194,3 +194,40 @@ PATH = {
     "n_alphas": [POSITIVE_INT],
     "eps": [Interval(numbers.Real, 0, 1, closed="neither")],
 }
+
+
+@predicate("a fraction in (0, 1] or a pair (rho, s) with rho in (0, 1) and an int s >= 1")
+def is_sample(value: Any) -> bool:
+    """A sample size of the constrained solver: a fraction of the features, or Frandi et al.'s
+    ``(rho, s)`` (confidence of catching one of ``s`` relevant features; ``s <= p`` is checked
+    once ``p`` is known)."""
+    if isinstance(value, tuple):
+        return (
+            len(value) == 2
+            and Interval(numbers.Real, 0, 1, closed="neither")(value[0])
+            and POSITIVE_INT(value[1])
+        )
+    return Interval(numbers.Real, 0, 1, closed="right")(value)
+
+
+#: Parameters of the constrained problem (:func:`dl1.fit_constrained`).
+CONSTRAINED = {
+    **COMMON,
+    "delta": [POSITIVE],
+    "l2": [NON_NEGATIVE],
+    "sample": [is_sample],
+    "stop": [Options(("gap", "paper"))],
+    "tol": [POSITIVE],
+    "step_tol": [POSITIVE],
+    "max_iter": [NON_NEGATIVE_INT],
+    "certify": ["boolean"],
+}
+
+#: Parameters of the constrained path (:func:`dl1.path_constrained`) beyond the radius.
+CONSTRAINED_PATH = {
+    **{k: v for k, v in CONSTRAINED.items() if k != "delta"},
+    "n_deltas": [POSITIVE_INT],
+    "eps": [Interval(numbers.Real, 0, 1, closed="neither")],
+    "deltas": ["array-like", None],
+    "delta_max": [POSITIVE, None],
+}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from typing import Any
 
@@ -14,7 +13,6 @@ from dl1.fit import direct_calls, make_solver
 from dl1.loading import (
     col_scales,
     decide_stream,
-    load_blocks,
     load_problem,
     read_inputs,
     xt_theta_absmax,
@@ -86,15 +84,8 @@ def path(
     callback: Any = None,
     solver: str = "ws",
     random_order: bool = False,
-    deltas: Any = None,
-    delta_max: float | None = None,
-    sample: float | tuple[float, int] = 0.01,
-    stop: str = "paper",
-    step_tol: float = 1e-3,
-    certify: bool = True,
     seed: int = 0,
-    l2: float = 0.0,
-):
+) -> PathResult:
     """Regularisation path: warm-started, every alpha certified by its duality gap.
 
     Parameters
@@ -123,69 +114,17 @@ def path(
     X_test, y_test : held-out data for the validation error per alpha (a store's split name,
         e.g. ``X_test="test"`` with a store X, is accepted too).
     callback : callable, optional
-        Called after each alpha with ``(k, alpha, result)`` (``(k, delta, result)`` for
-        ``solver="fw"``).
-    solver : {"ws", "cd", "fw"}
-        ``"ws"``: the penalised path (working sets); ``"cd"``: CoCoA+ coordinate descent
-        (as in :func:`dl1.fit`). ``"fw"``: the *constrained* Lasso path
-        in ``delta`` (``||w||_1 <= delta``) by randomized Frank-Wolfe (Frandi et al.):
-        ``n_alphas`` radii from ``eps * delta_max`` up to ``delta_max`` (geometric, or
-        ``deltas``), each warm-started from the previous solution rescaled onto the new ball
-        (the paper's heuristic). Squared or logistic loss (``l2`` for the elastic net, not
-        ``l1_ratio``); no screening or checkpoint.
-    deltas : array_like, optional
-        ``solver="fw"``: explicit radii (increasing for warm starts to help).
-    delta_max : float, optional
-        ``solver="fw"``: largest radius; default :func:`dl1.delta_max` (the paper's
-        ``||w(eps * alpha_max)||_1`` from a penalised fit at relative gap 1e-6), which makes
-        the constrained path span the same models as the penalised one.
-    sample, stop, step_tol, certify, seed, l2
-        ``solver="fw"``: as in :func:`dl1.fit`; ``max_rounds`` is then the iteration limit
-        per delta (default 10000).
+        Called after each alpha with ``(k, alpha, result)``.
+    solver : {"ws", "cd"}
+        As in :func:`dl1.fit`. The constrained path in ``delta`` is
+        :func:`dl1.path_constrained`.
+    random_order, seed : bool, int
+        Coordinate order of the solver's epochs, as in :func:`dl1.fit`.
 
     Returns
     -------
     dl1.regpath.PathResult
-        For ``solver="fw"`` with ``deltas_``, ``gaps_`` the relative FW gaps, ``alphas_``
-        the penalised alpha each solution corresponds to, and per delta in ``extra_``:
-        iterations, dot products, nonzeros read, full passes, the penalised Lasso's relative
-        gap and the objective ``f``.
     """
-    if solver == "fw":
-        return _fw_path(
-            X,
-            y,
-            n_deltas=n_alphas,
-            eps=eps,
-            alphas=alphas,
-            deltas=deltas,
-            delta_max_=delta_max,
-            l1_ratio=l1_ratio,
-            loss=loss,
-            fit_intercept=fit_intercept,
-            standardize=standardize,
-            sample_weight=sample_weight,
-            tol=tol,
-            max_iter=10000 if max_rounds is None else max_rounds,
-            n_partitions=n_partitions,
-            client=client,
-            screen=screen,
-            stream=stream,
-            checkpoint=checkpoint,
-            X_test=X_test,
-            y_test=y_test,
-            split=split,
-            verbose=verbose,
-            callback=callback,
-            sample=sample,
-            stop=stop,
-            step_tol=step_tol,
-            certify=certify,
-            seed=seed,
-            l2=l2,
-        )
-    if deltas is not None or delta_max is not None:
-        raise ValueError("deltas and delta_max are the radii of solver='fw'")
     validate_params(PATH, locals(), "dl1.path()")
     inputs = read_inputs(X, y, sample_weight, loss, split)
     solver_obj = make_solver(
@@ -310,223 +249,6 @@ def test_metric(test, coef: np.ndarray, b: float, client: Any, loss: str) -> dic
     pred = decision_function(test[0], coef, b)
     pred = client.compute(pred).result() if client is not None else pred.compute(scheduler="sync")
     return metrics(loss, test[1], pred)
-
-
-def delta_max(
-    X: Any,
-    y: Any = None,
-    *,
-    eps: float = 1e-2,
-    fit_intercept: bool = True,
-    standardize: bool = False,
-    tol: float = 1e-6,
-    n_partitions: int = 2,
-    client: Any = None,
-    split: str = "train",
-) -> float:
-    """The paper's ``delta_max = ||w(lambda_min)||_1`` (Frandi et al., Sec. 5): the l1 norm of
-    the penalised Lasso solution at ``alpha = eps * alpha_max``, fitted to relative duality
-    gap ``tol`` (the paper used glmnet at epsilon 1e-8; a relative gap of 1e-8 takes many
-    minutes on the log1p preset). A constrained path up to this radius spans the models of
-    the penalised path down to ``eps * alpha_max``.
-    """
-    from dl1.fit import alpha_max, fit
-
-    common = dict(fit_intercept=fit_intercept, standardize=standardize, client=client, split=split)
-    amax = alpha_max(X, y, **common)
-    if not (np.isfinite(amax) and amax > 0):
-        raise ValidationError(f"alpha_max is {amax}: y is not explained by any feature")
-    res = fit(X, y, alpha=eps * amax, tol=tol, n_partitions=n_partitions, **common)
-    w = res.coef_
-    if standardize:
-        # the ball constrains the standardised coefficients: undo the scaling of coef_
-        w = _standardized(X, y, w, fit_intercept, n_partitions, client, split)
-    return float(np.abs(w).sum())
-
-
-def _standardized(X, y, coef, fit_intercept, n_partitions, client, split) -> np.ndarray:
-    inputs = read_inputs(X, y, None, "squared", split)
-    ex = executor_for(client)
-    blocks, _ = load_blocks(
-        ex, inputs.X, inputs.sample_weight, True, fit_intercept, n_partitions, inputs.store,
-        split, False,
-    )  # fmt: skip
-    scales = col_scales(ex, blocks)
-    out = np.zeros_like(coef)
-    nz = scales > 0
-    out[nz] = coef[nz] / scales[nz]
-    return out
-
-
-def _fw_path(
-    X: Any,
-    y: Any,
-    *,
-    n_deltas: int,
-    eps: float,
-    alphas: Any,
-    deltas: Any,
-    delta_max_: float | None,
-    l1_ratio: float,
-    loss: str,
-    fit_intercept: bool,
-    standardize: bool,
-    sample_weight: Any,
-    tol: float,
-    max_iter: int,
-    n_partitions: int,
-    client: Any,
-    screen: bool,
-    stream: bool | None,
-    checkpoint: Any,
-    X_test: Any,
-    y_test: Any,
-    split: str,
-    verbose: bool,
-    callback: Any,
-    sample: float | tuple[float, int],
-    stop: str,
-    step_tol: float,
-    certify: bool,
-    seed: int,
-    l2: float,
-):
-    """The constrained Lasso path by randomized Frank-Wolfe (see :func:`path`)."""
-    from dl1.fit import fw_problem
-    from dl1.regpath import PathResult
-    from dl1.solvers.fw import solve_fw
-
-    if alphas is not None:
-        raise ValueError("solver='fw' walks a grid of radii: give deltas, not alphas")
-    if l1_ratio != 1.0:
-        raise ValidationError(
-            "solver='fw' takes the elastic net in constrained form through l2 (ridge term), "
-            "not l1_ratio"
-        )
-    if screen:
-        raise ValidationError("solver='fw' does not screen (it never scans all columns)")
-    if checkpoint is not None:
-        raise ValidationError(
-            "checkpoint/resume is implemented for the penalised path (solver='ws') only"
-        )
-    if not tol > 0:
-        raise ValueError(f"tol must be > 0, got {tol!r}")
-    if deltas is not None:
-        grid = np.asarray(deltas, dtype=np.float64).ravel()
-        if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
-            raise ValueError("deltas must be finite and > 0")
-    else:
-        if n_deltas < 1 or not 0 < eps < 1:
-            raise ValueError(f"need n_alphas >= 1 and 0 < eps < 1, got {n_deltas}, {eps}")
-        dmax = delta_max_
-        if dmax is None:
-            dmax = delta_max(
-                X,
-                y,
-                eps=eps,
-                fit_intercept=fit_intercept,
-                standardize=standardize,
-                n_partitions=n_partitions,
-                client=client,
-                split=split,
-            )
-        if not (np.isfinite(dmax) and dmax > 0):
-            raise ValueError(f"delta_max must be finite and > 0, got {dmax!r}")
-        grid = np.geomspace(eps * dmax, dmax, n_deltas)
-    prob, _ = fw_problem(
-        X,
-        y,
-        loss=loss,
-        fit_intercept=fit_intercept,
-        standardize=standardize,
-        sample_weight=sample_weight,
-        n_partitions=n_partitions,
-        sample=sample,
-        stream=stream,
-        client=client,
-        split=split,
-        l2=l2,
-    )
-    test = test_data(X, X_test, y_test)
-    records: list[dict[str, Any]] = []
-    extra: list[dict[str, Any] | None] = []
-    lasso_alphas = np.full(grid.shape[0], np.nan)
-    state = None
-    it0 = 0
-    for k, delta in enumerate(grid):
-        t0 = time.perf_counter()
-        if state is not None:
-            l1 = state.l1()
-            if l1 > 0:
-                state.rescale(float(delta) / l1)  # Frandi et al., Sec. 5: onto the new ball
-                prob.refit_intercept(state)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            res, state = solve_fw(
-                prob,
-                float(delta),
-                stop=stop,
-                step_tol=step_tol,
-                tol=tol,
-                max_iter=max_iter,
-                seed=seed,
-                certify=certify,
-                state=state,
-                it0=it0,
-            )
-        it0 += res.n_iter_ + 1
-        lasso_alphas[k] = res.lasso_alpha_
-        metric = (
-            None if test is None else test_metric(test, res.coef_, res.intercept_, client, loss)
-        )
-        rec = dict(
-            coef=res.coef_,
-            intercept=res.intercept_,
-            gap=res.gap_,
-            converged=res.certified_,
-            n_active=res.n_active_,
-            passes=res.nnz_visited_ / max(prob.nnz, 1),
-            seconds=time.perf_counter() - t0,
-            rounds=res.n_iter_,
-            test_metric=metric,
-        )
-        records.append(sparse_record(rec))
-        extra.append(
-            {
-                "delta": float(delta),
-                "l1_norm": res.l1_norm_,
-                "objective": res.loss_,
-                "gap_kind": res.gap_kind_,
-                "lasso_alpha": res.lasso_alpha_,
-                "lasso_l1_ratio": res.lasso_l1_ratio_,
-                "lasso_gap": res.lasso_gap_,
-                "iterations": res.n_iter_,
-                "full_passes": res.n_full_passes_,
-                "dot_products": res.dot_products_,
-                "nnz_visited": res.nnz_visited_,
-                "stopped_by_rule": res.converged_,
-            }
-        )
-        if not res.certified_:
-            warnings.warn(
-                f"delta[{k}] = {delta:.6g} is not certified: relative FW gap {res.gap_:.3e} "
-                f"({res.gap_kind_}) > tol {tol:.3e} after {res.n_iter_} iterations",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
-        if verbose:
-            print(
-                f"delta[{k:3d}] {delta:.4e}  nnz {rec['n_active']:6d}  fw gap {res.gap_:.2e}"
-                f"  iterations {res.n_iter_}"
-            )
-        if callback is not None:
-            callback(k, float(delta), res)
-    d = records_as_arrays(records, prob.p)
-    d["alphas"] = lasso_alphas
-    d["extra"] = extra
-    out = PathResult.from_checkpoint_arrays(d, l1_ratio=1.0, loss=loss, tol=tol)
-    out.deltas_ = grid
-    return out
 
 
 def sparse_record(rec: dict[str, Any]) -> dict[str, Any]:

@@ -132,7 +132,7 @@ def test_path_command_frank_wolfe(tmp_path):
     Xt = random_csr(40, 40, 0.15, seed=4)
     dl1.from_scipy(X, y, tmp_path / "s", X_test=Xt, y_test=Xt @ np.r_[np.ones(5), np.zeros(35)])
     out = run(
-        "path", tmp_path / "s", "--solver", "fw", "--sample", "0.5", "--n-alphas", "6",
+        "path", tmp_path / "s", "--constrained", "--sample", "0.5", "--n-alphas", "6",
         "--workers", "1", "--plots", tmp_path / "plots",
     ).stdout  # fmt: skip
     rows = [ln.split() for ln in out.splitlines() if ln[:4].strip().isdigit()]
@@ -141,3 +141,7 @@ def test_path_command_frank_wolfe(tmp_path):
     deltas = [float(r[1]) for r in rows]
     assert deltas == sorted(deltas)
     assert (tmp_path / "plots" / "validation.png").stat().st_size > 0
+    refused = run("path", tmp_path / "s", "--constrained", "--checkpoint", tmp_path / "ck",
+                  check=False)  # fmt: skip
+    assert refused.returncode == 2 and "--constrained takes neither" in refused.stderr
+    assert "--constrained" in run("path", "--help").stdout

@@ -1,4 +1,5 @@
-"""Randomized Frank-Wolfe for the constrained Lasso (solver="fw"), against NumPy references."""
+"""Randomized Frank-Wolfe for the constrained Lasso (dl1.fit_constrained, dl1.path_constrained),
+against NumPy references."""
 
 import math
 import warnings
@@ -11,6 +12,7 @@ import scipy.sparse as sp
 import dl1
 from dl1.errors import ValidationError
 from dl1.kernels.fw import fw_column, fw_score_columns
+from dl1.params import InvalidParameterError
 from dl1.solvers._fw_tasks import sample_columns
 from dl1.solvers.fw import sample_size, split_sample
 
@@ -137,15 +139,14 @@ def test_full_sample_equals_deterministic_fw(intercept):
     Xd = da.from_array(X, chunks=(X.shape[0], 120), asarray=False)  # 3 blocks, uneven
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dl1.ConvergenceWarning)
-        res = dl1.fit(
+        res = dl1.fit_constrained(
             Xd,
             y,
-            solver="fw",
-            l1_ball=delta,
+            delta=delta,
             sample=1.0,
             stop="gap",
             tol=1e-300,
-            max_rounds=150,
+            max_iter=150,
             fit_intercept=intercept,
         )
     assert res.n_iter_ == 150
@@ -167,16 +168,16 @@ def test_fw_gap_goes_to_zero_and_is_exact():
     for iters in (20, 200, 2000):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", dl1.ConvergenceWarning)
-            r = dl1.fit(
-                X, y, solver="fw", l1_ball=delta, sample=1.0, stop="gap", tol=1e-300,
-                max_rounds=iters,
+            r = dl1.fit_constrained(
+                X, y, delta=delta, sample=1.0, stop="gap", tol=1e-300,
+                max_iter=iters,
             )  # fmt: skip
         gaps.append(r.fw_gap_)
     assert gaps[0] > gaps[1] > gaps[2] > 0
     # sublinear rate: the gap after 2000 iterations is far below the one after 20
     assert gaps[2] < gaps[0] / 20
     # sampled FW with the gap rule: certified, and the certificate recomputed in NumPy
-    res = dl1.fit(X, y, solver="fw", l1_ball=delta, sample=0.2, stop="gap", tol=1e-3)
+    res = dl1.fit_constrained(X, y, delta=delta, sample=0.2, stop="gap", tol=1e-3)
     gap, f = _fw_gap(X, y, res.coef_, delta)
     assert res.certified_ and res.converged_ and res.gap_kind_ == "full pass"
     assert res.fw_gap_ == pytest.approx(gap, rel=1e-6, abs=1e-12)
@@ -188,11 +189,14 @@ def test_fw_gap_goes_to_zero_and_is_exact():
 
 def test_paper_stopping_rule_and_sample_estimate():
     X, y = _problem(seed=4)
-    res = dl1.fit(X, y, solver="fw", l1_ball=3.0, sample=0.1, stop="paper", step_tol=1e-3)
-    assert res.converged_ and res.gap_kind_ == "full pass"
+    # the step rule does not look at the gap: it stops short of the default tol, and says so
+    with pytest.warns(dl1.ConvergenceWarning, match=r"paper's step rule .* > tol 1e-04"):
+        res = dl1.fit_constrained(X, y, delta=3.0, sample=0.1, stop="paper", step_tol=1e-3)
+    assert res.converged_ and res.gap_kind_ == "full pass" and res.stopped_by_ == "step"
     gap, _ = _fw_gap(X, y, res.coef_, 3.0)
     assert res.fw_gap_ == pytest.approx(gap, rel=1e-6, abs=1e-12)
-    est = dl1.fit(X, y, solver="fw", l1_ball=3.0, sample=0.1, stop="paper", certify=False)
+    with pytest.warns(dl1.ConvergenceWarning, match="sample estimate: certify=False"):
+        est = dl1.fit_constrained(X, y, delta=3.0, sample=0.1, stop="paper", certify=False)
     np.testing.assert_array_equal(est.coef_, res.coef_)  # same seed, same run
     assert est.gap_kind_ == "sample estimate" and not est.certified_
     assert est.fw_gap_ <= gap * (1 + 1e-9)  # a sampled estimate is a lower bound
@@ -201,7 +205,7 @@ def test_paper_stopping_rule_and_sample_estimate():
 
 def test_lasso_certificate_of_constrained_solution():
     X, y = _problem(seed=5)
-    res = dl1.fit(X, y, solver="fw", l1_ball=1.5, sample=1.0, stop="gap", tol=1e-8)
+    res = dl1.fit_constrained(X, y, delta=1.5, sample=1.0, stop="gap", tol=1e-8)
     Xc, yc = _centred(X, y)
     n = X.shape[0]
     alpha = res.lasso_alpha_
@@ -222,8 +226,8 @@ def test_lasso_certificate_of_constrained_solution():
 def test_elastic_net_in_constrained_form_matches_scikit_learn():
     X, y = _problem(seed=8)
     mu = 0.5
-    res = dl1.fit(X, y, solver="fw", l1_ball=1.5, l2=mu, sample=0.5, stop="gap", tol=1e-9,
-                  max_rounds=100000)  # fmt: skip
+    res = dl1.fit_constrained(X, y, delta=1.5, l2=mu, sample=0.5, stop="gap", tol=1e-9,
+                  max_iter=100000)  # fmt: skip
     Xc, yc = _centred(X, y)
     a = res.coef_
     r = yc - Xc @ a
@@ -242,8 +246,8 @@ def test_elastic_net_in_constrained_form_matches_scikit_learn():
     assert np.abs(ref.coef_).sum() == pytest.approx(1.5, rel=1e-5)
     assert res.lasso_gap_ < 1e-8
     # a larger ridge shrinks the same ball's solution towards equal weights: different answer
-    other = dl1.fit(X, y, solver="fw", l1_ball=1.5, l2=50.0, sample=0.5, stop="gap", tol=1e-3,
-                    max_rounds=100000)  # fmt: skip
+    other = dl1.fit_constrained(X, y, delta=1.5, l2=50.0, sample=0.5, stop="gap", tol=1e-3,
+                    max_iter=100000)  # fmt: skip
     assert np.abs(other.coef_ - a).max() > 1e-3
 
 
@@ -253,8 +257,8 @@ def test_l1_logistic_in_constrained_form_matches_scikit_learn(intercept):
 
     X, y = _problem(n=120, p=300, seed=9)
     yl = np.where(y > np.median(y), 1.0, -1.0)
-    res = dl1.fit(X, yl, solver="fw", loss="logistic", l1_ball=3.0, sample=0.5, stop="gap",
-                  tol=1e-8, max_rounds=100000, fit_intercept=intercept)  # fmt: skip
+    res = dl1.fit_constrained(X, yl, loss="logistic", delta=3.0, sample=0.5, stop="gap",
+                  tol=1e-8, max_iter=100000, fit_intercept=intercept)  # fmt: skip
     assert res.certified_ and res.l1_norm_ == pytest.approx(3.0, rel=1e-9)
     z = X @ res.coef_ + res.intercept_
     psi = -yl / (1.0 + np.exp(yl * z))
@@ -268,8 +272,8 @@ def test_l1_logistic_in_constrained_form_matches_scikit_learn(intercept):
     np.testing.assert_allclose(res.coef_, coef, atol=1e-4 * np.abs(coef).max())
     assert res.intercept_ == pytest.approx(b, abs=1e-4)
     assert res.lasso_gap_ < 1e-7
-    path = dl1.path(X, yl, solver="fw", loss="logistic", deltas=[1.0, 2.0, 3.0], sample=0.5,
-                    stop="gap", tol=1e-6, max_rounds=100000, X_test=X, y_test=yl,
+    path = dl1.path_constrained(X, yl, loss="logistic", deltas=[1.0, 2.0, 3.0], sample=0.5,
+                    stop="gap", tol=1e-6, max_iter=100000, X_test=X, y_test=yl,
                     fit_intercept=intercept)  # fmt: skip
     assert path.converged_.all() and path.test_logloss_ is not None
     np.testing.assert_allclose(path.coefs_[:, 2].toarray().ravel(), res.coef_, atol=1e-3)
@@ -280,8 +284,8 @@ def test_path_matches_penalised_lasso_with_same_l1_norm():
     pen = dl1.path(X, y, n_alphas=8, eps=0.3, tol=1e-12)
     l1 = np.asarray(np.abs(pen.coefs_).sum(axis=0)).ravel()
     keep = l1 > 0
-    fw = dl1.path(
-        X, y, solver="fw", deltas=l1[keep], sample=0.5, stop="gap", tol=1e-5, max_rounds=50000
+    fw = dl1.path_constrained(
+        X, y, deltas=l1[keep], sample=0.5, stop="gap", tol=1e-5, max_iter=50000
     )
     assert fw.converged_.all()
     np.testing.assert_array_equal(fw.deltas_, l1[keep])
@@ -310,7 +314,7 @@ def test_path_grid_warm_starts_and_delta_max(tmp_path):
     assert dmax == pytest.approx(np.abs(ref.coef_).sum(), rel=1e-3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dl1.ConvergenceWarning)
-        res = dl1.path(X, y, solver="fw", n_alphas=12, eps=0.05, sample=0.3)
+        res = dl1.path_constrained(X, y, n_deltas=12, eps=0.05, sample=0.3, stop="paper")
     np.testing.assert_allclose(res.deltas_, np.geomspace(0.05 * dmax, dmax, 12))
     l1 = np.asarray(np.abs(res.coefs_).sum(axis=0)).ravel()
     assert np.all(l1 <= res.deltas_ * (1 + 1e-12))
@@ -328,7 +332,9 @@ def test_path_validation_error_per_delta():
     Xt, yt = X[80:], y[80:]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dl1.ConvergenceWarning)
-        res = dl1.path(X[:80], y[:80], solver="fw", n_alphas=5, sample=0.5, X_test=Xt, y_test=yt)
+        res = dl1.path_constrained(
+            X[:80], y[:80], n_deltas=5, sample=0.5, stop="paper", X_test=Xt, y_test=yt
+        )
     for k in range(5):
         pred = Xt @ res.coefs_[:, k].toarray().ravel() + res.intercepts_[k]
         assert res.test_mse_[k] == pytest.approx(np.mean((yt - pred) ** 2), rel=1e-10)
@@ -338,17 +344,17 @@ def test_path_validation_error_per_delta():
 def test_fw_on_local_cluster_is_deterministic(local_cluster):
     X, y = _problem(n=90, p=500, seed=7)
     Xd = da.from_array(X, chunks=(90, 130), asarray=False)
-    kw = dict(solver="fw", l1_ball=1.0, sample=0.05, stop="gap", tol=1e-6)
-    local = dl1.fit(Xd, y, **kw)
-    remote = dl1.fit(Xd, y, client=local_cluster, **kw)
-    remote3 = dl1.fit(Xd, y, client=local_cluster, n_partitions=3, **kw)
+    kw = dict(delta=1.0, sample=0.05, stop="gap", tol=1e-6)
+    local = dl1.fit_constrained(Xd, y, **kw)
+    remote = dl1.fit_constrained(Xd, y, client=local_cluster, **kw)
+    remote3 = dl1.fit_constrained(Xd, y, client=local_cluster, n_partitions=3, **kw)
     for r in (remote, remote3):
         np.testing.assert_array_equal(r.coef_, local.coef_)
         assert r.n_iter_ == local.n_iter_ and r.fw_gap_ == local.fw_gap_
     assert local.certified_ and local.n_active_ >= 2
-    pkw = dict(solver="fw", deltas=[0.5, 1.0], sample=0.05, stop="gap", tol=1e-6)
-    path = dl1.path(Xd, y, client=local_cluster, **pkw)
-    path_local = dl1.path(Xd, y, **pkw)
+    pkw = dict(deltas=[0.5, 1.0], sample=0.05, stop="gap", tol=1e-6)
+    path = dl1.path_constrained(Xd, y, client=local_cluster, **pkw)
+    path_local = dl1.path_constrained(Xd, y, **pkw)
     assert path.converged_.all()
     assert (path.coefs_ != path_local.coefs_).nnz == 0
     np.testing.assert_array_equal(path.gaps_, path_local.gaps_)
@@ -356,40 +362,49 @@ def test_fw_on_local_cluster_is_deterministic(local_cluster):
 
 def test_fw_refuses_what_it_does_not_solve(tmp_path):
     X, y = _problem()
-    with pytest.raises(ValueError, match="l1_ball"):
-        dl1.fit(X, y, solver="fw", alpha=0.1)
+    # the constrained problem has entry points of its own: the penalised ones refuse its
+    # parameters, and it refuses theirs
+    with pytest.raises(TypeError, match="alpha"):
+        dl1.fit_constrained(X, y, delta=1.0, alpha=0.1)
+    with pytest.raises(TypeError, match="delta"):
+        dl1.fit_constrained(X, y)
     with pytest.raises(TypeError, match="l1_ball"):
-        dl1.fit(X, y, solver="fw")
-    with pytest.raises(ValueError, match="solver='fw'"):
         dl1.fit(X, y, alpha=0.1, l1_ball=1.0)
-    with pytest.raises(ValueError, match="delta"):
-        dl1.fit(X, y, solver="fw", l1_ball=-1.0)
-    with pytest.raises(ValidationError, match="label"):
-        dl1.fit(X, y, solver="fw", l1_ball=1.0, loss="logistic")
-    with pytest.raises(ValidationError, match="sample weights"):
-        dl1.fit(X, y, solver="fw", l1_ball=1.0, sample_weight=np.ones(X.shape[0]))
-    with pytest.raises(ValueError, match="sample"):
-        dl1.fit(X, y, solver="fw", l1_ball=1.0, sample=0.0)
-    with pytest.raises(ValueError, match="stop"):
-        dl1.fit(X, y, solver="fw", l1_ball=1.0, stop="never")
-    with pytest.raises(ValidationError, match="checkpoint"):
-        dl1.path(X, y, solver="fw", deltas=[1.0], checkpoint=tmp_path / "ck")
-    with pytest.raises(ValidationError, match="l2"):
-        dl1.path(X, y, solver="fw", deltas=[1.0], l1_ratio=0.5)
-    with pytest.raises(ValueError, match="l2"):
-        dl1.fit(X, y, solver="fw", l1_ball=1.0, l2=-1.0)
-    with pytest.raises(ValueError, match="deltas"):
+    with pytest.raises(ValueError, match="solver"):
+        dl1.fit(X, y, alpha=0.1, solver="fw")
+    with pytest.raises(TypeError, match="deltas"):
         dl1.path(X, y, deltas=[1.0])
+    with pytest.raises(ValueError, match="delta"):
+        dl1.fit_constrained(X, y, delta=-1.0)
+    with pytest.raises(ValidationError, match="label"):
+        dl1.fit_constrained(X, y, delta=1.0, loss="logistic")
+    with pytest.raises(TypeError, match="sample_weight"):
+        dl1.fit_constrained(X, y, delta=1.0, sample_weight=np.ones(X.shape[0]))
+    weighted = dl1.from_scipy(X, y, tmp_path / "w.zarr", sample_weight=np.ones(X.shape[0]))
+    with pytest.raises(ValidationError, match="sample weights"):
+        dl1.fit_constrained(weighted, delta=1.0)
+    with pytest.raises(ValueError, match="sample"):
+        dl1.fit_constrained(X, y, delta=1.0, sample=0.0)
+    with pytest.raises(ValueError, match="stop"):
+        dl1.fit_constrained(X, y, delta=1.0, stop="never")
+    with pytest.raises(TypeError, match="checkpoint"):
+        dl1.path_constrained(X, y, deltas=[1.0], checkpoint=tmp_path / "ck")
+    with pytest.raises(TypeError, match="l1_ratio"):
+        dl1.path_constrained(X, y, deltas=[1.0], l1_ratio=0.5)
+    with pytest.raises(ValueError, match="l2"):
+        dl1.fit_constrained(X, y, delta=1.0, l2=-1.0)
+    with pytest.raises(ValueError, match="deltas"):
+        dl1.path_constrained(X, y, deltas=[1.0, -1.0])
     store = dl1.from_scipy(X, y, tmp_path / "s.zarr")
     with pytest.raises(ValidationError, match="worker memory"):
-        dl1.fit(store, solver="fw", l1_ball=1.0, stream=True)
+        dl1.fit_constrained(store, delta=1.0, stream=True)
 
 
 def test_standardized_ball_and_input_scale_coefficients():
     X, y = _problem(seed=10)
     X = sp.csc_matrix(X.multiply(np.linspace(0.2, 5.0, X.shape[1])[None, :]))
-    res = dl1.fit(X, y, solver="fw", l1_ball=0.3, sample=0.5, stop="gap", tol=1e-6,
-                  standardize=True, max_rounds=100000)  # fmt: skip
+    res = dl1.fit_constrained(X, y, delta=0.3, sample=0.5, stop="gap", tol=1e-6,
+                  standardize=True, max_iter=100000)  # fmt: skip
     Xd = X.toarray()
     std = Xd.std(axis=0)
     # the ball constrains the standardised coefficients; coef_ is in the input's scale
@@ -399,6 +414,117 @@ def test_standardized_ball_and_input_scale_coefficients():
     assert res.loss_ == pytest.approx(0.5 * r @ r, rel=1e-9)
     # the same problem solved by dense FW on explicitly standardised columns
     Z = sp.csc_matrix((Xd - Xd.mean(0)) / np.where(std > 0, std, 1.0))
-    ref = dl1.fit(Z, y, solver="fw", l1_ball=0.3, sample=0.5, stop="gap", tol=1e-6,
-                  max_rounds=100000)  # fmt: skip
+    ref = dl1.fit_constrained(Z, y, delta=0.3, sample=0.5, stop="gap", tol=1e-6,
+                  max_iter=100000)  # fmt: skip
     assert res.loss_ == pytest.approx(ref.loss_, rel=1e-5)
+
+
+def _project_l1_ball(v, delta):
+    """Euclidean projection onto ``||w||_1 <= delta`` (Duchi et al., 2008)."""
+    if np.abs(v).sum() <= delta:
+        return v
+    u = np.sort(np.abs(v))[::-1]
+    css = np.cumsum(u)
+    k = np.flatnonzero(u * np.arange(1, u.size + 1) > css - delta)[-1]
+    theta = (css[k] - delta) / (k + 1.0)
+    return np.sign(v) * np.maximum(np.abs(v) - theta, 0.0)
+
+
+def _constrained_optimum(X, y, delta, iters=5000):
+    """``min 1/2 ||y - X w - b||^2`` s.t. ``||w||_1 <= delta`` by accelerated projected
+    gradient (FISTA) on dense centred arrays: a reference independent of Frank-Wolfe."""
+    Xc, yc = _centred(X, y)
+    step = 1.0 / np.linalg.norm(Xc, 2) ** 2
+    w = z = np.zeros(Xc.shape[1])
+    t = 1.0
+    for _ in range(iters):
+        w_next = _project_l1_ball(z + step * Xc.T @ (yc - Xc @ z), delta)
+        t_next = 0.5 * (1 + math.sqrt(1 + 4 * t * t))
+        z = w_next + (t - 1) / t_next * (w_next - w)
+        w, t = w_next, t_next
+    return w
+
+
+def _issue_problem():
+    """Issue 23's case in small: few relevant features among many, a ball smaller than the
+    true coefficients' l1 norm (2 active features at the optimum)."""
+    rng = np.random.default_rng(0)
+    n, p = 300, 1003
+    X = sp.random(n, p, density=0.1, random_state=1, format="csc")
+    w = np.zeros(p)
+    w[:5] = rng.standard_normal(5) * 3
+    y = X @ w + 0.1 * rng.standard_normal(n)
+    return X, y, 0.3 * np.abs(w).sum()
+
+
+def test_default_stop_reaches_tol_where_the_paper_rule_stops_short():
+    X, y, delta = _issue_problem()
+    ref = _constrained_optimum(X, y, delta)
+    ref_gap, f_star = _fw_gap(X, y, ref, delta)
+    assert ref_gap <= 1e-9 * f_star  # the reference is itself certified
+    res = dl1.fit_constrained(X, y, delta=delta, tol=1e-7)  # no warning: tol is reached
+    assert res.stopped_by_ == "gap" and res.certified_ and res.gap_kind_ == "full pass"
+    gap, f = _fw_gap(X, y, res.coef_, delta)
+    assert gap <= 1e-7 * res.f0_ * (1 + 1e-9) and res.gap_ <= 1e-7
+    assert res.loss_ == pytest.approx(f, rel=1e-10)
+    # the FW gap bounds f - f*: within 1e-7 f(0) of the optimum, f(0) < 10 f* here
+    assert res.f0_ < 10 * f_star
+    assert f_star * (1 - 1e-9) <= f <= f_star * (1 + 1e-6)
+    # the paper's step rule, which ignores tol, stops far from the optimum: it warns with the
+    # gap it reached, the tolerance and the rule
+    with pytest.warns(dl1.ConvergenceWarning) as rec:
+        paper = dl1.fit_constrained(X, y, delta=delta, tol=1e-7, stop="paper")
+    assert paper.stopped_by_ == "step" and not paper.certified_ and paper.gap_ > 1e-2
+    assert str(rec[0].message) == (
+        "Frank-Wolfe stopped by the paper's step rule (||w_k+1 - w_k||_inf <= 0.001) at "
+        f"relative FW gap {paper.gap_:.1e} > tol 1e-07"
+    )
+    assert paper.loss_ > 1.2 * f_star
+
+
+def test_max_iter_warns_with_the_gap_reached():
+    X, y, delta = _issue_problem()
+    with pytest.warns(dl1.ConvergenceWarning) as rec:
+        res = dl1.fit_constrained(X, y, delta=delta, tol=1e-7, max_iter=1)
+    assert res.stopped_by_ == "max_iter" and res.n_iter_ == 1 and not res.certified_
+    (w,) = rec
+    assert f"stopped by max_iter=1 at relative FW gap {res.gap_:.1e} > tol 1e-07" in str(w.message)
+    # without the certifying pass, the gap is the sample's estimate: the warning says so
+    with pytest.warns(dl1.ConvergenceWarning, match=r"max_iter=1 .*sample estimate"):
+        est = dl1.fit_constrained(X, y, delta=delta, tol=1e-7, max_iter=1, certify=False)
+    assert est.gap_kind_ == "sample estimate"
+
+
+def test_path_warns_once_listing_the_radii_that_missed():
+    X, y, delta = _issue_problem()
+    deltas = [0.5 * delta, delta, 2 * delta]
+    with pytest.warns(dl1.ConvergenceWarning) as rec:
+        res = dl1.path_constrained(X, y, deltas=deltas, tol=1e-7, stop="paper")
+    (w,) = rec  # one warning for the whole path
+    text = str(w.message)
+    missed = np.flatnonzero(~res.converged_)
+    assert missed.size >= 1 and f"{missed.size} of 3 radii missed tol 1e-07" in text
+    for k in missed:
+        assert f"delta[{k}] = {deltas[k]:.4g} stopped by the paper's step rule" in text
+        assert f"relative FW gap {res.gaps_[k]:.1e} > tol 1e-07" in text
+    assert [e["stopped_by"] for e in res.extra_] == ["step"] * 3
+    # the default rule certifies every radius: no warning
+    ok = dl1.path_constrained(X, y, deltas=deltas[:2], tol=1e-7)
+    assert ok.converged_.all() and [e["stopped_by"] for e in ok.extra_] == ["gap"] * 2
+
+
+def test_parameters_are_checked_before_the_data_is_read(tmp_path):
+    missing = tmp_path / "no-such-store"
+    for bad in ({"delta": 0.0}, {"delta": 1.0, "sample": (1.0, 5)}, {"delta": 1.0, "sample": 2},
+                {"delta": 1.0, "sample": (0.9, 0)}, {"delta": 1.0, "tol": 0.0},
+                {"delta": 1.0, "max_iter": 1.5}, {"delta": 1.0, "certify": 1}):  # fmt: skip
+        with pytest.raises(InvalidParameterError, match=r"of dl1\.fit_constrained\(\)"):
+            dl1.fit_constrained(missing, **bad)
+    with pytest.raises(InvalidParameterError, match=r"'sample' .* a pair \(rho, s\)"):
+        dl1.fit_constrained(missing, delta=1.0, sample="1%")
+    for bad in ({"n_deltas": 0}, {"eps": 1.0}, {"delta_max": -1.0}, {"stop": "step"}):
+        with pytest.raises(InvalidParameterError, match=r"of dl1\.path_constrained\(\)"):
+            dl1.path_constrained(missing, **bad)
+    X, y = _problem()
+    res = dl1.fit_constrained(X, y, delta=0.5, sample=(0.9, 3), tol=1e-3)
+    assert res.kappa_ == sample_size(X.shape[1], (0.9, 3)) and res.certified_

@@ -44,19 +44,18 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from dl1.solvers import _fw_tasks as FT
-from dl1.solvers.result import ConvergenceWarning, overhead_fraction
+from dl1.solvers.result import overhead_fraction
 
-#: Stopping rules: the paper's ``||a_{k+1} - a_k||_inf <= step_tol`` (glmnet's default), or
-#: the exact FW gap ``<= tol * f(0)`` (checked by a full pass when the sampled estimate
-#: falls below it).
-STOP_RULES = ("paper", "gap")
+#: Stopping rules: the exact FW gap ``<= tol * f(0)`` (checked by a full pass when the
+#: sampled estimate falls below it), or the paper's ``||a_{k+1} - a_k||_inf <= step_tol``
+#: (glmnet's default), which does not look at the gap.
+STOP_RULES = ("gap", "paper")
 
 #: Columns fetched by the coordinator are cached up to this size (the support always stays).
 COLUMN_CACHE_BYTES = 64 * 2**20
@@ -113,7 +112,7 @@ def split_sample(kappa: int, widths: np.ndarray) -> np.ndarray:
 
 @dataclass
 class FWResult:
-    """Result of :func:`dl1.fit` with ``solver="fw"``: the constrained Lasso at ``delta``.
+    """Result of :func:`dl1.fit_constrained`: the constrained Lasso at ``delta``.
 
     Attributes
     ----------
@@ -147,7 +146,10 @@ class FWResult:
         Ridge coefficient of the objective (elastic net in constrained form).
     converged_ : bool
         The stopping rule was met (``stop="gap"``: the exact gap reached ``tol``).
-    stop : {"paper", "gap"}
+    stop : {"gap", "paper"}
+    stopped_by_ : {"gap", "step", "max_iter", "no columns"}
+        What ended the iterations: the gap rule (``gap_ <= tol``, certified), the paper's
+        step rule, the iteration limit, or a problem without columns.
     n_iter_ : int
         FW iterations (rounds).
     n_full_passes_ : int
@@ -180,6 +182,7 @@ class FWResult:
     l2: float
     converged_: bool
     stop: str
+    stopped_by_: str
     tol: float
     n_iter_: int
     n_full_passes_: int
@@ -559,7 +562,7 @@ def solve_fw(
     prob: FWProblem,
     delta: float,
     *,
-    stop: str = "paper",
+    stop: str = "gap",
     step_tol: float = 1e-3,
     tol: float = 1e-4,
     max_iter: int = 10000,
@@ -577,12 +580,13 @@ def solve_fw(
     prob : FWProblem
     delta : float
         Radius of the l1 ball (> 0).
-    stop : {"paper", "gap"}
-        ``"paper"``: stop when ``||a_{k+1} - a_k||_inf <= step_tol`` (the rule of the
-        paper's experiments). ``"gap"``: stop when the exact FW gap is ``<= tol * f(0)``.
+    stop : {"gap", "paper"}
+        ``"gap"``: stop when the exact FW gap is ``<= tol * f(0)``. ``"paper"``: stop when
+        ``||a_{k+1} - a_k||_inf <= step_tol`` (the rule of the paper's experiments).
     step_tol, tol : float
     max_iter : int
-        Iteration limit (a ConvergenceWarning states the gap reached).
+        Iteration limit. The result's ``stopped_by_`` says which rule ended the run; the
+        callers warn when the gap is above ``tol`` (:mod:`dl1.constrained`).
     seed : int
         Seed of the samples (iteration ``it0 + k`` uses ``(seed, it0 + k, block)``).
     certify : bool
@@ -595,7 +599,7 @@ def solve_fw(
     if stop not in STOP_RULES:
         raise ValueError(f"stop must be one of {STOP_RULES}, got {stop!r}")
     if not (np.isfinite(delta) and delta > 0):
-        raise ValueError(f"l1_ball (delta) must be a finite number > 0, got {delta!r}")
+        raise ValueError(f"delta (the l1 ball's radius) must be a finite number > 0, got {delta!r}")
     n, intercept = prob.n, prob.intercept
     st = state if state is not None else FWState(n, prob.p)
     if state is None:
@@ -610,6 +614,7 @@ def solve_fw(
     fetched0 = prob.n_fetched
     exact: tuple[float, float] | None = None  # (gap, ||grad||_inf) at the current point
     converged = False
+    stopped_by = "max_iter"
     full_next = False
     cooldown = 1
     wait = 0
@@ -632,7 +637,7 @@ def solve_fw(
             n_full += 1
         full_next = False
         if cand is None:  # no columns at all
-            converged = True
+            converged, stopped_by = True, "no columns"
             break
         g = cand[1]
         gap = prob.a_grad(st) + delta * abs(g)
@@ -641,7 +646,7 @@ def solve_fw(
             exact, cert = (gap, abs(g)), (thr, stats)
         if stop == "gap":
             if full and gap <= tol * f0:
-                converged = True
+                converged, stopped_by = True, "gap"
                 history.append(_entry(k, st, prob, gap, kind, 0.0, wall, busy, t_start))
                 break
             if not full:
@@ -671,7 +676,7 @@ def solve_fw(
         if callback is not None:
             callback(history[-1])
         if stop == "paper" and change <= step_tol:
-            converged = True
+            converged, stopped_by = True, "step"
             break
     if certify and exact is None and not (converged and stop == "gap"):
         st.refresh(prob.yc)
@@ -687,14 +692,7 @@ def solve_fw(
     if exact is not None:
         gap, kind = exact[0], "full pass"
         if stop == "gap" and gap <= tol * f0:
-            converged = True
-    if stop == "gap" and not converged:
-        warnings.warn(
-            f"Frank-Wolfe stopped at max_iter={max_iter} with relative FW gap "
-            f"{gap / f0 if f0 > 0 else 0.0:.3e} ({kind}) > tol {tol:.3e}",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
+            converged, stopped_by = True, "gap"
     nan = float("nan")
     pen_alpha, pen_ratio, pen_gap = (
         _penalised_certificate(prob, st, cert[0], cert[1]) if cert is not None else (nan,) * 3
@@ -725,6 +723,7 @@ def solve_fw(
         l2=l2,
         converged_=converged,
         stop=stop,
+        stopped_by_=stopped_by,
         tol=tol,
         n_iter_=k,
         n_full_passes_=n_full,

@@ -1,0 +1,475 @@
+"""``dl1.fit_constrained`` and ``dl1.path_constrained``: the Lasso as a constraint.
+
+The constrained problem ``min f(w, b)`` s.t. ``||w||_1 <= delta`` (``f`` the summed squared
+or logistic loss, plus ``l2/2 ||w||^2`` for the elastic net) is solved by randomized
+Frank-Wolfe (Frandi et al., :mod:`dl1.solvers.fw`): each iteration scores a random sample of
+columns, so the data stays in worker memory and no pass over all of it is needed until the
+answer is certified. A fit stops at the FW gap the caller asked for (``tol``), or says, with a
+:class:`dl1.ConvergenceWarning`, which rule stopped it short and at what gap.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dl1.errors import ValidationError
+from dl1.loading import block_memory, col_scales, decide_stream, load_blocks, read_inputs
+from dl1.params import CONSTRAINED, CONSTRAINED_PATH, validate_params
+from dl1.pathfit import records_as_arrays, sparse_record, test_data, test_metric
+from dl1.solvers.executor import coordinating, executor_for
+from dl1.solvers.fw import FWProblem, FWResult, FWState, sample_size, solve_fw
+from dl1.solvers.result import ConvergenceWarning
+
+#: Default relative FW gap ``gap / f(0)`` at which a fit stops.
+DEFAULT_TOL = 1e-4
+
+
+@dataclass(frozen=True)
+class StopRules:
+    """How a Frank-Wolfe run stops: the rule, its thresholds and the iteration limit."""
+
+    stop: str
+    tol: float
+    step_tol: float
+    max_iter: int
+    certify: bool
+
+    def describe(self, stopped_by: str) -> str:
+        """The rule that ended a run, in words (for warnings)."""
+        if stopped_by == "step":
+            return f"the paper's step rule (||w_k+1 - w_k||_inf <= {self.step_tol:g})"
+        if stopped_by == "max_iter":
+            return f"max_iter={self.max_iter}"
+        return f"the {stopped_by} rule"
+
+    def shortfall(self, res: FWResult) -> str | None:
+        """Why ``res`` is not certified at ``tol`` (None if it is): the relative gap, the
+        tolerance and the rule that stopped it, saying whether the gap is exact."""
+        if res.certified_ or res.stopped_by_ == "no columns":
+            return None
+        if res.gap_kind_ == "full pass":
+            reached = f"relative FW gap {res.gap_:.1e} > tol {self.tol:.0e}"
+        else:
+            reached = (
+                f"relative FW gap {res.gap_:.1e} (a sample estimate: certify=False; a lower "
+                f"bound), not certified at tol {self.tol:.0e}"
+            )
+        return f"stopped by {self.describe(res.stopped_by_)} at {reached}"
+
+
+def fw_problem(
+    X: Any,
+    y: Any,
+    *,
+    loss: str,
+    fit_intercept: bool,
+    standardize: bool,
+    n_partitions: int,
+    sample: float | tuple[float, int],
+    stream: bool | None,
+    client: Any,
+    split: str,
+    l2: float = 0.0,
+) -> tuple[FWProblem, float]:
+    """The blocks in worker memory and the fixed data of the FW solver (``sigma = X^T y``).
+
+    Returns the problem and the seconds spent loading the blocks.
+    """
+    inputs = read_inputs(X, y, None, loss, split)
+    Xd, yv, sw, store = inputs.X, inputs.y, inputs.sample_weight, inputs.store
+    if sw.shape[0]:
+        raise ValidationError(
+            "the store holds sample weights, which the constrained solver does not take "
+            "(use dl1.fit)"
+        )
+    ex = executor_for(client)
+    if decide_stream(stream, store, split, ex):
+        raise ValidationError(
+            "the constrained solver needs the feature blocks in worker memory: every "
+            "iteration scores a random sample of columns of every block, so out of core it "
+            "would read the whole store per iteration "
+            f"({block_memory(store, split) / 2**30:.2f} GiB of blocks against the workers' "
+            "memory limits); use dl1.fit or workers with more memory"
+        )
+    t0 = time.perf_counter()
+    blocks, cb = load_blocks(
+        ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, False
+    )
+    ex.wait(blocks)
+    t_load = time.perf_counter() - t0
+    prob = FWProblem(
+        ex,
+        blocks,
+        cb,
+        yv,
+        fit_intercept=fit_intercept,
+        n_partitions=n_partitions,
+        kappa=sample_size(int(cb[-1]), sample),
+        l2=l2,
+        loss=loss,
+    )
+    return prob, t_load
+
+
+@coordinating
+def fit_constrained(
+    X: Any,
+    y: Any = None,
+    *,
+    delta: float,
+    loss: str = "squared",
+    l2: float = 0.0,
+    fit_intercept: bool = True,
+    standardize: bool = False,
+    sample: float | tuple[float, int] = 0.01,
+    stop: str = "gap",
+    tol: float = DEFAULT_TOL,
+    step_tol: float = 1e-3,
+    max_iter: int = 10000,
+    certify: bool = True,
+    n_partitions: int = 2,
+    seed: int = 0,
+    stream: bool | None = None,
+    client: Any = None,
+    split: str = "train",
+    verbose: bool = False,
+    callback: Any = None,
+) -> FWResult:
+    """Fit the constrained Lasso ``min f(w, b)`` s.t. ``||w||_1 <= delta`` by randomized
+    Frank-Wolfe (Frandi et al.), certified by its FW gap.
+
+    ``f`` is ``1/2 ||y - X w - b||^2`` (``loss="squared"``) or the summed logistic loss
+    (labels in {-1, +1}), plus ``l2/2 ||w||^2`` (the elastic net in constrained form). Each
+    iteration scores a random sample of columns against the residual, so an iteration costs a
+    fraction of a pass; the answer is certified by one full pass (the exact FW gap, which
+    bounds ``f(w) - f*``, and the duality gap of the penalised problem ``w`` solves).
+
+    Parameters
+    ----------
+    X, y
+        As in :func:`dl1.fit` (no sample weights; the blocks are held in worker memory).
+    delta : float
+        Radius of the l1 ball (on the standardised coefficients with ``standardize``).
+    loss : {"squared", "logistic"}
+    l2 : float
+        Ridge term ``l2/2 ||w||^2``, in the scale of ``1/2 ||y - X w - b||^2``.
+    fit_intercept, standardize : bool
+        As in :func:`dl1.fit`.
+    sample : float or (float, int)
+        Columns scored per iteration: a fraction of p in (0, 1] (the paper's 0.01 to 0.03;
+        1.0 is deterministic FW), or ``(rho, s)`` for Frandi et al.'s Eq. (12), see
+        :func:`dl1.solvers.fw.sample_size`.
+    stop : {"gap", "paper"}
+        ``"gap"``: stop when the exact FW gap is ``<= tol * f(0)`` (checked by a full pass).
+        ``"paper"``: stop when ``||w_{k+1} - w_k||_inf <= step_tol``, the rule of the
+        paper's experiments, which does not look at the gap.
+    tol : float
+        Target relative FW gap. A fit returning above it, whatever stopped it, warns
+        (:class:`dl1.ConvergenceWarning`) with the gap reached and the rule.
+    step_tol : float
+        Threshold of ``stop="paper"``.
+    max_iter : int
+        Iteration limit.
+    certify : bool
+        End with a full pass so that the reported gaps are exact; without it, a stop by the
+        step rule or ``max_iter`` reports the last sample's estimate (a lower bound).
+    n_partitions, seed, stream, client, split, verbose, callback
+        As in :func:`dl1.fit`; ``seed`` seeds the column samples, ``stream=True`` is refused
+        (every iteration reads every block), ``callback`` gets each iteration's history.
+
+    Returns
+    -------
+    dl1.solvers.fw.FWResult
+        With ``stopped_by_`` naming the rule that ended the run.
+    """
+    validate_params(CONSTRAINED, dict(locals()), "dl1.fit_constrained()")
+    rules = StopRules(stop, tol, step_tol, max_iter, certify)
+    prob, t_load = fw_problem(
+        X, y, loss=loss, fit_intercept=fit_intercept, standardize=standardize,
+        n_partitions=n_partitions, sample=sample, stream=stream, client=client, split=split,
+        l2=l2,
+    )  # fmt: skip
+    res, _ = solve_constrained(prob, float(delta), rules, seed, verbose=verbose, callback=callback)
+    res.load_seconds_ = t_load
+    why = rules.shortfall(res)
+    if why is not None:
+        warnings.warn(f"Frank-Wolfe {why}", ConvergenceWarning, stacklevel=3)
+    return res
+
+
+def solve_constrained(
+    prob: FWProblem,
+    delta: float,
+    rules: StopRules,
+    seed: int,
+    *,
+    state: FWState | None = None,
+    it0: int = 0,
+    verbose: bool = False,
+    callback: Any = None,
+) -> tuple[FWResult, FWState]:
+    """:func:`dl1.solvers.fw.solve_fw` under ``rules``."""
+    return solve_fw(
+        prob, delta, stop=rules.stop, step_tol=rules.step_tol, tol=rules.tol,
+        max_iter=rules.max_iter, seed=seed, certify=rules.certify, state=state, it0=it0,
+        verbose=verbose, callback=callback,
+    )  # fmt: skip
+
+
+def delta_max(
+    X: Any,
+    y: Any = None,
+    *,
+    eps: float = 1e-2,
+    fit_intercept: bool = True,
+    standardize: bool = False,
+    tol: float = 1e-6,
+    n_partitions: int = 2,
+    client: Any = None,
+    split: str = "train",
+) -> float:
+    """The paper's ``delta_max = ||w(lambda_min)||_1`` (Frandi et al., Sec. 5): the l1 norm of
+    the penalised Lasso solution at ``alpha = eps * alpha_max``, fitted to relative duality
+    gap ``tol``.
+
+    A constrained path up to this radius spans the models of the penalised path down to
+    ``eps * alpha_max``.
+
+    Parameters
+    ----------
+    X, y, fit_intercept, standardize, n_partitions, client, split
+        As in :func:`dl1.fit` (squared loss).
+    eps : float
+        ``lambda_min / alpha_max``.
+    tol : float
+        Relative duality gap of the penalised fit.
+
+    Returns
+    -------
+    float
+        The l1 norm (of the standardised coefficients with ``standardize``).
+    """
+    from dl1.fit import alpha_max, fit
+
+    common = dict(fit_intercept=fit_intercept, standardize=standardize, client=client, split=split)
+    amax = alpha_max(X, y, **common)
+    if not (np.isfinite(amax) and amax > 0):
+        raise ValidationError(f"alpha_max is {amax}: y is not explained by any feature")
+    res = fit(X, y, alpha=eps * amax, tol=tol, n_partitions=n_partitions, **common)
+    w = res.coef_
+    if standardize:
+        # the ball constrains the standardised coefficients: undo the scaling of coef_
+        w = _standardized(X, y, w, fit_intercept, n_partitions, client, split)
+    return float(np.abs(w).sum())
+
+
+def _standardized(X, y, coef, fit_intercept, n_partitions, client, split) -> np.ndarray:
+    inputs = read_inputs(X, y, None, "squared", split)
+    Xd, sw, store = inputs.X, inputs.sample_weight, inputs.store
+    ex = executor_for(client)
+    blocks, _ = load_blocks(ex, Xd, sw, True, fit_intercept, n_partitions, store, split, False)
+    scales = col_scales(ex, blocks)
+    out = np.zeros_like(coef)
+    nz = scales > 0
+    out[nz] = coef[nz] / scales[nz]
+    return out
+
+
+def radii(
+    X: Any,
+    y: Any,
+    *,
+    n_deltas: int,
+    eps: float,
+    deltas: Any,
+    largest: float | None,
+    fit_intercept: bool,
+    standardize: bool,
+    n_partitions: int,
+    client: Any,
+    split: str,
+) -> np.ndarray:
+    """The path's radii: ``deltas``, or ``n_deltas`` from ``eps * largest`` up to ``largest``
+    (geometric; default :func:`delta_max`)."""
+    if deltas is not None:
+        grid = np.asarray(deltas, dtype=np.float64).ravel()
+        if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
+            raise ValueError("deltas must be finite and > 0")
+        return grid
+    if largest is None:
+        largest = delta_max(
+            X, y, eps=eps, fit_intercept=fit_intercept, standardize=standardize,
+            n_partitions=n_partitions, client=client, split=split,
+        )  # fmt: skip
+    if not (np.isfinite(largest) and largest > 0):
+        raise ValueError(f"delta_max must be finite and > 0, got {largest!r}")
+    return np.geomspace(eps * largest, largest, n_deltas)
+
+
+@dataclass(frozen=True)
+class Miss:
+    """A radius of a path whose fit fell short of ``tol``, and why."""
+
+    k: int
+    delta: float
+    why: str
+
+
+def warn_misses(misses: Sequence[Miss], n: int, tol: float) -> None:
+    """One :class:`dl1.ConvergenceWarning` for all the radii of a path that missed ``tol``."""
+    if not misses:
+        return
+    listed = "; ".join(f"delta[{m.k}] = {m.delta:.4g} {m.why}" for m in misses)
+    warnings.warn(
+        f"Frank-Wolfe path: {len(misses)} of {n} radii missed tol {tol:.0e}: {listed}",
+        ConvergenceWarning,
+        stacklevel=4,
+    )
+
+
+def path_record(res: FWResult, prob: FWProblem, seconds: float, metric: Any) -> dict[str, Any]:
+    """A radius's entry in the path's arrays (the penalised path's record layout)."""
+    return dict(
+        coef=res.coef_,
+        intercept=res.intercept_,
+        gap=res.gap_,
+        converged=res.certified_,
+        n_active=res.n_active_,
+        passes=res.nnz_visited_ / max(prob.nnz, 1),
+        seconds=seconds,
+        rounds=res.n_iter_,
+        test_metric=metric,
+    )
+
+
+def path_extra(res: FWResult, delta: float) -> dict[str, Any]:
+    """A radius's FW statistics (``PathResult.extra_``)."""
+    return {
+        "delta": float(delta),
+        "l1_norm": res.l1_norm_,
+        "objective": res.loss_,
+        "gap_kind": res.gap_kind_,
+        "lasso_alpha": res.lasso_alpha_,
+        "lasso_l1_ratio": res.lasso_l1_ratio_,
+        "lasso_gap": res.lasso_gap_,
+        "iterations": res.n_iter_,
+        "full_passes": res.n_full_passes_,
+        "dot_products": res.dot_products_,
+        "nnz_visited": res.nnz_visited_,
+        "stopped_by_rule": res.converged_,
+        "stopped_by": res.stopped_by_,
+    }
+
+
+@coordinating
+def path_constrained(
+    X: Any,
+    y: Any = None,
+    *,
+    n_deltas: int = 100,
+    eps: float = 1e-2,
+    deltas: Any = None,
+    delta_max: float | None = None,
+    loss: str = "squared",
+    l2: float = 0.0,
+    fit_intercept: bool = True,
+    standardize: bool = False,
+    sample: float | tuple[float, int] = 0.01,
+    stop: str = "gap",
+    tol: float = DEFAULT_TOL,
+    step_tol: float = 1e-3,
+    max_iter: int = 10000,
+    certify: bool = True,
+    n_partitions: int = 2,
+    seed: int = 0,
+    stream: bool | None = None,
+    client: Any = None,
+    X_test: Any = None,
+    y_test: Any = None,
+    split: str = "train",
+    verbose: bool = False,
+    callback: Any = None,
+):
+    """The constrained Lasso path in ``delta`` (``||w||_1 <= delta``) by randomized
+    Frank-Wolfe, every radius certified by its FW gap.
+
+    Radii go up, each fit warm-started from the previous solution rescaled onto the new ball
+    (Frandi et al., Sec. 5), so that most radii need few iterations. Radii whose fit misses
+    ``tol`` are listed in one :class:`dl1.ConvergenceWarning` at the end.
+
+    Parameters
+    ----------
+    X, y, loss, l2, fit_intercept, standardize, sample, stop, tol, step_tol, certify,
+    n_partitions, seed, stream, client, split, verbose
+        As in :func:`fit_constrained`; ``tol``, ``stop`` and ``max_iter`` (the iteration
+        limit) apply to each radius.
+    n_deltas, eps : int, float
+        ``n_deltas`` radii from ``eps * delta_max`` up to ``delta_max`` (geometric).
+    deltas : array_like, optional
+        Explicit radii (increasing for warm starts to help).
+    delta_max : float, optional
+        Largest radius; default :func:`dl1.delta_max` (the paper's ``||w(eps alpha_max)||_1``),
+        which makes the constrained path span the models of the penalised one.
+    X_test, y_test
+        Held-out data for the validation error per radius, as in :func:`dl1.path`.
+    callback : callable, optional
+        Called after each radius with ``(k, delta, result)``.
+
+    Returns
+    -------
+    dl1.regpath.PathResult
+        With ``deltas_``, ``gaps_`` the relative FW gaps, ``alphas_`` the penalised alpha
+        each solution corresponds to, and per radius in ``extra_``: iterations, dot
+        products, nonzeros read, full passes, the rule that stopped it, the penalised
+        Lasso's relative gap and the objective ``f``.
+    """
+    validate_params(CONSTRAINED_PATH, dict(locals()), "dl1.path_constrained()")
+    from dl1.regpath import PathResult
+
+    rules = StopRules(stop, tol, step_tol, max_iter, certify)
+    where = dict(fit_intercept=fit_intercept, standardize=standardize, client=client, split=split)
+    grid = radii(
+        X, y, n_deltas=n_deltas, eps=eps, deltas=deltas, largest=delta_max,
+        n_partitions=n_partitions, **where,
+    )  # fmt: skip
+    prob, _ = fw_problem(
+        X, y, loss=loss, n_partitions=n_partitions, sample=sample, stream=stream, l2=l2, **where
+    )
+    test = test_data(X, X_test, y_test)
+    records, extra, misses = [], [], []
+    lasso_alphas = np.full(grid.shape[0], np.nan)
+    state, it0 = None, 0
+    for k, delta in enumerate(grid):
+        t0 = time.perf_counter()
+        if state is not None and state.l1() > 0:
+            state.rescale(float(delta) / state.l1())  # Frandi et al., Sec. 5: onto the ball
+            prob.refit_intercept(state)
+        res, state = solve_constrained(prob, float(delta), rules, seed, state=state, it0=it0)
+        it0 += res.n_iter_ + 1
+        lasso_alphas[k] = res.lasso_alpha_
+        metric = None
+        if test is not None:
+            metric = test_metric(test, res.coef_, res.intercept_, client, loss)
+        records.append(sparse_record(path_record(res, prob, time.perf_counter() - t0, metric)))
+        extra.append(path_extra(res, delta))
+        why = rules.shortfall(res)
+        if why is not None:
+            misses.append(Miss(k, float(delta), why))
+        if verbose:
+            print(
+                f"delta[{k:3d}] {delta:.4e}  nnz {res.n_active_:6d}  fw gap {res.gap_:.2e}"
+                f"  iterations {res.n_iter_}"
+            )
+        if callback is not None:
+            callback(k, float(delta), res)
+    warn_misses(misses, grid.shape[0], tol)
+    d = {**records_as_arrays(records, prob.p), "alphas": lasso_alphas, "extra": extra}
+    out = PathResult.from_checkpoint_arrays(d, l1_ratio=1.0, loss=loss, tol=tol)
+    out.deltas_ = grid
+    return out
