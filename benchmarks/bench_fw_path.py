@@ -256,7 +256,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
 
     import dl1
-    from dl1.pathfit import alpha_grid
+    from dl1.paths.evaluation import alpha_grid
 
     for preset in args.presets:
         path, X, y, amax = preset_data(preset, args.data_dir)

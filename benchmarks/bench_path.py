@@ -110,7 +110,7 @@ def main(argv=None) -> None:
             ap.error(f"--peer-limit {item!r}: expected PEER=SECONDS with PEER in --peers")
         limits[name] = float(sec)
 
-    from dl1.pathfit import alpha_grid
+    from dl1.paths.evaluation import alpha_grid
 
     for preset in args.presets:
         path, X, y, amax = preset_data(preset, args.data_dir)

@@ -120,7 +120,7 @@ def main() -> None:
 
     import dl1
     from dl1.datasets import make_e2006_like
-    from dl1.fit import block_memory
+    from dl1.loading import block_memory
     from dl1.localcluster import local_cluster
     from dl1.monitor import PeakRSS
 

@@ -1,8 +1,5 @@
 """dl1: L1 / elastic-net linear models on sparse data larger than memory, on Dask."""
 
-import sys
-import types
-
 __version__ = "0.1.0"
 
 # Everything loads on first use (PEP 562): a Dask worker unpickling a task function of
@@ -13,16 +10,16 @@ _LAZY = {
     "ConvergenceWarning": "dl1.solvers.result",
     "FitResult": "dl1.solvers.result",
     "Store": "dl1.store",
-    "alpha_max": "dl1.fit",
+    "alpha_max": "dl1.penalised",
     "delta_max": "dl1.constrained",
-    "fit": "dl1.fit",
+    "fit": "dl1.penalised",
     "fit_constrained": "dl1.constrained",
     "from_dask": "dl1.convert",
     "from_scipy": "dl1.convert",
     "from_svmlight": "dl1.io.svmlight",
     "open": "dl1.convert",
     "open_store": "dl1.store",
-    "path": "dl1.pathfit",
+    "path": "dl1.penalised",
     "path_constrained": "dl1.constrained",
 }
 
@@ -42,20 +39,6 @@ __all__ = [
     "path",
     "path_constrained",
 ]
-
-
-class _Package(types.ModuleType):
-    """``dl1.fit`` is the function, as when this package imported it eagerly: importing the
-    submodule ``dl1.fit`` (which Python binds as an attribute of its package) leaves it so;
-    the module stays ``sys.modules["dl1.fit"]``."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name == "fit" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):

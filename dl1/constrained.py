@@ -21,7 +21,7 @@ import numpy as np
 from dl1.errors import ValidationError
 from dl1.loading import block_memory, col_scales, decide_stream, load_blocks, read_inputs
 from dl1.params import CONSTRAINED, CONSTRAINED_PATH, validate_params
-from dl1.pathfit import records_as_arrays, sparse_record, test_data, test_metric
+from dl1.paths.evaluation import records_as_arrays, sparse_record, test_data, test_metric
 from dl1.solvers.executor import coordinating, executor_for
 from dl1.solvers.fw import FWProblem, FWResult, FWState, sample_size, solve_fw
 from dl1.solvers.result import ConvergenceWarning
@@ -255,7 +255,7 @@ def delta_max(
     float
         The l1 norm (of the standardised coefficients with ``standardize``).
     """
-    from dl1.fit import alpha_max, fit
+    from dl1.penalised import alpha_max, fit
 
     common = dict(fit_intercept=fit_intercept, standardize=standardize, client=client, split=split)
     amax = alpha_max(X, y, **common)
@@ -423,14 +423,14 @@ def path_constrained(
 
     Returns
     -------
-    dl1.regpath.PathResult
+    dl1.paths.PathResult
         With ``deltas_``, ``gaps_`` the relative FW gaps, ``alphas_`` the penalised alpha
         each solution corresponds to, and per radius in ``extra_``: iterations, dot
         products, nonzeros read, full passes, the rule that stopped it, the penalised
         Lasso's relative gap and the objective ``f``.
     """
     validate_params(CONSTRAINED_PATH, dict(locals()), "dl1.path_constrained()")
-    from dl1.regpath import PathResult
+    from dl1.paths import PathResult
 
     rules = StopRules(stop, tol, step_tol, max_iter, certify)
     where = dict(fit_intercept=fit_intercept, standardize=standardize, client=client, split=split)

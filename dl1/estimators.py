@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from dl1.fit import fit as fit_function
 from dl1.params import PENALISED, validate_params
+from dl1.penalised import fit as fit_function
 
 
 class _Base:

@@ -93,7 +93,7 @@ class MemoryTrimmer:
 def managed_target(limit: float, pause_fraction: float, target: float) -> float:
     """Bytes of task results a worker may hold in memory before it spills the least recently
     used to disk: Dask's ``target`` (by default 60% of ``limit``), lowered so that the
-    baseline of a dl1 worker (:data:`dl1.fit.WORKER_BASELINE`, the interpreter and the
+    baseline of a dl1 worker (:data:`dl1.loading.WORKER_BASELINE`, the interpreter and the
     compiled kernels), those results and a running task's :data:`TASK_HEADROOM` stay under
     the pause threshold, but not below a tenth of ``limit``."""
     from dl1.loading import WORKER_BASELINE

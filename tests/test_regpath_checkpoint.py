@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import dl1.regpath.checkpoint as ckmod
+import dl1.paths.checkpoint as ckmod
 from dl1.errors import StoreCorruptError, StoreError
-from dl1.regpath import CheckpointMismatchError, PathCheckpoint
+from dl1.paths import CheckpointMismatchError, PathCheckpoint
 
 P = 40
 ALPHAS = np.geomspace(1.0, 1e-3, 12)
@@ -214,7 +214,7 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {tests!r})
-    import dl1.regpath.checkpoint as ckmod
+    import dl1.paths.checkpoint as ckmod
     from test_regpath_checkpoint import gen, open_ck
 
     mode, path, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])

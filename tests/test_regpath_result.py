@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dl1.regpath import PathCheckpoint, PathResult
+from dl1.paths import PathCheckpoint, PathResult
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

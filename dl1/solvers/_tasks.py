@@ -29,7 +29,7 @@ from dl1.solvers.records import (
 from dl1.store import _kernels as SK
 
 #: Elements (rows x columns) of the scratch that densifies a batch of working-set columns
-#: while their Gram rows are formed (in memory; out of core :func:`dl1.fit.dense_max` is less).
+#: while their Gram rows are formed (in memory; out of core :func:`dl1.loading.dense_max` is less).
 GRAM_DENSE_MAX = 1 << 25
 
 #: Largest working set solved by covariance updates on its Gram matrix (256 MiB in float32);

@@ -1,59 +1,216 @@
-"""``dl1.path``: regularisation paths, warm-started and certified, with checkpoint/resume."""
+"""The penalised problem's entry points: ``dl1.fit``, ``dl1.alpha_max`` and ``dl1.path``
+(the functional core of the estimators)."""
 
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from typing import Any
 
 import numpy as np
 
 from dl1.errors import ValidationError
-from dl1.fit import direct_calls, make_solver
 from dl1.loading import (
     col_scales,
     decide_stream,
+    load_blocks,
     load_problem,
     read_inputs,
     xt_theta_absmax,
 )
-from dl1.params import PATH, validate_params
+from dl1.params import PATH, PENALISED, validate_params
+from dl1.paths.checkpoint import PathCheckpoint
+from dl1.paths.evaluation import (
+    alpha_grid,
+    crc,
+    fingerprint,
+    records_as_arrays,
+    sparse_record,
+    test_data,
+    test_metric,
+)
+from dl1.paths.loop import AlphaStep, walk
+from dl1.paths.result import PathResult
 from dl1.penalties.elastic_net import ElasticNet
-from dl1.regpath.checkpoint import PathCheckpoint
-from dl1.regpath.loop import AlphaStep, walk
-from dl1.regpath.result import PathResult
-from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.base import Problem, WarmState, solver_class
 from dl1.solvers.executor import coordinating, executor_for
-from dl1.solvers.result import ConvergenceWarning
-from dl1.store import Store, open_store
+from dl1.solvers.result import ConvergenceWarning, FitResult
+from dl1.solvers.rpc import rpc_executor
 
 
-def fingerprint(X: Any, y: np.ndarray, split: str) -> dict[str, Any]:
-    """What identifies the data of a checkpoint: store checksums, or a token of the input."""
-    from dask.base import tokenize
+def make_solver(
+    solver: str,
+    *,
+    max_rounds: int | None,
+    n_epochs: int = 1,
+    random_order: bool = False,
+    seed: int = 0,
+    screen: bool = False,
+    spread: bool | str | None = None,
+    tight_inner: bool = False,
+    verbose: bool = False,
+    callback: Any = None,
+) -> Any:
+    """The solver object ``solver`` (a name of :data:`dl1.solvers.registry.SOLVERS`)
+    configured from the entry points' keywords."""
+    rounds = 1000 if max_rounds is None else max_rounds
+    common = dict(max_rounds=rounds, random_order=random_order, seed=seed, verbose=verbose,
+                  callback=callback)  # fmt: skip
+    if solver == "cd":
+        return solver_class("cd")(n_epochs=n_epochs, **common)
+    return solver_class(solver)(screen=screen, spread=spread, tight_inner=tight_inner, **common)
 
-    from dl1.store.format import checksum
 
-    if isinstance(X, (str, os.PathLike)):
-        X = open_store(X)
-    if isinstance(X, Store):
-        e = X.entry(split)
-        return {
-            "kind": "store",
-            "split": split,
-            "shape": list(e["shape"]),
-            "nnz": int(e["nnz"]),
-            "blocks": tokenize(e["blocks"]),
-            "y_crc32c": checksum(y),
-        }
-    return {"kind": type(X).__name__, "token": tokenize(X), "y_crc32c": checksum(y)}
+def direct_calls(ex: Any, solver: Any, streamed: bool) -> Any:
+    """``ex`` with direct calls to the workers' partition servers when the solver's rounds
+    gain from them (blocks in worker memory, gathered subproblems)."""
+    if streamed or not solver.direct_calls:
+        return ex
+    return rpc_executor(ex)
 
 
-def alpha_grid(alpha_max: float, n_alphas: int = 100, eps: float = 1e-2) -> np.ndarray:
-    """``n_alphas`` values from ``alpha_max`` down to ``eps * alpha_max``, geometrically."""
-    if n_alphas < 1 or not 0 < eps < 1:
-        raise ValueError(f"need n_alphas >= 1 and 0 < eps < 1, got {n_alphas}, {eps}")
-    return np.geomspace(alpha_max, alpha_max * eps, n_alphas)
+@coordinating
+def fit(
+    X: Any,
+    y: Any = None,
+    *,
+    alpha: float,
+    l1_ratio: float = 1.0,
+    loss: str = "squared",
+    fit_intercept: bool = True,
+    standardize: bool = False,
+    sample_weight: Any = None,
+    tol: float = 1e-4,
+    max_rounds: int | None = None,
+    n_partitions: int = 2,
+    n_epochs: int = 1,
+    random_order: bool = False,
+    seed: int = 0,
+    solver: str = "ws",
+    screen: bool = False,
+    stream: bool | None = None,
+    spread: bool | str | None = None,
+    client: Any = None,
+    split: str = "train",
+    verbose: bool = False,
+    callback: Any = None,
+) -> FitResult:
+    """Fit an L1 / elastic-net linear model, certified by its duality gap.
+
+    Minimises ``F(X w + b) + alpha * (l1_ratio ||w||_1 + (1 - l1_ratio) / 2 ||w||_2^2)`` with
+    ``F`` the mean squared loss ``1/(2n) ||y - X w - b||^2`` (scikit-learn's ElasticNet
+    convention) or the mean logistic loss (labels in {-1, +1}), weighted by
+    ``sample_weight`` (normalised to sum to n). The constrained problem (``||w||_1 <=
+    delta``) has its own entry point, :func:`dl1.fit_constrained`.
+
+    Parameters
+    ----------
+    X : dask array (scipy.sparse, pydata sparse or dense chunks), dl1 Store, store path,
+        scipy.sparse matrix or ndarray
+        Each column chunk of a dask array is a feature block.
+    y : array_like or dask array, optional
+        Targets; read from the store when X is a store.
+    alpha, l1_ratio : float
+        Penalty strength (> 0) and mix (1.0: Lasso / L1 logistic).
+    loss : {"squared", "logistic"}
+    fit_intercept : bool
+        Fit an unpenalised intercept.
+    standardize : bool
+        Penalise coefficients of features scaled to unit (weighted) standard deviation,
+        implicitly (never densifying X); ``coef_`` is returned in the input's scale.
+    sample_weight : array_like, optional
+    tol : float
+        Stop when the duality gap is ``<= tol * P(0)``.
+    max_rounds : int, optional
+        Round limit (default 1000); reaching it warns (ConvergenceWarning) with the gap.
+    n_partitions : int
+        Groups of feature blocks whose updates are added each round (CoCoA+ sigma'); fixed
+        by the caller, not by the cluster, so results do not depend on the workers.
+    n_epochs : int
+        ``solver="cd"``: local coordinate-descent epochs per round.
+    random_order, seed : bool, int
+        Uniformly random coordinate order (stochastic coordinate descent), and its seed.
+    solver : {"ws", "cd"}
+        ``"ws"``: working sets (:class:`dl1.solvers.ws.WorkingSetSolver`): each round is one
+        pass that certifies the current point and picks the features whose subproblem is
+        then solved. ``"cd"``: CoCoA+ coordinate descent on every partition each round
+        (:class:`dl1.solvers.cd.CoordinateDescentSolver`).
+    screen : bool
+        ``"ws"``: gap-safe sphere screening (Lasso and L1-logistic).
+    stream : bool, optional
+        Out of core (X a store): every task reads the blocks it needs and drops them.
+        None: when the blocks would take more than half of the workers' memory for data.
+    spread : bool or "cocoa", optional
+        ``"ws"``: solve working-set subproblems where their columns were extracted instead
+        of gathering them on one worker (None: out of core, when they would not fit).
+    client : distributed.Client, optional
+        The cluster to run on; without it everything runs in this process.
+    split : str
+        Split of a store to fit on.
+    verbose, callback : a line, or a call with the history entry, per round.
+
+    Returns
+    -------
+    FitResult
+    """
+    validate_params(PENALISED, locals(), "dl1.fit()")
+    inputs = read_inputs(X, y, sample_weight, loss, split)
+    solver_obj = make_solver(
+        solver, max_rounds=max_rounds, n_epochs=n_epochs, random_order=random_order,
+        seed=seed, screen=screen, spread=spread, verbose=verbose, callback=callback,
+    )  # fmt: skip
+    ex = executor_for(client)
+    streamed = decide_stream(stream, inputs.store, split, ex)
+    ex = direct_calls(ex, solver_obj, streamed)
+    problem, t_load = load_problem(
+        inputs, ex, penalty=ElasticNet(alpha, l1_ratio), fit_intercept=fit_intercept,
+        standardize=standardize, tol=tol, n_partitions=n_partitions, loss=loss,
+        streamed=streamed,
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    res, state = solver_obj.solve(problem)
+    solver_obj.release(problem, state)
+    ex.close()
+    res.load_seconds_ = t_load
+    res.solve_seconds_ = time.perf_counter() - t0
+    if standardize:
+        res.coef_ = res.coef_ * col_scales(ex, problem.blocks)
+    return res
+
+
+def alpha_max(
+    X: Any,
+    y: Any = None,
+    *,
+    l1_ratio: float = 1.0,
+    loss: str = "squared",
+    fit_intercept: bool = True,
+    standardize: bool = False,
+    sample_weight: Any = None,
+    client: Any = None,
+    split: str = "train",
+    stream: bool | None = None,
+) -> float:
+    """Smallest ``alpha`` whose solution is ``w = 0``: ``||X^T grad F(b0)||_inf / l1_ratio``.
+
+    One pass over the data (per-block reductions on the workers; ``stream`` as in
+    :func:`fit`).
+    """
+    validate_params(PENALISED, locals(), "dl1.alpha_max()")
+    inputs = read_inputs(X, y, sample_weight, loss, split)
+    ex = executor_for(client)
+    streamed = decide_stream(stream, inputs.store, split, ex)
+    n_parts = max(1, ex.n_workers)
+    blocks, _ = load_blocks(
+        ex, inputs.X, inputs.sample_weight, standardize, fit_intercept, n_parts,
+        inputs.store, split, streamed,
+    )  # fmt: skip
+    y_, s = inputs.y, inputs.weights
+    b0 = inputs.datafit.initial_intercept(y_, s) if fit_intercept else 0.0
+    theta = inputs.datafit.dual_point(y_, np.full(y_.shape[0], b0), s, fit_intercept)
+    absmax = xt_theta_absmax(ex, blocks, theta, n_parts)
+    return ElasticNet.alpha_max(absmax / y_.shape[0], l1_ratio)
 
 
 @coordinating
@@ -123,7 +280,7 @@ def path(
 
     Returns
     -------
-    dl1.regpath.PathResult
+    dl1.paths.PathResult
     """
     validate_params(PATH, locals(), "dl1.path()")
     inputs = read_inputs(X, y, sample_weight, loss, split)
@@ -230,75 +387,3 @@ def _report(step: AlphaStep, rec: dict[str, Any], tol: float, verbose: bool, cal
               f"gap {res.gap_:.2e}  passes {rec['passes']}")  # fmt: skip
     if callback is not None:
         callback(step.k, step.alpha, res)
-
-
-def test_data(X: Any, X_test: Any, y_test: Any) -> tuple[Any, np.ndarray] | None:
-    if X_test is None:
-        return None
-    if isinstance(X_test, str) and isinstance(X, (str, os.PathLike, Store)):
-        st = X if isinstance(X, Store) else open_store(X)
-        return (st.to_dask(X_test), st.read("y", X_test))
-    if y_test is None:
-        raise ValidationError("y_test is required with X_test")
-    return (X_test, np.asarray(y_test, dtype=np.float64).ravel())
-
-
-def test_metric(test, coef: np.ndarray, b: float, client: Any, loss: str) -> dict[str, float]:
-    from dl1.predict import decision_function
-
-    pred = decision_function(test[0], coef, b)
-    pred = client.compute(pred).result() if client is not None else pred.compute(scheduler="sync")
-    return metrics(loss, test[1], pred)
-
-
-def sparse_record(rec: dict[str, Any]) -> dict[str, Any]:
-    """The record with its coefficients kept as (indices, values): a path's memory on the
-    client grows with its supports, not with n_alphas x p."""
-    coef = np.asarray(rec["coef"], dtype=np.float64)
-    nz = np.flatnonzero(coef)
-    return {**rec, "coef": (nz, coef[nz])}
-
-
-def records_as_arrays(records: list[dict[str, Any]], p: int) -> dict[str, Any]:
-    """The per-alpha records of a run without checkpoint, in the checkpoint's load() form."""
-    import scipy.sparse as sp
-
-    names = sorted({m for r in records for m in (r["test_metric"] or {})})
-    indptr = np.concatenate([[0], np.cumsum([r["coef"][0].shape[0] for r in records])])
-    coefs = sp.csc_matrix(
-        (
-            np.concatenate([r["coef"][1] for r in records] or [np.zeros(0)]),
-            np.concatenate([r["coef"][0] for r in records] or [np.zeros(0, np.int64)]),
-            indptr,
-        ),
-        shape=(p, len(records)),
-    )
-    return {
-        "coefs": coefs,
-        "intercepts": np.array([r["intercept"] for r in records], dtype=np.float64),
-        "gaps": np.array([r["gap"] for r in records], dtype=np.float64),
-        "converged": np.array([r["converged"] for r in records], dtype=bool),
-        "n_active": np.array([r["n_active"] for r in records], dtype=np.int64),
-        "passes": np.array([r["passes"] for r in records], dtype=np.float64),
-        "seconds": np.array([r["seconds"] for r in records], dtype=np.float64),
-        "rounds": np.array([r["rounds"] for r in records], dtype=np.int64),
-        "test_metrics": {
-            m: np.array([(r["test_metric"] or {}).get(m, np.nan) for r in records]) for m in names
-        },
-    }
-
-
-def crc(a: np.ndarray) -> int:
-    from dl1.store.format import checksum
-
-    return checksum(np.ascontiguousarray(a, dtype=np.float64))
-
-
-def metrics(loss: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
-    if loss == "squared":
-        return {"mse": float(np.mean((y - pred) ** 2))}
-    margin = y * pred
-    return {
-        "logloss": float(np.mean(np.logaddexp(0.0, -margin))),
-        "accuracy": float(np.mean(margin > 0)),
-    }

@@ -112,7 +112,7 @@ class PathResult:
         tol: float,
         alphas: np.ndarray | None = None,
     ) -> PathResult:
-        """Build from the dict of :meth:`dl1.regpath.PathCheckpoint.load` (or the same keys).
+        """Build from the dict of :meth:`dl1.paths.PathCheckpoint.load` (or the same keys).
 
         Parameters
         ----------
