@@ -110,9 +110,9 @@ def in_child(target, *args):
 
 def certify(X, y, coef, b, alpha):
     """Relative duality gap of (coef, b) by dl1's gap, computed in NumPy on the full data."""
-    from dl1.datafits import Quadratic
-    from dl1.gap import duality_gap
-    from dl1.penalties.elastic_net import ElasticNet
+    from dl1.objective.datafits import Quadratic
+    from dl1.objective.gap import duality_gap
+    from dl1.objective.penalties.elastic_net import ElasticNet
 
     df = Quadratic()
     z = X @ coef + b

@@ -12,8 +12,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from dl1.errors import ValidationError
+from dl1.kernels import store as store_kernels
 from dl1.store import Store, StoreWriter, open_store
-from dl1.store import _kernels as K
 from dl1.store.format import CHUNK_ELEMS, DTYPES, FORMATS, write_array
 from dl1.store.reader import ChunkType
 from dl1.store.writer import DEFAULT_BLOCK_NNZ, _check_finite, write_block
@@ -160,10 +160,12 @@ def _write_dask_chunk(
         raise ValidationError(f"block ({i}, {j}) has dtype {m.dtype}, the array says {dtype}")
     indptr = m.indptr.astype(np.int64)
     indices = m.indices.astype(np.int32)
-    status, c, k = K.check_compressed(indptr, indices, m.data, m.shape[0])
-    if status != K.OK:
-        row = f"row {r0 + int(indices[k])}, " if status != K.BAD_INDPTR else ""
-        raise ValidationError(f"block ({i}, {j}), {row}column {c0 + c}: {K.PROBLEMS[status]}")
+    status, c, k = store_kernels.check_compressed(indptr, indices, m.data, m.shape[0])
+    if status != store_kernels.OK:
+        row = f"row {r0 + int(indices[k])}, " if status != store_kernels.BAD_INDPTR else ""
+        raise ValidationError(
+            f"block ({i}, {j}), {row}column {c0 + c}: {store_kernels.PROBLEMS[status]}"
+        )
     out: dict[str, Any] = {}
     for f in formats:
         if f == "csc":

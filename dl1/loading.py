@@ -18,8 +18,8 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
-from dl1.datafits import Logistic, Quadratic, normalize_sample_weight
 from dl1.errors import ValidationError
+from dl1.objective.datafits import Logistic, Quadratic, normalize_sample_weight
 from dl1.solvers import _tasks as T
 from dl1.solvers.base import DataHandles, Problem, WorkingSetBudget
 from dl1.store import Store, open_store

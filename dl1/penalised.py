@@ -19,6 +19,7 @@ from dl1.loading import (
     read_inputs,
     xt_theta_absmax,
 )
+from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.params import PATH, PENALISED, validate_params
 from dl1.paths.checkpoint import PathCheckpoint
 from dl1.paths.evaluation import (
@@ -32,7 +33,6 @@ from dl1.paths.evaluation import (
 )
 from dl1.paths.loop import AlphaStep, walk
 from dl1.paths.result import PathResult
-from dl1.penalties.elastic_net import ElasticNet
 from dl1.solvers.base import Problem, WarmState, solver_class
 from dl1.solvers.executor import coordinating, executor_for
 from dl1.solvers.result import ConvergenceWarning, FitResult

@@ -12,10 +12,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import ElasticNet as SkElasticNet
 from sklearn.linear_model import LogisticRegression
 
-from dl1.datafits import Logistic, Quadratic, normalize_sample_weight
 from dl1.errors import ValidationError
-from dl1.gap import duality_gap, duality_gap_from_stats
-from dl1.penalties import ElasticNet, alpha_max, soft_threshold
+from dl1.objective.datafits import Logistic, Quadratic, normalize_sample_weight
+from dl1.objective.gap import duality_gap, duality_gap_from_stats
+from dl1.objective.penalties import ElasticNet, alpha_max, soft_threshold
 
 N, P = 60, 25
 

@@ -31,8 +31,8 @@ def _loaded(code: str) -> set[str]:
         "dl1.solvers.ws",
         "dl1.solvers.fw",
         "dl1.store.reader",
-        "dl1.datafits",
-        "dl1.penalties",
+        "dl1.objective.datafits",
+        "dl1.objective.penalties",
     ],
 )
 def test_the_modules_workers_import_load_no_dask_array(module):

@@ -12,8 +12,6 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import ElasticNet as SkElasticNet
 from sklearn.linear_model import LogisticRegression
 
-from dl1.datafits import Logistic, Quadratic, normalize_sample_weight
-from dl1.gap import duality_gap_from_stats
 from dl1.kernels import (
     cd_block_epochs,
     csc_col_sqnorms,
@@ -23,7 +21,9 @@ from dl1.kernels import (
     soft_threshold,
 )
 from dl1.kernels.cd import _shuffle
-from dl1.penalties import ElasticNet
+from dl1.objective.datafits import Logistic, Quadratic, normalize_sample_weight
+from dl1.objective.gap import duality_gap_from_stats
+from dl1.objective.penalties import ElasticNet
 
 EMPTY = np.empty(0, dtype=np.float64)
 SHAPES = [(1, 2), (7, 5), (30, 12), (64, 40)]
@@ -955,10 +955,10 @@ def test_csc_scan_screen_matches_numpy():
 @pytest.mark.parametrize("l1_ratio", [1.0, 0.4])
 def test_gram_gap_estimate_equals_the_exact_gap(fit_intercept, weighted, l1_ratio):
     """Moved from an exact check point with the true ``X^T theta``, the Gram-matrix estimate
-    of the restricted gap is the gap dl1.gap computes from the residual."""
-    from dl1.datafits import Quadratic
-    from dl1.gap import duality_gap
-    from dl1.penalties.elastic_net import ElasticNet
+    of the restricted gap is the gap dl1.objective.gap computes from the residual."""
+    from dl1.objective.datafits import Quadratic
+    from dl1.objective.gap import duality_gap
+    from dl1.objective.penalties.elastic_net import ElasticNet
     from dl1.solvers._tasks import GramGapEstimate
 
     rng = np.random.default_rng(int(fit_intercept) + 2 * int(weighted) + int(10 * l1_ratio))

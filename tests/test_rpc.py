@@ -5,11 +5,11 @@ import time
 
 import numpy as np
 import pytest
+from dl1.fit import _load, _problem
 
 import dl1
-from dl1.datafits import Logistic, Quadratic
-from dl1.fit import _load, _problem
-from dl1.penalties.elastic_net import ElasticNet
+from dl1.objective.datafits import Logistic, Quadratic
+from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.solvers import _tasks as T
 from dl1.solvers import rpc
 from dl1.solvers.executor import DistributedExecutor, LocalExecutor

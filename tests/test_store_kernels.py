@@ -5,28 +5,28 @@ import pytest
 import scipy.sparse as sp
 from conftest import random_csr
 
-from dl1.store import _kernels as K
+from dl1.kernels import store as store_kernels
 
 
 def reference_check(indptr, indices, data, limit):
     n = len(indptr) - 1
     if indptr[0] != 0 or indptr[-1] != len(indices) or len(data) != len(indices):
-        return K.BAD_INDPTR, 0, 0
+        return store_kernels.BAD_INDPTR, 0, 0
     for r in range(n):
         if indptr[r + 1] < indptr[r]:
-            return K.BAD_INDPTR, r, indptr[r]
+            return store_kernels.BAD_INDPTR, r, indptr[r]
         for k in range(indptr[r], indptr[r + 1]):
             if indices[k] < 0:
-                return K.NEGATIVE_INDEX, r, k
+                return store_kernels.NEGATIVE_INDEX, r, k
             if 0 <= limit <= indices[k]:
-                return K.INDEX_TOO_LARGE, r, k
+                return store_kernels.INDEX_TOO_LARGE, r, k
             if k > indptr[r] and indices[k] == indices[k - 1]:
-                return K.DUPLICATE, r, k
+                return store_kernels.DUPLICATE, r, k
             if k > indptr[r] and indices[k] < indices[k - 1]:
-                return K.UNSORTED, r, k
+                return store_kernels.UNSORTED, r, k
             if not np.isfinite(data[k]):
-                return K.NOT_FINITE, r, k
-    return K.OK, 0, 0
+                return store_kernels.NOT_FINITE, r, k
+    return store_kernels.OK, 0, 0
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -47,17 +47,19 @@ def test_check_compressed_matches_reference(seed):
             data[k] = rng.choice([np.nan, np.inf, -np.inf])
         elif fault == 5:
             indices[::-1].sort()
-    assert K.check_compressed(indptr, indices, data, 9) == reference_check(indptr, indices, data, 9)
+    assert store_kernels.check_compressed(indptr, indices, data, 9) == reference_check(
+        indptr, indices, data, 9
+    )
     bad = indptr.copy()
     bad[-1] += 1
-    assert K.check_compressed(bad, indices, data, 9)[0] == K.BAD_INDPTR
+    assert store_kernels.check_compressed(bad, indices, data, 9)[0] == store_kernels.BAD_INDPTR
 
 
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("base", [0, 1])
 def test_csr_to_col_sorted_is_a_stable_transpose(seed, base):
     X = random_csr(20, 15, 0.3, seed=seed)
-    rows, cols, vals, counts = K.csr_to_col_sorted(
+    rows, cols, vals, counts = store_kernels.csr_to_col_sorted(
         X.indptr.astype(np.int64), X.indices + base, X.data, base, 15
     )
     C = X.tocoo()
@@ -72,7 +74,9 @@ def test_csr_to_col_sorted_is_a_stable_transpose(seed, base):
 def test_coo_to_csc_matches_scipy(seed):
     X = random_csr(25, 11, 0.3, seed=seed, dtype=np.float32)
     C = X.tocoo()
-    indptr, indices, data = K.coo_to_csc(C.row.astype(np.int32), C.col.astype(np.int32), C.data, 11)
+    indptr, indices, data = store_kernels.coo_to_csc(
+        C.row.astype(np.int32), C.col.astype(np.int32), C.data, 11
+    )
     ref = sp.csc_matrix(X)
     ref.sort_indices()
     np.testing.assert_array_equal(indptr, ref.indptr)
@@ -96,7 +100,7 @@ def test_csc_append_rows_equals_vstack(seed):
     cursor = indptr[:-1].copy()
     offset = 0
     for c in chunks:
-        K.csc_append_rows(c.indptr, c.indices, c.data, offset, indices, data, cursor)
+        store_kernels.csc_append_rows(c.indptr, c.indices, c.data, offset, indices, data, cursor)
         offset += c.shape[0]
     np.testing.assert_array_equal(cursor, indptr[1:])
     np.testing.assert_array_equal(indptr, ref.indptr)

@@ -223,7 +223,7 @@ def test_out_of_core_working_sets_grow_within_the_column_budget(tmp_path):
     support's size): with a budget between the
     solution's support and the unbounded solver's largest working set, every round's working
     set fits that slack and stays below the unbounded one, and the answer is the same."""
-    from dl1.penalties.elastic_net import ElasticNet
+    from dl1.objective.penalties.elastic_net import ElasticNet
     from dl1.solvers.ws import WS_MIN_GROWTH, WS_MIN_NEW
     from tests.solving import solve_ws
 
@@ -260,7 +260,7 @@ def test_spread_subproblems_take_a_bounded_share_of_a_partitions_columns(
     cached groups, of at most ``SHARE_FRACTION * gather_max`` bytes unless a single group
     is larger: with a share budget that cuts the partitions into several shares, the answer
     is the one of unbounded shares (the same subproblem, its sums in another order)."""
-    from dl1.penalties.elastic_net import ElasticNet
+    from dl1.objective.penalties.elastic_net import ElasticNet
     from dl1.solvers import ws as W
     from tests.solving import solve_ws
 

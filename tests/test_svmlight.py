@@ -18,9 +18,9 @@ from sklearn.datasets import load_svmlight_file, load_svmlight_files
 
 import dl1
 from dl1.errors import IncompleteStoreError, SvmlightFormatError
-from dl1.io import _svmlight_kernels as K
 from dl1.io import from_svmlight, write_svmlight_split
 from dl1.io.svmlight import memory_bound
+from dl1.kernels import svmlight as svmlight_kernels
 from dl1.store import StoreWriter, open_store
 from dl1.store.format import MANIFEST
 
@@ -409,53 +409,55 @@ def ref_parse(text: bytes, mode: int, n_features: int):
         if not toks:
             continue
         status, row_idx, row_val = ref_line(toks, mode, n_features)
-        if status != K.OK:
+        if status != svmlight_kernels.OK:
             return status, lineno, y, indptr, indices, data, starts
         y.append(ref_float(toks[0]))
         indices += row_idx
         data += row_val
         indptr.append(len(indices))
         starts.append(start)
-    return K.OK, 0, y, indptr, indices, data, starts
+    return svmlight_kernels.OK, 0, y, indptr, indices, data, starts
 
 
 def ref_line(toks: list[bytes], mode: int, n_features: int) -> tuple[int, list, list]:
     if b":" in toks[0]:
-        return K.MISSING_LABEL, [], []
+        return svmlight_kernels.MISSING_LABEL, [], []
     feats = toks[1:]
     if feats and feats[0].startswith(b"qid"):
         q = feats.pop(0)
         if q[3:4] != b":" or ref_int(q[4:]) is None:
-            return K.BAD_QID, [], []
+            return svmlight_kernels.BAD_QID, [], []
     prev = -1
     row_idx, row_val = [], []
     for t in feats:
         if b":" not in t or t.startswith(b":"):
-            return K.BAD_PAIR, [], []
+            return svmlight_kernels.BAD_PAIR, [], []
         idx_s, val = t.split(b":", 1)
         idx = ref_int(idx_s)
         if idx is None:
-            status = K.BAD_INDEX
+            status = svmlight_kernels.BAD_INDEX
         elif idx < 0:
-            status = K.NEGATIVE_INDEX
-        elif idx > K.MAX_INDEX:
-            status = K.INDEX_OVERFLOW
-        elif idx == 0 and mode == K.ONE_BASED:
-            status = K.ZERO_INDEX
+            status = svmlight_kernels.NEGATIVE_INDEX
+        elif idx > svmlight_kernels.MAX_INDEX:
+            status = svmlight_kernels.INDEX_OVERFLOW
+        elif idx == 0 and mode == svmlight_kernels.ONE_BASED:
+            status = svmlight_kernels.ZERO_INDEX
         elif idx <= prev:
-            status = K.DUPLICATE if idx == prev else K.UNSORTED
-        elif n_features >= 0 and (idx > n_features or (idx == n_features and mode == K.ZERO_BASED)):
-            status = K.INDEX_TOO_LARGE
+            status = svmlight_kernels.DUPLICATE if idx == prev else svmlight_kernels.UNSORTED
+        elif n_features >= 0 and (
+            idx > n_features or (idx == n_features and mode == svmlight_kernels.ZERO_BASED)
+        ):
+            status = svmlight_kernels.INDEX_TOO_LARGE
         elif not val:
-            status = K.BAD_PAIR
+            status = svmlight_kernels.BAD_PAIR
         else:
-            status = K.OK
-        if status != K.OK:
+            status = svmlight_kernels.OK
+        if status != svmlight_kernels.OK:
             return status, [], []
         row_idx.append(idx)
         row_val.append(ref_float(val))
         prev = idx
-    return K.OK, row_idx, row_val
+    return svmlight_kernels.OK, row_idx, row_val
 
 
 def ref_float(tok: bytes) -> float | None:
@@ -515,14 +517,18 @@ def test_kernel_matches_reference_parser(seed):
     if seed % 2:
         lines.insert(int(rng.integers(len(lines))), junk_line(rng))
     text = "\n".join(lines).encode()
-    mode = int(rng.choice([K.ZERO_BASED, K.ONE_BASED, K.AUTO_BASED]))
+    mode = int(
+        rng.choice(
+            [svmlight_kernels.ZERO_BASED, svmlight_kernels.ONE_BASED, svmlight_kernels.AUTO_BASED]
+        )
+    )
     n_features = int(rng.choice([-1, 10, 13]))
     buf = np.frombuffer(text, dtype=np.uint8)
-    out = K.parse_lines(buf, mode, n_features, False)
+    out = svmlight_kernels.parse_lines(buf, mode, n_features, False)
     status, err_line, _, _, n_rows, n_nl, n_slow, y, indptr, indices, data = out[:11]
     r_status, r_line, ry, rindptr, rindices, rdata, rstarts = ref_parse(text, mode, n_features)
     assert status == r_status
-    if status != K.OK:
+    if status != svmlight_kernels.OK:
         assert err_line == r_line
     assert n_nl == text.count(b"\n")
     assert n_rows == len(ry)
@@ -531,16 +537,18 @@ def test_kernel_matches_reference_parser(seed):
     np.testing.assert_array_equal(indices[:nnz], rindices)
     n_nan = check_values(y[:n_rows], ry) + check_values(data[:nnz], rdata)
     assert n_slow == n_nan
-    np.testing.assert_array_equal(K.row_offsets(buf, np.arange(n_rows)), rstarts)
+    np.testing.assert_array_equal(svmlight_kernels.row_offsets(buf, np.arange(n_rows)), rstarts)
 
 
 def test_kernel_qid_values():
     buf = np.frombuffer(b"1 qid:7 1:1\n# c\n2 qid:-3\n3 qid:+1_0 2:2\n", dtype=np.uint8)
-    out = K.parse_lines(buf, K.AUTO_BASED, -1, True)
-    assert out[0] == K.OK and out[4] == 3
+    out = svmlight_kernels.parse_lines(buf, svmlight_kernels.AUTO_BASED, -1, True)
+    assert out[0] == svmlight_kernels.OK and out[4] == 3
     np.testing.assert_array_equal(out[11][:3], [7, -3, 10])
-    out = K.parse_lines(np.frombuffer(b"1 qid:7 1:1\n2 1:1\n", dtype=np.uint8), 2, -1, True)
-    assert out[0] == K.MISSING_QID and out[1] == 1
+    out = svmlight_kernels.parse_lines(
+        np.frombuffer(b"1 qid:7 1:1\n2 1:1\n", dtype=np.uint8), 2, -1, True
+    )
+    assert out[0] == svmlight_kernels.MISSING_QID and out[1] == 1
 
 
 def float_tokens(rng: np.random.Generator) -> list[str]:
@@ -582,8 +590,8 @@ def test_float_parsers_are_exact(seed):
             ref = float(b)
         except ValueError:
             ref = None
-        ok, v = K.parse_float(buf, 0, len(b))
-        ok2, v2, end = K.scan_float(buf, 0, len(buf))
+        ok, v = svmlight_kernels.parse_float(buf, 0, len(b))
+        ok2, v2, end = svmlight_kernels.scan_float(buf, 0, len(buf))
         for good, val in ((ok, v), (ok2 and end == len(b), v2)):
             if good:
                 n_fast += 1
@@ -600,7 +608,7 @@ def test_eisel_lemire_against_integers():
     ws = rng.integers(1, 2**63, 2000, dtype=np.uint64)
     qs = rng.integers(-345, 312, 2000)
     for w, q in zip(ws.tolist(), qs.tolist(), strict=True):
-        ok, v = K.eisel_lemire(np.uint64(w), q)
+        ok, v = svmlight_kernels.eisel_lemire(np.uint64(w), q)
         ref = float(f"{w}e{q}")
         assert ok == np.isfinite(ref)
         if ok:

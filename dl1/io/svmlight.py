@@ -1,7 +1,7 @@
 """Streaming ingest of svmlight / libsvm text files into dl1 stores.
 
 The file is read in byte batches cut at line boundaries; each batch is parsed by a numba
-kernel (:mod:`dl1.io._svmlight_kernels`) into CSR arrays and appended to the store's
+kernel (:mod:`dl1.kernels.svmlight`) into CSR arrays and appended to the store's
 out-of-core writer, so the file is never held in memory. Reading, decompression and parsing
 of the next batch run in a reader thread (the kernel releases the GIL) while the calling
 thread appends the previous batch.
@@ -24,7 +24,7 @@ import crc32c
 import numpy as np
 
 from dl1.errors import SvmlightFormatError
-from dl1.io import _svmlight_kernels as K
+from dl1.kernels import svmlight as svmlight_kernels
 from dl1.store import SplitWriter, Store, StoreWriter, open_store
 from dl1.store.format import DTYPES, FORMATS, SPLITS
 from dl1.store.writer import DEFAULT_BLOCK_NNZ
@@ -37,16 +37,18 @@ MAX_LINE_BYTES = (1 << 31) - 1
 _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
 
 _PROBLEMS = {
-    K.BAD_PAIR: "malformed feature, expected index:value",
-    K.BAD_INDEX: "feature index is not an integer",
-    K.INDEX_OVERFLOW: f"feature index is larger than {K.MAX_INDEX} (indices are int32)",
-    K.NEGATIVE_INDEX: "negative feature index",
-    K.ZERO_INDEX: "feature index 0 in a one-based file (zero_based=False)",
-    K.UNSORTED: "feature indices are not sorted",
-    K.DUPLICATE: "duplicate feature index",
-    K.MISSING_LABEL: "missing label (the line starts with index:value)",
-    K.BAD_QID: "malformed qid, expected qid:<integer>",
-    K.MISSING_QID: "no qid:<integer> on the line (query_id=True)",
+    svmlight_kernels.BAD_PAIR: "malformed feature, expected index:value",
+    svmlight_kernels.BAD_INDEX: "feature index is not an integer",
+    svmlight_kernels.INDEX_OVERFLOW: (
+        f"feature index is larger than {svmlight_kernels.MAX_INDEX} (indices are int32)"
+    ),
+    svmlight_kernels.NEGATIVE_INDEX: "negative feature index",
+    svmlight_kernels.ZERO_INDEX: "feature index 0 in a one-based file (zero_based=False)",
+    svmlight_kernels.UNSORTED: "feature indices are not sorted",
+    svmlight_kernels.DUPLICATE: "duplicate feature index",
+    svmlight_kernels.MISSING_LABEL: "missing label (the line starts with index:value)",
+    svmlight_kernels.BAD_QID: "malformed qid, expected qid:<integer>",
+    svmlight_kernels.MISSING_QID: "no qid:<integer> on the line (query_id=True)",
 }
 
 
@@ -344,16 +346,16 @@ def _settings(
     if isinstance(zero_based, str):
         if zero_based != "auto":
             raise ValueError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
-        mode = K.AUTO_BASED
+        mode = svmlight_kernels.AUTO_BASED
     else:
         zero_based = bool(zero_based)
-        mode = K.ZERO_BASED if zero_based else K.ONE_BASED
+        mode = svmlight_kernels.ZERO_BASED if zero_based else svmlight_kernels.ONE_BASED
     dtype = np.dtype(dtype)
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be float64 or float32, got {dtype}")
     if n_features is not None:
         n_features = int(n_features)
-        if not 1 <= n_features <= K.MAX_INDEX + 1:
+        if not 1 <= n_features <= svmlight_kernels.MAX_INDEX + 1:
             raise ValueError(f"n_features must be in [1, 2**31], got {n_features}")
     if not 1 <= int(batch_bytes) <= MAX_BATCH_BYTES:
         raise ValueError(f"batch_bytes must be in [1, {MAX_BATCH_BYTES}], got {batch_bytes}")
@@ -393,7 +395,7 @@ class _Ingest:
         self.nnz = 0
         self.text_bytes = 0
         self.crc = 0
-        self.min_index = K.MAX_INDEX + 1
+        self.min_index = svmlight_kernels.MAX_INDEX + 1
         self.max_index = -1
         # first line with index == n_features (an error only if the file is zero-based)
         self.eq_error: str | None = None
@@ -452,7 +454,7 @@ class _Ingest:
                 eof = total < buf.shape[0]
                 if total == 0:
                     break
-                cut = total if eof else int(K.last_newline(buf, total)) + 1
+                cut = total if eof else int(svmlight_kernels.last_newline(buf, total)) + 1
                 if cut == 0:
                     # no newline in a full buffer: a line longer than the buffer
                     if buf.shape[0] >= MAX_LINE_BYTES:
@@ -466,7 +468,7 @@ class _Ingest:
                     continue
                 view = buf[:cut]
                 self.crc = crc32c.crc32c(memoryview(view), self.crc)
-                parsed = K.parse_lines(view, self.mode, self.n_features, False)
+                parsed = svmlight_kernels.parse_lines(view, self.mode, self.n_features, False)
                 tail = total - cut
                 nxt = None
                 if not eof:
@@ -527,14 +529,14 @@ class _Ingest:
         if first is not None:
             r, problem, tok = first
             raise self.error(self._line_of(buf, self._row_offset(buf, r)), problem, tok)
-        if status != K.OK:
-            if status == K.INDEX_TOO_LARGE:
+        if status != svmlight_kernels.OK:
+            if status == svmlight_kernels.INDEX_TOO_LARGE:
                 problem = (
                     f"feature index out of range for n_features={self.n_features}"
                     + {
-                        K.ZERO_BASED: " (zero-based)",
-                        K.ONE_BASED: " (one-based)",
-                        K.AUTO_BASED: "",
+                        svmlight_kernels.ZERO_BASED: " (zero-based)",
+                        svmlight_kernels.ONE_BASED: " (one-based)",
+                        svmlight_kernels.AUTO_BASED: "",
                     }[self.mode]
                 )
             else:
@@ -572,7 +574,7 @@ class _Ingest:
         slow_k = np.flatnonzero(np.isnan(data))
         k_rows = np.searchsorted(indptr, slow_k, "right") - 1
         rows = np.union1d(slow_rows, k_rows)
-        starts = K.row_offsets(buf, rows.astype(np.int64)).tolist()
+        starts = svmlight_kernels.row_offsets(buf, rows.astype(np.int64)).tolist()
         labels_slow = set(slow_rows.tolist())
         ks, krs = slow_k.tolist(), k_rows.tolist()
         y_vals: list[float] = []
@@ -604,17 +606,17 @@ class _Ingest:
 
     @staticmethod
     def _line_bytes(buf: np.ndarray, start: int) -> bytes:
-        line = bytes(buf[start : K.line_end(buf, start)])
+        line = bytes(buf[start : svmlight_kernels.line_end(buf, start)])
         hash_pos = line.find(b"#")
         return line if hash_pos < 0 else line[:hash_pos]
 
     @staticmethod
     def _row_offset(buf: np.ndarray, r: int) -> int:
-        return int(K.row_offsets(buf, np.array([r], dtype=np.int64))[0])
+        return int(svmlight_kernels.row_offsets(buf, np.array([r], dtype=np.int64))[0])
 
     @staticmethod
     def _line_of(buf: np.ndarray, start: int) -> int:
-        return int(K.count_lines(buf, int(start)))
+        return int(svmlight_kernels.count_lines(buf, int(start)))
 
     def _feature_token(self, buf: np.ndarray, start: int, j: int) -> str:
         feats = self._line_bytes(buf, int(start)).split()[1:]

@@ -117,10 +117,10 @@ def csc_xt_theta_stats(indptr, indices, data, col_scale, theta, threshold):
     col_scale : ndarray of float64, shape (ncols,) or (0,)
         Column scaling; empty for none.
     theta : ndarray of float64, shape (n,)
-        Dual point (see :meth:`dl1.datafits.Quadratic.dual_point`).
+        Dual point (see :meth:`dl1.objective.datafits.Quadratic.dual_point`).
     threshold : float
         ``n * alpha_l1`` for the elastic-net conjugate (see
-        :meth:`dl1.penalties.ElasticNet.xt_theta_stats`).
+        :meth:`dl1.objective.penalties.ElasticNet.xt_theta_stats`).
 
     Returns
     -------

@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dl1.errors import ValidationError
+from dl1.kernels import store as store_kernels
 from dl1.kernels.cd import cd_block_epochs
 from dl1.kernels.linalg import csc_col_sqnorms, csc_xt_theta_stats
 from dl1.solvers.records import (
@@ -26,7 +27,6 @@ from dl1.solvers.records import (
     SpreadRoundOutput,
     SubproblemOutput,
 )
-from dl1.store import _kernels as SK
 
 #: Elements (rows x columns) of the scratch that densifies a batch of working-set columns
 #: while their Gram rows are formed (in memory; out of core :func:`dl1.loading.dense_max` is less).
@@ -125,7 +125,7 @@ class BlockSource:
             ip, ix, dx = read_block_arrays(self.root, self.split, self.fmt, i, self.j, blk, shape)
             if data is None:
                 data = np.empty(indptr[-1], dtype=dx.dtype)
-            SK.csc_append_rows(ip, ix, dx, offset, indices, data, cursor)
+            store_kernels.csc_append_rows(ip, ix, dx, offset, indices, data, cursor)
             offset += shape[0]
         # each row chunk verified, stacked in row order: sorted and unique
         m = sp.csc_matrix((data, indices, indptr), shape=(offset, self.ncols))
@@ -183,9 +183,11 @@ def assemble_block(
     indptr = m.indptr.astype(np.int64, copy=False)
     indices = m.indices.astype(np.int32, copy=False)
     if not verified:
-        status, c, k = SK.check_compressed(indptr, indices, m.data, m.shape[0])
-        if status != SK.OK:
-            raise ValidationError(f"feature block {j}, column {c0 + c}: {SK.PROBLEMS[status]}")
+        status, c, k = store_kernels.check_compressed(indptr, indices, m.data, m.shape[0])
+        if status != store_kernels.OK:
+            raise ValidationError(
+                f"feature block {j}, column {c0 + c}: {store_kernels.PROBLEMS[status]}"
+            )
     n = m.shape[0]
     scale = np.zeros(0)
     if standardize:
@@ -605,9 +607,7 @@ def _gather_ws(extracts: list[ColumnGroup], extract_ids: list[np.ndarray], ws: n
     data = np.empty(indptr[-1], dtype=np.float64)
     for g, dest in runs:
         e = extracts[g]
-        csc_copy_columns_into(
-            e.indptr, e.indices, e.data, local[dest], indptr, dest, indices, data
-        )
+        csc_copy_columns_into(e.indptr, e.indices, e.data, local[dest], indptr, dest, indices, data)
     sqn = np.concatenate([e.sqnorm for e in extracts])[pos]
     scale = np.zeros(0)
     if any(e.scaled for e in extracts):
@@ -686,8 +686,8 @@ def subproblem_task(
     db : float, change of the intercept.
     info : dict (epochs, restricted gap, kernel seconds).
     """
-    from dl1.gap import duality_gap_from_stats
     from dl1.kernels.linalg import csc_xt_theta_stats
+    from dl1.objective.gap import duality_gap_from_stats
 
     t0 = time.perf_counter()
     datafit, penalty, fit_intercept = settings.datafit, settings.penalty, settings.fit_intercept
@@ -804,8 +804,9 @@ class GramGapEstimate:
     * ``sum_i s_i r_i^2 = A0 - d . (h0 + n h)``,
     * ``sum_i s_i r_i y_i = B0 - d . X_W^T S (y - mean_s(y))``,
 
-    which give the primal value and, through :func:`dl1.gap.dual_from_stats`, the dual value
-    that :func:`dl1.gap.duality_gap_from_stats` would compute. ``h`` carries the epochs'
+    which give the primal value and, through :func:`dl1.objective.gap.dual_from_stats`, the
+    dual value
+    that :func:`dl1.objective.gap.duality_gap_from_stats` would compute. ``h`` carries the epochs'
     rounding (float32 ``Q``), so this only decides when to compute the exact gap, never
     certifies.
     """
@@ -820,7 +821,7 @@ class GramGapEstimate:
         self.g_y = g_y
 
     def gap(self, w: np.ndarray, h: np.ndarray) -> float:
-        from dl1.gap import dual_from_stats
+        from dl1.objective.gap import dual_from_stats
 
         n, pen = self.n, self.penalty
         d = w - self.w0
@@ -1058,8 +1059,8 @@ def _solve_gram(
     ``Q = X_W^T (S - s s^T / sum(s)) X_W / n`` profiles the intercept out; ``h = -grad F`` is
     refreshed exactly from the residual at every gap check, so rounding cannot accumulate.
     """
-    from dl1.gap import duality_gap_from_stats
     from dl1.kernels.linalg import csc_matvec, csc_rmatvec
+    from dl1.objective.gap import duality_gap_from_stats
 
     n, m = y.shape[0], w.shape[0]
     vals = data if scale.shape[0] == 0 else data * np.repeat(scale, np.diff(indptr))
@@ -1137,9 +1138,7 @@ def _group_rows(e: ColumnGroup, cols: np.ndarray, r0: int, r1: int) -> sp.csr_ma
     from dl1.kernels.select import csc_rows_as_csr
 
     cols = np.asarray(cols, dtype=np.int64)
-    indptr, indices, data = csc_rows_as_csr(
-        e.indptr, e.indices, e.data, e.col_scale, cols, r0, r1
-    )
+    indptr, indices, data = csc_rows_as_csr(e.indptr, e.indices, e.data, e.col_scale, cols, r0, r1)
     return sp.csr_matrix((data, indices, indptr), shape=(r1 - r0, cols.shape[0]))
 
 

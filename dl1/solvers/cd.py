@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from dl1.gap import duality_gap_from_stats
+from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers import _tasks as T
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.records import GapStats, RoundOutput

@@ -64,8 +64,8 @@ def warm_up() -> None:
         )
         T.matvec_task([blk], [(np.array([0]), np.array([1.0]))], 2)
         # working-set solver: scan (with screening), gathering, both subproblem paths
-        from dl1.datafits import Logistic, Quadratic
-        from dl1.penalties.elastic_net import ElasticNet
+        from dl1.objective.datafits import Logistic, Quadratic
+        from dl1.objective.penalties.elastic_net import ElasticNet
 
         none = [(np.zeros(0, np.int64), np.zeros(0))]
         T.scan_task([blk], g, 0.2, none, 1, [None], (g, 1.0, 0.1))

@@ -250,7 +250,7 @@ class FWProblem:
         self.yc = y - self.ybar
         self.yy = float(self.yc @ self.yc)
         if self.logistic:
-            from dl1.datafits import Logistic
+            from dl1.objective.datafits import Logistic
 
             self.datafit = Logistic()
             self.b0 = self.datafit.initial_intercept(y) if fit_intercept else 0.0
@@ -539,10 +539,11 @@ def _penalised_certificate(
     """``(alpha, l1_ratio, relative gap)`` of the penalised problem
     ``1/(2n) ||y - X w - b||^2 + alpha (l1_ratio ||w||_1 + (1 - l1_ratio)/2 ||w||^2)`` with
     ``n alpha l1_ratio = lambda_1`` and ``n alpha (1 - l1_ratio) = l2``, at the current point,
-    from a full pass's statistics of ``X^T r`` (:func:`dl1.gap.duality_gap_from_stats`)."""
-    from dl1.datafits import Quadratic
-    from dl1.gap import duality_gap_from_stats
-    from dl1.penalties.elastic_net import ElasticNet
+    from a full pass's statistics of ``X^T r``
+    (:func:`dl1.objective.gap.duality_gap_from_stats`)."""
+    from dl1.objective.datafits import Quadratic
+    from dl1.objective.gap import duality_gap_from_stats
+    from dl1.objective.penalties.elastic_net import ElasticNet
 
     nan = float("nan")
     if lam1 <= 0 or prob.f0 <= 0:

@@ -14,7 +14,7 @@ _WHERE = {
 
 
 def __getattr__(name: str):
-    # loaded on first use: workers reading blocks (dl1.store._kernels) need no dask.array
+    # loaded on first use: workers reading blocks (dl1.kernels.store) need no dask.array
     if name in _WHERE:
         import importlib
 

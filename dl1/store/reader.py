@@ -16,7 +16,7 @@ from dask.base import tokenize
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
 from dl1.errors import IncompleteStoreError, StoreCorruptError, StoreError
-from dl1.store import _kernels as K
+from dl1.kernels import store as store_kernels
 from dl1.store.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -201,11 +201,11 @@ def read_block_arrays(
             f"block {key!r}: index pointer of length {indptr.shape[0]} / {indices.shape[0]} "
             f"nonzeros do not match the block grid ({n_major} major, nnz {blk['nnz']})"
         )
-    status, m, k = K.check_compressed(indptr, indices, data, n_minor)
-    if status != K.OK:
+    status, m, k = store_kernels.check_compressed(indptr, indices, data, n_minor)
+    if status != store_kernels.OK:
         raise StoreCorruptError(
             f"block {key!r}, {'column' if fmt == 'csc' else 'row'} {m} of the block: "
-            f"{K.PROBLEMS[status]}"
+            f"{store_kernels.PROBLEMS[status]}"
         )
     return indptr, indices, data
 

@@ -33,7 +33,7 @@ import zarr
 
 from dl1 import __version__
 from dl1.errors import ValidationError
-from dl1.store import _kernels as K
+from dl1.kernels import store as store_kernels
 from dl1.store.format import (
     CHUNK_ELEMS,
     DTYPES,
@@ -324,12 +324,12 @@ class SplitWriter:
                 f"batch starting at row {r0} has {n_cols} columns, more than "
                 f"n_features={self.n_features}"
             )
-        status, r, k = K.check_compressed(indptr, indices, data, -1)
-        if status != K.OK:
+        status, r, k = store_kernels.check_compressed(indptr, indices, data, -1)
+        if status != store_kernels.OK:
             where = f"row {r0 + r}"
-            if status != K.BAD_INDPTR:
+            if status != store_kernels.BAD_INDPTR:
                 where += f", column index {int(indices[k])}"
-            raise ValidationError(f"split {self.name!r}, {where}: {K.PROBLEMS[status]}")
+            raise ValidationError(f"split {self.name!r}, {where}: {store_kernels.PROBLEMS[status]}")
         y = np.asarray(y, dtype=np.float64).reshape(-1)
         if y.shape[0] != n_b:
             raise ValidationError(
@@ -367,7 +367,7 @@ class SplitWriter:
             n_raw = hi + 1
         else:
             n_raw = 0
-        rows, cols, vals, counts = K.csr_to_col_sorted(indptr, indices, data, 0, n_raw)
+        rows, cols, vals, counts = store_kernels.csr_to_col_sorted(indptr, indices, data, 0, n_raw)
         n_gran = -(-n_raw // GRANULE)
         cum = np.zeros(n_raw + 1, dtype=np.int64)
         np.cumsum(counts, out=cum[1:])
@@ -597,7 +597,7 @@ class SplitWriter:
             cols = np.zeros(0, dtype=np.int32)
             vals = np.zeros(0, dtype=self.dtype)
         del parts_r, parts_c, parts_v
-        return K.coo_to_csc(rows, cols, vals, c_hi - c_lo)
+        return store_kernels.coo_to_csc(rows, cols, vals, c_hi - c_lo)
 
 
 def _check_finite(a: np.ndarray, what: str, split: str, r0: int) -> None:

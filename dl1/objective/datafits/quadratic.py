@@ -2,7 +2,8 @@
 
 Also holds the sample-weight helpers shared by the datafits.
 
-Dual convention (see :mod:`dl1.gap`): ``theta = -n grad F(z) = s * (y - z)``, the (weighted)
+Dual convention (see :mod:`dl1.objective.gap`):
+``theta = -n grad F(z) = s * (y - z)``, the (weighted)
 residual, and the datafit part of the dual objective is ``-conjugate(y, theta, s)`` with
 ``conjugate(y, theta, s) = F^*(-theta / n)``.
 """
@@ -219,7 +220,7 @@ class Quadratic:
         Returns
         -------
         ndarray of float64 of shape (n,)
-            Not yet rescaled for L1 feasibility (:func:`dl1.gap.duality_gap` does that).
+            Not yet rescaled for L1 feasibility (:func:`dl1.objective.gap.duality_gap` does that).
         """
         theta = np.asarray(y, dtype=np.float64) - np.asarray(z, dtype=np.float64)
         s = _weights(s, theta.shape[0])

@@ -1,6 +1,7 @@
 """The elastic-net penalty ``alpha * (l1_ratio ||w||_1 + (1 - l1_ratio) / 2 ||w||_2^2)``.
 
-Dual quantities use the scaling of :mod:`dl1.gap`: the dual point ``theta`` (length ``n``) is
+Dual quantities use the scaling of :mod:`dl1.objective.gap`:
+the dual point ``theta`` (length ``n``) is
 ``-n`` times a gradient of the datafit, so the penalty part of the dual objective is the
 conjugate evaluated at ``X^T theta / n``.
 """

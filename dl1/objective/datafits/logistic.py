@@ -1,6 +1,7 @@
 """Logistic datafit ``F(z) = (1/n) sum_i s_i log(1 + exp(-y_i z_i))``, labels ``y_i = +-1``.
 
-Dual convention (see :mod:`dl1.gap`): ``theta = -n grad F(z) = s * y * sigmoid(-y z)``, and the
+Dual convention (see :mod:`dl1.objective.gap`):
+``theta = -n grad F(z) = s * y * sigmoid(-y z)``, and the
 datafit part of the dual objective is ``-conjugate(y, theta, s)`` with
 ``conjugate(y, theta, s) = F^*(-theta / n)``.
 """
@@ -13,8 +14,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit, xlogy
 
-from dl1.datafits.quadratic import _weights
 from dl1.errors import ValidationError
+from dl1.objective.datafits.quadratic import _weights
 
 _ARMIJO = 1e-4
 _MAX_HALVINGS = 40
@@ -26,7 +27,7 @@ class Logistic:
 
     All methods take length-``n`` float arrays; ``s`` are optional sample weights (None for
     unit weights), normalised by the caller to sum to ``n``
-    (:func:`dl1.datafits.normalize_sample_weight`).
+    (:func:`dl1.objective.datafits.normalize_sample_weight`).
     """
 
     beta: float = 0.25
@@ -183,7 +184,7 @@ class Logistic:
         Returns
         -------
         ndarray of float64 of shape (n,)
-            Not yet rescaled for L1 feasibility (:func:`dl1.gap.duality_gap` does that).
+            Not yet rescaled for L1 feasibility (:func:`dl1.objective.gap.duality_gap` does that).
         """
         y = np.asarray(y, dtype=np.float64)
         z = np.asarray(z, dtype=np.float64)

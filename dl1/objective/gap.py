@@ -28,7 +28,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dl1.penalties.elastic_net import ElasticNet
+from dl1.objective.penalties.elastic_net import ElasticNet
 
 
 class Datafit(Protocol):

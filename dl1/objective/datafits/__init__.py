@@ -2,10 +2,10 @@
 
 Each datafit exposes ``beta`` (bound on ``loss''``), ``validate_y``, ``value``, ``gradient``,
 ``initial_intercept``, ``intercept_update``, ``dual_point`` and ``conjugate``; see
-:mod:`dl1.gap` for the dual scaling.
+:mod:`dl1.objective.gap` for the dual scaling.
 """
 
-from dl1.datafits.logistic import Logistic
-from dl1.datafits.quadratic import Quadratic, normalize_sample_weight
+from dl1.objective.datafits.logistic import Logistic
+from dl1.objective.datafits.quadratic import Quadratic, normalize_sample_weight
 
 __all__ = ["Logistic", "Quadratic", "normalize_sample_weight"]
