@@ -20,9 +20,11 @@ import scipy.sparse as sp
 
 from dl1.errors import ValidationError
 from dl1.objective.datafits import Logistic, Quadratic, normalize_sample_weight
-from dl1.solvers import _tasks as T
 from dl1.solvers.base import DataHandles, Problem, WorkingSetBudget
 from dl1.store import Store, open_store
+from dl1.tasks.blocks import Block, BlockSource, assemble_block, identity, loaded
+from dl1.tasks.gram import GRAM_DENSE_MAX
+from dl1.tasks.passes import xt_theta_task
 
 LOSSES = {"squared": Quadratic, "logistic": Logistic}
 
@@ -119,7 +121,7 @@ def block_memory(store: Store, split: str) -> int:
 def dense_max(streamed: bool) -> int:
     """Largest working set (rows x columns) densified for its Gram matrix: 16 MiB out of core
     (workers with little memory), 256 MiB otherwise."""
-    return (1 << 21) if streamed else T.GRAM_DENSE_MAX
+    return (1 << 21) if streamed else GRAM_DENSE_MAX
 
 
 def gather_budget(ex: Any, streamed: bool) -> float:
@@ -194,7 +196,7 @@ def block_sources(store: Store, split: str, sw: np.ndarray, standardize: bool, c
     nnz = store.block_nnz(split, fmt)
     root = os.fspath(store.path)
     return [
-        T.BlockSource(
+        BlockSource(
             j,
             int(cb[j]),
             int(cb[j + 1] - cb[j]),
@@ -233,7 +235,7 @@ def load_blocks(
     K = len(cb) - 1
     dl = Xd.to_delayed()
     tasks = [
-        dask.delayed(T.assemble_block, pure=True)(
+        dask.delayed(assemble_block, pure=True)(
             j, int(cb[j]), sw, standardize, center, *dl[:, j].tolist(), verified=store is not None
         )
         for j in range(K)
@@ -247,9 +249,9 @@ def load_blocks(
     return ex.compute(tasks, workers=part_of.tolist()), cb
 
 
-def block_scale(block: T.Block | T.BlockSource) -> np.ndarray:
+def block_scale(block: Block | BlockSource) -> np.ndarray:
     """A block's column scales (standardisation; empty: none)."""
-    return T.loaded(block).col_scale
+    return loaded(block).col_scale
 
 
 def col_scales(ex: Any, blocks: list[Any]) -> np.ndarray:
@@ -262,7 +264,7 @@ def xt_theta_absmax(ex: Any, blocks: list[Any], theta: np.ndarray, n_partitions:
     (a task per block would ship a copy of ``theta`` with each of thousands of blocks)."""
     parts = np.array_split(np.arange(len(blocks)), max(1, min(n_partitions, len(blocks))))
     stats = ex.gather(
-        [ex.submit(T.xt_theta_task, [blocks[j] for j in part], theta, np.inf) for part in parts]
+        [ex.submit(xt_theta_task, [blocks[j] for j in part], theta, np.inf) for part in parts]
     )
     return max((st[0] for res in stats for st in res), default=0.0)
 
@@ -294,7 +296,7 @@ def load_problem(
         dense_max(streamed), gather_budget(ex, streamed), col_bytes, cache_max
     )
     handles = DataHandles(
-        ex.submit(T.identity, inputs.y), ex.submit(T.identity, inputs.sample_weight)
+        ex.submit(identity, inputs.y), ex.submit(identity, inputs.sample_weight)
     )
     problem = Problem(
         ex, blocks, col_bounds, inputs.y, inputs.sample_weight, inputs.datafit, penalty,

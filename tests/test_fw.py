@@ -13,8 +13,8 @@ import dl1
 from dl1.errors import ValidationError
 from dl1.kernels.fw import fw_column, fw_score_columns
 from dl1.params import InvalidParameterError
-from dl1.solvers._fw_tasks import sample_columns
 from dl1.solvers.fw import sample_size, split_sample
+from dl1.tasks.fw import sample_columns
 
 
 def _problem(n=70, p=350, seed=0, density=0.08):

@@ -25,7 +25,9 @@ def _loaded(code: str) -> set[str]:
 @pytest.mark.parametrize(
     "module",
     [
-        "dl1.solvers._tasks",
+        "dl1.tasks.passes",
+        "dl1.tasks.subproblem",
+        "dl1.tasks.spread",
         "dl1.solvers.executor",
         "dl1.solvers.rpc",
         "dl1.solvers.ws",

@@ -709,12 +709,9 @@ def test_cd_block_epochs_profiled_intercept_matches_reference(use_sw, use_scale)
 def test_sparse_subproblem_with_intercept_matches_sklearn():
     """The working-set subproblem without a Gram matrix (profiled intercept) on positive
     features converges to scikit-learn's Lasso with intercept."""
-    from dl1.solvers._tasks import (
-        SubproblemSettings,
-        assemble_block,
-        extract_task,
-        subproblem_task,
-    )
+    from dl1.tasks.blocks import assemble_block
+    from dl1.tasks.columns import extract_task
+    from dl1.tasks.subproblem import SubproblemSettings, subproblem_task
 
     rng = np.random.default_rng(2)
     n, p = 80, 30
@@ -746,7 +743,8 @@ def test_sparse_subproblem_with_intercept_matches_sklearn():
 
 @pytest.mark.parametrize("use_scale", [False, True])
 def test_compact_task_equals_extracting_the_subset(use_scale):
-    from dl1.solvers._tasks import assemble_block, compact_task, extract_task
+    from dl1.tasks.blocks import assemble_block
+    from dl1.tasks.columns import compact_task, extract_task
 
     rng = np.random.default_rng(4)
     X = make_csc(20, 15, 0.4, np.float32, 1)
@@ -796,7 +794,7 @@ def test_take_submatrix_matches_numpy():
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("profiled", [False, True])  # factor * G - c c^T (the subproblem's Q)
 def test_working_set_gram_cached_equals_numpy(density, weighted, profiled):
-    from dl1.solvers import _tasks as T
+    from dl1.tasks.gram import GRAM_CACHE, GRAM_DTYPE, working_set_gram
 
     rng = np.random.default_rng(int(density * 100) + weighted)
     n, p = 60, 40
@@ -810,33 +808,33 @@ def test_working_set_gram_cached_equals_numpy(density, weighted, profiled):
         factor, c_all = 1.0 / n, rng.standard_normal(p)
         full = factor * full - np.outer(c_all, c_all)
     key = f"test-{density}-{weighted}-{profiled}"
-    T.GRAM_CACHE.pop(key, None)
+    GRAM_CACHE.pop(key, None)
 
     def gram(ws, scratch_max=10**6):
         A = X[:, ws]
         ip, ix, v = A.indptr.astype(np.int64), A.indices, A.data
         c = None if c_all is None else c_all[ws]
-        return T.working_set_gram(ip, ix, v, n, s, ws, key, scratch_max, factor, c)
+        return working_set_gram(ip, ix, v, n, s, ws, key, scratch_max, factor, c)
 
     # a first working set, then one that drops some columns and adds others: the rows of
     # the kept columns come from the cache, the new ones are computed (row blocks of 7)
     ws1 = np.sort(rng.choice(p, 15, replace=False))
     G1 = gram(ws1)
-    # formed in float64, stored as T.GRAM_DTYPE: each entry is the float64 one, rounded
-    assert G1.dtype == T.GRAM_DTYPE
-    want = full[np.ix_(ws1, ws1)].astype(T.GRAM_DTYPE)
+    # formed in float64, stored as GRAM_DTYPE: each entry is the float64 one, rounded
+    assert G1.dtype == GRAM_DTYPE
+    want = full[np.ix_(ws1, ws1)].astype(GRAM_DTYPE)
     np.testing.assert_allclose(G1, want, rtol=2.0**-23, atol=1e-12)  # one float32 ulp
     ws2 = np.union1d(ws1[::2], np.sort(rng.choice(p, 12, replace=False)))
     G2 = gram(ws2, scratch_max=7 * ws2.shape[0])
-    want = full[np.ix_(ws2, ws2)].astype(T.GRAM_DTYPE)
+    want = full[np.ix_(ws2, ws2)].astype(GRAM_DTYPE)
     np.testing.assert_allclose(G2, want, rtol=2.0**-23, atol=1e-12)
     kept = np.isin(ws2, ws1)
     # cached entries are reused as they were
     sel1 = np.searchsorted(ws1, ws2[kept])
     np.testing.assert_array_equal(G2[np.ix_(kept, kept)], G1[np.ix_(sel1, sel1)])
-    assert T.GRAM_CACHE[key][0].tolist() == ws2.tolist()
+    assert GRAM_CACHE[key][0].tolist() == ws2.tolist()
     assert gram(ws2) is G2  # the same working set again: the cached matrix, no work
-    T.GRAM_CACHE.pop(key)
+    GRAM_CACHE.pop(key)
 
 
 def _csc_with_empty_column(n, p, density, empty, dtype, rng) -> sp.csc_matrix:
@@ -959,7 +957,7 @@ def test_gram_gap_estimate_equals_the_exact_gap(fit_intercept, weighted, l1_rati
     from dl1.objective.datafits import Quadratic
     from dl1.objective.gap import duality_gap
     from dl1.objective.penalties.elastic_net import ElasticNet
-    from dl1.solvers._tasks import GramGapEstimate
+    from dl1.tasks.gram import GramGapEstimate
 
     rng = np.random.default_rng(int(fit_intercept) + 2 * int(weighted) + int(10 * l1_ratio))
     n, m = 80, 12
@@ -996,9 +994,11 @@ def test_spread_gram_across_partitions_equals_numpy(density, weighted, shares):
     for a second working set: equal to NumPy's, with the kept entries reused bit for bit.
     With ``shares`` every group is a share of its own (a one-byte share budget), so shares
     of the same partition exchange row pieces too."""
-    from dl1.solvers import _tasks as T
     from dl1.solvers.executor import LocalExecutor
     from dl1.solvers.subproblems import CachedGroup, spread_gram_task, spread_plan
+    from dl1.tasks.blocks import assemble_block
+    from dl1.tasks.columns import extract_task
+    from dl1.tasks.gram import GRAM_DTYPE
 
     rng = np.random.default_rng(int(density * 100) + weighted)
     n, p = 50, 36
@@ -1006,7 +1006,7 @@ def test_spread_gram_across_partitions_equals_numpy(density, weighted, shares):
     s = rng.uniform(0.5, 2.0, n) if weighted else np.zeros(0)
     sv = np.ones(n) if not weighted else s
     cb = np.array([0, 17, p])
-    blocks = [T.assemble_block(j, cb[j], s, True, True, X[:, cb[j] : cb[j + 1]]) for j in range(2)]
+    blocks = [assemble_block(j, cb[j], s, True, True, X[:, cb[j] : cb[j + 1]]) for j in range(2)]
     scale = np.concatenate([b.col_scale for b in blocks])
     Xs = X.toarray() * scale
     c_all = Xs.T @ sv / np.sqrt(n * sv.sum())
@@ -1018,7 +1018,7 @@ def test_spread_gram_across_partitions_equals_numpy(density, weighted, shares):
         for j in range(2):
             g = ids[(ids >= cb[j]) & (ids < cb[j + 1])]
             if g.shape[0]:
-                out.append(CachedGroup(T.extract_task(blocks[j], g - cb[j]), g, True))
+                out.append(CachedGroup(extract_task(blocks[j], g - cb[j]), g, True))
         return out
 
     def gram(groups, ws, prev):
@@ -1036,7 +1036,7 @@ def test_spread_gram_across_partitions_equals_numpy(density, weighted, shares):
     groups = groups_for(ws1)
     g1, ids1 = gram(groups, ws1, None)
     Q1 = g1[0][1]
-    assert Q1.dtype == T.GRAM_DTYPE and g1[0][0] is ids1
+    assert Q1.dtype == GRAM_DTYPE and g1[0][0] is ids1
     tol = dict(rtol=2.0**-22, atol=1e-7 * np.abs(full).max())
     np.testing.assert_allclose(Q1, full[np.ix_(ids1, ids1)], **tol)
     ws2 = np.union1d(ws1[::2], np.sort(rng.choice(p, 12, replace=False)))

@@ -167,27 +167,28 @@ def test_last_pass_of_an_alpha_is_the_first_of_the_next():
 
 
 def _gram_cache_size() -> int:
-    from dl1.solvers._tasks import GRAM_CACHE
+    from dl1.tasks.gram import GRAM_CACHE
 
     return len(GRAM_CACHE)
 
 
-def test_workers_forget_gram_matrices_after_fit_and_path(local_cluster):
+def test_workers_forget_gram_matrices_after_fit_and_path(local_cluster, monkeypatch):
     """The working-set Gram matrices the workers keep between rounds are dropped when the
     fit or path ends (a long-lived worker does not keep hundreds of MiB per past solve)."""
-    from dl1.solvers import _tasks as T
+    from dl1.tasks import subproblem
 
     X, y = make_data(p=400, seed=3)  # wider than a first working set: several rounds
     amax = dl1.alpha_max(X, y)
     seen = []
-    orig = T.working_set_gram
-    try:
+    orig = subproblem.working_set_gram
+    with monkeypatch.context() as patch:
         # in process: a Gram matrix is cached during the solve, none is left after it
-        T.working_set_gram = lambda *a: seen.append(_gram_cache_size()) or orig(*a)
+        patch.setattr(
+            subproblem, "working_set_gram",
+            lambda *a: seen.append(_gram_cache_size()) or orig(*a),
+        )  # fmt: skip
         res = dl1.fit(X, y, alpha=amax / 20, tol=1e-8)
         assert res.converged_ and len(seen) >= 2 and max(seen) >= 1
-    finally:
-        T.working_set_gram = orig
     assert _gram_cache_size() == 0
     dl1.fit(X, y, alpha=amax / 20, tol=1e-8, client=local_cluster)
     dl1.path(X, y, n_alphas=10, tol=1e-8, client=local_cluster)

@@ -10,12 +10,15 @@ from dl1.fit import _load, _problem
 import dl1
 from dl1.objective.datafits import Logistic, Quadratic
 from dl1.objective.penalties.elastic_net import ElasticNet
-from dl1.solvers import _tasks as T
 from dl1.solvers import rpc
 from dl1.solvers.executor import DistributedExecutor, LocalExecutor
 from dl1.solvers.line import Dialer
 from dl1.solvers.rpc import RpcExecutor, rpc_executor
 from dl1.solvers.ws import solve_ws
+from dl1.tasks.blocks import loaded
+from dl1.tasks.columns import extract_task
+from dl1.tasks.gram import drop_gram
+from dl1.tasks.subproblem import subproblem_task
 from tests.test_fit import as_dask, make_classification, make_regression
 
 KW = dict(fit_intercept=True, tol=1e-9, max_rounds=200, n_partitions=2, ws_start=8)
@@ -70,7 +73,7 @@ def test_direct_calls_give_the_answers_of_tasks_bit_for_bit(
             **common,
         )
         out[name] = (first, second, e, last2)
-        e.broadcast(T.drop_gram, common["gram_key"])  # the key is ours: the solves keep it
+        e.broadcast(drop_gram, common["gram_key"])  # the key is ours: the solves keep it
     for a, b in zip(out["tasks"][:2], out["direct"][:2], strict=True):
         _same(a, b)
         assert a.converged_ and a.n_rounds_ >= 1
@@ -180,7 +183,6 @@ def test_a_peer_lost_while_the_subproblem_server_waits_for_its_columns():
     worker is gone: the server gives up once the scheduler no longer lists it (its call to
     the peer would otherwise wait for an actor that is never recreated there), and the call
     re-runs as tasks, which recompute the block."""
-    from dl1.solvers import _tasks as T
     from tests.test_fit import _cluster
 
     X, y = make_regression(n=300, p=200, seed=8)
@@ -195,22 +197,22 @@ def test_a_peer_lost_while_the_subproblem_server_waits_for_its_columns():
         ws = cb[j] + np.arange(3)
         args = (np.zeros(3), yv, np.zeros(yv.shape[0]), swv, Quadratic(), ElasticNet(0.01))
         rest = (True, 1e-12, 1000, 10, False, 0)
-        expected = T.subproblem_task(
-            [T.extract_task(T.loaded(blocks[j].result()), np.arange(3))],
+        expected = subproblem_task(
+            [extract_task(loaded(blocks[j].result()), np.arange(3))],
             [ws],
             [True],
             ws,
             *args,
             *rest,
         )
-        group = rx.submit(T.extract_task, blocks[j], np.arange(3))
+        group = rx.submit(extract_task, blocks[j], np.arange(3))
         peer = next(n for n in cluster.workers.values() if n.worker_address == held[j])
         peer.process.process.kill()
         deadline = time.monotonic() + 60
         while held[j] in client.scheduler_info()["workers"]:
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        (got,) = rx.gather([rx.submit(T.subproblem_task, [group], [ws], [True], ws, *args, *rest)])
+        (got,) = rx.gather([rx.submit(subproblem_task, [group], [ws], [True], ws, *args, *rest)])
     assert rx.broken
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_array_equal(got[1], expected[1])

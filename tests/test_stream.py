@@ -12,9 +12,10 @@ from dl1.datasets import make_e2006_like
 from dl1.errors import StoreCorruptError, ValidationError
 from dl1.loading import WORKER_BASELINE, block_memory, block_sources, decide_stream
 from dl1.monitor import PeakRSS
-from dl1.solvers import _tasks as T
 from dl1.solvers.result import ConvergenceWarning
 from dl1.store import open_store
+from dl1.tasks.blocks import BlockSource
+from dl1.tasks.passes import scan_task
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def store(tmp_path_factory):
 
 
 def _holds_blocks(dask_worker) -> bool:
-    from dl1.solvers._tasks import Block
+    from dl1.tasks.blocks import Block
 
     return any(isinstance(v, Block) for v in dask_worker.data.values())
 
@@ -112,18 +113,18 @@ def test_auto_streams_when_blocks_exceed_half_the_workers_data_memory(store):
 
 def test_fully_screened_block_is_not_read(store):
     src = block_sources(open_store(store), "train", np.zeros(0), False, True)[0][2]
-    gone = T.BlockSource(**{**src.__dict__, "root": "/nonexistent/store"})
+    gone = BlockSource(**{**src.__dict__, "root": "/nonexistent/store"})
     none_alive = np.packbits(np.zeros(gone.ncols, dtype=bool))
     theta = np.ones(open_store(store).shape()[0])
     empty = [(np.zeros(0, np.int64), np.zeros(0))]
-    out, _ = T.scan_task([gone], theta, 1.0, empty, 5, [none_alive], None)
+    out, _ = scan_task([gone], theta, 1.0, empty, 5, [none_alive], None)
     assert out[0][4] == 0 and out[0][1].shape == (0,)
     with pytest.raises(StoreCorruptError, match="cannot be opened"):  # an alive block is read
-        T.scan_task([gone], theta, 1.0, empty, 5, [None], None)
+        scan_task([gone], theta, 1.0, empty, 5, [None], None)
     # the real source reads and scans like the block kept in memory
     blk = src.load()
-    a, _ = T.scan_task([src], theta, 1.0, empty, 5, [None], None)
-    b, _ = T.scan_task([blk], theta, 1.0, empty, 5, [None], None)
+    a, _ = scan_task([src], theta, 1.0, empty, 5, [None], None)
+    b, _ = scan_task([blk], theta, 1.0, empty, 5, [None], None)
     assert a[0][0] == b[0][0] and np.array_equal(a[0][1], b[0][1])
 
 

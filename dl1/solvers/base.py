@@ -81,7 +81,7 @@ class Problem:
     @property
     def streamed(self) -> bool:
         """Out of core: the blocks are sources, read from the store by every task."""
-        from dl1.solvers._tasks import BlockSource
+        from dl1.tasks.blocks import BlockSource
 
         return bool(self.blocks) and isinstance(self.blocks[0], BlockSource)
 

@@ -2,7 +2,7 @@
 
 The coordinator (this module, on the client) holds the small state: ``w`` (length p), the
 intercept, ``z = X w + b`` and the gradient (length n). The data lives on the workers as
-feature blocks (:class:`dl1.solvers._tasks.Block`), loaded once from the store or the dask
+feature blocks (:class:`dl1.tasks.blocks.Block`), loaded once from the store or the dask
 array and recomputed from there if a worker is lost; they are never scattered.
 
 A round:
@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from dl1.objective.gap import duality_gap_from_stats
-from dl1.solvers import _tasks as T
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.records import GapStats, RoundOutput
 from dl1.solvers.result import (
@@ -44,6 +43,7 @@ from dl1.solvers.result import (
     coef_by_block,
     make_result,
 )
+from dl1.tasks.passes import matvec_task, round_task, xt_theta_task
 
 
 class CoordinateDescentSolver:
@@ -128,7 +128,7 @@ class CoordinateDescentSolver:
             ex = pb.executor
             for u in ex.gather(
                 [
-                    ex.submit(T.matvec_task, [pb.blocks[j] for j in part],
+                    ex.submit(matvec_task, [pb.blocks[j] for j in part],
                               coef_by_block(w, pb.col_bounds, part), pb.n)
                     for part in pb.partitions
                 ]
@@ -139,8 +139,8 @@ class CoordinateDescentSolver:
     def _round(
         self, pb: Problem, w: np.ndarray, z: np.ndarray, r: int, last: bool
     ) -> tuple[list[RoundOutput] | None, list[GapStats]]:
-        """Every partition's round (:func:`T.round_task`), or on the last round only the
-        certificate's statistics (:func:`T.xt_theta_task`)."""
+        """Every partition's round (:func:`round_task`), or on the last round only the
+        certificate's statistics (:func:`xt_theta_task`)."""
         ex, datafit = pb.executor, pb.datafit
         g = datafit.gradient(pb.y, z, pb.weights)
         theta = datafit.dual_point(pb.y, z, pb.weights, pb.fit_intercept)
@@ -148,7 +148,7 @@ class CoordinateDescentSolver:
         parts = pb.partitions
         if last:
             stats = ex.gather(
-                [ex.submit(T.xt_theta_task, [pb.blocks[j] for j in part], theta, threshold)
+                [ex.submit(xt_theta_task, [pb.blocks[j] for j in part], theta, threshold)
                  for part in parts]
             )  # fmt: skip
             return None, [st for part in stats for st in part]
@@ -156,7 +156,7 @@ class CoordinateDescentSolver:
         results = ex.gather(
             [
                 ex.submit(
-                    T.round_task, [pb.blocks[j] for j in part],
+                    round_task, [pb.blocks[j] for j in part],
                     coef_by_block(w, pb.col_bounds, part), g, theta, pb.sample_weight, sigma,
                     datafit.beta, pb.penalty.alpha_l1, pb.penalty.alpha_l2, self.n_epochs,
                     self.random_order, self.seed * 7919 + r * len(parts) + q, threshold, True,

@@ -10,7 +10,11 @@ from typing import Any
 import dask
 import numpy as np
 
-from dl1.solvers import _tasks as T
+from dl1.tasks.blocks import assemble_block
+from dl1.tasks.columns import extract_task
+from dl1.tasks.gram import GRAM_DTYPE
+from dl1.tasks.passes import matvec_task, round_task, scan_task
+from dl1.tasks.subproblem import SubproblemSettings, subproblem_task
 
 #: Whether this process has run :func:`warm_up` (a worker serves many fits).
 _WARM = False
@@ -28,9 +32,9 @@ def warm_up() -> None:
 
     for dtype in (np.float64, np.float32):
         m = sp.csc_matrix(np.array([[1.0, 0.0], [2.0, 3.0]], dtype=dtype))
-        blk = T.assemble_block(0, 0, np.zeros(0), False, True, m)
+        blk = assemble_block(0, 0, np.zeros(0), False, True, m)
         g = np.array([0.1, -0.1])
-        T.round_task(
+        round_task(
             [blk],
             [(np.zeros(0, np.int64), np.zeros(0))],
             g,
@@ -46,7 +50,7 @@ def warm_up() -> None:
             0.2,
             True,
         )
-        T.round_task(
+        round_task(
             [blk],
             [(np.zeros(0, np.int64), np.zeros(0))],
             g,
@@ -62,17 +66,17 @@ def warm_up() -> None:
             0.2,
             True,
         )
-        T.matvec_task([blk], [(np.array([0]), np.array([1.0]))], 2)
+        matvec_task([blk], [(np.array([0]), np.array([1.0]))], 2)
         # working-set solver: scan (with screening), gathering, both subproblem paths
         from dl1.objective.datafits import Logistic, Quadratic
         from dl1.objective.penalties.elastic_net import ElasticNet
 
         none = [(np.zeros(0, np.int64), np.zeros(0))]
-        T.scan_task([blk], g, 0.2, none, 1, [None], (g, 1.0, 0.1))
-        ext = T.extract_task(blk, np.array([0, 1]))
+        scan_task([blk], g, 0.2, none, 1, [None], (g, 1.0, 0.1))
+        ext = extract_task(blk, np.array([0, 1]))
         y = np.array([1.0, -1.0])
         for datafit, gram_max in ((Quadratic(), 4096), (Quadratic(), 0), (Logistic(), 4096)):
-            T.subproblem_task(
+            subproblem_task(
                 [ext],
                 [np.array([0, 1])],
                 [True],
@@ -81,13 +85,13 @@ def warm_up() -> None:
                 y,
                 np.zeros(2),
                 np.zeros(0),
-                T.SubproblemSettings(datafit, ElasticNet(0.01), True, 0.0, 12, gram_max=gram_max),
+                SubproblemSettings(datafit, ElasticNet(0.01), True, 0.0, 12, gram_max=gram_max),
             )
     # kernels the tiny subproblems above do not reach: a cached float32 Gram matrix reused
     # by the next working set, and its products (one Gram dtype: once, not per data dtype)
     from dl1.kernels.gram import gram_matvec, take_submatrix
 
-    Q = np.eye(2, dtype=T.GRAM_DTYPE)
+    Q = np.eye(2, dtype=GRAM_DTYPE)
     gram_matvec(Q, np.ones(2), np.zeros(2))
     take_submatrix(Q, np.arange(2), np.zeros_like(Q), np.arange(2))
     _WARM = True

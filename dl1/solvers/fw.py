@@ -49,8 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from dl1.solvers import _fw_tasks as FT
 from dl1.solvers.result import overhead_fraction
+from dl1.tasks.fw import column_task, fw_round_task, nnz_task, sigma_task
 
 #: Stopping rules: the exact FW gap ``<= tol * f(0)`` (checked by a full pass when the
 #: sampled estimate falls below it), or the paper's ``||a_{k+1} - a_k||_inf <= step_tol``
@@ -275,8 +275,8 @@ class FWProblem:
         self.kappas = [[int(kap[j]) for j in g] for g in groups]
         # logistic: grad_j = x_j^T psi with psi the loss derivative, no sigma term
         ys = np.zeros(self.n) if self.logistic else self.yc
-        self.sigmas = [ex.submit(FT.sigma_task, part, ys) for part in self.parts]
-        counts = ex.gather([ex.submit(FT.nnz_task, part) for part in self.parts])
+        self.sigmas = [ex.submit(sigma_task, part, ys) for part in self.parts]
+        counts = ex.gather([ex.submit(nnz_task, part) for part in self.parts])
         self.nnz = int(sum(sum(c) for c in counts))
 
     def psi(self, st: FWState) -> np.ndarray:
@@ -384,7 +384,7 @@ class FWProblem:
         outs = self.ex.gather(
             [
                 self.ex.submit(
-                    FT.round_task, part, off, sig, vec, kap, seed, it, full, ext, threshold
+                    fw_round_task, part, off, sig, vec, kap, seed, it, full, ext, threshold
                 )
                 for part, off, sig, kap, ext in zip(
                     self.parts, self.offsets, self.sigmas, self.kappas, extras, strict=True
@@ -413,7 +413,7 @@ class FWProblem:
         if hit is not None:
             return hit
         q = int(self.part_of_block[np.searchsorted(self.col_bounds, col, side="right") - 1])
-        hit = self.ex.gather([self.ex.submit(FT.column_task, self.parts[q], self.offsets[q], col)])[
+        hit = self.ex.gather([self.ex.submit(column_task, self.parts[q], self.offsets[q], col)])[
             0
         ]
         self.n_fetched += 1

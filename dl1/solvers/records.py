@@ -43,7 +43,7 @@ class ColumnGroup(NamedTuple):
 
 
 class BlockScan(NamedTuple):
-    """One block's part of a pass (:func:`dl1.solvers._tasks.scan_task`).
+    """One block's part of a pass (:func:`dl1.tasks.passes.scan_task`).
 
     ``candidates`` (local column ids) and ``scores`` (``|x_j^T theta| - threshold``) are
     the block's worst KKT violators; ``alive`` its unscreened columns as packed bits (None:
@@ -66,7 +66,7 @@ class PartitionScan(NamedTuple):
 
 
 class RoundOutput(NamedTuple):
-    """A partition's CoCoA+ round (:func:`dl1.solvers._tasks.round_task`): the new nonzero
+    """A partition's CoCoA+ round (:func:`dl1.tasks.fw.round_task`): the new nonzero
     coefficients of each block as (local ids, values), ``u = X_part dw``, the gap
     statistics at the start point (None when not asked) and timing information."""
 
@@ -78,7 +78,7 @@ class RoundOutput(NamedTuple):
 
 class SpreadRoundOutput(NamedTuple):
     """A partition's CoCoA+ round of a spread working-set subproblem
-    (:func:`dl1.solvers._tasks.ws_round_task`): new coefficients of each group's live
+    (:func:`dl1.tasks.spread.ws_round_task`): new coefficients of each group's live
     columns, ``u``, the intercept shift, the restricted gap statistics and timing."""
 
     coef: list[np.ndarray]
@@ -100,10 +100,10 @@ class SubproblemOutput(NamedTuple):
 
 
 class SubproblemCall(NamedTuple):
-    """The arguments of :func:`dl1.solvers._tasks.subproblem_task`, by name: the cached
+    """The arguments of :func:`dl1.tasks.subproblem.subproblem_task`, by name: the cached
     column groups (handles or resolved), their feature ids and freshness, the working set
     and its coefficients, ``y``, ``z = X w + b``, the sample weights and the
-    :class:`~dl1.solvers._tasks.SubproblemSettings`."""
+    :class:`~dl1.tasks.subproblem.SubproblemSettings`."""
 
     groups: list[Any]
     group_ids: list[np.ndarray]

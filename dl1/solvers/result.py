@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dl1.solvers import _tasks as T
+from dl1.tasks.passes import coef_parts
 
 
 class ConvergenceWarning(UserWarning):
@@ -99,13 +99,13 @@ def overhead_fraction(history: list[dict[str, Any]]) -> float:
 
 def coef_by_block(w: np.ndarray, bounds: np.ndarray, blocks: list[int]):
     """The nonzero coefficients of each of ``blocks`` as (local ids, values), the form in
-    which tasks receive a block's coefficients (:func:`dl1.solvers._tasks.coef_parts`)."""
+    which tasks receive a block's coefficients (:func:`dl1.tasks.passes.coef_parts`)."""
     if not blocks:
         return []
     ranges = [(int(bounds[j]), int(bounds[j + 1])) for j in blocks]
     lo, hi = min(a for a, _ in ranges), max(b for _, b in ranges)
     ids = np.flatnonzero(w[lo:hi]) + lo
-    return T.coef_parts(ids, w[ids], ranges)
+    return coef_parts(ids, w[ids], ranges)
 
 
 class Certificate(NamedTuple):

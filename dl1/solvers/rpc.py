@@ -56,17 +56,21 @@ from typing import Any
 
 import numpy as np
 
-from dl1.solvers import _tasks as T
 from dl1.solvers.executor import DistributedExecutor
 from dl1.solvers.line import Dialer, Line
 from dl1.solvers.records import SubproblemCall
+from dl1.tasks.blocks import identity
+from dl1.tasks.columns import compact_task, extract_task
+from dl1.tasks.gram import drop_gram
+from dl1.tasks.passes import coef_parts, matvec_task, pass_dual_point, scan_task, xt_theta_task
+from dl1.tasks.subproblem import subproblem_task
 
 #: Workers whose line this process could not connect to (:meth:`RpcExecutor._open_lines`):
 #: later solves keep actor calls for them at once instead of waiting for the connection.
 NO_LINE: set[str] = set()
 
 #: Task functions a server runs (the others go through the scheduler).
-ROUTED = (T.scan_task, T.matvec_task, T.xt_theta_task, T.subproblem_task)
+ROUTED = (scan_task, matvec_task, xt_theta_task, subproblem_task)
 
 
 class BlockMissing(RuntimeError):
@@ -156,9 +160,9 @@ class ValueRef:
 
 
 class GroupRef:
-    """Columns of one block gathered for the subproblem (as :func:`~dl1.solvers._tasks.
-    extract_task`, or :func:`~dl1.solvers._tasks.compact_task` of a parent group), made on
-    first use by the server solving the subproblem and cached there."""
+    """Columns of one block gathered for the subproblem (as
+    :func:`~dl1.tasks.columns.extract_task`, or :func:`~dl1.tasks.columns.compact_task` of a
+    parent group), made on first use by the server solving the subproblem and cached there."""
 
     def __init__(
         self,
@@ -295,9 +299,9 @@ class PartitionServer:
         return _wait(fut, lambda: [holder], _worker_client, lambda: [self._peers[holder]])
 
     def extract(self, wanted: list[tuple[Any, np.ndarray]]) -> list[tuple]:
-        """:func:`~dl1.solvers._tasks.extract_task` of blocks held here (for a peer): one
+        """:func:`~dl1.tasks.columns.extract_task` of blocks held here (for a peer): one
         call per peer and subproblem."""
-        return [T.extract_task(self._block(_Block(key)), local) for key, local in wanted]
+        return [extract_task(self._block(_Block(key)), local) for key, local in wanted]
 
     def call(self, fn: Any, args: list[Any], then_scan: _ScanPlan | None = None) -> Any:
         """``fn(*args)`` with blocks, groups and constants resolved here.
@@ -314,7 +318,7 @@ class PartitionServer:
         # the columns fetched in advance are for the next call that uses groups; a solve's
         # end (its Gram matrix dropped) lets them go
         self._got_ahead, ahead_wait, self._ahead_gids = {}, 0.0, set()
-        if fn is T.drop_gram or _has_groups(args):
+        if fn is drop_gram or _has_groups(args):
             self._got_ahead, ahead_wait = self._take_ahead(time.perf_counter())
         remote: dict[str, list[_Group]] = {}
         self._remote_groups(args, remote)
@@ -432,7 +436,7 @@ class PartitionServer:
         }
         t0 = time.perf_counter()
         for key, local in asks.get(here, []):
-            ahead[(key, local.tobytes())] = T.extract_task(self._block(_Block(key)), local)
+            ahead[(key, local.tobytes())] = extract_task(self._block(_Block(key)), local)
         t1 = time.perf_counter()
         peer_s = 0.0
         for holder, fut in futs.items():  # received here now, not when the call needs them
@@ -472,7 +476,7 @@ class PartitionServer:
 
     def _scan_after(self, out: tuple, args: list[Any], plan: _ScanPlan, ws_size: int) -> list:
         """The pass after a subproblem (``args`` those of
-        :func:`~dl1.solvers._tasks.subproblem_task`, ``out`` its result), with the
+        :func:`~dl1.tasks.subproblem.subproblem_task`, ``out`` its result), with the
         coordinator's own steps on the same values, so bit for bit the pass it would run:
         ``z + dz``, the intercept's update, the dual point and the coefficients by block
         (the working set holds every nonzero); ``ws_size`` candidates per block."""
@@ -480,14 +484,14 @@ class PartitionServer:
         sw, settings = call.sample_weight, call.settings
         z = call.z + out.dz
         weights = None if sw.shape[0] == 0 else sw
-        _, theta = T.pass_dual_point(settings.datafit, call.y, z, weights, settings.fit_intercept)
-        w_parts = [T.coef_parts(call.ws, out.w_ws, bounds) for bounds in plan.bounds]
+        _, theta = pass_dual_point(settings.datafit, call.y, z, weights, settings.fit_intercept)
+        w_parts = [coef_parts(call.ws, out.w_ws, bounds) for bounds in plan.bounds]
         return self._scan(plan, theta, w_parts, ws_size)
 
     def _scan(
         self, plan: _ScanPlan, theta: np.ndarray, w_parts: list[Any], ws_size: int
     ) -> list[Any]:
-        """:func:`~dl1.solvers._tasks.scan_task` of each partition of ``plan``: the peers'
+        """:func:`~dl1.tasks.passes.scan_task` of each partition of ``plan``: the peers'
         by direct calls, this worker's meanwhile."""
         calls, done = [], {}
         for q, holder in enumerate(plan.holders):
@@ -495,10 +499,10 @@ class PartitionServer:
             if holder == self._worker.address:
                 calls.append((q, None, scan))
             else:
-                calls.append((q, holder, self._ask(holder, "call", T.scan_task, scan)))
+                calls.append((q, holder, self._ask(holder, "call", scan_task, scan)))
         for q, holder, scan in calls:  # this worker's partitions while the peers scan
             if holder is None:
-                done[q] = T.scan_task(*self._resolve(scan, {}))
+                done[q] = scan_task(*self._resolve(scan, {}))
         for q, holder, fut in calls:
             if holder is not None:
                 done[q] = self._answer(holder, fut)
@@ -533,9 +537,9 @@ class PartitionServer:
             parent = self._group(g.parent, used, local_only, record=False)
             if parent is None:
                 return None
-            e = T.compact_task(parent, g.keep)
+            e = compact_task(parent, g.keep)
         elif g.holder is None or g.holder == self._worker.address:
-            e = T.extract_task(self._block(_Block(g.block) if g.holder else g.block), g.local)
+            e = extract_task(self._block(_Block(g.block) if g.holder else g.block), g.local)
             self._fetched_late += 1
         elif local_only:
             return None  # asked of its holder
@@ -847,16 +851,16 @@ class RpcExecutor(DistributedExecutor):
             return tuple(self._as_task_arg(x) for x in a)
         if isinstance(a, ValueRef):
             if a.future is None:
-                a.future = DistributedExecutor.submit(self, T.identity, a.value)
+                a.future = DistributedExecutor.submit(self, identity, a.value)
             return a.future
         if isinstance(a, GroupRef):
             if a.future is None:
                 if a.parent is not None:
                     a.future = DistributedExecutor.submit(
-                        self, T.compact_task, self._as_task_arg(a.parent), a.keep
+                        self, compact_task, self._as_task_arg(a.parent), a.keep
                     )
                 else:
-                    a.future = DistributedExecutor.submit(self, T.extract_task, a.block, a.local)
+                    a.future = DistributedExecutor.submit(self, extract_task, a.block, a.local)
             return a.future
         return a
 
@@ -867,11 +871,11 @@ class RpcExecutor(DistributedExecutor):
     # -- the executor interface ------------------------------------------------------------
     def submit(self, fn: Any, *args: Any) -> Any:
         if not self.broken:
-            if fn is T.identity:
+            if fn is identity:
                 return ValueRef(args[0])
-            if fn is T.extract_task:
+            if fn is extract_task:
                 return GroupRef(block=args[0], local=args[1])
-            if fn is T.compact_task and isinstance(args[0], GroupRef):
+            if fn is compact_task and isinstance(args[0], GroupRef):
                 return GroupRef(parent=args[0], keep=args[1])
             if fn in ROUTED:
                 try:
@@ -979,7 +983,7 @@ class RpcExecutor(DistributedExecutor):
         return _ScanPlan(holders, blocks, bounds, alive, float(threshold), int(ws_start))
 
     def submit_to(self, part: int, fn: Any, *args: Any) -> Any:
-        if not self.broken and fn is T.extract_task:
+        if not self.broken and fn is extract_task:
             return GroupRef(block=args[0], local=args[1])
         return DistributedExecutor.submit_to(self, part, fn, *[self._as_task_arg(a) for a in args])
 

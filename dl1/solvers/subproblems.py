@@ -24,8 +24,18 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from dl1.objective.gap import duality_gap_from_stats
-from dl1.solvers import _tasks as T
 from dl1.solvers.records import PartitionScan, SpreadRoundOutput
+from dl1.tasks.columns import group_col_sums
+from dl1.tasks.gram import GRAM_MAX, GramGapEstimate
+from dl1.tasks.spread import (
+    cross_gram_task,
+    merge_gram_task,
+    partition_matvec_task,
+    partition_rmatvec_task,
+    row_piece_task,
+    spread_gram_epochs_task,
+    ws_round_task,
+)
 
 #: Local epochs per round of :class:`SpreadCocoa` (more: fewer round trips, each partition
 #: further from the others' changes).
@@ -112,11 +122,11 @@ def choose_mode(
 
 @dataclass(frozen=True)
 class GatheredGram:
-    """Columns gathered on the subproblem's worker (:func:`T.subproblem_task`), solved on
+    """Columns gathered on the subproblem's worker (:func:`subproblem_task`), solved on
     their Gram matrix when at most ``gram_max`` (squared loss), else by column epochs. With
     direct calls the same worker then runs the next pass (:meth:`Run.subproblem_then_scan`)."""
 
-    gram_max: int = T.GRAM_MAX
+    gram_max: int = GRAM_MAX
     spread = False
 
     def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
@@ -173,7 +183,7 @@ def spread_plan(groups, ws, part_of_block, col_bounds, col_bytes=None, share_byt
 
 class SpreadCocoa:
     """CoCoA+ rounds over the partitions holding the working set's columns
-    (:func:`T.ws_round_task`, each task one share of a partition's groups; ``sigma'`` =
+    (:func:`ws_round_task`, each task one share of a partition's groups; ``sigma'`` =
     the number of shares taking part, whose updates are added), so no worker holds more
     than its share. The restricted gap, from the same tasks' statistics at the start of a
     round, stops the rounds at the target."""
@@ -190,7 +200,7 @@ class SpreadCocoa:
         threshold = pb.n * penalty.alpha_l1
         # per-column sums for the profiled intercept: computed once, kept where the groups are
         sums = [
-            ex.submit_to(q, T.group_col_sums, [h for h, _, _ in grp], pb.sample_weight)
+            ex.submit_to(q, group_col_sums, [h for h, _, _ in grp], pb.sample_weight)
             if profile
             else None
             for q, grp in plan
@@ -207,7 +217,7 @@ class SpreadCocoa:
             results: list[SpreadRoundOutput] = ex.gather(
                 [
                     ex.submit_to(
-                        q, T.ws_round_task, [h for h, _, _ in grp], [k for _, _, k in grp],
+                        q, ws_round_task, [h for h, _, _ in grp], [k for _, _, k in grp],
                         [run.w[ids[keep]] for _, ids, keep in grp], g, theta, pb.sample_weight,
                         sigma, datafit.beta, penalty.alpha_l1, penalty.alpha_l2, epochs,
                         threshold, sums[i],
@@ -234,7 +244,7 @@ class SpreadCocoa:
 
 
 def spread_gram_task(ex, plan, ids, prev, c, n, sw, piece_bytes, scratch_max) -> SpreadGramHandle:
-    """The task holding the Gram matrix of a spread working set (:func:`T.merge_gram_task`):
+    """The task holding the Gram matrix of a spread working set (:func:`merge_gram_task`):
     only the products with columns new since ``prev`` are formed, by each partition against
     each partition's new columns (sent in row pieces of at most ``piece_bytes`` worst-case
     bytes); assembled on the first partition's worker."""
@@ -265,20 +275,20 @@ def spread_gram_task(ex, plan, ids, prev, c, n, sw, piece_bytes, scratch_max) ->
             hs_q, keeps_q = [h for h, _, _ in grp_q], [keep for _, _, keep in grp_q]
             if i_q == i_r:
                 acc = ex.submit_to(
-                    q, T.cross_gram_task, None, hs_q, keeps_q, None, cols_r, ranges, sw,
+                    q, cross_gram_task, None, hs_q, keeps_q, None, cols_r, ranges, sw,
                     scratch_max,
                 )  # fmt: skip
             else:
                 acc = None
                 for a, b in ranges:  # each piece made once the previous one has been used
-                    piece = ex.submit_to(r, T.row_piece_task, hs_r, cols_r, a, b, acc)
+                    piece = ex.submit_to(r, row_piece_task, hs_r, cols_r, a, b, acc)
                     acc = ex.submit_to(
-                        q, T.cross_gram_task, acc, hs_q, keeps_q, piece, None, [(a, b)], sw,
+                        q, cross_gram_task, acc, hs_q, keeps_q, piece, None, [(a, b)], sw,
                         scratch_max,
                     )  # fmt: skip
             pieces.append((pos[i_q], pos[i_r][new_r], acc))
     task = ex.submit_to(
-        plan[0][0], T.merge_gram_task, prev_task, ids, np.flatnonzero(is_new), pieces, c, 1.0 / n
+        plan[0][0], merge_gram_task, prev_task, ids, np.flatnonzero(is_new), pieces, c, 1.0 / n
     )
     return SpreadGramHandle(task, ids)
 
@@ -326,13 +336,13 @@ class SpreadGram:
             )  # fmt: skip
             if estimate_ok:  # the estimate said "within the target", the exact gap did not
                 min_between = self.check_every
-            est = T.GramGapEstimate(
+            est = GramGapEstimate(
                 pb.datafit, pb.penalty, pb.y, run.z, theta, h, w_ids, pb.weights, profile[0]
             )
             ((w_new, done, estimate_ok, k),) = ex.gather(
                 [
                     ex.submit_to(
-                        plan[0][0], T.spread_gram_epochs_task, run.spread_gram.task, w_ids,
+                        plan[0][0], spread_gram_epochs_task, run.spread_gram.task, w_ids,
                         h / pb.n, est, pb.penalty, targets.gram_gap, min_between,
                         10 * self.check_every, run.max_epochs - epochs, self.anderson,
                     )
@@ -342,7 +352,7 @@ class SpreadGram:
             d = w_new - w_ids
             for u in ex.gather(
                 [
-                    ex.submit_to(q, T.partition_matvec_task, hs[i], keeps[i], d[a:b_], pb.n)
+                    ex.submit_to(q, partition_matvec_task, hs[i], keeps[i], d[a:b_], pb.n)
                     for i, ((q, _), a, b_) in enumerate(
                         zip(plan, sizes[:-1], sizes[1:], strict=True)
                     )
@@ -373,7 +383,7 @@ class SpreadGram:
                 vecs.append(np.ones(n) if s is None else s)
         outs = ex.gather(
             [
-                ex.submit_to(q, T.partition_rmatvec_task, hs[i], keeps[i], vecs)
+                ex.submit_to(q, partition_rmatvec_task, hs[i], keeps[i], vecs)
                 for i, (q, _) in enumerate(plan)
             ]
         )

@@ -1,7 +1,7 @@
 """Working-set solver: full distributed passes certify, small subproblems solve.
 
 Each round makes one pass over the data on the workers (per partition
-:func:`dl1.solvers._tasks.scan_task`): it yields the duality gap of the current point (the
+:func:`dl1.tasks.passes.scan_task`): it yields the duality gap of the current point (the
 certificate, from block-reduced statistics of ``X^T theta``) and each block's worst KKT
 violators. The coordinator keeps the support and adds the worst violators, up to
 ``max(ws_start, 2 |support|)`` features (the growth rule of skglm and celer); the chosen
@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from dl1.objective.gap import duality_gap_from_stats
-from dl1.solvers import _tasks as T
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.records import BlockScan, PartitionScan, SubproblemCall, SubproblemOutput
 from dl1.solvers.result import (
@@ -40,6 +39,11 @@ from dl1.solvers.subproblems import (
     choose_mode,
     spread_plan,
 )
+from dl1.tasks.blocks import identity
+from dl1.tasks.columns import compact_task, extract_task
+from dl1.tasks.gram import GRAM_MAX, drop_gram
+from dl1.tasks.passes import matvec_task, pass_dual_point, scan_task
+from dl1.tasks.subproblem import SubproblemSettings, subproblem_task
 
 #: Working-set size of the first round (later: ``max(WS_START, 2 |support|)``).
 WS_START = 128
@@ -140,7 +144,7 @@ class WorkingSetSolver:
         tight_inner: bool = False,
         random_order: bool = False,
         seed: int = 0,
-        gram_max: int = T.GRAM_MAX,
+        gram_max: int = GRAM_MAX,
         verbose: bool = False,
         callback: Any = None,
     ) -> None:
@@ -213,7 +217,7 @@ class WorkingSetSolver:
     def release(self, problem: Problem, state: WarmState | None) -> None:
         """Drop the Gram matrices the workers cached for this solve or path."""
         if isinstance(state, WorkingSetState) and state.gram_prefix:
-            problem.executor.broadcast(T.drop_gram, state.gram_prefix)
+            problem.executor.broadcast(drop_gram, state.gram_prefix)
 
     @property
     def direct_calls(self) -> bool:
@@ -260,8 +264,8 @@ class Run:
         if self.screen and seed is not None and np.isfinite(seed.xt_bound):
             self.sphere = sequential_sphere(pb, self.z, self.w, self.max_s, seed)
         self.col_norm_max = -1.0  # from the first pass, which reads every block
-        self.handles = pb.handles or (ex.submit(T.identity, pb.y),
-                                      ex.submit(T.identity, pb.sample_weight))
+        self.handles = pb.handles or (ex.submit(identity, pb.y),
+                                      ex.submit(identity, pb.sample_weight))
         self.pending: tuple[list[PartitionScan], float] | None = None
         self.history: list[dict[str, Any]] = []
         self.t_start = time.perf_counter()
@@ -287,7 +291,7 @@ class Run:
         for u in ex.gather(
             [
                 ex.submit(
-                    T.matvec_task, [pb.blocks[j] for j in part],
+                    matvec_task, [pb.blocks[j] for j in part],
                     coef_by_block(self.w, pb.col_bounds, part), pb.n,
                 )
                 for part in pb.partitions
@@ -315,7 +319,7 @@ class Run:
             last = self._shifted(self.reuse, ws_size)
             self.scan_kernel = 0.0
         else:
-            db, theta = T.pass_dual_point(
+            db, theta = pass_dual_point(
                 self.problem.datafit, self.problem.y, self.z, self.problem.weights,
                 self.problem.fit_intercept,
             )  # fmt: skip
@@ -449,7 +453,7 @@ class Run:
                 if 2 * live.sum() >= group.ids.shape[0]:
                     kept.append(group._replace(fresh=False))
                 elif live.any():  # made for this round: its compaction is kernel time
-                    handle = ex.submit(T.compact_task, group.handle, np.flatnonzero(live))
+                    handle = ex.submit(compact_task, group.handle, np.flatnonzero(live))
                     kept.append(CachedGroup(handle, group.ids[live], True))
         self.groups = kept
         cached = np.concatenate([g.ids for g in kept] or [np.zeros(0, np.int64)])
@@ -459,11 +463,11 @@ class Run:
             ids = new[owner == j]
             local = ids - pb.col_bounds[j]
             if pb.streamed:  # read where its partition's share would run
-                handle = ex.submit_to(int(pb.part_of_block[j]), T.extract_task, pb.blocks[j],
+                handle = ex.submit_to(int(pb.part_of_block[j]), extract_task, pb.blocks[j],
                                       local)  # fmt: skip
                 self.passes += pb.blocks[j].nnz / max(1, int(self.block_nnz.sum()))
             else:
-                handle = ex.submit(T.extract_task, pb.blocks[j], local)
+                handle = ex.submit(extract_task, pb.blocks[j], local)
             self.groups.append(CachedGroup(handle, ids, True))
 
     def spread_plan(self, ws: np.ndarray) -> list:
@@ -486,9 +490,9 @@ class Run:
     def subproblem_call(
         self, ws: np.ndarray, targets: Targets, r: int, gram_max: int
     ) -> SubproblemCall:
-        """The arguments of :func:`T.subproblem_task` for working set ``ws``."""
+        """The arguments of :func:`subproblem_task` for working set ``ws``."""
         pb, solver = self.problem, self.solver
-        settings = T.SubproblemSettings(
+        settings = SubproblemSettings(
             pb.datafit, pb.penalty, pb.fit_intercept, targets.gap, solver.max_epochs,
             random_order=solver.random_order, seed=solver.seed * 7919 + r, gram_max=gram_max,
             dense_max=pb.budget.dense_max, gram_key=self.gram_key, gram_target=targets.gram_gap,
@@ -506,10 +510,10 @@ class Run:
         server in the same call; else the subproblem alone as a task."""
         ex = self.problem.executor
         fused = None if self.screen else ex.submit_then_scan(
-            *self.pass_plan(), T.subproblem_task, *call
+            *self.pass_plan(), subproblem_task, *call
         )
         if fused is None:
-            (out,) = ex.gather([ex.submit(T.subproblem_task, *call)])
+            (out,) = ex.gather([ex.submit(subproblem_task, *call)])
             return SubproblemOutput(*out), None
         out, scans, scan_s = fused.result()
         return SubproblemOutput(*out), (None if scans is None else (scans, scan_s))
@@ -629,12 +633,12 @@ def scan_pass(
     sphere: tuple[np.ndarray, float, float] | None,
     norms: bool = False,
 ) -> list[PartitionScan]:
-    """One pass: :func:`dl1.solvers._tasks.scan_task` per partition, as tasks."""
+    """One pass: :func:`dl1.tasks.passes.scan_task` per partition, as tasks."""
     pb, ex = problem, problem.executor
     return ex.gather(
         [
             ex.submit(
-                T.scan_task, [pb.blocks[j] for j in part], theta, threshold,
+                scan_task, [pb.blocks[j] for j in part], theta, threshold,
                 coef_by_block(w, pb.col_bounds, part), ws_size, [alive[j] for j in part],
                 sphere, norms,
             )

@@ -13,7 +13,7 @@ import numpy as np
 
 from dl1.kernels.fw import fw_column, fw_score_columns
 from dl1.kernels.linalg import csc_rmatvec
-from dl1.solvers._tasks import Block
+from dl1.tasks.blocks import Block
 
 
 def sigma_task(blocks: list[Block], y: np.ndarray) -> list[np.ndarray]:
@@ -41,7 +41,7 @@ def sample_columns(ncols: int, kappa: int, seed: int, it: int, j: int) -> np.nda
     return np.sort(rng.choice(ncols, size=kappa, replace=False)).astype(np.int64)
 
 
-def round_task(
+def fw_round_task(
     blocks: list[Block],
     offsets: list[int],
     sigmas: list[np.ndarray],

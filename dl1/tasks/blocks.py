@@ -1,0 +1,178 @@
+"""Feature blocks on the workers: held in memory (:class:`Block`) or read from the store by
+every task that uses them (:class:`BlockSource`, out of core)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from dl1.errors import ValidationError
+from dl1.kernels import store as store_kernels
+from dl1.kernels.linalg import csc_col_sqnorms
+
+#: ``cd_block_epochs``'s arguments for "no intercept profile" (the columns' sums and the
+#: running shift): the steps are then plain coordinate descent.
+NO_PROFILE = np.zeros(0)
+NO_SHIFT = np.zeros(2)
+
+
+@dataclass
+class Block:
+    """A feature block held in worker memory: CSC arrays and per-column constants."""
+
+    j: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    col_scale: np.ndarray  # empty: no scaling
+    col_sqnorm: np.ndarray  # ||x_j * col_scale_j||_s^2
+    n: int
+
+    @property
+    def ncols(self) -> int:
+        return self.indptr.shape[0] - 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.indptr.nbytes + self.indices.nbytes + self.data.nbytes
+
+
+@dataclass(frozen=True)
+class BlockSource:
+    """A feature block left in its store: read, verified and assembled by each task using it.
+
+    Out-of-core mode: the block's nonzeros never stay in worker memory between tasks, so a
+    worker holds one block at a time (plus its n-vectors), whatever the size of the data.
+    ``reads`` holds, per row block, the arguments of the store's verified block reader.
+    """
+
+    j: int
+    c0: int
+    ncols: int
+    nnz: int
+    root: str
+    split: str
+    fmt: str
+    reads: tuple  # ((i, block manifest entry, block shape), ...)
+    sw: np.ndarray
+    standardize: bool
+    center: bool
+
+    def load(self) -> Block:
+        from dl1.store.format import block_key
+        from dl1.store.reader import _read_block_task, read_array, read_block_arrays
+
+        if self.fmt != "csc" or len(self.reads) == 1:
+            chunks = [
+                _read_block_task(self.root, self.split, self.fmt, i, self.j, blk, shape, "scipy")
+                for i, blk, shape in self.reads
+            ]
+            return assemble_block(
+                self.j, self.c0, self.sw, self.standardize, self.center, *chunks, verified=True
+            )
+        # Row chunks are stacked one at a time into preallocated arrays: besides the block,
+        # one chunk is in memory (the column counts come from the small index pointers first).
+        counts = np.zeros(self.ncols, dtype=np.int64)
+        for i, blk, _ in self.reads:
+            key = block_key(self.split, self.fmt, i, self.j)
+            counts += np.diff(read_array(self.root, f"{key}/indptr", blk["arrays"]["indptr"]))
+        indptr = np.zeros(self.ncols + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        indices = np.empty(indptr[-1], dtype=np.int32)
+        data = None
+        cursor = indptr[:-1].copy()
+        offset = 0
+        for i, blk, shape in self.reads:
+            ip, ix, dx = read_block_arrays(self.root, self.split, self.fmt, i, self.j, blk, shape)
+            if data is None:
+                data = np.empty(indptr[-1], dtype=dx.dtype)
+            store_kernels.csc_append_rows(ip, ix, dx, offset, indices, data, cursor)
+            offset += shape[0]
+        # each row chunk verified, stacked in row order: sorted and unique
+        m = sp.csc_matrix((data, indices, indptr), shape=(offset, self.ncols))
+        m.has_canonical_format = True
+        return assemble_block(
+            self.j, self.c0, self.sw, self.standardize, self.center, m, verified=True
+        )
+
+
+def loaded(block: Block | BlockSource) -> Block:
+    """The block itself, or the block read from its store."""
+    return block.load() if isinstance(block, BlockSource) else block
+
+
+def _to_csc(chunk) -> sp.csc_matrix:
+    if sp.issparse(chunk):
+        m = chunk
+    elif hasattr(chunk, "to_scipy_sparse"):  # pydata sparse
+        m = chunk.to_scipy_sparse()
+    else:
+        m = np.asarray(chunk)
+        if m.ndim != 2:
+            raise ValidationError(f"a chunk of X has {m.ndim} dimensions, expected 2")
+        m = sp.csc_matrix(m)
+    return sp.csc_matrix(m)
+
+
+def assemble_block(
+    j: int,
+    c0: int,
+    sw: np.ndarray,
+    standardize: bool,
+    center: bool,
+    *row_chunks,
+    verified: bool = False,
+) -> Block:
+    """Stack the row chunks of feature block ``j`` into one validated CSC block.
+
+    Validation (index pointer, indices in range, sorted unique, finite values) happens here,
+    before any kernel sees the arrays, unless ``verified``: the chunks were read from a dl1
+    store, whose reader has checked each of them (a single chunk is then taken as is; row
+    chunks stacked are still put in canonical order). With ``standardize``, ``col_scale`` is
+    ``1 / std_j`` (weighted; centred when ``center``, i.e. with an intercept, else the root
+    mean square); constant columns get scale 0 and stay out of the model.
+    """
+    mats = [_to_csc(c) for c in row_chunks]
+    m = mats[0] if len(mats) == 1 else sp.vstack(mats, format="csc")
+    if m.dtype not in (np.float32, np.float64):
+        raise ValidationError(
+            f"feature block {j} has dtype {m.dtype}; X must be float32 or float64"
+        )
+    if not (verified and len(mats) == 1) and not m.has_canonical_format:
+        m = m.copy()
+        m.sum_duplicates()
+    indptr = m.indptr.astype(np.int64, copy=False)
+    indices = m.indices.astype(np.int32, copy=False)
+    if not verified:
+        status, c, k = store_kernels.check_compressed(indptr, indices, m.data, m.shape[0])
+        if status != store_kernels.OK:
+            raise ValidationError(
+                f"feature block {j}, column {c0 + c}: {store_kernels.PROBLEMS[status]}"
+            )
+    n = m.shape[0]
+    scale = np.zeros(0)
+    if standardize:
+        wts = np.ones(n) if sw.shape[0] == 0 else sw
+        mw = sp.csc_matrix((m.data.astype(np.float64), indices, indptr), shape=m.shape)
+        mean = np.asarray(mw.T @ wts).ravel() / n
+        sq = np.asarray(mw.multiply(mw).T @ wts).ravel() / n
+        var = sq - mean**2 if center else sq
+        std = np.sqrt(np.maximum(var, 0.0))
+        scale = np.where(
+            std > 1e-12 * np.sqrt(np.maximum(sq, 1e-300)), 1.0 / np.where(std > 0, std, 1.0), 0.0
+        )
+    sqn = csc_col_sqnorms(indptr, indices, m.data, scale, sw)
+    return Block(j, indptr, indices, m.data, scale, sqn, n)
+
+
+def block_info(block: Block | BlockSource) -> tuple[int, int, int]:
+    """(columns, nonzeros, bytes) of a loaded block."""
+    block = loaded(block)
+    return block.ncols, int(block.indices.shape[0]), block.nbytes
+
+
+def identity(x):
+    """A task holding a value: unlike ``scatter``, the scheduler can recompute it."""
+    return x
