@@ -22,45 +22,19 @@ from dl1.errors import ValidationError
 from dl1.loading import block_memory, col_scales, decide_stream, load_blocks, read_inputs
 from dl1.params import CONSTRAINED, CONSTRAINED_PATH, validate_params
 from dl1.paths.evaluation import records_as_arrays, sparse_record, test_data, test_metric
+from dl1.paths.loop import AlphaStep, walk
 from dl1.solvers.executor import coordinating, executor_for
-from dl1.solvers.fw import FWProblem, FWResult, FWState, sample_size, solve_fw
+from dl1.solvers.fw import (
+    ConstrainedProblem,
+    FrankWolfeSolver,
+    FWProblem,
+    FWResult,
+    sample_size,
+)
 from dl1.solvers.result import ConvergenceWarning
 
 #: Default relative FW gap ``gap / f(0)`` at which a fit stops.
 DEFAULT_TOL = 1e-4
-
-
-@dataclass(frozen=True)
-class StopRules:
-    """How a Frank-Wolfe run stops: the rule, its thresholds and the iteration limit."""
-
-    stop: str
-    tol: float
-    step_tol: float
-    max_iter: int
-    certify: bool
-
-    def describe(self, stopped_by: str) -> str:
-        """The rule that ended a run, in words (for warnings)."""
-        if stopped_by == "step":
-            return f"the paper's step rule (||w_k+1 - w_k||_inf <= {self.step_tol:g})"
-        if stopped_by == "max_iter":
-            return f"max_iter={self.max_iter}"
-        return f"the {stopped_by} rule"
-
-    def shortfall(self, res: FWResult) -> str | None:
-        """Why ``res`` is not certified at ``tol`` (None if it is): the relative gap, the
-        tolerance and the rule that stopped it, saying whether the gap is exact."""
-        if res.certified_ or res.stopped_by_ == "no columns":
-            return None
-        if res.gap_kind_ == "full pass":
-            reached = f"relative FW gap {res.gap_:.1e} > tol {self.tol:.0e}"
-        else:
-            reached = (
-                f"relative FW gap {res.gap_:.1e} (a sample estimate: certify=False; a lower "
-                f"bound), not certified at tol {self.tol:.0e}"
-            )
-        return f"stopped by {self.describe(res.stopped_by_)} at {reached}"
 
 
 def fw_problem(
@@ -189,37 +163,21 @@ def fit_constrained(
         With ``stopped_by_`` naming the rule that ended the run.
     """
     validate_params(CONSTRAINED, dict(locals()), "dl1.fit_constrained()")
-    rules = StopRules(stop, tol, step_tol, max_iter, certify)
+    solver = FrankWolfeSolver(
+        stop=stop, tol=tol, step_tol=step_tol, max_iter=max_iter, seed=seed, certify=certify,
+        verbose=verbose, callback=callback,
+    )  # fmt: skip
     prob, t_load = fw_problem(
         X, y, loss=loss, fit_intercept=fit_intercept, standardize=standardize,
         n_partitions=n_partitions, sample=sample, stream=stream, client=client, split=split,
         l2=l2,
     )  # fmt: skip
-    res, _ = solve_constrained(prob, float(delta), rules, seed, verbose=verbose, callback=callback)
+    res, _ = solver.solve(ConstrainedProblem(prob, float(delta)))
     res.load_seconds_ = t_load
-    why = rules.shortfall(res)
+    why = solver.shortfall(res)
     if why is not None:
         warnings.warn(f"Frank-Wolfe {why}", ConvergenceWarning, stacklevel=3)
     return res
-
-
-def solve_constrained(
-    prob: FWProblem,
-    delta: float,
-    rules: StopRules,
-    seed: int,
-    *,
-    state: FWState | None = None,
-    it0: int = 0,
-    verbose: bool = False,
-    callback: Any = None,
-) -> tuple[FWResult, FWState]:
-    """:func:`dl1.solvers.fw.solve_fw` under ``rules``."""
-    return solve_fw(
-        prob, delta, stop=rules.stop, step_tol=rules.step_tol, tol=rules.tol,
-        max_iter=rules.max_iter, seed=seed, certify=rules.certify, state=state, it0=it0,
-        verbose=verbose, callback=callback,
-    )  # fmt: skip
 
 
 def delta_max(
@@ -432,7 +390,9 @@ def path_constrained(
     validate_params(CONSTRAINED_PATH, dict(locals()), "dl1.path_constrained()")
     from dl1.paths import PathResult
 
-    rules = StopRules(stop, tol, step_tol, max_iter, certify)
+    solver = FrankWolfeSolver(
+        stop=stop, tol=tol, step_tol=step_tol, max_iter=max_iter, seed=seed, certify=certify
+    )
     where = dict(fit_intercept=fit_intercept, standardize=standardize, client=client, split=split)
     grid = radii(
         X, y, n_deltas=n_deltas, eps=eps, deltas=deltas, largest=delta_max,
@@ -444,30 +404,27 @@ def path_constrained(
     test = test_data(X, X_test, y_test)
     records, extra, misses = [], [], []
     lasso_alphas = np.full(grid.shape[0], np.nan)
-    state, it0 = None, 0
-    for k, delta in enumerate(grid):
-        t0 = time.perf_counter()
-        if state is not None and state.l1() > 0:
-            state.rescale(float(delta) / state.l1())  # Frandi et al., Sec. 5: onto the ball
-            prob.refit_intercept(state)
-        res, state = solve_constrained(prob, float(delta), rules, seed, state=state, it0=it0)
-        it0 += res.n_iter_ + 1
+
+    def on_delta(step: AlphaStep) -> None:
+        res, k, delta = step.result, step.k, step.alpha
         lasso_alphas[k] = res.lasso_alpha_
         metric = None
         if test is not None:
             metric = test_metric(test, res.coef_, res.intercept_, client, loss)
-        records.append(sparse_record(path_record(res, prob, time.perf_counter() - t0, metric)))
+        records.append(sparse_record(path_record(res, prob, step.seconds, metric)))
         extra.append(path_extra(res, delta))
-        why = rules.shortfall(res)
+        why = solver.shortfall(res)
         if why is not None:
-            misses.append(Miss(k, float(delta), why))
+            misses.append(Miss(k, delta, why))
         if verbose:
             print(
                 f"delta[{k:3d}] {delta:.4e}  nnz {res.n_active_:6d}  fw gap {res.gap_:.2e}"
                 f"  iterations {res.n_iter_}"
             )
         if callback is not None:
-            callback(k, float(delta), res)
+            callback(k, delta, res)
+
+    walk(solver, ConstrainedProblem(prob, float(grid[0])), grid, float, on_delta)
     warn_misses(misses, grid.shape[0], tol)
     d = {**records_as_arrays(records, prob.p), "alphas": lasso_alphas, "extra": extra}
     out = PathResult.from_checkpoint_arrays(d, l1_ratio=1.0, loss=loss, tol=tol)

@@ -1,7 +1,8 @@
 """The path loop: one solver, a grid of penalties, warm starts from one alpha to the next.
 
 It knows nothing of the solver beyond :class:`dl1.solvers.base.Solver`: each alpha is
-``solver.solve(problem.at(penalty), state)``, and the state it returns starts the next.
+``solver.solve(problem.at(penalty), state)``, and the state it returns starts the next. The
+constrained problem walks its radii the same way (``problem.at(delta)``).
 With a checkpoint, every state is made :meth:`~dl1.solvers.base.WarmState.reproducible`
 first, so that a resumed run (starting from the state the checkpoint saved) repeats the
 interrupted one bit for bit.
@@ -35,7 +36,7 @@ class AlphaStep:
 
 def walk(
     solver: Solver,
-    problem: Problem,
+    problem: Problem | Any,
     alphas: np.ndarray,
     penalty_at: Callable[[float], Any],
     on_alpha: Callable[[AlphaStep], None],

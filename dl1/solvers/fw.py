@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -751,3 +751,107 @@ def _entry(k, st, prob, gap, kind, lam, wall, busy, t_start) -> dict[str, Any]:
         "wall_s": wall,
         "busy_s": busy,
     }
+
+
+class ConstrainedProblem(NamedTuple):
+    """The constrained problem at one radius: the data that stay fixed along a path and
+    the radius ``delta`` of the l1 ball."""
+
+    data: FWProblem
+    delta: float
+
+    def at(self, delta: float) -> ConstrainedProblem:
+        """The same data with another radius (the path loop's ``problem.at``)."""
+        return ConstrainedProblem(self.data, float(delta))
+
+
+@dataclass(frozen=True)
+class FWWarmState:
+    """Where a Frank-Wolfe run ended (its iterate, mutable) and the iterations made so far
+    along the path (they seed the next run's samples)."""
+
+    fw: FWState
+    iterations: int
+
+
+class FrankWolfeSolver:
+    """Randomized Frank-Wolfe on the l1 ball (Frandi et al., Algorithm 2), behind the
+    solvers' interface (:class:`dl1.solvers.base.Solver`) with a
+    :class:`ConstrainedProblem` in place of a penalised one.
+
+    Parameters
+    ----------
+    stop : {"gap", "paper"}
+        ``"gap"``: stop when the exact FW gap is ``<= tol * f(0)`` (checked by a full pass
+        when the sampled estimate falls below it); ``"paper"``: when
+        ``||w_{k+1} - w_k||_inf <= step_tol``, which does not look at the gap.
+    tol, step_tol, max_iter : float, float, int
+    seed : int
+        Seed of the column samples.
+    certify : bool
+        Finish with a full pass, so that the reported gap is exact.
+    verbose, callback : a line, or a call with the history entry, per iteration.
+    """
+
+    name = "fw"
+    direct_calls = False
+
+    def __init__(
+        self,
+        *,
+        stop: str = "gap",
+        tol: float = 1e-4,
+        step_tol: float = 1e-3,
+        max_iter: int = 10000,
+        seed: int = 0,
+        certify: bool = True,
+        verbose: bool = False,
+        callback: Any = None,
+    ) -> None:
+        self.stop, self.tol, self.step_tol = stop, tol, step_tol
+        self.max_iter, self.seed, self.certify = max_iter, seed, certify
+        self.verbose, self.callback = verbose, callback
+
+    def solve(
+        self, problem: ConstrainedProblem, warm: FWWarmState | None = None
+    ) -> tuple[FWResult, FWWarmState]:
+        """One radius; a warm start is first rescaled onto the new ball (the paper's
+        heuristic, Sec. 5) and its intercept refitted."""
+        state, it0 = (None, 0) if warm is None else (warm.fw, warm.iterations)
+        if state is not None and state.l1() > 0:
+            state.rescale(problem.delta / state.l1())
+            problem.data.refit_intercept(state)
+        res, state = solve_fw(
+            problem.data, problem.delta, stop=self.stop, step_tol=self.step_tol, tol=self.tol,
+            max_iter=self.max_iter, seed=self.seed, certify=self.certify, state=state,
+            it0=it0, verbose=self.verbose, callback=self.callback,
+        )  # fmt: skip
+        return res, FWWarmState(state, it0 + res.n_iter_ + 1)
+
+    def restore(self, problem: ConstrainedProblem, arrays: Any, intercept: float) -> Any:
+        raise NotImplementedError("constrained paths are not checkpointed")
+
+    def release(self, problem: ConstrainedProblem, state: Any) -> None:
+        """Nothing is cached on the workers beyond the problem's own futures."""
+
+    def describe(self, stopped_by: str) -> str:
+        """The rule that ended a run, in words (for warnings)."""
+        if stopped_by == "step":
+            return f"the paper's step rule (||w_k+1 - w_k||_inf <= {self.step_tol:g})"
+        if stopped_by == "max_iter":
+            return f"max_iter={self.max_iter}"
+        return f"the {stopped_by} rule"
+
+    def shortfall(self, res: FWResult) -> str | None:
+        """Why ``res`` is not certified at ``tol`` (None if it is): the relative gap, the
+        tolerance and the rule that stopped it, saying whether the gap is exact."""
+        if res.certified_ or res.stopped_by_ == "no columns":
+            return None
+        if res.gap_kind_ == "full pass":
+            reached = f"relative FW gap {res.gap_:.1e} > tol {self.tol:.0e}"
+        else:
+            reached = (
+                f"relative FW gap {res.gap_:.1e} (a sample estimate: certify=False; a lower "
+                f"bound), not certified at tol {self.tol:.0e}"
+            )
+        return f"stopped by {self.describe(res.stopped_by_)} at {reached}"
