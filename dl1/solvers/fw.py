@@ -601,141 +601,170 @@ def solve_fw(
         raise ValueError(f"stop must be one of {STOP_RULES}, got {stop!r}")
     if not (np.isfinite(delta) and delta > 0):
         raise ValueError(f"delta (the l1 ball's radius) must be a finite number > 0, got {delta!r}")
-    n, intercept = prob.n, prob.intercept
-    st = state if state is not None else FWState(n, prob.p)
+    st = state if state is not None else FWState(prob.n, prob.p)
     if state is None:
         st.b = prob.b0
     # the centring of p (squared loss with an intercept) stands for the intercept there;
     # the logistic intercept is re-fitted after each step instead
-    center = intercept and not prob.logistic
-    f0 = prob.f0
-    full_all = prob.kappa >= prob.p
-    history: list[dict[str, Any]] = []
-    scored_total = visited_total = n_full = 0
-    fetched0 = prob.n_fetched
-    exact: tuple[float, float] | None = None  # (gap, ||grad||_inf) at the current point
-    converged = False
-    stopped_by = "max_iter"
-    full_next = False
-    cooldown = 1
-    wait = 0
-    t_start = time.perf_counter()
+    center = prob.intercept and not prob.logistic
+    run = FWRun(prob, t_start=time.perf_counter(), fetched0=prob.n_fetched)
+    checks = GapChecks(max_wait=max(1, prob.p // max(prob.kappa, 1)))
+    target = tol * prob.f0
     k = 0
-    gap = float("nan")
-    kind = "sample estimate"
-    l2 = prob.l2
-    cert: tuple[float, tuple[float, float]] | None = None  # (lambda_1, stats) of `exact`
     while k < max_iter:
-        full = full_all or full_next
-        thr = -1.0
-        if full:
-            st.refresh(prob.yc)
-            thr = _threshold(prob, st)
-        cand, scored, visited, stats, wall, busy = prob.round(st, seed, it0 + k, full, thr)
-        scored_total += scored
-        visited_total += visited
-        if full and not full_all:
-            n_full += 1
-        full_next = False
+        full = run.full_all or checks.full_next
+        cand, stats, thr, wall, busy = run.round(st, seed, it0 + k, full)
         if cand is None:  # no columns at all
-            converged, stopped_by = True, "no columns"
+            run.converged, run.stopped_by = True, "no columns"
             break
         g = cand[1]
-        gap = prob.a_grad(st) + delta * abs(g)
-        kind = "full pass" if full else "sample estimate"
+        run.gap = prob.a_grad(st) + delta * abs(g)
+        run.kind = "full pass" if full else "sample estimate"
         if full:
-            exact, cert = (gap, abs(g)), (thr, stats)
+            run.exact, run.cert = (run.gap, abs(g)), (thr, stats)
         if stop == "gap":
-            if full and gap <= tol * f0:
-                converged, stopped_by = True, "gap"
-                history.append(_entry(k, st, prob, gap, kind, 0.0, wall, busy, t_start))
+            if full and run.gap <= target:
+                run.converged, run.stopped_by = True, "gap"
+                run.record(k, st, 0.0, wall, busy)
                 break
-            if not full:
-                wait -= 1
-                if gap <= tol * f0 and wait <= 0:
-                    full_next = True
-                    wait = cooldown
-                    # back off after failed checks, but no further than one full pass per
-                    # p / kappa sampled rounds: the checks then cost at most half the work
-                    cooldown = min(2 * cooldown, max(1, prob.p // max(prob.kappa, 1)))
+            checks.after(full, run.gap <= target)
         i = int(cand[0])
         dt = -delta if g > 0 else delta
         lam = prob.line_search(st, dt, cand)
-        change = st.step(i, dt, lam, cand, n, center, l2) if lam > 0 else 0.0
+        change = st.step(i, dt, lam, cand, prob.n, center, prob.l2) if lam > 0 else 0.0
         if lam > 0:
             prob.refit_intercept(st)
-            exact = cert = None
+            run.exact = run.cert = None
         k += 1
-        history.append(_entry(k, st, prob, gap, kind, lam, wall, busy, t_start))
-        history[-1]["vertex"] = i
+        entry = run.record(k, st, lam, wall, busy)
+        entry["vertex"] = i
         if verbose:
-            h = history[-1]
             print(
-                f"iter {k:6d}  f {h['objective']:.6e}  gap {h['gap']:.3e} ({kind})  "
-                f"nnz {h['nnz']:5d}  step {lam:.3e}"
+                f"iter {k:6d}  f {entry['objective']:.6e}  gap {entry['gap']:.3e} ({run.kind})"
+                f"  nnz {entry['nnz']:5d}  step {lam:.3e}"
             )
         if callback is not None:
-            callback(history[-1])
+            callback(entry)
         if stop == "paper" and change <= step_tol:
-            converged, stopped_by = True, "step"
+            run.converged, run.stopped_by = True, "step"
             break
-    if certify and exact is None and not (converged and stop == "gap"):
-        st.refresh(prob.yc)
-        thr = _threshold(prob, st)
-        cand, scored, visited, stats, wall, busy = prob.round(
-            st, seed, it0 + k, True, thr, fetch=False
-        )
-        scored_total += scored
-        visited_total += visited
-        n_full += 0 if full_all else 1
-        absmax = abs(cand[1]) if cand is not None else 0.0
-        exact, cert = (prob.a_grad(st) + delta * absmax, absmax), (thr, stats)
-    if exact is not None:
-        gap, kind = exact[0], "full pass"
-        if stop == "gap" and gap <= tol * f0:
-            converged, stopped_by = True, "gap"
-    nan = float("nan")
-    pen_alpha, pen_ratio, pen_gap = (
-        _penalised_certificate(prob, st, cert[0], cert[1]) if cert is not None else (nan,) * 3
-    )
-    a = st.coef()
-    scale = np.array([st.scale[i] for i in st.support])
-    coef = np.zeros(prob.p)
-    coef[st.support] = a[st.support] * scale
-    if prob.logistic:
-        intercept_ = st.b
-    elif intercept:
-        intercept_ = prob.ybar - sum(a[i] * st.colsum[i] for i in st.support) / n
-    else:
-        intercept_ = 0.0
-    res = FWResult(
-        coef_=coef,
-        intercept_=float(intercept_),
-        delta=float(delta),
-        l1_norm_=st.l1(),
-        loss_=float(prob.objective(st)),
-        f0_=f0,
-        fw_gap_=float(gap),
-        gap_=float(gap / f0) if f0 > 0 else 0.0,
-        gap_kind_=kind,
-        lasso_alpha_=pen_alpha,
-        lasso_l1_ratio_=pen_ratio,
-        lasso_gap_=pen_gap,
-        l2=l2,
-        converged_=converged,
-        stop=stop,
-        stopped_by_=stopped_by,
-        tol=tol,
-        n_iter_=k,
-        n_full_passes_=n_full,
-        dot_products_=scored_total,
-        nnz_visited_=visited_total,
-        kappa_=prob.kappa,
-        columns_fetched_=prob.n_fetched - fetched0,
-        history_=history,
-    )
-    res.solve_seconds_ = time.perf_counter() - t_start
+    if certify and run.exact is None and not (run.converged and stop == "gap"):
+        run.certify(st, seed, it0 + k, delta)
+    if run.exact is not None:
+        run.gap, run.kind = run.exact[0], "full pass"
+        if stop == "gap" and run.gap <= target:
+            run.converged, run.stopped_by = True, "gap"
+    res = run.result(st, delta, stop=stop, tol=tol, n_iter=k)
     return res, st
+
+
+@dataclass
+class GapChecks:
+    """When to check a sampled gap estimate by a full pass (``stop="gap"``): the iteration
+    after the estimate falls below the target; after a failed check, back off (doubling),
+    but no further than one full pass per ``max_wait = p / kappa`` sampled rounds, so the
+    checks cost at most half the work."""
+
+    max_wait: int
+    full_next: bool = False
+    cooldown: int = 1
+    wait: int = 0
+
+    def after(self, full: bool, below: bool) -> None:
+        """Update after an iteration (a full pass, or a sample whose estimate is ``below``
+        the target or not)."""
+        self.full_next = False
+        if full:
+            return
+        self.wait -= 1
+        if below and self.wait <= 0:
+            self.full_next = True
+            self.wait = self.cooldown
+            self.cooldown = min(2 * self.cooldown, self.max_wait)
+
+
+@dataclass
+class FWRun:
+    """The bookkeeping of one :func:`solve_fw`: counters, the current gap and its kind, the
+    exact gap and penalised certificate of the current point when a full pass gave them,
+    how the run stopped, and the history."""
+
+    prob: FWProblem
+    t_start: float
+    fetched0: int
+    scored: int = 0
+    visited: int = 0
+    n_full: int = 0
+    gap: float = float("nan")
+    kind: str = "sample estimate"
+    exact: tuple[float, float] | None = None  # (gap, ||grad||_inf) at the current point
+    cert: tuple[float, Any] | None = None  # (lambda_1, stats) of ``exact``
+    converged: bool = False
+    stopped_by: str = "max_iter"
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def full_all(self) -> bool:
+        """Every iteration scores every column (deterministic FW)."""
+        return self.prob.kappa >= self.prob.p
+
+    def round(self, st: FWState, seed: int, it: int, full: bool, fetch: bool = True):
+        """One scoring round (a full pass refreshes the residual and the screening
+        threshold first): ``(candidate, stats, threshold, wall, busy)``."""
+        thr = -1.0
+        if full:
+            st.refresh(self.prob.yc)
+            thr = _threshold(self.prob, st)
+        cand, scored, visited, stats, wall, busy = self.prob.round(
+            st, seed, it, full, thr, fetch=fetch
+        )
+        self.scored += scored
+        self.visited += visited
+        self.n_full += int(full and not self.full_all)
+        return cand, stats, thr, wall, busy
+
+    def certify(self, st: FWState, seed: int, it: int, delta: float) -> None:
+        """A full pass at the final point: its exact FW gap and penalised certificate."""
+        cand, stats, thr, _, _ = self.round(st, seed, it, True, fetch=False)
+        absmax = abs(cand[1]) if cand is not None else 0.0
+        self.exact = (self.prob.a_grad(st) + delta * absmax, absmax)
+        self.cert = (thr, stats)
+
+    def record(self, k: int, st: FWState, lam: float, wall: float, busy: float) -> dict:
+        entry = _entry(k, st, self.prob, self.gap, self.kind, lam, wall, busy, self.t_start)
+        self.history.append(entry)
+        return entry
+
+    def result(self, st: FWState, delta: float, *, stop: str, tol: float, n_iter: int):
+        """The :class:`FWResult` of the run at ``st``."""
+        prob = self.prob
+        nan = float("nan")
+        pen_alpha, pen_ratio, pen_gap = (
+            _penalised_certificate(prob, st, *self.cert) if self.cert is not None else (nan,) * 3
+        )
+        a = st.coef()
+        scale = np.array([st.scale[i] for i in st.support])
+        coef = np.zeros(prob.p)
+        coef[st.support] = a[st.support] * scale
+        if prob.logistic:
+            intercept_ = st.b
+        elif prob.intercept:
+            intercept_ = prob.ybar - sum(a[i] * st.colsum[i] for i in st.support) / prob.n
+        else:
+            intercept_ = 0.0
+        f0 = prob.f0
+        res = FWResult(
+            coef_=coef, intercept_=float(intercept_), delta=float(delta), l1_norm_=st.l1(),
+            loss_=float(prob.objective(st)), f0_=f0, fw_gap_=float(self.gap),
+            gap_=float(self.gap / f0) if f0 > 0 else 0.0, gap_kind_=self.kind,
+            lasso_alpha_=pen_alpha, lasso_l1_ratio_=pen_ratio, lasso_gap_=pen_gap,
+            l2=prob.l2, converged_=self.converged, stop=stop, stopped_by_=self.stopped_by,
+            tol=tol, n_iter_=n_iter, n_full_passes_=self.n_full, dot_products_=self.scored,
+            nnz_visited_=self.visited, kappa_=prob.kappa,
+            columns_fetched_=prob.n_fetched - self.fetched0, history_=self.history,
+        )  # fmt: skip
+        res.solve_seconds_ = time.perf_counter() - self.t_start
+        return res
 
 
 def _entry(k, st, prob, gap, kind, lam, wall, busy, t_start) -> dict[str, Any]:
