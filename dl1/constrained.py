@@ -24,13 +24,8 @@ from dl1.params import CONSTRAINED, CONSTRAINED_PATH, validate_params
 from dl1.paths.evaluation import records_as_arrays, sparse_record, test_data, test_metric
 from dl1.paths.loop import AlphaStep, walk
 from dl1.solvers.executor import coordinating, executor_for
-from dl1.solvers.fw import (
-    ConstrainedProblem,
-    FrankWolfeSolver,
-    FWProblem,
-    FWResult,
-    sample_size,
-)
+from dl1.solvers.fw import ConstrainedProblem, FrankWolfeSolver
+from dl1.solvers.fw_problem import FWProblem, FWResult, sample_size
 from dl1.solvers.result import ConvergenceWarning
 
 #: Default relative FW gap ``gap / f(0)`` at which a fit stops.
@@ -138,7 +133,7 @@ def fit_constrained(
     sample : float or (float, int)
         Columns scored per iteration: a fraction of p in (0, 1] (the paper's 0.01 to 0.03;
         1.0 is deterministic FW), or ``(rho, s)`` for Frandi et al.'s Eq. (12), see
-        :func:`dl1.solvers.fw.sample_size`.
+        :func:`dl1.solvers.fw_problem.sample_size`.
     stop : {"gap", "paper"}
         ``"gap"``: stop when the exact FW gap is ``<= tol * f(0)`` (checked by a full pass).
         ``"paper"``: stop when ``||w_{k+1} - w_k||_inf <= step_tol``, the rule of the
@@ -159,7 +154,7 @@ def fit_constrained(
 
     Returns
     -------
-    dl1.solvers.fw.FWResult
+    dl1.solvers.fw_problem.FWResult
         With ``stopped_by_`` naming the rule that ended the run.
     """
     validate_params(CONSTRAINED, dict(locals()), "dl1.fit_constrained()")

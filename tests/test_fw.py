@@ -13,7 +13,7 @@ import dl1
 from dl1.errors import ValidationError
 from dl1.kernels.fw import fw_column, fw_score_columns
 from dl1.params import InvalidParameterError
-from dl1.solvers.fw import sample_size, split_sample
+from dl1.solvers.fw_problem import sample_size, split_sample
 from dl1.tasks.fw import sample_columns
 
 

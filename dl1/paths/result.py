@@ -51,7 +51,7 @@ class PathResult:
     deltas_ : ndarray (n_alphas,) or None
         Constrained (Frank-Wolfe) paths: the l1-ball radii, increasing; ``alphas_`` then
         holds the penalised Lasso alpha each solution corresponds to (see
-        :class:`dl1.solvers.fw.FWResult`), ``gaps_`` the relative FW gaps, and the figures
+        :class:`dl1.solvers.fw_problem.FWResult`), ``gaps_`` the relative FW gaps, and the figures
         are drawn against delta.
     """
 
