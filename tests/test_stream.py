@@ -225,7 +225,7 @@ def test_out_of_core_working_sets_grow_within_the_column_budget(tmp_path):
     solution's support and the unbounded solver's largest working set, every round's working
     set fits that slack and stays below the unbounded one, and the answer is the same."""
     from dl1.objective.penalties.elastic_net import ElasticNet
-    from dl1.solvers.ws import WS_MIN_GROWTH, WS_MIN_NEW
+    from dl1.solvers.scans import WS_MIN_GROWTH, WS_MIN_NEW
     from tests.solving import solve_ws
 
     path, ex, blocks, cb, y, sw, datafit, col_bytes = _streamed_problem(tmp_path, 6, 4)

@@ -413,7 +413,7 @@ class PartitionServer:
         costs the work done here. Returned: the groups (by block key and local ids), and
         when this server extracted its share (start, end), when the peers' answers were in,
         and the longest of the peers' extraction seconds."""
-        from dl1.solvers.ws import choose_working_set
+        from dl1.solvers.scans import choose_working_set
 
         keys = [b.key for q in plan.blocks for b in q]
         holders = [h for q, h in enumerate(plan.holders) for _ in plan.blocks[q]]
