@@ -16,7 +16,7 @@ from dl1.kernels import store as store_kernels
 from dl1.store import Store, StoreWriter, open_store
 from dl1.store.format import CHUNK_ELEMS, DTYPES, FORMATS, write_array
 from dl1.store.reader import ChunkType
-from dl1.store.writer import DEFAULT_BLOCK_NNZ, _check_finite, write_block
+from dl1.store.writer import DEFAULT_BLOCK_NNZ, check_finite, write_block
 
 
 def open(  # noqa: A001 - the library's entry point, like zarr.open
@@ -221,14 +221,14 @@ def from_dask(
     y = np.asarray(y.compute() if isinstance(y, da.Array) else y, dtype=np.float64).ravel()
     if y.shape[0] != n:
         raise ValidationError(f"y has {y.shape[0]} values for {n} rows of X")
-    _check_finite(y, "y", split, 0)
+    check_finite(y, "y", split, 0)
     w = None
     if sample_weight is not None:
         w = sample_weight.compute() if isinstance(sample_weight, da.Array) else sample_weight
         w = np.asarray(w, dtype=np.float64).ravel()
         if w.shape[0] != n:
             raise ValidationError(f"sample_weight has {w.shape[0]} values for {n} rows of X")
-        _check_finite(w, "sample_weight", split, 0)
+        check_finite(w, "sample_weight", split, 0)
         if (w < 0).any():
             raise ValidationError(
                 f"split {split!r}, row {int(np.flatnonzero(w < 0)[0])}: negative sample_weight"

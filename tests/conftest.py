@@ -1,19 +1,4 @@
-import numpy as np
 import pytest
-import scipy.sparse as sp
-
-
-def random_csr(n, p, density, seed, dtype=np.float64, empty_rows=(), empty_cols=()):
-    """Random CSR with chosen empty rows and columns."""
-    rng = np.random.default_rng(seed)
-    X = sp.random(n, p, density=density, format="lil", random_state=rng, dtype=dtype)
-    for r in empty_rows:
-        X[r, :] = 0
-    for c in empty_cols:
-        X[:, c] = 0
-    X = sp.csr_matrix(X)
-    X.eliminate_zeros()
-    return X
 
 
 @pytest.fixture(scope="session")

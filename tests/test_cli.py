@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from conftest import random_csr
 
 import dl1
+from tests.helpers import random_csr
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import random_csr
 
 import dl1
+from tests.helpers import random_csr
 
 REPO = Path(__file__).resolve().parents[1]
 

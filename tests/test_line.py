@@ -11,7 +11,7 @@ import pytest
 
 import dl1
 from dl1.solvers.line import Dialer, Line, recv, send
-from tests.test_fit import as_dask, make_regression
+from tests.test_penalised import as_dask, make_regression
 
 KEY = b"k" * 32
 

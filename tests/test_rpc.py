@@ -19,7 +19,7 @@ from dl1.tasks.blocks import loaded
 from dl1.tasks.columns import extract_task
 from dl1.tasks.gram import drop_gram
 from dl1.tasks.subproblem import subproblem_task
-from tests.test_fit import as_dask, make_classification, make_regression
+from tests.test_penalised import as_dask, make_classification, make_regression
 
 KW = dict(fit_intercept=True, tol=1e-9, max_rounds=200, n_partitions=2, ws_start=8)
 
@@ -154,7 +154,7 @@ def test_calls_to_a_removed_worker_fall_back_instead_of_waiting():
     """A worker killed and removed by the scheduler while the coordinator still routes calls
     to its server (blocks it held, the subproblem's server): the calls fail over to tasks
     (an actor call proxied to a removed worker would otherwise never return)."""
-    from tests.test_fit import _cluster
+    from tests.test_penalised import _cluster
 
     X, y = make_regression(n=300, p=200, seed=7)
     cluster, client = _cluster(2)
@@ -183,7 +183,7 @@ def test_a_peer_lost_while_the_subproblem_server_waits_for_its_columns():
     worker is gone: the server gives up once the scheduler no longer lists it (its call to
     the peer would otherwise wait for an actor that is never recreated there), and the call
     re-runs as tasks, which recompute the block."""
-    from tests.test_fit import _cluster
+    from tests.test_penalised import _cluster
 
     X, y = make_regression(n=300, p=200, seed=8)
     cluster, client = _cluster(2)

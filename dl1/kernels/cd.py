@@ -71,7 +71,7 @@ def _splitmix64(state):
 
 
 @njit(nogil=True, cache=True)
-def _shuffle(order, state):
+def shuffle_order(order, state):
     """Fisher-Yates shuffle of ``order`` in place; returns the advanced generator state."""
     for i in range(order.shape[0] - 1, 0, -1):
         state, r = _splitmix64(state)
@@ -187,7 +187,7 @@ def cd_block_epochs(
     max_dz = 0.0
     for _ in range(n_epochs):
         if random_order:
-            state = _shuffle(order, state)
+            state = shuffle_order(order, state)
         for t in range(n_active):
             j = order[t]
             w_old = w[j]

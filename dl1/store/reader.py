@@ -98,7 +98,7 @@ def read_array(
             f"{tuple(entry['shape'])} and {entry['dtype']}"
         )
     _check_chunks_present(root, key, entry)
-    decoder = _direct_decoder(arr) if sl is None else None
+    decoder = direct_decoder(arr) if sl is None else None
     if decoder is not None:
         a = _read_direct(root, key, entry, arr.dtype, decoder)
     else:
@@ -114,7 +114,7 @@ def read_array(
     return a
 
 
-def _direct_decoder(arr: Any) -> Any:
+def direct_decoder(arr: Any) -> Any:
     """The numcodecs decoder of an array whose codecs are dl1's own chain (little-endian
     bytes, Blosc or zstd, CRC32C), else None (read through zarr)."""
     cs = arr.metadata.codecs
@@ -222,7 +222,7 @@ def _to_chunk(arrs, shape, fmt: str, chunk_type: ChunkType):
     return sparse.GCXS.from_scipy_sparse(m)
 
 
-def _read_block_task(root, split, fmt, i, j, blk, shape, chunk_type):
+def read_block_task(root, split, fmt, i, j, blk, shape, chunk_type):
     return _to_chunk(read_block_arrays(root, split, fmt, i, j, blk, shape), shape, fmt, chunk_type)
 
 
@@ -314,7 +314,7 @@ class Store:
         fmt = self._fmt(split, fmt)
         blk = self.entry(split)["blocks"][fmt][i][j]
         shape = self.block_shape(split, i, j)
-        return _read_block_task(os.fspath(self.path), split, fmt, i, j, blk, shape, chunk_type)
+        return read_block_task(os.fspath(self.path), split, fmt, i, j, blk, shape, chunk_type)
 
     def read_block_arrays(
         self, split: str = "train", i: int = 0, j: int = 0, fmt: str | None = None
@@ -344,7 +344,7 @@ class Store:
         root = os.fspath(self.path)
         dsk = {
             (name, i, j): (
-                _read_block_task,
+                read_block_task,
                 root,
                 split,
                 fmt,

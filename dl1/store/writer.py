@@ -336,7 +336,7 @@ class SplitWriter:
                 f"split {self.name!r}, rows {r0}..{r0 + n_b - 1}: y has {y.shape[0]} values "
                 f"for {n_b} rows"
             )
-        _check_finite(y, "y", self.name, r0)
+        check_finite(y, "y", self.name, r0)
         if self.has_sample_weight != (sample_weight is not None):
             raise ValidationError(
                 f"split {self.name!r}: sample_weight must be given for every batch or none"
@@ -347,7 +347,7 @@ class SplitWriter:
                 raise ValidationError(
                     f"split {self.name!r}: sample_weight has {w.shape[0]} values for {n_b} rows"
                 )
-            _check_finite(w, "sample_weight", self.name, r0)
+            check_finite(w, "sample_weight", self.name, r0)
             if (w < 0).any():
                 bad = int(np.flatnonzero(w < 0)[0])
                 raise ValidationError(
@@ -600,7 +600,7 @@ class SplitWriter:
         return store_kernels.coo_to_csc(rows, cols, vals, c_hi - c_lo)
 
 
-def _check_finite(a: np.ndarray, what: str, split: str, r0: int) -> None:
+def check_finite(a: np.ndarray, what: str, split: str, r0: int) -> None:
     bad = ~np.isfinite(a)
     if bad.any():
         k = int(np.flatnonzero(bad)[0])

@@ -62,11 +62,11 @@ class BlockSource:
 
     def load(self) -> Block:
         from dl1.store.format import block_key
-        from dl1.store.reader import _read_block_task, read_array, read_block_arrays
+        from dl1.store.reader import read_array, read_block_arrays, read_block_task
 
         if self.fmt != "csc" or len(self.reads) == 1:
             chunks = [
-                _read_block_task(self.root, self.split, self.fmt, i, self.j, blk, shape, "scipy")
+                read_block_task(self.root, self.split, self.fmt, i, self.j, blk, shape, "scipy")
                 for i, blk, shape in self.reads
             ]
             return assemble_block(

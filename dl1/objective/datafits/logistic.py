@@ -15,7 +15,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit, xlogy
 
 from dl1.errors import ValidationError
-from dl1.objective.datafits.quadratic import _weights
+from dl1.objective.datafits.quadratic import optional_weights
 
 _ARMIJO = 1e-4
 _MAX_HALVINGS = 40
@@ -84,7 +84,7 @@ class Logistic:
         float
         """
         losses = np.logaddexp(0.0, -np.asarray(y, dtype=np.float64) * np.asarray(z, np.float64))
-        s = _weights(s, losses.shape[0])
+        s = optional_weights(s, losses.shape[0])
         total = losses.sum() if s is None else s @ losses
         return float(total) / losses.shape[0]
 
@@ -124,7 +124,7 @@ class Logistic:
             Only one class has positive weight (the optimal intercept is infinite).
         """
         y = np.asarray(y, dtype=np.float64)
-        s = _weights(s, y.shape[0])
+        s = optional_weights(s, y.shape[0])
         pos = y > 0
         if s is None:
             n_pos, n_neg = float(pos.sum()), float((~pos).sum())
@@ -162,7 +162,7 @@ class Logistic:
         """
         y = np.asarray(y, dtype=np.float64)
         z = np.asarray(z, dtype=np.float64)
-        return self._newton_shift(y, z, _weights(s, y.shape[0]), max_iter, 1e-13)
+        return self._newton_shift(y, z, optional_weights(s, y.shape[0]), max_iter, 1e-13)
 
     def dual_point(
         self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None, intercept: bool = False
@@ -188,7 +188,7 @@ class Logistic:
         """
         y = np.asarray(y, dtype=np.float64)
         z = np.asarray(z, dtype=np.float64)
-        s = _weights(s, y.shape[0])
+        s = optional_weights(s, y.shape[0])
         if not intercept:
             return self._theta(y, z, s)
         db = self._newton_shift(y, z, s, 50, 1e-13)
@@ -222,7 +222,7 @@ class Logistic:
         y = np.asarray(y, dtype=np.float64)
         theta = np.asarray(theta, dtype=np.float64)
         n = theta.shape[0]
-        s = _weights(s, n)
+        s = optional_weights(s, n)
         if s is None:
             t = y * theta
             weight = None
@@ -245,7 +245,7 @@ class Logistic:
     ) -> NDArray[np.float64]:
         """``s * y * sigmoid(-y z)``."""
         theta = y * expit(-y * z)
-        s = _weights(s, theta.shape[0])
+        s = optional_weights(s, theta.shape[0])
         if s is not None:
             theta *= s
         return theta

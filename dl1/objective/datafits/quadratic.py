@@ -56,7 +56,7 @@ def normalize_sample_weight(sample_weight: ArrayLike | None, n: int) -> NDArray[
     return s * (n / total)
 
 
-def _weights(s: ArrayLike | None, n: int) -> NDArray[np.float64] | None:
+def optional_weights(s: ArrayLike | None, n: int) -> NDArray[np.float64] | None:
     """Sample weights as float64 of shape (n,), or None for unit weights."""
     if s is None:
         return None
@@ -137,7 +137,7 @@ class Quadratic:
         float
         """
         r = np.asarray(y, dtype=np.float64) - np.asarray(z, dtype=np.float64)
-        return 0.5 * _weighted_sum(r * r, _weights(s, r.shape[0])) / r.shape[0]
+        return 0.5 * _weighted_sum(r * r, optional_weights(s, r.shape[0])) / r.shape[0]
 
     def gradient(
         self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None
@@ -154,7 +154,7 @@ class Quadratic:
         ndarray of float64 of shape (n,)
         """
         g = np.asarray(z, dtype=np.float64) - np.asarray(y, dtype=np.float64)
-        s = _weights(s, g.shape[0])
+        s = optional_weights(s, g.shape[0])
         if s is not None:
             g *= s
         g /= g.shape[0]
@@ -173,7 +173,7 @@ class Quadratic:
         float
         """
         y = np.asarray(y, dtype=np.float64)
-        s = _weights(s, y.shape[0])
+        s = optional_weights(s, y.shape[0])
         if s is None:
             return float(y.mean())
         return float(s @ y) / float(s.sum())
@@ -197,7 +197,7 @@ class Quadratic:
             ``db = sum_i s_i (y_i - z_i) / sum_i s_i``; the new intercept is ``b + db``.
         """
         r = np.asarray(y, dtype=np.float64) - np.asarray(z, dtype=np.float64)
-        s = _weights(s, r.shape[0])
+        s = optional_weights(s, r.shape[0])
         if s is None:
             return float(r.mean())
         return float(s @ r) / float(s.sum())
@@ -223,7 +223,7 @@ class Quadratic:
             Not yet rescaled for L1 feasibility (:func:`dl1.objective.gap.duality_gap` does that).
         """
         theta = np.asarray(y, dtype=np.float64) - np.asarray(z, dtype=np.float64)
-        s = _weights(s, theta.shape[0])
+        s = optional_weights(s, theta.shape[0])
         if s is not None:
             theta *= s
         if intercept:
@@ -251,7 +251,7 @@ class Quadratic:
         y = np.asarray(y, dtype=np.float64)
         theta = np.asarray(theta, dtype=np.float64)
         n = theta.shape[0]
-        s = _weights(s, n)
+        s = optional_weights(s, n)
         if s is None:
             quad = 0.5 * float(theta @ theta)
         else:

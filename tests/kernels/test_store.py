@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import random_csr
 
 from dl1.kernels import store as store_kernels
+from tests.helpers import random_csr
 
 
 def reference_check(indptr, indices, data, limit):

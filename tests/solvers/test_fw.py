@@ -253,7 +253,7 @@ def test_elastic_net_in_constrained_form_matches_scikit_learn():
 
 @pytest.mark.parametrize("intercept", [True, False])
 def test_l1_logistic_in_constrained_form_matches_scikit_learn(intercept):
-    from test_fit import logistic_reference
+    from tests.test_penalised import logistic_reference
 
     X, y = _problem(n=120, p=300, seed=9)
     yl = np.where(y > np.median(y), 1.0, -1.0)

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import sparse
-from conftest import random_csr
 
 import dl1
 from dl1.errors import IncompleteStoreError, StoreCorruptError, ValidationError
 from dl1.store import StoreWriter, open_store
 from dl1.store.format import MANIFEST
+from tests.helpers import random_csr
 
 
 def assert_same(A, B):
@@ -406,12 +406,12 @@ def test_direct_chunk_reads_equal_zarr_reads(tmp_path, dtype):
     from zarr.codecs import Crc32cCodec, ZstdCodec
 
     from dl1.store.format import write_array
-    from dl1.store.reader import _direct_decoder, read_array
+    from dl1.store.reader import direct_decoder, read_array
 
     rng = np.random.default_rng(3)
     a = (rng.standard_normal(3_500) * 100).astype(dtype)
     entry = write_array(tmp_path, "blosc", a, chunk_elems=1_000)
-    assert _direct_decoder(zarr.open_array(tmp_path / "blosc", mode="r")) is not None
+    assert direct_decoder(zarr.open_array(tmp_path / "blosc", mode="r")) is not None
     got = read_array(tmp_path, "blosc", entry)
     assert got.dtype == a.dtype
     np.testing.assert_array_equal(got, a)
@@ -442,7 +442,7 @@ def test_direct_chunk_reads_equal_zarr_reads(tmp_path, dtype):
         fill_value=0,
     )
     o[:] = a
-    assert _direct_decoder(zarr.open_array(tmp_path / "other", mode="r")) is None
+    assert direct_decoder(zarr.open_array(tmp_path / "other", mode="r")) is None
     entry_o = dict(
         entry, chunk_bytes=[(tmp_path / "other" / "c" / str(k)).stat().st_size for k in range(4)]
     )

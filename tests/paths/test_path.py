@@ -15,7 +15,7 @@ from sklearn.linear_model import LogisticRegression, enet_path, lasso_path
 
 import dl1
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def make_data(n=150, p=80, seed=0):

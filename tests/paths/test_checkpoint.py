@@ -19,7 +19,7 @@ P = 40
 ALPHAS = np.geomspace(1.0, 1e-3, 12)
 FINGERPRINT = {"shape": [100, P], "nnz": 1234, "crc32c": [1, 2, 3]}
 SETTINGS = {"tol": 1e-6, "loss": "squared", "l1_ratio": 1.0, "solver": {"max_rounds": 50}}
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def open_ck(path, **over):
@@ -215,7 +215,7 @@ CHILD = textwrap.dedent(
     import os, signal, sys
     sys.path.insert(0, {tests!r})
     import dl1.paths.checkpoint as ckmod
-    from test_regpath_checkpoint import gen, open_ck
+    from tests.paths.test_checkpoint import gen, open_ck
 
     mode, path, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
     die = lambda: os.kill(os.getpid(), signal.SIGKILL)
@@ -283,7 +283,7 @@ def _assert_same_checkpoint(a, b):
 )
 def test_killed_writer_resumes_bit_identical(tmp_path, reference, mode, expect_done):
     script = tmp_path / "child.py"
-    script.write_text(CHILD.format(tests=str(ROOT / "tests")))
+    script.write_text(CHILD.format(tests=str(ROOT)))
     path = tmp_path / "ck"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, str(script), mode, str(path), "4"]

@@ -57,7 +57,7 @@ def test_ingest_peak_rss_is_below_the_stated_bound(tmp_path):
     warm = tmp_path / "warm.svm"
     warm.write_bytes(block[: block.index(b"\n", 50_000) + 1])
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     try:
         proc = subprocess.run(
