@@ -6,6 +6,7 @@ numba kernels they call live in :mod:`dl1.kernels`; nothing here knows about the
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -887,16 +888,25 @@ def _anderson_step(hist, w, db_total, z, y, s, datafit, penalty, indptr, indices
     return w, db_total
 
 
+#: The memory limit of the worker whose partition server runs in this thread
+#: (:class:`dl1.solvers.rpc.PartitionServer`): ``get_worker`` answers in tasks only.
+SERVER_MEMORY_LIMIT: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "dl1_server_memory_limit", default=None
+)
+
+
 def gram_limit() -> int:
     """Largest Gram matrix this process may hold: a worker with a ``memory_limit`` keeps its
     m x m matrices (two cached entries, the one being built, temporaries) within a quarter of
     the limit; without a limit (in process), no bound besides ``gram_max``."""
-    try:
-        from distributed import get_worker
+    limit = SERVER_MEMORY_LIMIT.get()
+    if limit is None:
+        try:
+            from distributed import get_worker
 
-        limit = get_worker().memory_manager.memory_limit
-    except (ImportError, ValueError, AttributeError):
-        return GRAM_MAX
+            limit = get_worker().memory_manager.memory_limit
+        except (ImportError, ValueError, AttributeError):
+            return GRAM_MAX
     if not limit:
         return GRAM_MAX
     return int(np.sqrt(limit / (4 * 4 * np.dtype(GRAM_DTYPE).itemsize)))

@@ -1,0 +1,128 @@
+"""Calls to dl1's handlers on Dask workers, over Dask's own comm.
+
+A call is one message of Dask's rpc (``dl1_open``, ``dl1_call``, ``dl1_close``: handlers a
+:class:`~dl1.solvers.rpc.PartitionServers` plugin registers on each worker), sent on the
+caller's connection pool (the client's, or a worker's to its peers) or forwarded by the
+scheduler's ``proxy`` handler when the client cannot reach the workers. Dask's comm brings
+its TLS and authentication; no worker listens on a port of its own.
+
+The arguments and results travel as :class:`Packed`: one pickle of the whole object, with
+small arrays in band and large ones (a peer's gathered columns: megabytes) as frames of
+their own, written and read without a copy. Dask would make a frame of every array; a call
+carries dozens of small index arrays, and one pickle costs a fraction of that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+from distributed.protocol import dask_deserialize, dask_serialize, to_serialize
+
+#: Buffers of at least this many bytes travel as frames of their own (out of band).
+OUT_OF_BAND_BYTES = 64 * 2**10
+
+
+@dataclass
+class Packed:
+    """An object pickled (protocol 5) into ``head``, its large buffers apart."""
+
+    head: bytes
+    buffers: list[memoryview]
+
+
+def pack(obj: Any) -> Packed:
+    """``obj`` pickled: by reference where plain pickle can (functions of dl1's modules),
+    else by value (cloudpickle: objects of ``__main__``, closures)."""
+    buffers: list[memoryview] = []
+
+    def out_of_band(buf: pickle.PickleBuffer) -> bool:
+        view = buf.raw()
+        if view.nbytes < OUT_OF_BAND_BYTES:
+            return True  # in band
+        # read-only: a receiver sharing this memory (in-process comm) copies it
+        buffers.append(view.toreadonly())
+        return False
+
+    try:
+        head = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
+        if b"__main__" not in head:
+            return Packed(head, buffers)
+    except Exception:
+        pass
+    buffers.clear()
+    head = cloudpickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
+    return Packed(head, buffers)
+
+
+def unpack(packed: Packed) -> Any:
+    """The object :func:`pack` packed; its arrays writable (a buffer the comm delivered
+    read-only is copied)."""
+    buffers = [b if not memoryview(b).readonly else bytearray(b) for b in packed.buffers]
+    return pickle.loads(packed.head, buffers=buffers)
+
+
+@dask_serialize.register(Packed)
+def _serialize_packed(packed: Packed) -> tuple[dict, list]:
+    return {}, [packed.head, *packed.buffers]
+
+
+@dask_deserialize.register(Packed)
+def _deserialize_packed(header: dict, frames: list) -> Packed:
+    return Packed(bytes(frames[0]), list(frames[1:]))
+
+
+class PackingError(RuntimeError):
+    """A handler's result could not be pickled (the caller gets this instead)."""
+
+
+def pack_result(obj: Any) -> Packed:
+    """:func:`pack` of a handler's result; :class:`PackingError` naming what failed."""
+    try:
+        return pack(obj)
+    except Exception as exc:
+        raise PackingError(f"{type(exc).__name__}: {exc}") from None
+
+
+async def send_call(
+    pool: Any, address: str, op: str, via_scheduler: Any = None, **msg: Any
+) -> dict:
+    """The reply of ``address``'s handler ``op`` to ``msg``: on ``pool`` (Dask's
+    ConnectionPool), or forwarded by the scheduler (``via_scheduler``, an rpc to it) when
+    given. Dask raises the handler's own exception here."""
+    if via_scheduler is not None:
+        return await via_scheduler.proxy(msg={"op": op, **msg}, worker=address)
+    return await getattr(pool(address), op)(**msg)
+
+
+class Call:
+    """The pending reply to a call: ``result()`` is the handler's unpacked ``"result"``."""
+
+    def __init__(self, future: Future) -> None:
+        self._future = future
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The call's result (its error raised here); TimeoutError if none came within
+        ``timeout`` seconds (the call stays pending)."""
+        reply = self._future.result(timeout=timeout)
+        return unpack(reply["result"])
+
+
+def start_call(
+    loop: asyncio.AbstractEventLoop,
+    pool: Any,
+    address: str,
+    op: str,
+    args: Any,
+    via_scheduler: Any = None,
+    **msg: Any,
+) -> Call:
+    """Send ``op`` with ``args`` packed (here, in the calling thread) from a thread outside
+    ``loop``, the event loop owning ``pool``; the reply is read by the loop as it comes."""
+    payload = to_serialize(pack(args))
+    coro = send_call(pool, address, op, via_scheduler, payload=payload, **msg)
+    return Call(asyncio.run_coroutine_threadsafe(coro, loop))
