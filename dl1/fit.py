@@ -21,6 +21,7 @@ from dl1.solvers.fw import FWProblem, FWResult, sample_size, solve_fw
 from dl1.solvers.rpc import rpc_executor
 from dl1.solvers.ws import solve_ws
 from dl1.store import Store, open_store
+from dl1.worker import WORKER_BASELINE
 
 LOSSES = {"squared": Quadratic, "logistic": Logistic}
 
@@ -86,10 +87,6 @@ def _problem(X, y, sample_weight, loss, split):
             raise ValidationError(f"sample_weight[{int(np.flatnonzero(s < 0)[0])}] is negative")
         sw = normalize_sample_weight(s, n)
     return Xd, y, sw, datafit, store
-
-
-#: Memory of a worker process before it holds any data (interpreter, dask, compiled kernels).
-WORKER_BASELINE = 256 * 2**20
 
 
 def block_memory(store: Store, split: str) -> int:

@@ -512,7 +512,7 @@ def _intervals(client):
 
 
 def test_low_latency_sets_and_restores_dask_batching_intervals(local_cluster):
-    from dl1.solvers.executor import LOW_LATENCY_INTERVAL, low_latency
+    from dl1.solvers.dask_workarounds import LOW_LATENCY_INTERVAL, low_latency
 
     before = _intervals(local_cluster)
     assert before[0] != LOW_LATENCY_INTERVAL  # Dask's defaults (ms), not ours
