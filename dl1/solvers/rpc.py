@@ -550,6 +550,7 @@ class PartitionServers(WorkerPlugin):
         server = self.servers.get(session)
         if server is None:
             raise ServerClosed(f"no server {session} on {self.worker.address}")
+        self.servers.move_to_end(session)
         result = await asyncio.wrap_future(server.calls.submit(server.serve, payload))
         self.calls_served += 1
         return {"result": to_serialize(result)}
