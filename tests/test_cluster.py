@@ -55,6 +55,7 @@ def test_fit_on_a_real_scheduler_and_workers(tmp_path, recipe_cluster):
         while len(client.scheduler_info()["workers"]) < 2 and time.time() < deadline:
             time.sleep(0.2)
         assert len(client.scheduler_info()["workers"]) == 2
+
         def served(dask_worker):  # by value: the workers cannot import this test module
             plugin = dask_worker.plugins.get("dl1-partition-servers")
             return 0 if plugin is None else plugin.calls_served
