@@ -338,7 +338,7 @@ def test_workers_a_client_cannot_reach_get_their_calls_through_the_scheduler(loc
     Dask's proxy through the scheduler instead of failing: same answer, still direct calls."""
 
     class Unreachable(RpcExecutor):
-        async def _direct_open(self, addr):
+        async def _direct_open(self, addr, workers):
             raise OSError(f"cannot connect to {addr}")
 
     X, y = make_regression(n=150, p=80, seed=7)

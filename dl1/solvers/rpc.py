@@ -61,6 +61,10 @@ SERVED = frozenset({"call", "scan_pass", "extract", "held_groups", "ahead_stats"
 #: Name of the worker plugin holding the servers (:class:`PartitionServers`).
 PLUGIN_NAME = "dl1-partition-servers"
 
+#: Connections a server's worker opens to each peer as the server starts: a peer's scan and
+#: the columns fetched ahead may be asked at once.
+PEER_CONNECTIONS = 2
+
 #: Servers a worker keeps at most (the least recently used is closed first): solves close
 #: theirs, this bounds those of coordinators that died first.
 MAX_SERVERS = 8
@@ -230,15 +234,11 @@ class PartitionServer:
 
     def _ask(self, holder: str, method: str, *args: Any) -> Call:
         """A call of this solve's server on the peer ``holder``; its reply is read by the
-        worker's event loop as soon as it comes."""
+        worker's event loop as soon as it comes (a peer lost closes the connection: its
+        ``result()`` raises)."""
         loop = self._worker.loop.asyncio_loop
         msg = (method, args)
         return start_call(loop, self._worker.rpc, holder, "dl1_call", msg, session=self.session)
-
-    def _answer(self, holder: str, call: Call) -> Any:
-        """The result of a call to the peer on ``holder`` (a peer lost closes the
-        connection: the error is raised here)."""
-        return call.result()
 
     def extract(self, wanted: list[tuple[Any, np.ndarray]]) -> list[tuple]:
         """:func:`~dl1.solvers._tasks.extract_task` of blocks held here (for a peer): one
@@ -275,8 +275,8 @@ class PartitionServer:
         # path, the one a fresh group's ``e[6]`` reports, is the longest of the two
         local_s = sum(e[6] for gid, e in used.items() if gid not in self._groups)
         peer_s = 0.0
-        for (groups, fut), holder in zip(asked, remote, strict=True):
-            got = self._answer(holder, fut)
+        for groups, fut in asked:
+            got = fut.result()
             peer_s = max(peer_s, sum(e[6] for e in got))
             for g, e in zip(groups, got, strict=True):
                 used[g.gid] = (*e[:6], 0.0)
@@ -376,7 +376,7 @@ class PartitionServer:
         peer_s = 0.0
         for holder, fut in futs.items():  # received here now, not when the call needs them
             try:
-                got = self._answer(holder, fut)
+                got = fut.result()
             except Exception:  # the call asks for them itself
                 continue
             peer_s = max(peer_s, sum(e[6] for e in got))
@@ -439,7 +439,7 @@ class PartitionServer:
                 done[q] = T.scan_task(*self._resolve(scan, {}))
         for q, holder, fut in calls:
             if holder is not None:
-                done[q] = self._answer(holder, fut)
+                done[q] = fut.result()
         return [done[q] for q in range(len(plan.holders))]
 
     def _remote_groups(self, a: Any, remote: dict[str, list[_Group]]) -> None:
@@ -535,8 +535,10 @@ class PartitionServers(WorkerPlugin):
         while self.servers:
             self.servers.popitem()[1].close()
 
-    async def open(self, session: str) -> dict:
-        """Start the server of ``session`` (kept if it runs); the worker's address."""
+    async def open(self, session: str, peers: list[str] | None = None) -> dict:
+        """Start the server of ``session`` (kept if it runs), with connections to its
+        ``peers`` ready in the worker's pool; the worker's address."""
+        await self._connect(peers or [])
         if session not in self.servers:
             server = await asyncio.to_thread(PartitionServer, self.worker, session)
             self.servers.setdefault(session, server)
@@ -544,6 +546,20 @@ class PartitionServers(WorkerPlugin):
                 self.servers.popitem(last=False)[1].close()
         self.servers.move_to_end(session)
         return {"address": self.worker.address}
+
+    async def _connect(self, peers: list[str]) -> None:
+        """Open :data:`PEER_CONNECTIONS` connections to each of ``peers`` not yet in the
+        worker's pool (a call's first connection would otherwise cost a handshake within a
+        round); a peer that cannot be reached is left to the calls."""
+        pool = self.worker.rpc
+        wanted = [p for p in peers if p != self.worker.address]
+        for peer in wanted:
+            try:
+                comms = await asyncio.gather(*[pool.connect(peer) for _ in range(PEER_CONNECTIONS)])
+            except Exception:
+                continue
+            for comm in comms:
+                pool.reuse(peer, comm)
 
     async def call(self, session: str, payload: Packed) -> dict:
         """The packed result of a method of ``session``'s server, run in its thread."""
@@ -644,7 +660,11 @@ class RpcExecutor(DistributedExecutor):
             raise BlockMissing("no worker to start a server on")
         self.direct_calls = self._reachable(workers)
         if not self.direct_calls:
-            for fut in [self._send(addr, "dl1_open", session=self.session) for addr in workers]:
+            opens = [
+                self._send(addr, "dl1_open", session=self.session, peers=workers)
+                for addr in workers
+            ]
+            for fut in opens:
                 fut.result()
         return workers
 
@@ -656,7 +676,7 @@ class RpcExecutor(DistributedExecutor):
             return False
         try:
             for addr in workers:
-                probe = asyncio.wait_for(self._direct_open(addr), PROBE_S)
+                probe = asyncio.wait_for(self._direct_open(addr, workers), PROBE_S)
                 fut = asyncio.run_coroutine_threadsafe(probe, self.client.loop.asyncio_loop)
                 if fut.result() != addr:
                     return False
@@ -664,9 +684,12 @@ class RpcExecutor(DistributedExecutor):
             return False
         return True
 
-    async def _direct_open(self, addr: str) -> str:
-        """Start this solve's server on ``addr`` by a direct call; the worker's address."""
-        reply = await send_call(self.client.rpc, addr, "dl1_open", session=self.session)
+    async def _direct_open(self, addr: str, workers: list[str]) -> str:
+        """Start this solve's server on ``addr`` by a direct call (its peers: ``workers``);
+        the worker's address."""
+        reply = await send_call(
+            self.client.rpc, addr, "dl1_open", session=self.session, peers=workers
+        )
         return reply["address"]
 
     def _via(self) -> Any:
