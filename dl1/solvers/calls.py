@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -102,8 +103,16 @@ async def send_call(
 class Call:
     """The pending reply to a call: ``result()`` is the handler's unpacked ``"result"``."""
 
-    def __init__(self, future: Future) -> None:
+    def __init__(self, future: Future, started: threading.Event) -> None:
         self._future = future
+        self._started = started
+
+    def wait_sent(self) -> None:
+        """Wait until the event loop has taken the call up: it writes the request in the
+        same step. A caller that works meanwhile first waits for this, or its work could
+        keep the loop from sending (on a busy machine, for milliseconds) while the callee
+        idles."""
+        self._started.wait()
 
     def result(self, timeout: float | None = None) -> Any:
         """The call's result (its error raised here); TimeoutError if none came within
@@ -124,5 +133,10 @@ def start_call(
     """Send ``op`` with ``args`` packed (here, in the calling thread) from a thread outside
     ``loop``, the event loop owning ``pool``; the reply is read by the loop as it comes."""
     payload = to_serialize(pack(args))
-    coro = send_call(pool, address, op, via_scheduler, payload=payload, **msg)
-    return Call(asyncio.run_coroutine_threadsafe(coro, loop))
+    started = threading.Event()
+
+    async def send() -> dict:
+        started.set()
+        return await send_call(pool, address, op, via_scheduler, payload=payload, **msg)
+
+    return Call(asyncio.run_coroutine_threadsafe(send(), loop), started)

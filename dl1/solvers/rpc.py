@@ -269,6 +269,8 @@ class PartitionServer:
             for holder, groups in remote.items()
         ]
         self._fetched_late += sum(len(groups) for groups in remote.values())
+        for _, call in asked:
+            call.wait_sent()
         used: dict[str, tuple] = {}
         self._resolve(args, used, local_only=True)  # local work while the peers extract
         # the peers extract while this server does: the extraction time on the critical
@@ -369,6 +371,8 @@ class PartitionServer:
         here = self._worker.address
         # the peers first: they extract meanwhile
         futs = {h: self._ask(h, "extract", wanted) for h, wanted in asks.items() if h != here}
+        for call in futs.values():
+            call.wait_sent()
         t0 = time.perf_counter()
         for key, local in asks.get(here, []):
             ahead[(key, local.tobytes())] = T.extract_task(self._block(_Block(key)), local)
@@ -434,6 +438,9 @@ class PartitionServer:
                 calls.append((q, None, scan))
             else:
                 calls.append((q, holder, self._ask(holder, "call", T.scan_task, scan)))
+        for _, holder, call in calls:
+            if holder is not None:
+                call.wait_sent()
         for q, holder, scan in calls:  # this worker's partitions while the peers scan
             if holder is None:
                 done[q] = T.scan_task(*self._resolve(scan, {}))
