@@ -62,9 +62,10 @@ WORKER_PRELOAD = "dl1.worker"
 def local_cluster(**kwargs: Any) -> Any:
     """``distributed.LocalCluster(**kwargs)`` whose worker processes start with
     :data:`WORKER_ENV` (added to Dask's own pre-spawn environment) and preload
-    :data:`WORKER_PRELOAD` (added to the configured preloads), and whose scheduler and workers
-    have :data:`CLUSTER_CONFIG` (no work stealing, no worker profiler); the caller's Dask
-    config is unchanged."""
+    :data:`WORKER_PRELOAD` (added to the configured preloads), whose scheduler and workers
+    have :data:`CLUSTER_CONFIG` (no work stealing, no worker profiler), and whose workers
+    with a memory limit hold :func:`dl1.worker.spill_buffer`; the caller's Dask config is
+    unchanged."""
     from distributed import LocalCluster
 
     env = {**dask.config.get("distributed.nanny.pre-spawn-environ", default={}), **WORKER_ENV}

@@ -11,7 +11,7 @@ from distributed.protocol import deserialize, serialize, to_serialize
 
 import dl1
 from dl1.solvers import _tasks as T
-from dl1.solvers.calls import OUT_OF_BAND_BYTES, Packed, PackingError, pack, unpack
+from dl1.solvers.calls import OUT_OF_BAND_BYTES, PackingError, pack, unpack
 from dl1.solvers.executor import DistributedExecutor
 from dl1.solvers.rpc import RpcExecutor, ServerClosed
 from tests.test_fit import as_dask, make_regression
@@ -19,8 +19,9 @@ from tests.test_rpc import calls_served, drop_server
 
 
 def test_a_packed_message_arrives_whole_and_writable():
-    """Through Dask's serialization: arrays of every layout come back equal and writable;
-    large ones travel as frames of their own, small ones inside the pickle."""
+    """Through Dask's serialization (the families its comm uses): arrays of every layout
+    come back equal and writable; large ones travel as frames of their own, small ones
+    inside the pickle."""
     big = np.random.default_rng(0).normal(size=OUT_OF_BAND_BYTES // 8 + 1)
     msg = {
         "x": np.arange(10.0),
@@ -33,7 +34,8 @@ def test_a_packed_message_arrives_whole_and_writable():
     }
     packed = pack(msg)
     assert len(packed.buffers) == 1  # "big" only
-    header, frames = serialize(to_serialize(packed), serializers=("dask",))
+    header, frames = serialize(to_serialize(packed), serializers=("dask", "pickle"))
+    assert len(frames) == 2  # the pickle, then the large array's own frame
     got = unpack(deserialize(header, [bytearray(f) for f in frames]))
     for k in ("x", "big", "empty", "strided", "f32"):
         np.testing.assert_array_equal(got[k], msg[k])
@@ -41,8 +43,15 @@ def test_a_packed_message_arrives_whole_and_writable():
     np.testing.assert_array_equal(got["nested"][0][1], msg["nested"][0][1])
     assert got["nested"][0][2] is None and got["nested"][1] == 1.5
     assert got["fn"] is T.scan_task
-    # a buffer shared read-only (Dask's in-process comm passes it as it is) is copied
-    shared = unpack(Packed(packed.head, packed.buffers))
+    # received from another process, a writable frame is used in place ...
+    frames = [bytearray(f) for f in frames]
+    moved = deserialize(header, frames)
+    moved.pid = -1
+    got = unpack(moved)
+    assert np.shares_memory(got["big"], np.frombuffer(frames[1], np.float64))
+    # ... but unpacked where it was packed (Dask's in-process comm passes objects as they
+    # are), the arrays are copies, not the sender's memory
+    shared = unpack(packed)
     assert shared["big"].flags.writeable and not np.shares_memory(shared["big"], big)
 
 

@@ -8,13 +8,17 @@ its TLS and authentication; no worker listens on a port of its own.
 
 The arguments and results travel as :class:`Packed`: one pickle of the whole object, with
 small arrays in band and large ones (a peer's gathered columns: megabytes) as frames of
-their own, written and read without a copy. Dask would make a frame of every array; a call
-carries dozens of small index arrays, and one pickle costs a fraction of that.
+their own (Dask's pickle serializer sends a Packed's buffers out of band), written and read
+without a copy. Dask would make a frame of every array; a call carries dozens of small
+index arrays, and one pickle costs a fraction of that.
+
+Dask is imported on first use: the modules a worker's tasks import load no more of it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
 import threading
 from concurrent.futures import Future
@@ -22,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
-from distributed.protocol import dask_deserialize, dask_serialize, to_serialize
 
 #: Buffers of at least this many bytes travel as frames of their own (out of band).
 OUT_OF_BAND_BYTES = 64 * 2**10
@@ -30,10 +33,23 @@ OUT_OF_BAND_BYTES = 64 * 2**10
 
 @dataclass
 class Packed:
-    """An object pickled (protocol 5) into ``head``, its large buffers apart."""
+    """An object pickled (protocol 5) into ``head``, its large buffers apart (pickled out
+    of band in turn: Dask's pickle serializer makes them frames of their own)."""
 
     head: bytes
     buffers: list[memoryview]
+    #: the packing process: one that unpacks its own Packed (Dask's in-process comm passes
+    #: objects as they are) copies the buffers, which are the packed arrays' memory
+    pid: int
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        if protocol < 5:
+            return _packed, (self.head, [bytes(b) for b in self.buffers], self.pid)
+        return _packed, (self.head, [pickle.PickleBuffer(b) for b in self.buffers], self.pid)
+
+
+def _packed(head: bytes, buffers: list[Any], pid: int) -> Packed:
+    return Packed(head, [memoryview(b) for b in buffers], pid)
 
 
 def pack(obj: Any) -> Packed:
@@ -45,36 +61,26 @@ def pack(obj: Any) -> Packed:
         view = buf.raw()
         if view.nbytes < OUT_OF_BAND_BYTES:
             return True  # in band
-        # read-only: a receiver sharing this memory (in-process comm) copies it
-        buffers.append(view.toreadonly())
+        buffers.append(view)
         return False
 
     try:
         head = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
         if b"__main__" not in head:
-            return Packed(head, buffers)
+            return Packed(head, buffers, os.getpid())
     except Exception:
         pass
     buffers.clear()
     head = cloudpickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
-    return Packed(head, buffers)
+    return Packed(head, buffers, os.getpid())
 
 
 def unpack(packed: Packed) -> Any:
-    """The object :func:`pack` packed; its arrays writable (a buffer the comm delivered
-    read-only is copied)."""
-    buffers = [b if not memoryview(b).readonly else bytearray(b) for b in packed.buffers]
+    """The object :func:`pack` packed, its arrays writable and its own: a buffer delivered
+    read-only, or still the packing process's memory, is copied."""
+    own = packed.pid != os.getpid()
+    buffers = [b if own and not memoryview(b).readonly else bytearray(b) for b in packed.buffers]
     return pickle.loads(packed.head, buffers=buffers)
-
-
-@dask_serialize.register(Packed)
-def _serialize_packed(packed: Packed) -> tuple[dict, list]:
-    return {}, [packed.head, *packed.buffers]
-
-
-@dask_deserialize.register(Packed)
-def _deserialize_packed(header: dict, frames: list) -> Packed:
-    return Packed(bytes(frames[0]), list(frames[1:]))
 
 
 class PackingError(RuntimeError):
@@ -132,6 +138,8 @@ def start_call(
 ) -> Call:
     """Send ``op`` with ``args`` packed (here, in the calling thread) from a thread outside
     ``loop``, the event loop owning ``pool``; the reply is read by the loop as it comes."""
+    from distributed.protocol import to_serialize
+
     payload = to_serialize(pack(args))
     started = threading.Event()
 

@@ -45,10 +45,9 @@ def low_latency(client: Any, interval: float = LOW_LATENCY_INTERVAL) -> Iterator
 
     A solve is a chain of short dependent rounds (send ``theta``, gather the blocks' scores,
     send the subproblem, ...), so its overhead is latency: Dask holds messages for up to its
-    batching interval (10 ms from the client) before sending them, which was half of a
-    round trip on a 2-core LocalCluster (10.5 -> 5.7 ms, a two-task dependent chain 22.9 ->
-    13.3 ms). The intervals are restored afterwards; where a Dask version lacks them,
-    nothing changes.
+    batching interval (10 ms from the client) before sending them, about half of a task's
+    round trip on a small cluster. The intervals are restored afterwards; where a Dask
+    version lacks them, nothing changes.
     """
     if client is None:
         yield

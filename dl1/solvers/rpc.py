@@ -22,11 +22,11 @@ columns it does not hold yet, its own and its peers', while the coordinator turn
 The next call takes those it names; a choice that differed would only cost the work
 (``test_rpc`` asserts that none does).
 
-The servers live in a :class:`PartitionServers` plugin on each worker (one server per
-solve, named by the executor's session), and the calls are messages of Dask's own rpc
-(:mod:`dl1.solvers.calls`): sent straight to the workers on the client's connection pool
-when it can reach them, else forwarded by the scheduler; from server to server on the
-worker's pool. Dask's comm brings its TLS and authentication.
+The servers live in a worker plugin (:class:`~dl1.solvers.servers.PartitionServers`, one
+server per solve, named by the executor's session), and the calls are messages of Dask's
+own rpc (:mod:`dl1.solvers.calls`): sent straight to the workers on the client's
+connection pool when it can reach them, else forwarded by the scheduler; from server to
+server on the worker's pool. Dask's comm brings its TLS and authentication.
 
 Nothing a server holds is irreplaceable: the blocks stay task results the scheduler can
 recompute, and the gathered columns and constants are caches whose lineage (block, columns)
@@ -39,14 +39,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from distributed import WorkerPlugin
-from distributed.protocol import to_serialize
 
 from dl1.solvers import _tasks as T
 from dl1.solvers.calls import Call, Packed, pack_result, send_call, start_call, unpack
@@ -58,7 +55,7 @@ ROUTED = (T.scan_task, T.matvec_task, T.xt_theta_task, T.subproblem_task)
 #: Methods of a :class:`PartitionServer` a call may name.
 SERVED = frozenset({"call", "scan_pass", "extract", "held_groups", "ahead_stats"})
 
-#: Name of the worker plugin holding the servers (:class:`PartitionServers`).
+#: Name of the worker plugin holding the servers (see :mod:`dl1.solvers.servers`).
 PLUGIN_NAME = "dl1-partition-servers"
 
 #: Connections a server's worker opens to each peer as the server starts: a peer's scan and
@@ -514,78 +511,6 @@ def _server_thread(name: str, memory_limit: int | None) -> ThreadPoolExecutor:
     )
 
 
-class PartitionServers(WorkerPlugin):
-    """The partition servers of a worker, by session, and the handlers of Dask's rpc that
-    reach them: ``dl1_open``, ``dl1_call`` and ``dl1_close`` (see :mod:`dl1.solvers.calls`).
-
-    Registered once per cluster (``idempotent``: a second registration keeps the first, and
-    the servers it holds); the scheduler gives it to workers that join later.
-    """
-
-    name = PLUGIN_NAME
-    idempotent = True
-
-    def __init__(self) -> None:
-        self.servers: OrderedDict[str, PartitionServer] = OrderedDict()
-        self.calls_served = 0
-        self.worker: Any = None
-
-    def setup(self, worker: Any) -> None:
-        self.worker = worker
-        worker.handlers.update(
-            {"dl1_open": self.open, "dl1_call": self.call, "dl1_close": self.close}
-        )
-
-    def teardown(self, worker: Any) -> None:
-        for op in ("dl1_open", "dl1_call", "dl1_close"):
-            worker.handlers.pop(op, None)
-        while self.servers:
-            self.servers.popitem()[1].close()
-
-    async def open(self, session: str, peers: list[str] | None = None) -> dict:
-        """Start the server of ``session`` (kept if it runs), with connections to its
-        ``peers`` ready in the worker's pool; the worker's address."""
-        await self._connect(peers or [])
-        if session not in self.servers:
-            server = await asyncio.to_thread(PartitionServer, self.worker, session)
-            self.servers.setdefault(session, server)
-            while len(self.servers) > MAX_SERVERS:
-                self.servers.popitem(last=False)[1].close()
-        self.servers.move_to_end(session)
-        return {"address": self.worker.address}
-
-    async def _connect(self, peers: list[str]) -> None:
-        """Open :data:`PEER_CONNECTIONS` connections to each of ``peers`` not yet in the
-        worker's pool (a call's first connection would otherwise cost a handshake within a
-        round); a peer that cannot be reached is left to the calls."""
-        pool = self.worker.rpc
-        wanted = [p for p in peers if p != self.worker.address]
-        for peer in wanted:
-            try:
-                comms = await asyncio.gather(*[pool.connect(peer) for _ in range(PEER_CONNECTIONS)])
-            except Exception:
-                continue
-            for comm in comms:
-                pool.reuse(peer, comm)
-
-    async def call(self, session: str, payload: Packed) -> dict:
-        """The packed result of a method of ``session``'s server, run in its thread."""
-        server = self.servers.get(session)
-        if server is None:
-            raise ServerClosed(f"no server {session} on {self.worker.address}")
-        self.servers.move_to_end(session)
-        result = await asyncio.wrap_future(server.calls.submit(server.serve, payload))
-        self.calls_served += 1
-        return {"result": to_serialize(result)}
-
-    async def close(self, session: str) -> dict:
-        """Close the server of ``session``, if it is here."""
-        server = self.servers.pop(session, None)
-        if server is not None:
-            server.close()
-        return {}
-
-
 def _ahead_key(g: _Group) -> tuple | None:
     """How columns fetched in advance are found: block key and local ids (None: a group
     not extracted from a block held by a worker)."""
@@ -660,6 +585,8 @@ class RpcExecutor(DistributedExecutor):
     def _open_servers(self) -> list[str]:
         """Register the plugin (once per cluster) and start a server of this solve on every
         worker alive, straight or through the scheduler (:meth:`_reachable`)."""
+        from dl1.solvers.servers import PartitionServers
+
         self.client.register_plugin(PartitionServers())
         alive = set(self.client.scheduler_info()["workers"])
         workers = [w for w in self.workers if w in alive]
