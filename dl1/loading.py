@@ -25,6 +25,7 @@ from dl1.store import Store, open_store
 from dl1.tasks.blocks import Block, BlockSource, assemble_block, identity, loaded
 from dl1.tasks.gram import GRAM_DENSE_MAX
 from dl1.tasks.passes import xt_theta_task
+from dl1.worker import WORKER_BASELINE
 
 LOSSES = {"squared": Quadratic, "logistic": Logistic}
 
@@ -108,8 +109,6 @@ def read_inputs(X: Any, y: Any, sample_weight: Any, loss: str, split: str) -> In
     return Inputs(Xd, y, sw, datafit, store, split)
 
 
-#: Memory of a worker process before it holds any data (interpreter, dask, compiled kernels).
-WORKER_BASELINE = 256 * 2**20
 
 
 def block_memory(store: Store, split: str) -> int:

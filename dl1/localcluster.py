@@ -29,14 +29,21 @@ system when a worker's memory is high: freed allocations below the mmap threshol
 stay in the process, and at the dense end of the out-of-core benchmark a worker stayed
 paused, idle, at 521 MiB with all of its task results spilled (337 MiB once trimmed). The
 preload also lowers the results a worker keeps in memory before spilling to what its pause
-threshold leaves beside dl1's baseline and a running task (:func:`dl1.worker.managed_target`).
+threshold leaves beside dl1's baseline and a running task (:func:`dl1.worker.managed_target`):
+its workers get a spill buffer of that size (Dask's ``data=`` argument,
+:func:`dl1.worker.spill_buffer`) where their memory limit is known here.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import dask
+
+from dl1.worker import spill_buffer
+
+logger = logging.getLogger(__name__)
 
 #: Environment of dl1's worker processes, set before they start.
 WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
@@ -55,9 +62,10 @@ WORKER_PRELOAD = "dl1.worker"
 def local_cluster(**kwargs: Any) -> Any:
     """``distributed.LocalCluster(**kwargs)`` whose worker processes start with
     :data:`WORKER_ENV` (added to Dask's own pre-spawn environment) and preload
-    :data:`WORKER_PRELOAD` (added to the configured preloads), and whose scheduler and workers
-    have :data:`CLUSTER_CONFIG` (no work stealing, no worker profiler); the caller's Dask
-    config is unchanged."""
+    :data:`WORKER_PRELOAD` (added to the configured preloads), whose scheduler and workers
+    have :data:`CLUSTER_CONFIG` (no work stealing, no worker profiler), and whose workers
+    with a memory limit hold :func:`dl1.worker.spill_buffer`; the caller's Dask config is
+    unchanged."""
     from distributed import LocalCluster
 
     env = {**dask.config.get("distributed.nanny.pre-spawn-environ", default={}), **WORKER_ENV}
@@ -69,5 +77,21 @@ def local_cluster(**kwargs: Any) -> Any:
         "distributed.worker.preload": preload,
         **CLUSTER_CONFIG,
     }
+    limit = _worker_memory_limit(kwargs)
+    if limit and "data" not in kwargs:
+        kwargs = {**kwargs, "memory_limit": limit, "data": (spill_buffer, {"memory_limit": limit})}
     with dask.config.set(config):
         return LocalCluster(**kwargs)
+
+
+def _worker_memory_limit(kwargs: dict[str, Any]) -> int | None:
+    """The memory limit of each worker of ``LocalCluster(**kwargs)``, as Dask parses it
+    (None: no limit, or one this function does not foresee, ``n_workers`` left to Dask)."""
+    from distributed.worker_memory import parse_memory_limit
+
+    if "memory_limit" in kwargs:
+        nthreads = kwargs.get("threads_per_worker") or 1
+        return parse_memory_limit(kwargs["memory_limit"], nthreads, logger=logger)
+    if kwargs.get("n_workers"):
+        return parse_memory_limit("auto", 1, kwargs["n_workers"], logger=logger)
+    return None

@@ -22,6 +22,8 @@ import ctypes.util
 import time
 from typing import Any
 
+from dl1.solvers.dask_workarounds import set_spill_target
+
 #: A worker trims once its resident memory exceeds this fraction of its ``memory_limit``
 #: (Dask spills at 0.7 and pauses at 0.8 by default).
 TRIM_FRACTION = 0.5
@@ -31,6 +33,9 @@ TRIM_GROWTH = 16 * 2**20
 
 #: Milliseconds between checks.
 TRIM_INTERVAL_MS = 200
+
+#: Memory of a worker process before it holds any data (interpreter, dask, compiled kernels).
+WORKER_BASELINE = 256 * 2**20
 
 #: Resident memory a worker keeps free for its running task, beyond its baseline and the
 #: task results it holds in memory. The largest rise of resident memory during one of dl1's
@@ -93,19 +98,46 @@ class MemoryTrimmer:
 def managed_target(limit: float, pause_fraction: float, target: float) -> float:
     """Bytes of task results a worker may hold in memory before it spills the least recently
     used to disk: Dask's ``target`` (by default 60% of ``limit``), lowered so that the
-    baseline of a dl1 worker (:data:`dl1.loading.WORKER_BASELINE`, the interpreter and the
+    baseline of a dl1 worker (:data:`WORKER_BASELINE`, the interpreter and the
     compiled kernels), those results and a running task's :data:`TASK_HEADROOM` stay under
     the pause threshold, but not below a tenth of ``limit``."""
-    from dl1.loading import WORKER_BASELINE
-
     room = pause_fraction * limit - WORKER_BASELINE - TASK_HEADROOM
     return min(target, max(room, 0.1 * limit))
+
+
+def managed_target_of(limit: float) -> float:
+    """:func:`managed_target` of a worker with ``limit`` bytes, under Dask's configured
+    target and pause fractions."""
+    import dask
+
+    pause = dask.config.get("distributed.worker.memory.pause") or 1.0
+    target = dask.config.get("distributed.worker.memory.target") or 1.0
+    return managed_target(limit, pause, target * limit)
+
+
+def spill_buffer(worker_local_directory: str, memory_limit: int) -> Any:
+    """Dask's spill buffer (as a worker makes it: in ``storage`` of its local directory,
+    under the configured ``max-spill``) holding :func:`managed_target_of` its memory limit
+    in memory: a worker's ``data=`` argument, ``(spill_buffer, {"memory_limit": limit})``."""
+    import os
+
+    import dask
+    from dask.utils import parse_bytes
+    from distributed.spill import SpillBuffer
+
+    max_spill = dask.config.get("distributed.worker.memory.max-spill")
+    return SpillBuffer(
+        os.path.join(worker_local_directory, "storage"),
+        target=managed_target_of(memory_limit),
+        max_spill=False if max_spill is False else parse_bytes(max_spill),
+    )
 
 
 def dask_setup(worker: Any) -> None:
     """Dask's preload hook, for a worker with a memory limit.
 
-    - Its spill buffer's target becomes :func:`managed_target`. Dask spills by the
+    - Its spill buffer's target becomes :func:`managed_target` (unless lower already, as
+      with :func:`spill_buffer`). Dask spills by the
       process's memory only every 100 ms and above 70% of the limit, but by the size of
       the results held in memory at once, whenever a result is stored or read back from
       disk. A dl1 worker's baseline is about 256 MiB (68 MiB of it numba's LLVM), which
@@ -124,9 +156,10 @@ def dask_setup(worker: Any) -> None:
     if not limit:
         return
     data = worker.data
-    if hasattr(data, "fast") and isinstance(getattr(data, "n", None), (int, float)):
-        pause = memory.memory_pause_fraction or 1.0
-        data.n = managed_target(limit, pause, data.n)
+    pause = memory.memory_pause_fraction or 1.0
+    target = getattr(data, "n", None)
+    if isinstance(target, (int, float)) and managed_target(limit, pause, target) < target:
+        set_spill_target(worker, managed_target(limit, pause, target))
     if _libc() is None:
         return
     worker.dl1_trimmer = MemoryTrimmer(limit)

@@ -13,7 +13,7 @@ from dl1.solvers.ws import WorkingSetSolver
 BUDGET_KEYS = ("col_bytes", "cache_max", "gather_max", "dense_max")
 
 
-def loaded(ex: Any, X: Any, y: Any = None, sw: Any = None, *, stream: bool = False):
+def load_blocks_for_test(ex: Any, X: Any, y: Any = None, sw: Any = None, *, stream: bool = False):
     """``(blocks, col_bounds, y, sample weights, datafit)`` of ``X`` loaded by ``ex`` in two
     partitions (in worker memory, or as sources read by every task with ``stream``)."""
     inputs = read_inputs(X, y, sw, "squared", "train")

@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -56,17 +55,19 @@ def test_fit_on_a_real_scheduler_and_workers(tmp_path, recipe_cluster):
         while len(client.scheduler_info()["workers"]) < 2 and time.time() < deadline:
             time.sleep(0.2)
         assert len(client.scheduler_info()["workers"]) == 2
-        lines: list[dict] = []
 
-        def watch(entry):  # the workers serve the fit's lines (dl1.solvers.line)
-            lines.append(
-                client.run(  # by value: the workers cannot import this test module
-                    lambda: sum(t.name == "dl1-line" for t in threading.enumerate())
-                )
-            )
+        def served(dask_worker):  # by value: the workers cannot import this test module
+            plugin = dask_worker.plugins.get("dl1-partition-servers")
+            return 0 if plugin is None else plugin.calls_served
+
+        before = client.run(served)
+        during: list[dict] = []
+
+        def watch(entry):  # the workers serve the fit's direct calls (dl1.solvers.rpc)
+            during.append(client.run(served))
 
         remote = dl1.fit(store, alpha=0.01, tol=1e-10, client=client, callback=watch)
-        assert lines and all(n > 0 for seen in lines for n in seen.values())
+        assert during and all(n > before[w] for w, n in during[-1].items())
         assert {h["transport"] for h in remote.history_} == {"direct"}
         # the workers are separate processes started by the recipe
         assert os.getpid() not in client.run(os.getpid).values()

@@ -1,24 +1,22 @@
 """Direct calls to the workers (dl1.solvers.rpc): same answers as tasks, bit for bit; a
 lost server or block falls back to tasks; bounded caches."""
 
+import dataclasses
 import time
 
 import numpy as np
 import pytest
-from dl1.fit import _load, _problem
 
 import dl1
 from dl1.objective.datafits import Logistic, Quadratic
 from dl1.objective.penalties.elastic_net import ElasticNet
-from dl1.solvers import rpc
 from dl1.solvers.executor import DistributedExecutor, LocalExecutor
-from dl1.solvers.line import Dialer
-from dl1.solvers.rpc import RpcExecutor, rpc_executor
-from dl1.solvers.ws import solve_ws
+from dl1.solvers.rpc import PLUGIN_NAME, RpcExecutor, rpc_executor
 from dl1.tasks.blocks import loaded
 from dl1.tasks.columns import extract_task
 from dl1.tasks.gram import drop_gram
-from dl1.tasks.subproblem import subproblem_task
+from dl1.tasks.subproblem import SubproblemSettings, subproblem_task
+from tests.solving import load_blocks_for_test, solve_ws
 from tests.test_penalised import as_dask, make_classification, make_regression
 
 KW = dict(fit_intercept=True, tol=1e-9, max_rounds=200, n_partitions=2, ws_start=8)
@@ -26,10 +24,25 @@ KW = dict(fit_intercept=True, tol=1e-9, max_rounds=200, n_partitions=2, ws_start
 
 def _blocks(client, X, y, sw=None, n_blocks=5):
     ex = DistributedExecutor(client)
-    Xd, yv, swv, datafit, store = _problem(as_dask(X, n_blocks), y, sw, "squared", "train")
-    blocks, cb = _load(ex, Xd, swv, False, True, 2, store, "train", False)
-    ex.wait(blocks)
+    blocks, cb, yv, swv, _, _ = load_blocks_for_test(ex, as_dask(X, n_blocks), y, sw)
     return ex, blocks, cb, yv, swv
+
+
+def calls_served(dask_worker) -> int:
+    """Calls the partition servers of a worker have answered so far."""
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    return 0 if plugin is None else plugin.calls_served
+
+
+def servers_held(dask_worker) -> list[str]:
+    """The sessions of the partition servers a worker holds."""
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    return [] if plugin is None else list(plugin.servers)
+
+
+def drop_server(session: str, dask_worker) -> None:
+    """Close a solve's server on a worker, as a worker restarted without it would."""
+    dask_worker.plugins[PLUGIN_NAME].servers.pop(session).close()
 
 
 def _same(a, b):
@@ -59,21 +72,16 @@ def test_direct_calls_give_the_answers_of_tasks_bit_for_bit(
     datafit = Logistic() if loss == "logistic" else Quadratic()
     amax = dl1.alpha_max(as_dask(X, 5), y, loss=loss, l1_ratio=l1_ratio, sample_weight=sw)
     out = {}
+    before = local_cluster.run(calls_served)
     for name, e in (("tasks", ex), ("direct", RpcExecutor(ex))):
-        common = dict(gram_max=gram_max, gram_key=f"k-{name}", **KW)
+        common = dict(gram_max=gram_max, **KW)
         args = (e, blocks, cb, yv, swv, datafit)
-        first, z, last = solve_ws(*args, ElasticNet(amax / 5, l1_ratio), **common)
-        second, _, last2 = solve_ws(
-            *args,
-            ElasticNet(amax / 30, l1_ratio),
-            w0=first.coef_,
-            b0=first.intercept_,
-            z0=z,
-            groups0=last.groups,
-            **common,
-        )
+        first, state = solve_ws(*args, ElasticNet(amax / 5, l1_ratio), **common)
+        # warm-started from the first solve's point and cached columns (not its last pass)
+        warm = dataclasses.replace(state, last_scan=None)
+        second, last2 = solve_ws(*args, ElasticNet(amax / 30, l1_ratio), warm=warm, **common)
         out[name] = (first, second, e, last2)
-        e.broadcast(drop_gram, common["gram_key"])  # the key is ours: the solves keep it
+        e.broadcast(drop_gram, last2.gram_prefix)  # the solves' own Gram matrices
     for a, b in zip(out["tasks"][:2], out["direct"][:2], strict=True):
         _same(a, b)
         assert a.converged_ and a.n_rounds_ >= 1
@@ -86,13 +94,15 @@ def test_direct_calls_give_the_answers_of_tasks_bit_for_bit(
     for r in out["tasks"][:2]:
         assert not any(h["scan_by_server"] for h in r.history_)
     e, last2 = out["direct"][2], out["direct"][3]
-    assert set(e._lines) == set(e._ready())  # the calls went on lines
-    home = e._ready()[min(e._ready())]
+    # the calls went to every worker's servers, on Dask's comm
+    after = local_cluster.run(calls_served)
+    assert set(after) == set(e._ready()) and all(after[w] > before.get(w, 0) for w in after)
+    home = min(e._ready())
     # it chose each working set as the coordinator did, after each pass: every new column
     # group was fetched in advance, none while a subproblem's call waited
-    served, late = home.ahead_stats().result()
+    served, late = e.ask(home, "ahead_stats")
     assert served > 0 and late == 0
-    held = set(home.held_groups().result())
+    held = set(e.ask(home, "held_groups"))
     assert held == {g.gid for g, _, _ in last2.groups}
     assert sum(int(np.asarray(ids).shape[0]) for _, ids, _ in last2.groups) <= 2 * max(
         h.get("ws_size", 0) for h in out["direct"][1].history_
@@ -100,23 +110,22 @@ def test_direct_calls_give_the_answers_of_tasks_bit_for_bit(
 
 
 def test_a_lost_server_falls_back_to_tasks_mid_solve(local_cluster):
-    """A server that disappears between two rounds (its actor released, as with a worker
-    lost): the failing call and every later step run as tasks, the answer is unchanged."""
+    """A server that disappears between two rounds (closed on its worker, as with a worker
+    restarted): the failing call and every later step run as tasks, the answer is
+    unchanged."""
     X, y = make_regression(n=200, p=120, seed=4)
     ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y)
     pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 50)
-    ref, _, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    ref, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
     assert ref.n_rounds_ >= 3
     rx = RpcExecutor(ex)
     rx.wait(blocks)
 
     def lose_one(entry):
         if entry["round"] == 1:
-            victim = rx._actor_futures[1]
-            rx._actor_futures[1] = None
-            local_cluster.cancel(victim, force=True)
+            local_cluster.run(drop_server, rx.session, workers=[rx._ready()[1]])
 
-    res, _, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, callback=lose_one, **KW)
+    res, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, callback=lose_one, **KW)
     _same(res, ref)
     transports = [h["transport"] for h in res.history_]
     assert transports[0] == "direct" and transports[-1] == "tasks"
@@ -124,24 +133,37 @@ def test_a_lost_server_falls_back_to_tasks_mid_solve(local_cluster):
 
 
 def test_a_block_on_no_server_runs_as_a_task(local_cluster):
-    """A block whose worker has no server (here: the servers never started) is read by a
+    """A block whose worker has no server (here: the servers could not start) is read by a
     task; the executor says so and answers as the task path does."""
+
+    class NoServers(RpcExecutor):
+        def _open_servers(self):
+            raise OSError("no server could start")
+
     X, y = make_regression(n=150, p=60, seed=5)
     ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y)
     pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 20)
-    ref, _, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
-    rx = RpcExecutor(ex)
-    for f in rx._actor_futures:
-        local_cluster.cancel(f, force=True)
-    res, _, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    ref, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    rx = NoServers(ex)
+    res, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, **KW)
     _same(res, ref)
     assert {h["transport"] for h in res.history_} == {"tasks"}
 
 
 def test_fit_uses_direct_calls_where_blocks_are_in_memory(local_cluster):
     X, y = make_regression(seed=6)
-    res = dl1.fit(as_dask(X, 3), y, alpha=0.01, client=local_cluster)
+    before = local_cluster.run(servers_held)
+    during: list[dict] = []
+
+    def watch(entry):
+        during.append(local_cluster.run(servers_held))
+
+    res = dl1.fit(as_dask(X, 3), y, alpha=0.01, client=local_cluster, callback=watch)
     assert {h["transport"] for h in res.history_} == {"direct"}
+    # the fit had one server on each worker, closed once it returned
+    (session,) = {s for w, held in during[0].items() for s in held if s not in before[w]}
+    assert all(session in held for seen in during for held in seen.values())
+    assert not any(session in held for held in local_cluster.run(servers_held).values())
     assert {h["transport"] for h in dl1.fit(as_dask(X, 3), y, alpha=0.01).history_} == {"local"}
     # spread subproblems (and out of core) keep their tasks
     spread = dl1.fit(as_dask(X, 3), y, alpha=0.01, spread=True, client=local_cluster)
@@ -153,7 +175,7 @@ def test_fit_uses_direct_calls_where_blocks_are_in_memory(local_cluster):
 def test_calls_to_a_removed_worker_fall_back_instead_of_waiting():
     """A worker killed and removed by the scheduler while the coordinator still routes calls
     to its server (blocks it held, the subproblem's server): the calls fail over to tasks
-    (an actor call proxied to a removed worker would otherwise never return)."""
+    (a call waiting for a worker that vanished would otherwise wait long)."""
     from tests.test_penalised import _cluster
 
     X, y = make_regression(n=300, p=200, seed=7)
@@ -161,7 +183,7 @@ def test_calls_to_a_removed_worker_fall_back_instead_of_waiting():
     with cluster, client:
         ex, blocks, cb, yv, swv = _blocks(client, X, y)
         pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 50)
-        ref, _, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+        ref, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
         rx = RpcExecutor(ex)
         rx.wait(blocks)
         home = min(rx._ready())
@@ -173,16 +195,15 @@ def test_calls_to_a_removed_worker_fall_back_instead_of_waiting():
         while home in client.scheduler_info()["workers"]:
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        res, _, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+        res, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, **KW)
     _same(res, ref)
     assert rx.broken and {h["transport"] for h in res.history_} == {"tasks"}
 
 
 def test_a_peer_lost_while_the_subproblem_server_waits_for_its_columns():
     """The subproblem's server asks a peer for columns of a block it holds, but the peer's
-    worker is gone: the server gives up once the scheduler no longer lists it (its call to
-    the peer would otherwise wait for an actor that is never recreated there), and the call
-    re-runs as tasks, which recompute the block."""
+    worker is gone: the call fails (the coordinator gives up at the latest once the scheduler
+    no longer lists the peer), and re-runs as tasks, which recompute the block."""
     from tests.test_penalised import _cluster
 
     X, y = make_regression(n=300, p=200, seed=8)
@@ -195,15 +216,10 @@ def test_a_peer_lost_while_the_subproblem_server_waits_for_its_columns():
         held = rx._holders(blocks)
         j = next(k for k, h in enumerate(held) if h != home)  # a block on the peer
         ws = cb[j] + np.arange(3)
-        args = (np.zeros(3), yv, np.zeros(yv.shape[0]), swv, Quadratic(), ElasticNet(0.01))
-        rest = (True, 1e-12, 1000, 10, False, 0)
+        settings = SubproblemSettings(Quadratic(), ElasticNet(0.01), True, 1e-12, 1000)
+        args = (np.zeros(3), yv, np.zeros(yv.shape[0]), swv, settings)
         expected = subproblem_task(
-            [extract_task(loaded(blocks[j].result()), np.arange(3))],
-            [ws],
-            [True],
-            ws,
-            *args,
-            *rest,
+            [extract_task(loaded(blocks[j].result()), np.arange(3))], [ws], [True], ws, *args
         )
         group = rx.submit(extract_task, blocks[j], np.arange(3))
         peer = next(n for n in cluster.workers.values() if n.worker_address == held[j])
@@ -212,7 +228,7 @@ def test_a_peer_lost_while_the_subproblem_server_waits_for_its_columns():
         while held[j] in client.scheduler_info()["workers"]:
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        (got,) = rx.gather([rx.submit(subproblem_task, [group], [ws], [True], ws, *args, *rest)])
+        (got,) = rx.gather([rx.submit(subproblem_task, [group], [ws], [True], ws, *args)])
     assert rx.broken
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_array_equal(got[1], expected[1])
@@ -259,7 +275,7 @@ def test_dl1s_local_cluster_starts_its_workers_with_the_malloc_setting(monkeypat
 
 
 def _count_proxied(dask_scheduler) -> None:
-    """Count the calls the scheduler forwards to workers (Dask's actor proxy)."""
+    """Count the calls the scheduler forwards to workers (its ``proxy`` handler)."""
     handler = dask_scheduler.handlers["proxy"]
     if getattr(handler, "dl1_counter", None) is None:
 
@@ -285,22 +301,21 @@ def test_calls_go_straight_to_reachable_workers_unless_the_client_says_not(local
     X, y = make_regression(n=150, p=80, seed=6)
     ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y)
     pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 30)
-    ref, _, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    ref, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
     rx = RpcExecutor(ex)
-    rx.wait(blocks)  # the servers start (their set-up calls go through the scheduler)
+    rx.wait(blocks)  # the servers start
     local_cluster.run_on_scheduler(_count_proxied)
-    res, _, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    res, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, **KW)
     _same(res, ref)
     assert rx.direct_calls and {h["transport"] for h in res.history_} == {"direct"}
     assert local_cluster.run_on_scheduler(_proxied) == 0
     with Client(local_cluster.scheduler.address, direct_to_workers=False) as via:
         vex = DistributedExecutor(via)
-        Xd, yv2, swv2, datafit, store = _problem(as_dask(X, 5), y, None, "squared", "train")
-        vblocks, vcb = _load(vex, Xd, swv2, False, True, 2, store, "train", False)
+        vblocks, vcb, yv2, swv2, datafit, _ = load_blocks_for_test(vex, as_dask(X, 5), y)
         vx = RpcExecutor(vex)
         vx.wait(vblocks)
         local_cluster.run_on_scheduler(_count_proxied)
-        res2, _, _ = solve_ws(vx, vblocks, vcb, yv2, swv2, datafit, pen, **KW)
+        res2, _ = solve_ws(vx, vblocks, vcb, yv2, swv2, datafit, pen, **KW)
         _same(res2, ref)
         assert not vx.direct_calls and {h["transport"] for h in res2.history_} == {"direct"}
         assert local_cluster.run_on_scheduler(_proxied) >= res2.n_rounds_
@@ -311,46 +326,18 @@ def test_workers_a_client_cannot_reach_get_their_calls_through_the_scheduler(loc
     Dask's proxy through the scheduler instead of failing: same answer, still direct calls."""
 
     class Unreachable(RpcExecutor):
-        async def _direct(self, addr, key, method, args):
+        async def _direct_open(self, addr, workers):
             raise OSError(f"cannot connect to {addr}")
 
     X, y = make_regression(n=150, p=80, seed=7)
     ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y)
     pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 30)
-    ref, _, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    ref, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
     ux = Unreachable(ex)
     ux.wait(blocks)
     local_cluster.run_on_scheduler(_count_proxied)
-    res, _, _ = solve_ws(ux, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    res, _ = solve_ws(ux, blocks, cb, yv, swv, Quadratic(), pen, **KW)
     _same(res, ref)
     assert not ux.direct_calls and not ux.broken
     assert {h["transport"] for h in res.history_} == {"direct"}
     assert local_cluster.run_on_scheduler(_proxied) >= res.n_rounds_
-
-
-def test_workers_whose_lines_a_client_cannot_reach_get_actor_calls(local_cluster, monkeypatch):
-    """A client that cannot connect to the workers' lines (a firewall in between) keeps
-    Dask's actor calls, sent straight to the workers: same answer; and this process does not
-    try those workers' lines again."""
-    tried = []
-
-    def refuse(self, timeout=5.0):
-        tried.append(self.address)
-        raise TimeoutError("no answer")
-
-    monkeypatch.setattr(Dialer, "connect", refuse)  # in this process: the client's side
-    monkeypatch.setattr(rpc, "NO_LINE", set())
-    X, y = make_regression(n=150, p=80, seed=8)
-    ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y)
-    pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 30)
-    ref, _, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
-    ux = RpcExecutor(ex)
-    ux.wait(blocks)
-    res, _, _ = solve_ws(ux, blocks, cb, yv, swv, Quadratic(), pen, **KW)
-    _same(res, ref)
-    assert ux.direct_calls and not ux._lines and not ux.broken
-    assert {h["transport"] for h in res.history_} == {"direct"}
-    assert tried and rpc.NO_LINE <= set(ux._ready())
-    again = RpcExecutor(ex)
-    again.wait(blocks)
-    assert len(tried) == 1 and not again._lines and again.direct_calls

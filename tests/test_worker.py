@@ -101,8 +101,7 @@ def test_the_managed_target_leaves_room_for_the_baseline_and_a_task():
     """Dask's target is lowered so that the baseline, the results held in memory and a
     running task's headroom fit under the pause threshold; never below a tenth of the limit;
     a target already lower (a large worker's 60%) is kept."""
-    from dl1.loading import WORKER_BASELINE
-    from dl1.worker import TASK_HEADROOM, managed_target
+    from dl1.worker import TASK_HEADROOM, WORKER_BASELINE, managed_target
 
     small = 650 * 2**20
     got = managed_target(small, 0.8, 0.6 * small)

@@ -10,6 +10,7 @@ from typing import Any
 import dask
 import numpy as np
 
+from dl1.solvers.dask_workarounds import low_latency
 from dl1.tasks.blocks import assemble_block
 from dl1.tasks.columns import extract_task
 from dl1.tasks.gram import GRAM_DTYPE
@@ -206,68 +207,6 @@ class DistributedExecutor:
             )
             for d, k in zip(delayed, workers, strict=True)
         ]
-
-
-#: Seconds between batched messages while a fit runs (Dask: 10 ms client to scheduler, 5 ms
-#: scheduler to worker, 2 ms worker to scheduler).
-LOW_LATENCY_INTERVAL = 0.0005
-
-
-def _scheduler_interval(interval: float, dask_scheduler: Any = None) -> float | None:
-    """Set the scheduler's batched-send interval to its workers; return the previous one."""
-    old = None
-    for comm in getattr(dask_scheduler, "stream_comms", {}).values():
-        if hasattr(comm, "interval"):
-            old, comm.interval = comm.interval, interval
-    return old
-
-
-def _worker_interval(interval: float, dask_worker: Any = None) -> float | None:
-    """Set a worker's batched-send interval to the scheduler; return the previous one."""
-    comm = getattr(dask_worker, "batched_stream", None)
-    if comm is None or not hasattr(comm, "interval"):
-        return None
-    old, comm.interval = comm.interval, interval
-    return old
-
-
-@contextlib.contextmanager
-def low_latency(client: Any, interval: float = LOW_LATENCY_INTERVAL) -> Iterator[None]:
-    """Shorten Dask's message batching intervals for the duration of a solve.
-
-    A solve is a chain of short dependent rounds (send ``theta``, gather the blocks' scores,
-    send the subproblem, ...), so its overhead is latency: Dask holds messages for up to its
-    batching interval (10 ms from the client) before sending them, which was half of a
-    round trip on a 2-core LocalCluster (10.5 -> 5.7 ms, a two-task dependent chain 22.9 ->
-    13.3 ms). The intervals are restored afterwards; where a Dask version lacks them,
-    nothing changes.
-    """
-    if client is None:
-        yield
-        return
-    saved: dict[str, Any] = {}
-    comm = getattr(client, "scheduler_comm", None)
-    try:
-        if comm is not None and hasattr(comm, "interval"):
-            saved["client"], comm.interval = comm.interval, interval
-        saved["scheduler"] = client.run_on_scheduler(_scheduler_interval, interval)
-        saved["workers"] = client.run(_worker_interval, interval, on_error="ignore")
-    except Exception:  # an optimisation only: a cluster refusing it runs as it is
-        pass
-    try:
-        yield
-    finally:
-        with contextlib.suppress(Exception):
-            if "client" in saved:
-                comm.interval = saved["client"]
-            if saved.get("scheduler") is not None:
-                client.run_on_scheduler(_scheduler_interval, saved["scheduler"])
-            by_value: dict[float, list[str]] = {}
-            for addr, old in (saved.get("workers") or {}).items():
-                if isinstance(old, float):
-                    by_value.setdefault(old, []).append(addr)
-            for old, addrs in by_value.items():
-                client.run(_worker_interval, old, workers=addrs, on_error="ignore")
 
 
 @contextlib.contextmanager

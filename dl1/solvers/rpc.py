@@ -3,40 +3,32 @@
 A working-set round is a chain of short dependent steps: every partition scans its blocks
 with the current dual point, the coordinator picks the working set, one worker solves the
 subproblem on the gathered columns. Through the scheduler each step costs a task round
-trip, a fixed cost per round that made 20-31% of a fit's time at the ``"tfidf"`` preset
-(measured on a 2-core LocalCluster with Dask's low-latency intervals: one task 4.2 ms, two
-tasks on two workers 7.8 ms, a two-task chain across workers 7.6 ms, against 1.2 ms for a
-call to a Dask actor and 2.3 ms for calls to two of them).
+trip, a fixed cost per round that is a large part of a short fit's time.
 
-So :class:`RpcExecutor` sends those steps to a :class:`PartitionServer`, an actor on each
-worker, which runs the very same task functions (same inputs, same results, bit for bit) on
-the blocks its worker holds (futures of the solve, looked up by key in the worker's memory)
-and keeps the working set's gathered columns between rounds. The columns travel from worker
-to worker (the server solving the subproblem asks its peers), never through the client.
-After a subproblem, its server runs the next pass itself (the coordinator's own steps on
-the same values: ``z + dz``, the intercept's update, the dual point), its peers' partitions
-by direct calls, and returns the pass's results with the subproblem's: one call from the
-coordinator per round instead of two, the same pass bit for bit; the coordinator still
-computes every gap and picks every working set. The coordinator's first pass goes through
-that server too.
+So :class:`RpcExecutor` sends those steps to a :class:`PartitionServer` on each worker,
+which runs the very same task functions (same inputs, same results, bit for bit) on the
+blocks its worker holds (futures of the solve, looked up by key in the worker's memory) and
+keeps the working set's gathered columns between rounds. The columns travel from worker to
+worker (the server solving the subproblem asks its peers), never through the client. After
+a subproblem, its server runs the next pass itself (the coordinator's own steps on the same
+values: ``z + dz``, the intercept's update, the dual point), its peers' partitions by direct
+calls, and returns the pass's results with the subproblem's: one call from the coordinator
+per round instead of two; the coordinator still computes every gap and picks every working
+set. The coordinator's first pass goes through that server too.
 
 After each pass it ran, the server also repeats the coordinator's choice of the next
-working set (:func:`~dl1.solvers.ws.choose_working_set`, on the same values) and fetches the
-columns it does not hold yet, its own and its peers', while the coordinator turns around:
-at the ``"tfidf"`` preset these are a few megabytes of dense columns per round, which had
-kept the next subproblem waiting 6-15 ms. The next call takes those it names; a choice that
-differed would only cost the work (``test_rpc`` asserts that none does).
+working set (:func:`~dl1.solvers.scans.choose_working_set`, on the same values) and fetches the
+columns it does not hold yet, its own and its peers', while the coordinator turns around.
+The next call takes those it names; a choice that differed would only cost the work
+(``test_rpc`` asserts that none does).
 
-The calls travel on lines (:mod:`dl1.solvers.line`) where the workers' addresses are plain
-TCP and the client can connect to them: a socket per server, served by a thread of its own,
-instead of an actor call crossing two event loops and the actor's thread. At the
-``"tfidf"`` preset (2-core LocalCluster, 16 fits at ``alpha_max / 20`` per run, three runs
-each) the medians of the fraction of the rounds' time outside the kernels fell from
-0.13-0.16 to 0.07-0.08 with the fetching ahead and the lines (the non-kernel time per fit
-from 48-53 to 21-25 ms). Otherwise the calls are Dask actor calls, sent straight to the
-workers when they are reachable.
+The servers live in a worker plugin (:class:`~dl1.solvers.servers.PartitionServers`, one
+server per solve, named by the executor's session), and the calls are messages of Dask's
+own rpc (:mod:`dl1.solvers.calls`): sent straight to the workers on the client's
+connection pool when it can reach them, else forwarded by the scheduler; from server to
+server on the worker's pool. Dask's comm brings its TLS and authentication.
 
-Nothing an actor holds is irreplaceable: the blocks stay task results the scheduler can
+Nothing a server holds is irreplaceable: the blocks stay task results the scheduler can
 recompute, and the gathered columns and constants are caches whose lineage (block, columns)
 the coordinator keeps. When a call fails (a worker died, a block moved after one did), the
 executor re-issues it, and every later step, as ordinary tasks; the fit goes on.
@@ -45,37 +37,51 @@ executor re-issues it, and every later step, as ordinary tasks; the fit goes on.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import os
-import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from dl1.solvers.calls import Call, Packed, pack_result, send_call, start_call, unpack
 from dl1.solvers.executor import DistributedExecutor
-from dl1.solvers.line import Dialer, Line
 from dl1.solvers.records import SubproblemCall
 from dl1.tasks.blocks import identity
 from dl1.tasks.columns import compact_task, extract_task
-from dl1.tasks.gram import drop_gram
+from dl1.tasks.gram import SERVER_MEMORY_LIMIT, drop_gram
 from dl1.tasks.passes import coef_parts, matvec_task, pass_dual_point, scan_task, xt_theta_task
 from dl1.tasks.subproblem import subproblem_task
 
-#: Workers whose line this process could not connect to (:meth:`RpcExecutor._open_lines`):
-#: later solves keep actor calls for them at once instead of waiting for the connection.
-NO_LINE: set[str] = set()
-
 #: Task functions a server runs (the others go through the scheduler).
 ROUTED = (scan_task, matvec_task, xt_theta_task, subproblem_task)
+
+#: Methods of a :class:`PartitionServer` a call may name.
+SERVED = frozenset({"call", "scan_pass", "extract", "held_groups", "ahead_stats"})
+
+#: Name of the worker plugin holding the servers (see :mod:`dl1.solvers.servers`).
+PLUGIN_NAME = "dl1-partition-servers"
+
+#: Connections a server's worker opens to each peer as the server starts: a peer's scan and
+#: the columns fetched ahead may be asked at once.
+PEER_CONNECTIONS = 2
+
+#: Servers a worker keeps at most (the least recently used is closed first): solves close
+#: theirs, this bounds those of coordinators that died first.
+MAX_SERVERS = 8
 
 
 class BlockMissing(RuntimeError):
     """A block the coordinator expected in a worker's memory is not there (or the worker)."""
 
+
+class ServerClosed(RuntimeError):
+    """A call named a server that its worker does not hold (closed, or never opened)."""
+
+
+#: Threads starting the servers of solves while their blocks load (:class:`RpcExecutor`).
+_OPENER = ThreadPoolExecutor(4, thread_name_prefix="dl1-open")
 
 #: Seconds between checks that the workers of a call are alive while it runs.
 POLL_S = 1.0
@@ -85,26 +91,18 @@ POLL_S = 1.0
 PROBE_S = 5.0
 
 
-def _wait(fut: Any, workers: Any, get_client: Any, actors: Any = None) -> Any:
-    """``fut.result()``, checking every :data:`POLL_S` that the ``workers()`` it depends on
-    are still in the cluster: a call to a lost worker can otherwise wait forever (Dask's
-    actor retries a failed call once its actor is recreated, which a server's call to a
-    killed peer waited for in vain)."""
+def _wait(call: Any, workers: Any, client: Any) -> Any:
+    """``call.result()``, checking every :data:`POLL_S` that the ``workers()`` it depends on
+    are still in ``client``'s cluster: a call to a worker that vanished without closing its
+    connections could otherwise wait for a long time."""
     while True:
         try:
-            return fut.result(timeout=POLL_S)
+            return call.result(timeout=POLL_S)
         except TimeoutError:
-            alive = set(get_client().scheduler_info()["workers"])
+            alive = set(client.scheduler_info()["workers"])
             lost = [w for w in workers() if w not in alive]
             if lost:
                 raise BlockMissing(f"worker {lost[0]} was lost during a call") from None
-            # a server released while its worker lives (the call would wait for it forever)
-            keys = [a.key for a in (actors() if actors is not None else [])]
-            if keys:
-                held = get_client().run(lambda dask_worker: list(dask_worker.state.actors))
-                live = {k for ks in held.values() for k in ks}
-                if any(k not in live for k in keys):
-                    raise BlockMissing("a server was released during a call") from None
 
 
 @dataclass(frozen=True)
@@ -162,7 +160,8 @@ class ValueRef:
 class GroupRef:
     """Columns of one block gathered for the subproblem (as
     :func:`~dl1.tasks.columns.extract_task`, or :func:`~dl1.tasks.columns.compact_task` of a
-    parent group), made on first use by the server solving the subproblem and cached there."""
+    parent group), made on
+    first use by the server solving the subproblem and cached there."""
 
     def __init__(
         self,
@@ -180,84 +179,42 @@ class GroupRef:
 
 
 class PartitionServer:
-    """Dask actor on one worker: runs routed task functions on the blocks held there."""
+    """The server of one solve on one worker: runs routed task functions on the blocks held
+    there, one method at a time, in a thread of its own (the worker's event loop goes on)."""
 
-    def __init__(self) -> None:
-        from distributed import get_worker
-
+    def __init__(self, worker: Any, session: str) -> None:
         from dl1.solvers.executor import warm_up
 
         warm_up()
-        self._worker = get_worker()
-        self._peers: dict[str, Any] = {}
-        self._peer_lines: dict[str, Dialer] = {}
-        self._line: Line | None = None
-        # one method at a time, whichever way it was called (actor calls, lines)
-        self._lock = threading.Lock()
+        self._worker = worker
+        self.session = session
+        limit = worker.memory_manager.memory_limit
+        # one method at a time: the calls' thread; and the next round's columns, fetched
+        # while the coordinator turns around (:meth:`_fetch_ahead`), in a thread of their own
+        self.calls = _server_thread("dl1-server", limit)
+        self._pool = _server_thread("dl1-ahead", limit)
         self._groups: dict[str, tuple] = {}
         self._values: dict[str, Any] = {}
-        # the next round's new columns, fetched while the coordinator turns around
-        # (:meth:`_fetch_ahead`): a future of {(block key, local ids): where they are}
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="dl1-ahead")
-        self._ahead: Any = None
+        # a future of {(block key, local ids): where they are}
+        self._ahead: Future | None = None
         self._got_ahead: dict[tuple, tuple] = {}
         self._served_ahead = 0  # column groups taken from those fetched in advance
         self._fetched_late = 0  # ... and groups extracted while a call waited
         # the groups the current call took from those fetched in advance
         self._ahead_gids: set[str] = set()
-        # the worker's context (``get_worker`` works in it), for this server's own threads
-        self._context = contextvars.copy_context()
 
-    def set_peers(
-        self, peers: dict[str, Any], lines: dict[str, tuple[tuple[str, int], bytes]] | None = None
-    ) -> bool:
-        """The servers of the other workers, by worker address, and the lines of those that
-        have one (:meth:`open_line`; a peer this server cannot reach gets actor calls)."""
-        self._peers = dict(peers)
-        for dialer in self._peer_lines.values():
-            dialer.close()
-        self._peer_lines = {}
-        for addr, (where, key) in (lines or {}).items():
-            if addr != self._worker.address:
-                dialer = Dialer(where, key)
-                try:
-                    dialer.connect()
-                except Exception:
-                    continue
-                self._peer_lines[addr] = dialer
-        return True
+    def serve(self, payload: Packed) -> Packed:
+        """The packed result of the call ``payload`` packs: ``(method, args)``."""
+        method, args = unpack(payload)
+        if method not in SERVED:
+            raise ValueError(f"a partition server has no method {method!r}")
+        return pack_result(getattr(self, method)(*args))
 
-    def open_line(self, authkey: bytes) -> tuple[str, int] | None:
-        """Listen for direct calls (:class:`dl1.solvers.line.Line`) on this worker's host;
-        None where Dask's messages are not plain TCP (a line would bypass their
-        encryption)."""
-        from distributed.comm import get_address_host, parse_address
-
-        where = self._worker.address
-        if parse_address(where)[0] != "tcp":
-            return None
-        if self._line is None:
-            self._line = Line(self, "dispatch", get_address_host(where), authkey)
-        return self._line.address
-
-    def close_line(self) -> bool:
-        """Stop listening, and close the lines to the peers."""
-        if self._line is not None:
-            self._line.close()
-            self._line = None
-        for dialer in self._peer_lines.values():
-            dialer.close()
-        self._peer_lines = {}
-        return True
-
-    def dispatch(self, method: str, args: tuple) -> Any:
-        """``method(*args)`` of this server, once no other method runs."""
-        with self._lock:
-            return getattr(self, method)(*args)
-
-    def address(self) -> str:
-        """The worker this server runs on."""
-        return self._worker.address
+    def close(self) -> None:
+        """Let the threads and the caches go (a call running finishes first)."""
+        self.calls.shutdown(wait=False)
+        self._pool.shutdown(wait=False)
+        self._groups, self._values, self._got_ahead = {}, {}, {}
 
     def held_groups(self) -> list[str]:
         """Ids of the column groups cached here (the last subproblem's)."""
@@ -278,25 +235,13 @@ class PartitionServer:
             where = self._worker.address
             raise BlockMissing(f"block {b.key!r} is not in the memory of {where}") from None
 
-    def packed(self, blob: bytes) -> bytes:
-        """``method(*args)`` of this server, ``(method, args)`` and the result pickled whole
-        (see :func:`pack`)."""
-        return pack(self.dispatch(*unpack(blob)))
-
-    def _ask(self, holder: str, method: str, *args: Any, early: bool = False) -> Any:
-        """A call of the peer server on ``holder``, as a future: on its line if it has one
-        (its reply read as soon as it comes with ``early``, see
-        :meth:`dl1.solvers.line.Dialer.request`), else packed (:func:`pack`), but for
-        ``extract``, whose columns (megabytes) Dask sends as frames without a copy."""
-        if holder in self._peer_lines:
-            return self._peer_lines[holder].request(method, args, early)
-        if method == "extract":
-            return getattr(self._peers[holder], method)(*args)
-        return _Packed(self._peers[holder].packed(pack((method, args))))
-
-    def _answer(self, holder: str, fut: Any) -> Any:
-        """The result of a call to the peer on ``holder``; BlockMissing once it is lost."""
-        return _wait(fut, lambda: [holder], _worker_client, lambda: [self._peers[holder]])
+    def _ask(self, holder: str, method: str, *args: Any) -> Call:
+        """A call of this solve's server on the peer ``holder``; its reply is read by the
+        worker's event loop as soon as it comes (a peer lost closes the connection: its
+        ``result()`` raises)."""
+        loop = self._worker.loop.asyncio_loop
+        msg = (method, args)
+        return start_call(loop, self._worker.rpc, holder, "dl1_call", msg, session=self.session)
 
     def extract(self, wanted: list[tuple[Any, np.ndarray]]) -> list[tuple]:
         """:func:`~dl1.tasks.columns.extract_task` of blocks held here (for a peer): one
@@ -327,14 +272,16 @@ class PartitionServer:
             for holder, groups in remote.items()
         ]
         self._fetched_late += sum(len(groups) for groups in remote.values())
+        for _, call in asked:
+            call.wait_sent()
         used: dict[str, tuple] = {}
         self._resolve(args, used, local_only=True)  # local work while the peers extract
         # the peers extract while this server does: the extraction time on the critical
         # path, the one a fresh group's ``seconds`` reports, is the longest of the two
         local_s = sum(e.seconds for gid, e in used.items() if gid not in self._groups)
         peer_s = 0.0
-        for (groups, fut), holder in zip(asked, remote, strict=True):
-            got = self._answer(holder, fut)
+        for groups, fut in asked:
+            got = fut.result()
             peer_s = max(peer_s, sum(e.seconds for e in got))
             for g, e in zip(groups, got, strict=True):
                 used[g.gid] = e._replace(seconds=0.0)
@@ -388,9 +335,7 @@ class PartitionServer:
     ) -> None:
         """Start :meth:`_fetch_ahead` in this server's own thread: the call returns
         meanwhile."""
-        self._ahead = self._pool.submit(
-            self._context.copy().run, self._fetch_ahead, plan, scans, support, ws_size, cached
-        )
+        self._ahead = self._pool.submit(self._fetch_ahead, plan, scans, support, ws_size, cached)
 
     def _fetch_ahead(
         self,
@@ -405,9 +350,9 @@ class PartitionServer:
         After a pass it ran (``scans``, per partition), this server holds what the
         coordinator chooses the next working set from: the pass's candidates, the support
         and the working set's size. It repeats the choice
-        (:func:`~dl1.solvers.ws.choose_working_set`, the coordinator's own function on the
+        (:func:`~dl1.solvers.scans.choose_working_set`, the coordinator's own function on the
         same values); the chosen columns not among those of the groups held (``cached``,
-        their ids: the coordinator keeps them, see :func:`~dl1.solvers.ws.solve_ws`) are
+        their ids: the coordinator keeps them, see :class:`~dl1.solvers.ws.WorkingSetSolver`) are
         asked of the peers holding them and extracted here meanwhile. The next call that
         uses groups takes those it names (by block and columns); a choice that differs only
         costs the work done here. Returned: the groups (by block key and local ids), and
@@ -429,11 +374,9 @@ class PartitionServer:
             asks.setdefault(holders[j], []).append((keys[j], local))
         here = self._worker.address
         # the peers first: they extract meanwhile
-        futs = {
-            h: self._ask(h, "extract", wanted, early=True)
-            for h, wanted in asks.items()
-            if h != here
-        }
+        futs = {h: self._ask(h, "extract", wanted) for h, wanted in asks.items() if h != here}
+        for call in futs.values():
+            call.wait_sent()
         t0 = time.perf_counter()
         for key, local in asks.get(here, []):
             ahead[(key, local.tobytes())] = extract_task(self._block(_Block(key)), local)
@@ -441,7 +384,7 @@ class PartitionServer:
         peer_s = 0.0
         for holder, fut in futs.items():  # received here now, not when the call needs them
             try:
-                got = self._answer(holder, fut)
+                got = fut.result()
             except Exception:  # the call asks for them itself
                 continue
             peer_s = max(peer_s, sum(e.seconds for e in got))
@@ -500,12 +443,15 @@ class PartitionServer:
                 calls.append((q, None, scan))
             else:
                 calls.append((q, holder, self._ask(holder, "call", scan_task, scan)))
+        for _, holder, call in calls:
+            if holder is not None:
+                call.wait_sent()
         for q, holder, scan in calls:  # this worker's partitions while the peers scan
             if holder is None:
                 done[q] = scan_task(*self._resolve(scan, {}))
         for q, holder, fut in calls:
             if holder is not None:
-                done[q] = self._answer(holder, fut)
+                done[q] = fut.result()
         return [done[q] for q in range(len(plan.holders))]
 
     def _remote_groups(self, a: Any, remote: dict[str, list[_Group]]) -> None:
@@ -519,8 +465,6 @@ class PartitionServer:
             if a.parent is not None:
                 self._remote_groups(a.parent, remote)
             elif a.holder is not None and a.holder != self._worker.address:
-                if a.holder not in self._peers:
-                    raise BlockMissing(f"no server on {a.holder}")
                 remote.setdefault(a.holder, []).append(a)
 
     def _group(
@@ -567,35 +511,12 @@ class PartitionServer:
         return a
 
 
-def pack(obj: Any) -> bytes:
-    """``obj`` pickled whole, numpy arrays in band (Dask's pickle: by reference where it
-    can, else by value).
-
-    A direct call's arguments are nested lists of index arrays, column groups and the
-    solve's objects; Dask serializes each array as a frame of its own (38-60 frames per
-    subproblem call at the ``"tfidf"`` preset). One pickle per message instead: a round
-    trip to a worker took a median 0.89 ms instead of 2.36 ms for a message of 50 small
-    arrays and a length-16,087 vector (2-core LocalCluster, 200 calls)."""
-    from distributed.protocol.pickle import dumps
-
-    return dumps(obj, protocol=5)
-
-
-def unpack(blob: bytes) -> Any:
-    """The object :func:`pack` pickled."""
-    from distributed.protocol.pickle import loads
-
-    return loads(blob)
-
-
-class _Packed:
-    """The future of a packed call (:meth:`PartitionServer.packed`): its result unpacked."""
-
-    def __init__(self, fut: Any) -> None:
-        self._fut = fut
-
-    def result(self, timeout: float | None = None) -> Any:
-        return unpack(self._fut.result(timeout=timeout))
+def _server_thread(name: str, memory_limit: int | None) -> ThreadPoolExecutor:
+    """A thread for a server's work, in which ``gram_limit`` sees the worker's memory limit
+    (see :data:`dl1.tasks.gram.SERVER_MEMORY_LIMIT`)."""
+    return ThreadPoolExecutor(
+        1, thread_name_prefix=name, initializer=SERVER_MEMORY_LIMIT.set, initargs=(memory_limit,)
+    )
 
 
 def _ahead_key(g: _Group) -> tuple | None:
@@ -614,12 +535,6 @@ def _has_groups(a: Any) -> bool:
     if isinstance(a, (list, tuple)):
         return any(_has_groups(x) for x in a)
     return isinstance(a, _Group)
-
-
-def _worker_client() -> Any:
-    from distributed import get_client
-
-    return get_client()
 
 
 class RpcFuture:
@@ -654,92 +569,56 @@ class RpcExecutor(DistributedExecutor):
         self.workers = base.workers
         self.n_workers = base.n_workers
         self.broken = False
-        # the servers start while the caller loads its blocks; first use waits for them
-        # (another worker if one is lost: an actor restricted to a dead worker would never
-        # be recreated, and a call waiting for it would wait forever)
-        self._actor_futures = [
-            self.client.submit(
-                PartitionServer, actor=True, workers=[w], allow_other_workers=True, pure=False
-            )
-            for w in self.workers
-        ]
-        self._servers: dict[str, Any] = {}
+        self.session = uuid.uuid4().hex
+        # whether calls go straight to the workers (else through the scheduler)
+        self.direct_calls = False
+        self._servers: list[str] = []
         self._holder: dict[Any, str | None] = {}
         self._sent: dict[str, set[str]] = {}
-        # whether calls go straight to the workers, and on which lines (see :meth:`_invoke`)
-        self.direct_calls = False
-        self._lines: dict[str, Dialer] = {}
+        # the servers start while the caller loads its blocks; first use waits for them
+        self._opening = _OPENER.submit(self._open_servers)
 
     @property
     def transport(self) -> str:
         """How steps run now: ``"direct"`` (calls to the servers) or ``"tasks"``."""
         return "tasks" if self.broken else "direct"
 
-    def _ready(self) -> dict[str, Any]:
+    def _ready(self) -> list[str]:
+        """The workers with a server of this solve (sorted addresses); raises if none
+        could be started."""
         if not self._servers and not self.broken:
-            actors = [f.result() for f in self._actor_futures]
-            # where each server is (a worker lost meanwhile has none: its blocks use tasks)
-            addrs = [self.wait_call(f) for f in [a.address() for a in actors]]
-            servers = dict(zip(addrs, actors, strict=True))
-            self.direct_calls = self._reachable(servers)
-            self._servers = servers
-            lines = self._open_lines() if self.direct_calls else {}
-            for fut in [a.set_peers(servers, lines) for a in actors]:
-                self.wait_call(fut)
+            self._servers = self._opening.result()
         return self._servers
 
-    def _open_lines(self) -> dict[str, tuple[tuple[str, int], bytes]]:
-        """Open a line to every server (:mod:`dl1.solvers.line`), or to none: returned, the
-        lines by worker address (empty when a server has none or does not answer within
-        :data:`~dl1.solvers.line.CONNECT_S` seconds; a worker that did not is not tried
-        again by this process, see :data:`NO_LINE`)."""
-        if NO_LINE.intersection(self._servers):
-            return {}
-        key = os.urandom(32)
-        try:
-            futs = {a: self._invoke(a, "open_line", key) for a in self._servers}
-            where = {a: self.wait_call(f) for a, f in futs.items()}
-        except Exception:
-            return {}
-        if any(w is None for w in where.values()):
-            return {}
-        dialers = {a: Dialer(w, key) for a, w in where.items()}
-        for a, d in dialers.items():
-            try:
-                d.connect()
-            except Exception:  # a firewall between the client and the worker's ports
-                NO_LINE.add(a)
-                for other in dialers.values():
-                    other.close()
-                return {}
-        self._lines = dialers
-        return {a: (w, key) for a, w in where.items()}
+    def _open_servers(self) -> list[str]:
+        """Register the plugin (once per cluster) and start a server of this solve on every
+        worker alive, straight or through the scheduler (:meth:`_reachable`)."""
+        from dl1.solvers.servers import PartitionServers
 
-    def _hang_up(self) -> bool:
-        """Close this client's lines; whether there were any."""
-        lines, self._lines = self._lines, {}
-        for d in lines.values():
-            d.close()
-        return bool(lines)
+        self.client.register_plugin(PartitionServers())
+        alive = set(self.client.scheduler_info()["workers"])
+        workers = [w for w in self.workers if w in alive]
+        if not workers:
+            raise BlockMissing("no worker to start a server on")
+        self.direct_calls = self._reachable(workers)
+        if not self.direct_calls:
+            opens = [
+                self._send(addr, "dl1_open", session=self.session, peers=workers)
+                for addr in workers
+            ]
+            for fut in opens:
+                fut.result()
+        return workers
 
-    def close(self) -> None:
-        """Close the lines to the servers, and theirs (the servers live on until released)."""
-        if self._hang_up() and not self.broken:
-            try:
-                for fut in [self._invoke(a, "close_line") for a in self._servers]:
-                    self.wait_call(fut)
-            except Exception:
-                pass
-
-    def _reachable(self, servers: dict[str, Any]) -> bool:
+    def _reachable(self, workers: list[str]) -> bool:
         """Whether this client calls the servers directly: as its ``direct_to_workers`` says,
-        or, when that is unset (Dask's default), if every worker answers a direct call
-        within :data:`PROBE_S` seconds."""
-        if self.client.direct_to_workers is not None:
-            return bool(self.client.direct_to_workers)
+        or, when that is unset (Dask's default), if every worker answers a direct call (the
+        opening of its server) within :data:`PROBE_S` seconds."""
+        if self.client.direct_to_workers is not None and not self.client.direct_to_workers:
+            return False
         try:
-            for addr, actor in servers.items():
-                probe = asyncio.wait_for(self._direct(addr, actor.key, "address", ()), PROBE_S)
+            for addr in workers:
+                probe = asyncio.wait_for(self._direct_open(addr, workers), PROBE_S)
                 fut = asyncio.run_coroutine_threadsafe(probe, self.client.loop.asyncio_loop)
                 if fut.result() != addr:
                     return False
@@ -747,52 +626,72 @@ class RpcExecutor(DistributedExecutor):
             return False
         return True
 
-    async def _direct(self, addr: str, key: Any, method: str, args: tuple) -> Any:
-        from distributed.protocol import to_serialize
-
-        msg = await self.client.rpc(addr).actor_execute(
-            function="packed", actor=key, args=[to_serialize(pack((method, args)))], kwargs={}
+    async def _direct_open(self, addr: str, workers: list[str]) -> str:
+        """Start this solve's server on ``addr`` by a direct call (its peers: ``workers``);
+        the worker's address."""
+        reply = await send_call(
+            self.client.rpc, addr, "dl1_open", session=self.session, peers=workers
         )
-        if msg["status"] != "OK":
-            raise msg["exception"]
-        return unpack(msg["result"])
+        return reply["address"]
 
-    def _invoke(self, addr: str, method: str, *args: Any) -> Any:
-        """A call of a server's ``method``, as a future.
+    def _via(self) -> Any:
+        """The scheduler's rpc when calls go through it, else None (straight to workers)."""
+        return None if self.direct_calls else self.client.scheduler
 
-        Dask sends a client's actor calls through the scheduler unless the client was made
-        with ``direct_to_workers=True``: two more hops per call, and one more process to wake
-        on a busy machine (on the tfidf preset's 2-core LocalCluster, a scan call took a
-        median 3.5 ms to reach its worker that way, 2.2 ms directly). So when the workers are
-        reachable (:meth:`_reachable`) the call is Dask's own ``actor_execute`` message sent
-        straight to the worker, over the client's connection pool; and where the servers
-        have lines (:meth:`_open_lines`), a request on the server's line, written by the
-        calling thread.
-        """
-        if addr in self._lines:
-            return self._lines[addr].request(method, args)
-        actor = self._servers[addr]
-        if not self.direct_calls:
-            return getattr(actor, method)(*args)
-        coro = self._direct(addr, actor.key, method, args)
+    def _send(self, addr: str, op: str, **msg: Any) -> Future:
+        """Handler ``op`` of ``addr`` with ``msg``, as a future of its reply."""
+        coro = send_call(self.client.rpc, addr, op, self._via(), **msg)
         return asyncio.run_coroutine_threadsafe(coro, self.client.loop.asyncio_loop)
 
-    def wait_call(self, fut: Any) -> Any:
+    def _invoke(self, addr: str, method: str, *args: Any) -> Call:
+        """A call of ``method(*args)`` of this solve's server on ``addr``."""
+        loop = self.client.loop.asyncio_loop
+        msg = (method, args)
+        via = self._via()
+        return start_call(loop, self.client.rpc, addr, "dl1_call", msg, via, session=self.session)
+
+    def ask(self, addr: str, method: str, *args: Any) -> Any:
+        """The result of ``method(*args)`` of the server on ``addr`` (e.g. its
+        ``ahead_stats``)."""
+        return self.wait_call(self._invoke(addr, method, *args))
+
+    def wait_call(self, call: Any) -> Any:
         """The result of a call to a server, or BlockMissing once a server's worker is lost."""
-        return _wait(
-            fut,
-            lambda: list(self._servers) or self.workers,
-            lambda: self.client,
-            lambda: list(self._servers.values()),
-        )
+        return _wait(call, lambda: list(self._servers) or self.workers, self.client)
+
+    def _close_servers(self, wait: bool) -> None:
+        """Close this solve's servers (waiting for their answers with ``wait``); those
+        still starting once they have."""
+        self._servers = []
+        if not self._opening.done():
+            self._opening.add_done_callback(lambda _: self._close_servers(wait=False))
+            return
+        if self._opening.exception() is not None:
+            return
+        opened = self._opening.result()
+        futs = [self._send(addr, "dl1_close", session=self.session) for addr in opened]
+        for fut in futs if wait else []:
+            try:
+                fut.result(timeout=PROBE_S)
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        """Close the servers of this solve (their caches go with them)."""
+        if not self.broken:
+            try:
+                self._ready()
+            except Exception:
+                return
+            self._close_servers(wait=True)
 
     def fall_back(self) -> None:
-        """Run everything as tasks from now on, and let the servers go (their lines close
-        as the connections to them do)."""
-        self._hang_up()
+        """Run everything as tasks from now on, and let the servers go."""
         self.broken = True
-        self._servers = {}
-        self._actor_futures = []
+        try:
+            self._close_servers(wait=False)
+        except Exception:
+            pass
 
     # -- where things are ------------------------------------------------------------------
     def _holders(self, futures: list[Any]) -> list[str | None]:
@@ -1021,7 +920,7 @@ class RpcExecutor(DistributedExecutor):
 
 def rpc_executor(ex: Any) -> Any:
     """``ex`` with direct calls to its workers (a :class:`DistributedExecutor`), else ``ex``;
-    a cluster refusing actors keeps the task path."""
+    servers that cannot start fall back to the task path at first use."""
     if type(ex) is not DistributedExecutor:
         return ex
     try:

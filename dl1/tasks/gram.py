@@ -3,6 +3,7 @@ and the covariance-update epochs on them."""
 
 from __future__ import annotations
 
+import contextvars
 from collections import OrderedDict
 
 import numpy as np
@@ -130,16 +131,25 @@ def gram_epochs(
     return epochs, False
 
 
+#: The memory limit of the worker whose partition server runs in this thread
+#: (:class:`dl1.solvers.rpc.PartitionServer`): ``get_worker`` answers in tasks only.
+SERVER_MEMORY_LIMIT: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "dl1_server_memory_limit", default=None
+)
+
+
 def gram_limit() -> int:
     """Largest Gram matrix this process may hold: a worker with a ``memory_limit`` keeps its
     m x m matrices (two cached entries, the one being built, temporaries) within a quarter of
     the limit; without a limit (in process), no bound besides ``gram_max``."""
-    try:
-        from distributed import get_worker
+    limit = SERVER_MEMORY_LIMIT.get()
+    if limit is None:
+        try:
+            from distributed import get_worker
 
-        limit = get_worker().memory_manager.memory_limit
-    except (ImportError, ValueError, AttributeError):
-        return GRAM_MAX
+            limit = get_worker().memory_manager.memory_limit
+        except (ImportError, ValueError, AttributeError):
+            return GRAM_MAX
     if not limit:
         return GRAM_MAX
     return int(np.sqrt(limit / (4 * 4 * np.dtype(GRAM_DTYPE).itemsize)))

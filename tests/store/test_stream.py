@@ -10,12 +10,13 @@ import pytest
 import dl1
 from dl1.datasets import make_e2006_like
 from dl1.errors import StoreCorruptError, ValidationError
-from dl1.loading import WORKER_BASELINE, block_memory, block_sources, decide_stream
+from dl1.loading import block_memory, block_sources, decide_stream
 from dl1.monitor import PeakRSS
 from dl1.solvers.result import ConvergenceWarning
 from dl1.store import open_store
 from dl1.tasks.blocks import BlockSource
 from dl1.tasks.passes import scan_task
+from dl1.worker import WORKER_BASELINE
 
 
 @pytest.fixture(scope="module")
@@ -208,12 +209,12 @@ def _streamed_problem(tmp_path, seed: int, n_feature_blocks: int):
     """A small store's blocks as sources read by each task (in process), and the bytes of
     each column once extracted (from the store's column counts)."""
     from dl1.solvers.executor import LocalExecutor
-    from tests.solving import loaded
+    from tests.solving import load_blocks_for_test
 
     path = tmp_path / "s.zarr"
     make_e2006_like(path, preset="small", seed=seed, n_feature_blocks=n_feature_blocks)
     ex = LocalExecutor()
-    blocks, cb, y, sw, datafit, store = loaded(ex, path, stream=True)
+    blocks, cb, y, sw, datafit, store = load_blocks_for_test(ex, path, stream=True)
     col_bytes = (4.0 + store.dtype("train").itemsize) * store.read("stats/col_nnz", "train") + 8.0
     return path, ex, blocks, cb, y, sw, datafit, col_bytes
 

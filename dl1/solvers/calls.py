@@ -1,0 +1,150 @@
+"""Calls to dl1's handlers on Dask workers, over Dask's own comm.
+
+A call is one message of Dask's rpc (``dl1_open``, ``dl1_call``, ``dl1_close``: handlers a
+:class:`~dl1.solvers.rpc.PartitionServers` plugin registers on each worker), sent on the
+caller's connection pool (the client's, or a worker's to its peers) or forwarded by the
+scheduler's ``proxy`` handler when the client cannot reach the workers. Dask's comm brings
+its TLS and authentication; no worker listens on a port of its own.
+
+The arguments and results travel as :class:`Packed`: one pickle of the whole object, with
+small arrays in band and large ones (a peer's gathered columns: megabytes) as frames of
+their own (Dask's pickle serializer sends a Packed's buffers out of band), written and read
+without a copy. Dask would make a frame of every array; a call carries dozens of small
+index arrays, and one pickle costs a fraction of that.
+
+Dask is imported on first use: the modules a worker's tasks import load no more of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+#: Buffers of at least this many bytes travel as frames of their own (out of band).
+OUT_OF_BAND_BYTES = 64 * 2**10
+
+
+@dataclass
+class Packed:
+    """An object pickled (protocol 5) into ``head``, its large buffers apart (pickled out
+    of band in turn: Dask's pickle serializer makes them frames of their own)."""
+
+    head: bytes
+    buffers: list[memoryview]
+    #: the packing process: one that unpacks its own Packed (Dask's in-process comm passes
+    #: objects as they are) copies the buffers, which are the packed arrays' memory
+    pid: int
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        if protocol < 5:
+            return _packed, (self.head, [bytes(b) for b in self.buffers], self.pid)
+        return _packed, (self.head, [pickle.PickleBuffer(b) for b in self.buffers], self.pid)
+
+
+def _packed(head: bytes, buffers: list[Any], pid: int) -> Packed:
+    return Packed(head, [memoryview(b) for b in buffers], pid)
+
+
+def pack(obj: Any) -> Packed:
+    """``obj`` pickled: by reference where plain pickle can (functions of dl1's modules),
+    else by value (cloudpickle: objects of ``__main__``, closures)."""
+    buffers: list[memoryview] = []
+
+    def out_of_band(buf: pickle.PickleBuffer) -> bool:
+        view = buf.raw()
+        if view.nbytes < OUT_OF_BAND_BYTES:
+            return True  # in band
+        buffers.append(view)
+        return False
+
+    try:
+        head = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
+        if b"__main__" not in head:
+            return Packed(head, buffers, os.getpid())
+    except Exception:
+        pass
+    buffers.clear()
+    head = cloudpickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
+    return Packed(head, buffers, os.getpid())
+
+
+def unpack(packed: Packed) -> Any:
+    """The object :func:`pack` packed, its arrays writable and its own: a buffer delivered
+    read-only, or still the packing process's memory, is copied."""
+    own = packed.pid != os.getpid()
+    buffers = [b if own and not memoryview(b).readonly else bytearray(b) for b in packed.buffers]
+    return pickle.loads(packed.head, buffers=buffers)
+
+
+class PackingError(RuntimeError):
+    """A handler's result could not be pickled (the caller gets this instead)."""
+
+
+def pack_result(obj: Any) -> Packed:
+    """:func:`pack` of a handler's result; :class:`PackingError` naming what failed."""
+    try:
+        return pack(obj)
+    except Exception as exc:
+        raise PackingError(f"{type(exc).__name__}: {exc}") from None
+
+
+async def send_call(
+    pool: Any, address: str, op: str, via_scheduler: Any = None, **msg: Any
+) -> dict:
+    """The reply of ``address``'s handler ``op`` to ``msg``: on ``pool`` (Dask's
+    ConnectionPool), or forwarded by the scheduler (``via_scheduler``, an rpc to it) when
+    given. Dask raises the handler's own exception here."""
+    if via_scheduler is not None:
+        return await via_scheduler.proxy(msg={"op": op, **msg}, worker=address)
+    return await getattr(pool(address), op)(**msg)
+
+
+class Call:
+    """The pending reply to a call: ``result()`` is the handler's unpacked ``"result"``."""
+
+    def __init__(self, future: Future, started: threading.Event) -> None:
+        self._future = future
+        self._started = started
+
+    def wait_sent(self) -> None:
+        """Wait until the event loop has taken the call up: it writes the request in the
+        same step. A caller that works meanwhile first waits for this, or its work could
+        keep the loop from sending (on a busy machine, for milliseconds) while the callee
+        idles."""
+        self._started.wait()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The call's result (its error raised here); TimeoutError if none came within
+        ``timeout`` seconds (the call stays pending)."""
+        reply = self._future.result(timeout=timeout)
+        return unpack(reply["result"])
+
+
+def start_call(
+    loop: asyncio.AbstractEventLoop,
+    pool: Any,
+    address: str,
+    op: str,
+    args: Any,
+    via_scheduler: Any = None,
+    **msg: Any,
+) -> Call:
+    """Send ``op`` with ``args`` packed (here, in the calling thread) from a thread outside
+    ``loop``, the event loop owning ``pool``; the reply is read by the loop as it comes."""
+    from distributed.protocol import to_serialize
+
+    payload = to_serialize(pack(args))
+    started = threading.Event()
+
+    async def send() -> dict:
+        started.set()
+        return await send_call(pool, address, op, via_scheduler, payload=payload, **msg)
+
+    return Call(asyncio.run_coroutine_threadsafe(send(), loop), started)

@@ -1,0 +1,96 @@
+"""Where dl1 works around Dask: settings Dask offers neither as configuration nor as public
+API, set on its live objects. Each names the Dask behaviour it works around; everything else
+in dl1 goes through Dask's configuration and public interfaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+# -- batching intervals -----------------------------------------------------------------------
+# Dask batches the messages of its long-lived streams (client to scheduler, scheduler to
+# worker, worker to scheduler) in BatchedSend objects whose intervals are fixed in its code
+# (10, 5 and 2 ms; ``distributed.client``, ``distributed.scheduler``, ``distributed.worker``):
+# no configuration key sets them. A solve's latency-bound chain of tasks sets the ``interval``
+# of the live BatchedSend objects for its duration.
+
+#: Seconds between batched messages while a fit runs (Dask: 10 ms client to scheduler, 5 ms
+#: scheduler to worker, 2 ms worker to scheduler).
+LOW_LATENCY_INTERVAL = 0.0005
+
+
+def _scheduler_interval(interval: float, dask_scheduler: Any = None) -> float | None:
+    """Set the scheduler's batched-send interval to its workers; return the previous one."""
+    old = None
+    for comm in getattr(dask_scheduler, "stream_comms", {}).values():
+        if hasattr(comm, "interval"):
+            old, comm.interval = comm.interval, interval
+    return old
+
+
+def _worker_interval(interval: float, dask_worker: Any = None) -> float | None:
+    """Set a worker's batched-send interval to the scheduler; return the previous one."""
+    comm = getattr(dask_worker, "batched_stream", None)
+    if comm is None or not hasattr(comm, "interval"):
+        return None
+    old, comm.interval = comm.interval, interval
+    return old
+
+
+@contextlib.contextmanager
+def low_latency(client: Any, interval: float = LOW_LATENCY_INTERVAL) -> Iterator[None]:
+    """Shorten Dask's message batching intervals for the duration of a solve.
+
+    A solve is a chain of short dependent rounds (send ``theta``, gather the blocks' scores,
+    send the subproblem, ...), so its overhead is latency: Dask holds messages for up to its
+    batching interval (10 ms from the client) before sending them, about half of a task's
+    round trip on a small cluster. The intervals are restored afterwards; where a Dask
+    version lacks them, nothing changes.
+    """
+    if client is None:
+        yield
+        return
+    saved: dict[str, Any] = {}
+    comm = getattr(client, "scheduler_comm", None)
+    try:
+        if comm is not None and hasattr(comm, "interval"):
+            saved["client"], comm.interval = comm.interval, interval
+        saved["scheduler"] = client.run_on_scheduler(_scheduler_interval, interval)
+        saved["workers"] = client.run(_worker_interval, interval, on_error="ignore")
+    except Exception:  # an optimisation only: a cluster refusing it runs as it is
+        pass
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            if "client" in saved:
+                comm.interval = saved["client"]
+            if saved.get("scheduler") is not None:
+                client.run_on_scheduler(_scheduler_interval, saved["scheduler"])
+            by_value: dict[float, list[str]] = {}
+            for addr, old in (saved.get("workers") or {}).items():
+                if isinstance(old, float):
+                    by_value.setdefault(old, []).append(addr)
+            for old, addrs in by_value.items():
+                client.run(_worker_interval, old, workers=addrs, on_error="ignore")
+
+
+# -- spill target -----------------------------------------------------------------------------
+# A worker's spill buffer holds ``distributed.worker.memory.target`` of its memory limit in
+# memory; that fraction also sets the memory monitor's hysteresis (it spills until the
+# *process* memory is under it), which a dl1 worker's unmanageable baseline would turn into
+# spilling everything. Dask's public way to size the buffer alone is the worker's ``data=``
+# argument (dl1's LocalCluster passes :func:`dl1.worker.spill_buffer`), which ``dask worker``
+# does not take: the preload of such workers sets the live buffer's target.
+
+
+def set_spill_target(worker: Any, target: float) -> bool:
+    """Set ``worker``'s spill buffer (zict's Buffer) to hold ``target`` bytes in memory;
+    whether it has such a buffer."""
+    data = worker.data
+    if not hasattr(data, "fast") or not isinstance(getattr(data, "n", None), (int, float)):
+        return False
+    data.n = target
+    return True

@@ -1,0 +1,96 @@
+"""The worker plugin holding a worker's partition servers (:class:`dl1.solvers.rpc.
+PartitionServer`, one per solve) and the handlers of Dask's rpc that reach them.
+
+A module of its own: it subclasses Dask's WorkerPlugin, and the modules a worker's tasks
+import load no more of Dask than they need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from typing import Any
+
+from distributed import WorkerPlugin
+from distributed.protocol import to_serialize
+
+from dl1.solvers.calls import Packed
+from dl1.solvers.rpc import (
+    MAX_SERVERS,
+    PEER_CONNECTIONS,
+    PLUGIN_NAME,
+    PartitionServer,
+    ServerClosed,
+)
+
+
+class PartitionServers(WorkerPlugin):
+    """The partition servers of a worker, by session, and the handlers of Dask's rpc that
+    reach them: ``dl1_open``, ``dl1_call`` and ``dl1_close`` (see :mod:`dl1.solvers.calls`).
+
+    Registered once per cluster (``idempotent``: a second registration keeps the first, and
+    the servers it holds); the scheduler gives it to workers that join later.
+    """
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def __init__(self) -> None:
+        self.servers: OrderedDict[str, PartitionServer] = OrderedDict()
+        self.calls_served = 0
+        self.worker: Any = None
+
+    def setup(self, worker: Any) -> None:
+        self.worker = worker
+        worker.handlers.update(
+            {"dl1_open": self.open, "dl1_call": self.call, "dl1_close": self.close}
+        )
+
+    def teardown(self, worker: Any) -> None:
+        for op in ("dl1_open", "dl1_call", "dl1_close"):
+            worker.handlers.pop(op, None)
+        while self.servers:
+            self.servers.popitem()[1].close()
+
+    async def open(self, session: str, peers: list[str] | None = None) -> dict:
+        """Start the server of ``session`` (kept if it runs), with connections to its
+        ``peers`` ready in the worker's pool; the worker's address."""
+        await self._connect(peers or [])
+        if session not in self.servers:
+            server = await asyncio.to_thread(PartitionServer, self.worker, session)
+            self.servers.setdefault(session, server)
+            while len(self.servers) > MAX_SERVERS:
+                self.servers.popitem(last=False)[1].close()
+        self.servers.move_to_end(session)
+        return {"address": self.worker.address}
+
+    async def _connect(self, peers: list[str]) -> None:
+        """Open :data:`PEER_CONNECTIONS` connections to each of ``peers`` not yet in the
+        worker's pool (a call's first connection would otherwise cost a handshake within a
+        round); a peer that cannot be reached is left to the calls."""
+        pool = self.worker.rpc
+        wanted = [p for p in peers if p != self.worker.address]
+        for peer in wanted:
+            try:
+                comms = await asyncio.gather(*[pool.connect(peer) for _ in range(PEER_CONNECTIONS)])
+            except Exception:
+                continue
+            for comm in comms:
+                pool.reuse(peer, comm)
+
+    async def call(self, session: str, payload: Packed) -> dict:
+        """The packed result of a method of ``session``'s server, run in its thread."""
+        server = self.servers.get(session)
+        if server is None:
+            raise ServerClosed(f"no server {session} on {self.worker.address}")
+        self.servers.move_to_end(session)
+        result = await asyncio.wrap_future(server.calls.submit(server.serve, payload))
+        self.calls_served += 1
+        return {"result": to_serialize(result)}
+
+    async def close(self, session: str) -> dict:
+        """Close the server of ``session``, if it is here."""
+        server = self.servers.pop(session, None)
+        if server is not None:
+            server.close()
+        return {}
