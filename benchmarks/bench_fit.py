@@ -90,7 +90,7 @@ def _run_dl1(path, alpha, tol, n_workers, q):
         Client(cluster) as client,
     ):
         # warm-up (numba compilation / cache load) on every worker, excluded from timing
-        dl1.solvers.executor.DistributedExecutor(client)
+        dl1.runtime.executor.DistributedExecutor(client)
         t0 = time.perf_counter()
         res = dl1.fit(path, alpha=alpha, tol=tol, client=client)
         dt = time.perf_counter() - t0

@@ -45,7 +45,7 @@ def _cluster():
 
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0")
     client = Client(cluster)
-    dl1.solvers.executor.DistributedExecutor(client)  # numba warm-up, excluded
+    dl1.runtime.executor.DistributedExecutor(client)  # numba warm-up, excluded
     return cluster, client
 
 
@@ -91,8 +91,8 @@ def _run_dl1_cd(path, grid, tol, q):
 def _run_scd(path, grid, tol, time_limit, q):
     from dl1.loading import load_problem, read_inputs
     from dl1.objective.penalties.elastic_net import ElasticNet
+    from dl1.runtime.executor import executor_for
     from dl1.solvers.cd import CoordinateDescentSolver
-    from dl1.solvers.executor import executor_for
 
     cluster, client = _cluster()
     t0 = time.perf_counter()
@@ -149,7 +149,7 @@ def _run_fw(path, deltas, sample, local, certify, time_limit, nnz, q):
     import dl1
 
     if local:
-        from dl1.solvers.executor import warm_up
+        from dl1.runtime.executor import warm_up
 
         warm_up()
         cluster = client = None

@@ -34,7 +34,7 @@ def _run_dl1(path, grid, tol, screen, q):
         LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
         Client(cluster) as client,
     ):
-        dl1.solvers.executor.DistributedExecutor(client)  # warm-up, excluded
+        dl1.runtime.executor.DistributedExecutor(client)  # warm-up, excluded
         t0 = time.perf_counter()
         res = dl1.path(path, alphas=grid, tol=tol, screen=screen, client=client)
         dt = time.perf_counter() - t0

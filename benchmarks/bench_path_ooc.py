@@ -121,8 +121,8 @@ def main() -> None:
     import dl1
     from dl1.datasets import make_e2006_like
     from dl1.loading import block_memory
-    from dl1.localcluster import local_cluster
-    from dl1.monitor import PeakRSS
+    from dl1.runtime.localcluster import local_cluster
+    from dl1.runtime.monitor import PeakRSS
 
     t_gen = float("nan")
     if not (args.store / "dl1-manifest.json").exists():

@@ -50,7 +50,7 @@ def __getattr__(name: str):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     if not name.startswith("_") and importlib.util.find_spec(f"dl1.{name}") is not None:
-        # a subpackage reached as an attribute (``dl1.solvers.executor``): the modules an
+        # a subpackage reached as an attribute (``dl1.runtime.executor``): the modules an
         # eager import of the API loaded, as before (an import failing inside them is raised)
         module = importlib.import_module(f"dl1.{name}")
         for api in sorted(set(_LAZY.values())):

@@ -62,7 +62,7 @@ def _client(scheduler: str | None, workers: int, memory_limit: str | None):
 
     from distributed import Client
 
-    from dl1.localcluster import local_cluster
+    from dl1.runtime.localcluster import local_cluster
 
     logging.getLogger("distributed").setLevel(logging.WARNING)
     stack = ExitStack()

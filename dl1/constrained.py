@@ -23,7 +23,7 @@ from dl1.loading import block_memory, col_scales, decide_stream, load_blocks, re
 from dl1.params import CONSTRAINED, CONSTRAINED_PATH, validate_params
 from dl1.paths.evaluation import records_as_arrays, sparse_record, test_data, test_metric
 from dl1.paths.loop import AlphaStep, walk
-from dl1.solvers.executor import coordinating, executor_for
+from dl1.runtime.executor import coordinating, executor_for
 from dl1.solvers.fw import ConstrainedProblem, FrankWolfeSolver
 from dl1.solvers.fw_problem import FWProblem, FWResult, sample_size
 from dl1.solvers.result import ConvergenceWarning

@@ -20,12 +20,12 @@ import scipy.sparse as sp
 
 from dl1.errors import ValidationError
 from dl1.objective.datafits import Logistic, Quadratic, normalize_sample_weight
+from dl1.runtime.worker import WORKER_BASELINE
 from dl1.solvers.base import DataHandles, Problem, WorkingSetBudget
 from dl1.store import Store, open_store
 from dl1.tasks.blocks import Block, BlockSource, assemble_block, identity, loaded
 from dl1.tasks.gram import GRAM_DENSE_MAX
 from dl1.tasks.passes import xt_theta_task
-from dl1.worker import WORKER_BASELINE
 
 LOSSES = {"squared": Quadratic, "logistic": Logistic}
 

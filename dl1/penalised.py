@@ -33,10 +33,10 @@ from dl1.paths.evaluation import (
 )
 from dl1.paths.loop import AlphaStep, walk
 from dl1.paths.result import PathResult
+from dl1.runtime.executor import coordinating, executor_for
+from dl1.runtime.rpc import rpc_executor
 from dl1.solvers.base import Problem, WarmState, solver_class
-from dl1.solvers.executor import coordinating, executor_for
 from dl1.solvers.result import ConvergenceWarning, FitResult
-from dl1.solvers.rpc import rpc_executor
 
 
 def make_solver(

@@ -28,8 +28,9 @@ def _loaded(code: str) -> set[str]:
         "dl1.tasks.passes",
         "dl1.tasks.subproblem",
         "dl1.tasks.spread",
-        "dl1.solvers.executor",
-        "dl1.solvers.rpc",
+        "dl1.runtime.executor",
+        "dl1.runtime.rpc",
+        "dl1.runtime.partition_server",
         "dl1.solvers.ws",
         "dl1.solvers.fw",
         "dl1.store.reader",
@@ -55,7 +56,7 @@ def test_the_api_names_are_the_functions_whatever_was_imported_first():
         "assert callable(dl1.fit) and dl1.fit.__name__ == 'fit', dl1.fit\n"
         "import sys; assert sys.modules['dl1.penalised'].fit is dl1.fit\n"
         "from dl1 import alpha_max, fit, open_store, Store, from_svmlight, datasets\n"
-        "assert dl1.solvers.executor.DistributedExecutor and dl1.kernels.cd and dl1.store.reader\n"
+        "assert dl1.runtime.executor.DistributedExecutor and dl1.kernels.cd and dl1.store.reader\n"
         "assert sorted(dl1.__all__) == sorted(set(dl1.__all__) & set(dir(dl1)))\n"
         "try:\n    dl1.no_such_name\nexcept AttributeError as e:\n    print('AE', e)\n"
     )

@@ -482,8 +482,8 @@ def test_gather_budget_follows_the_workers_memory_limit(local_cluster):
     from distributed import Client, LocalCluster
 
     from dl1.loading import gather_budget
-    from dl1.solvers.executor import executor_for
-    from dl1.worker import WORKER_BASELINE
+    from dl1.runtime.executor import executor_for
+    from dl1.runtime.worker import WORKER_BASELINE
 
     assert gather_budget(executor_for(local_cluster), streamed=False) == np.inf
     limit = 400 * 2**20
@@ -513,7 +513,7 @@ def _intervals(client):
 
 
 def test_low_latency_sets_and_restores_dask_batching_intervals(local_cluster):
-    from dl1.solvers.dask_workarounds import LOW_LATENCY_INTERVAL, low_latency
+    from dl1.runtime.dask_workarounds import LOW_LATENCY_INTERVAL, low_latency
 
     before = _intervals(local_cluster)
     assert before[0] != LOW_LATENCY_INTERVAL  # Dask's defaults (ms), not ours

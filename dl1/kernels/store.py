@@ -1,7 +1,7 @@
 """Numba kernels of the store: validation and counting-sort transposition.
 
 They take raw compressed-sparse arrays and scalars only, and are tested against NumPy
-references in ``tests/test_store_kernels.py``.
+references in ``tests/kernels/test_store.py``.
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ class Solver(Protocol):
     """What :func:`dl1.fit` and the path loop need of a solver."""
 
     name: str
-    #: whether the rounds gain from direct calls to the workers (:mod:`dl1.solvers.rpc`)
+    #: whether the rounds gain from direct calls to the workers (:mod:`dl1.runtime.rpc`)
     direct_calls: bool
 
     def solve(self, problem: Problem, warm: WarmState | None = None) -> tuple[

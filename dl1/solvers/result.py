@@ -39,7 +39,7 @@ class FitResult:
         Per round: objective, gap (relative), nnz, seconds since start, kernel and overhead
         seconds; for the working-set solver also how its steps ran (``transport``: "local",
         "tasks" through the scheduler, or "direct" calls to the workers, see
-        :mod:`dl1.solvers.rpc`).
+        :mod:`dl1.runtime.rpc`).
     alpha, l1_ratio, loss, tol : the problem solved.
     passes_ : float
         Passes over the data, in units of the whole matrix (screened columns are skipped).

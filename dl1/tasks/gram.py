@@ -132,7 +132,7 @@ def gram_epochs(
 
 
 #: The memory limit of the worker whose partition server runs in this thread
-#: (:class:`dl1.solvers.rpc.PartitionServer`): ``get_worker`` answers in tasks only.
+#: (:class:`dl1.runtime.partition_server.PartitionServer`): ``get_worker`` answers in tasks only.
 SERVER_MEMORY_LIMIT: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "dl1_server_memory_limit", default=None
 )

@@ -11,12 +11,12 @@ import dl1
 from dl1.datasets import make_e2006_like
 from dl1.errors import StoreCorruptError, ValidationError
 from dl1.loading import block_memory, block_sources, decide_stream
-from dl1.monitor import PeakRSS
+from dl1.runtime.monitor import PeakRSS
+from dl1.runtime.worker import WORKER_BASELINE
 from dl1.solvers.result import ConvergenceWarning
 from dl1.store import open_store
 from dl1.tasks.blocks import BlockSource
 from dl1.tasks.passes import scan_task
-from dl1.worker import WORKER_BASELINE
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +208,7 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
 def _streamed_problem(tmp_path, seed: int, n_feature_blocks: int):
     """A small store's blocks as sources read by each task (in process), and the bytes of
     each column once extracted (from the store's column counts)."""
-    from dl1.solvers.executor import LocalExecutor
+    from dl1.runtime.executor import LocalExecutor
     from tests.solving import load_blocks_for_test
 
     path = tmp_path / "s.zarr"

@@ -157,7 +157,7 @@ def test_spread_gram_across_partitions_equals_numpy(density, weighted, shares):
     for a second working set: equal to NumPy's, with the kept entries reused bit for bit.
     With ``shares`` every group is a share of its own (a one-byte share budget), so shares
     of the same partition exchange row pieces too."""
-    from dl1.solvers.executor import LocalExecutor
+    from dl1.runtime.executor import LocalExecutor
     from dl1.solvers.subproblems import CachedGroup, spread_gram_task, spread_plan
     from dl1.tasks.blocks import assemble_block
     from dl1.tasks.columns import extract_task

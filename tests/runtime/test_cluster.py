@@ -13,7 +13,7 @@ import pytest
 import dl1
 from tests.helpers import random_csr
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def test_fit_on_a_real_scheduler_and_workers(tmp_path, recipe_cluster):
         before = client.run(served)
         during: list[dict] = []
 
-        def watch(entry):  # the workers serve the fit's direct calls (dl1.solvers.rpc)
+        def watch(entry):  # the workers serve the fit's direct calls (dl1.runtime.rpc)
             during.append(client.run(served))
 
         remote = dl1.fit(store, alpha=0.01, tol=1e-10, client=client, callback=watch)
@@ -78,7 +78,7 @@ def test_fit_on_a_real_scheduler_and_workers(tmp_path, recipe_cluster):
         # and its workers run no statistical profiler
         profiles = client.run(lambda dask_worker: "profile" in dask_worker.periodic_callbacks)
         assert not any(profiles.values())
-        # and they preload dl1.worker (each trims its heaps when its memory is high)
+        # and they preload dl1.runtime.worker (each trims its heaps when its memory is high)
         trims = client.run(lambda dask_worker: "dl1-trim-memory" in dask_worker.periodic_callbacks)
         assert all(trims.values())
     local = dl1.fit(store, alpha=0.01, tol=1e-10)

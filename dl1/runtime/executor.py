@@ -10,7 +10,7 @@ from typing import Any
 import dask
 import numpy as np
 
-from dl1.solvers.dask_workarounds import low_latency
+from dl1.runtime.dask_workarounds import low_latency
 from dl1.tasks.blocks import assemble_block
 from dl1.tasks.columns import extract_task
 from dl1.tasks.gram import GRAM_DTYPE
@@ -188,7 +188,7 @@ class DistributedExecutor:
 
     def close(self) -> None:
         """Release what the solve held beside its tasks (tasks: nothing; see
-        :meth:`dl1.solvers.rpc.RpcExecutor.close`)."""
+        :meth:`dl1.runtime.rpc.RpcExecutor.close`)."""
 
     def submit_pass(self, *args: Any) -> None:
         """A pass run by the subproblem's server: none here (the coordinator runs it)."""

@@ -1,4 +1,4 @@
-"""Direct calls to the workers (dl1.solvers.rpc): same answers as tasks, bit for bit; a
+"""Direct calls to the workers (dl1.runtime.rpc): same answers as tasks, bit for bit; a
 lost server or block falls back to tasks; bounded caches."""
 
 import dataclasses
@@ -10,8 +10,9 @@ import pytest
 import dl1
 from dl1.objective.datafits import Logistic, Quadratic
 from dl1.objective.penalties.elastic_net import ElasticNet
-from dl1.solvers.executor import DistributedExecutor, LocalExecutor
-from dl1.solvers.rpc import PLUGIN_NAME, RpcExecutor, rpc_executor
+from dl1.runtime.executor import DistributedExecutor, LocalExecutor
+from dl1.runtime.rpc import RpcExecutor, rpc_executor
+from dl1.runtime.wire import PLUGIN_NAME
 from dl1.tasks.blocks import loaded
 from dl1.tasks.columns import extract_task
 from dl1.tasks.gram import drop_gram
@@ -237,10 +238,10 @@ def test_a_peer_lost_while_the_subproblem_server_waits_for_its_columns():
 def test_dl1s_local_cluster_starts_its_workers_with_the_malloc_setting(monkeypatch):
     """Workers of dl1's LocalCluster get WORKER_ENV before they start (glibc reads it then),
     its scheduler steals no work, its workers run no statistical profiler and preload
-    dl1.worker; the caller's Dask configuration is left as it was."""
+    dl1.runtime.worker; the caller's Dask configuration is left as it was."""
     import os
 
-    from dl1.localcluster import WORKER_ENV
+    from dl1.runtime.localcluster import WORKER_ENV
 
     for k in WORKER_ENV:  # not inherited (Dask's nanny also sets it in its own process)
         monkeypatch.delenv(k, raising=False)
@@ -248,7 +249,7 @@ def test_dl1s_local_cluster_starts_its_workers_with_the_malloc_setting(monkeypat
     import dask
     from distributed import Client
 
-    from dl1.localcluster import local_cluster
+    from dl1.runtime.localcluster import local_cluster
 
     before = dask.config.get("distributed.nanny.pre-spawn-environ")
     stealing = dask.config.get("distributed.scheduler.work-stealing")

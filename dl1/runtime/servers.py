@@ -1,4 +1,4 @@
-"""The worker plugin holding a worker's partition servers (:class:`dl1.solvers.rpc.
+"""The worker plugin holding a worker's partition servers (:class:`dl1.runtime.partition_server.
 PartitionServer`, one per solve) and the handlers of Dask's rpc that reach them.
 
 A module of its own: it subclasses Dask's WorkerPlugin, and the modules a worker's tasks
@@ -14,19 +14,14 @@ from typing import Any
 from distributed import WorkerPlugin
 from distributed.protocol import to_serialize
 
-from dl1.solvers.calls import Packed
-from dl1.solvers.rpc import (
-    MAX_SERVERS,
-    PEER_CONNECTIONS,
-    PLUGIN_NAME,
-    PartitionServer,
-    ServerClosed,
-)
+from dl1.runtime.calls import Packed
+from dl1.runtime.partition_server import PartitionServer
+from dl1.runtime.wire import MAX_SERVERS, PEER_CONNECTIONS, PLUGIN_NAME, ServerClosed
 
 
 class PartitionServers(WorkerPlugin):
     """The partition servers of a worker, by session, and the handlers of Dask's rpc that
-    reach them: ``dl1_open``, ``dl1_call`` and ``dl1_close`` (see :mod:`dl1.solvers.calls`).
+    reach them: ``dl1_open``, ``dl1_call`` and ``dl1_close`` (see :mod:`dl1.runtime.calls`).
 
     Registered once per cluster (``idempotent``: a second registration keeps the first, and
     the servers it holds); the scheduler gives it to workers that join later.

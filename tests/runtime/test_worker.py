@@ -1,4 +1,4 @@
-"""The worker preload (dl1.worker): a worker whose memory is high gives glibc's free heap
+"""The worker preload (dl1.runtime.worker): a worker whose memory is high gives glibc's free heap
 pages back to the system."""
 
 import contextlib
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dl1.worker import MemoryTrimmer, trim_memory
+from dl1.runtime.worker import MemoryTrimmer, trim_memory
 
 glibc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
 
@@ -18,7 +18,7 @@ def _one_dl1_worker(memory_limit: int | str) -> Iterator:
     """A client of dl1's LocalCluster with one single-threaded worker process."""
     from distributed import Client
 
-    from dl1.localcluster import local_cluster
+    from dl1.runtime.localcluster import local_cluster
 
     with (
         local_cluster(
@@ -73,7 +73,7 @@ def test_the_trimmer_waits_for_high_and_growing_memory(monkeypatch):
     import psutil
 
     calls = []
-    monkeypatch.setattr("dl1.worker.trim_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr("dl1.runtime.worker.trim_memory", lambda: calls.append(1) or True)
     rss = psutil.Process().memory_info().rss
     MemoryTrimmer(limit=4 * rss)()  # far below half of the limit
     assert not calls
@@ -101,7 +101,7 @@ def test_the_managed_target_leaves_room_for_the_baseline_and_a_task():
     """Dask's target is lowered so that the baseline, the results held in memory and a
     running task's headroom fit under the pause threshold; never below a tenth of the limit;
     a target already lower (a large worker's 60%) is kept."""
-    from dl1.worker import TASK_HEADROOM, WORKER_BASELINE, managed_target
+    from dl1.runtime.worker import TASK_HEADROOM, WORKER_BASELINE, managed_target
 
     small = 650 * 2**20
     got = managed_target(small, 0.8, 0.6 * small)
@@ -131,7 +131,7 @@ def test_a_dl1_worker_spills_results_beyond_its_managed_target():
     import dask
     from distributed import wait
 
-    from dl1.worker import managed_target
+    from dl1.runtime.worker import managed_target
 
     limit = 650 * 2**20
     pause = dask.config.get("distributed.worker.memory.pause")

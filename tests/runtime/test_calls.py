@@ -1,4 +1,4 @@
-"""Calls to the partition servers on Dask's comm (dl1.solvers.calls, dl1.solvers.rpc):
+"""Calls to the partition servers on Dask's comm (dl1.runtime.calls, dl1.runtime.rpc):
 messages arrive whole and writable, errors reach the caller, a TLS cluster gets the same
 direct calls and answer, and no worker listens on a port of its own."""
 
@@ -10,12 +10,13 @@ import pytest
 from distributed.protocol import deserialize, serialize, to_serialize
 
 import dl1
-from dl1.solvers.calls import OUT_OF_BAND_BYTES, PackingError, pack, unpack
-from dl1.solvers.executor import DistributedExecutor
-from dl1.solvers.rpc import RpcExecutor, ServerClosed
+from dl1.runtime.calls import OUT_OF_BAND_BYTES, PackingError, pack, unpack
+from dl1.runtime.executor import DistributedExecutor
+from dl1.runtime.rpc import RpcExecutor
+from dl1.runtime.wire import ServerClosed
 from dl1.tasks.passes import scan_task
 from tests.test_penalised import as_dask, make_regression
-from tests.test_rpc import calls_served, drop_server
+from tests.runtime.test_rpc import calls_served, drop_server
 
 
 def test_a_packed_message_arrives_whole_and_writable():

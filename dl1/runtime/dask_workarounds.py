@@ -82,8 +82,8 @@ def low_latency(client: Any, interval: float = LOW_LATENCY_INTERVAL) -> Iterator
 # memory; that fraction also sets the memory monitor's hysteresis (it spills until the
 # *process* memory is under it), which a dl1 worker's unmanageable baseline would turn into
 # spilling everything. Dask's public way to size the buffer alone is the worker's ``data=``
-# argument (dl1's LocalCluster passes :func:`dl1.worker.spill_buffer`), which ``dask worker``
-# does not take: the preload of such workers sets the live buffer's target.
+# argument (dl1's LocalCluster passes :func:`dl1.runtime.worker.spill_buffer`), which
+# ``dask worker`` does not take: the preload of such workers sets the live buffer's target.
 
 
 def set_spill_target(worker: Any, target: float) -> bool:

@@ -1,7 +1,7 @@
 """Calls to dl1's handlers on Dask workers, over Dask's own comm.
 
 A call is one message of Dask's rpc (``dl1_open``, ``dl1_call``, ``dl1_close``: handlers a
-:class:`~dl1.solvers.rpc.PartitionServers` plugin registers on each worker), sent on the
+:class:`~dl1.runtime.servers.PartitionServers` plugin registers on each worker), sent on the
 caller's connection pool (the client's, or a worker's to its peers) or forwarded by the
 scheduler's ``proxy`` handler when the client cannot reach the workers. Dask's comm brings
 its TLS and authentication; no worker listens on a port of its own.

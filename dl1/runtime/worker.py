@@ -1,4 +1,4 @@
-"""Worker preload (``dask worker --preload dl1.worker``): give freed heap memory back, and
+"""Worker preload (``dask worker --preload dl1.runtime.worker``): give freed heap memory back, and
 keep room for a running task (see :func:`dask_setup`).
 
 glibc keeps the memory of freed small allocations (below ``MALLOC_MMAP_THRESHOLD_``) in its
@@ -22,7 +22,7 @@ import ctypes.util
 import time
 from typing import Any
 
-from dl1.solvers.dask_workarounds import set_spill_target
+from dl1.runtime.dask_workarounds import set_spill_target
 
 #: A worker trims once its resident memory exceeds this fraction of its ``memory_limit``
 #: (Dask spills at 0.7 and pauses at 0.8 by default).

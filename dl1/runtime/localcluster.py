@@ -1,0 +1,79 @@
+"""The LocalCluster dl1 starts for itself (command line, benchmarks, examples).
+
+Set up as a dl1 cluster should be (``cluster/`` does the same for clusters started by hand;
+the measurements behind each setting are in ``benchmarks/RESULTS.md``):
+
+- workers start with ``MALLOC_MMAP_THRESHOLD_=65536``: blocks read and freed every pass then
+  live in their own mappings, returned to the system when freed, instead of staying in
+  glibc's heap as memory Dask can neither spill nor free (glibc reads it at start-up, so it
+  goes in ``distributed.nanny.pre-spawn-environ``);
+- the scheduler steals no work: dl1 places its tasks next to their data, and a stolen task
+  copies its inputs (a partition's cached columns) to the thief;
+- workers run no statistical profiler, whose history of call trees grows a busy worker's
+  memory for its first ~17 minutes;
+- workers preload :mod:`dl1.runtime.worker` (trims glibc's free heap pages when memory is
+  high) and get a spill buffer sized to leave room for dl1's baseline and a running task
+  (Dask's ``data=`` argument, :func:`dl1.runtime.worker.spill_buffer`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import dask
+
+from dl1.runtime.worker import spill_buffer
+
+logger = logging.getLogger(__name__)
+
+#: Environment of dl1's worker processes, set before they start.
+WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+
+#: Dask settings of dl1's scheduler and workers (read when they start).
+CLUSTER_CONFIG = {
+    "distributed.scheduler.work-stealing": False,
+    "distributed.worker.profile.enabled": False,
+}
+
+#: Module every dl1 worker preloads (:mod:`dl1.runtime.worker`: freed heap memory goes back
+#: to the system when a worker's memory is high).
+WORKER_PRELOAD = "dl1.runtime.worker"
+
+
+def local_cluster(**kwargs: Any) -> Any:
+    """``distributed.LocalCluster(**kwargs)`` whose worker processes start with
+    :data:`WORKER_ENV` (added to Dask's own pre-spawn environment) and preload
+    :data:`WORKER_PRELOAD` (added to the configured preloads), whose scheduler and workers
+    have :data:`CLUSTER_CONFIG` (no work stealing, no worker profiler), and whose workers
+    with a memory limit hold :func:`dl1.runtime.worker.spill_buffer`; the caller's Dask config is
+    unchanged."""
+    from distributed import LocalCluster
+
+    env = {**dask.config.get("distributed.nanny.pre-spawn-environ", default={}), **WORKER_ENV}
+    preload = list(dask.config.get("distributed.worker.preload", default=[]) or [])
+    if WORKER_PRELOAD not in preload:
+        preload.append(WORKER_PRELOAD)
+    config = {
+        "distributed.nanny.pre-spawn-environ": env,
+        "distributed.worker.preload": preload,
+        **CLUSTER_CONFIG,
+    }
+    limit = _worker_memory_limit(kwargs)
+    if limit and "data" not in kwargs:
+        kwargs = {**kwargs, "memory_limit": limit, "data": (spill_buffer, {"memory_limit": limit})}
+    with dask.config.set(config):
+        return LocalCluster(**kwargs)
+
+
+def _worker_memory_limit(kwargs: dict[str, Any]) -> int | None:
+    """The memory limit of each worker of ``LocalCluster(**kwargs)``, as Dask parses it
+    (None: no limit, or one this function does not foresee, ``n_workers`` left to Dask)."""
+    from distributed.worker_memory import parse_memory_limit
+
+    if "memory_limit" in kwargs:
+        nthreads = kwargs.get("threads_per_worker") or 1
+        return parse_memory_limit(kwargs["memory_limit"], nthreads, logger=logger)
+    if kwargs.get("n_workers"):
+        return parse_memory_limit("auto", 1, kwargs["n_workers"], logger=logger)
+    return None

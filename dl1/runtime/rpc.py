@@ -1,0 +1,458 @@
+"""Direct calls to the workers for the latency-bound steps of the working-set solver.
+
+A working-set round is a chain of short dependent steps: every partition scans its blocks
+with the current dual point, the coordinator picks the working set, one worker solves the
+subproblem on the gathered columns. Through the scheduler each step costs a task round
+trip, a fixed cost per round that is a large part of a short fit's time.
+
+So :class:`RpcExecutor` sends those steps to a :class:`PartitionServer` on each worker,
+which runs the very same task functions (same inputs, same results, bit for bit) on the
+blocks its worker holds (futures of the solve, looked up by key in the worker's memory) and
+keeps the working set's gathered columns between rounds. The columns travel from worker to
+worker (the server solving the subproblem asks its peers), never through the client. After
+a subproblem, its server runs the next pass itself (the coordinator's own steps on the same
+values: ``z + dz``, the intercept's update, the dual point), its peers' partitions by direct
+calls, and returns the pass's results with the subproblem's: one call from the coordinator
+per round instead of two; the coordinator still computes every gap and picks every working
+set. The coordinator's first pass goes through that server too.
+
+After each pass it ran, the server also repeats the coordinator's choice of the next
+working set (:func:`~dl1.solvers.scans.choose_working_set`, on the same values) and fetches the
+columns it does not hold yet, its own and its peers', while the coordinator turns around.
+The next call takes those it names; a choice that differed would only cost the work
+(``test_rpc`` asserts that none does).
+
+The servers live in a worker plugin (:class:`~dl1.runtime.servers.PartitionServers`, one
+server per solve, named by the executor's session), and the calls are messages of Dask's
+own rpc (:mod:`dl1.runtime.calls`): sent straight to the workers on the client's
+connection pool when it can reach them, else forwarded by the scheduler; from server to
+server on the worker's pool. Dask's comm brings its TLS and authentication.
+
+Nothing a server holds is irreplaceable: the blocks stay task results the scheduler can
+recompute, and the gathered columns and constants are caches whose lineage (block, columns)
+the coordinator keeps. When a call fails (a worker died, a block moved after one did), the
+executor re-issues it, and every later step, as ordinary tasks; the fit goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from dl1.runtime.calls import Call, send_call, start_call
+from dl1.runtime.executor import DistributedExecutor
+from dl1.runtime.wire import (
+    OPENER,
+    PROBE_S,
+    ROUTED,
+    BlockMissing,
+    GroupRef,
+    ScanPlan,
+    ValueRef,
+    WireBlock,
+    WireGroup,
+    WireValue,
+    wait_alive,
+)
+from dl1.tasks.blocks import identity
+from dl1.tasks.columns import compact_task, extract_task
+
+
+def no_result() -> None:
+    return None
+
+
+class RpcFuture:
+    """The result of a call to a server; ``fallback()``'s (the same step by tasks) if the
+    call fails."""
+
+    def __init__(self, ex: RpcExecutor, fut: Any, fallback: Any) -> None:
+        self._ex, self._fut, self._fallback = ex, fut, fallback
+
+    def result(self) -> Any:
+        try:
+            return self._ex.wait_call(self._fut)
+        except Exception:
+            # a lost worker, a moved block, or the function's own error: the task path
+            # recomputes what the servers held, and raises the function's own errors itself
+            self._ex.fall_back()
+            return self._fallback()
+
+
+class RpcExecutor(DistributedExecutor):
+    """A :class:`DistributedExecutor` that runs the working-set solver's per-round steps by
+    direct calls to a :class:`PartitionServer` on each worker (see the module docstring).
+
+    :meth:`submit` of a routed function calls the server of the worker holding the call's
+    blocks (the first worker for the subproblem, whose server caches the working set's
+    columns); ``extract_task``, ``compact_task`` and ``identity`` return lazy references
+    made on first use. Anything else, and everything once a call has failed, runs as tasks.
+    """
+
+    def __init__(self, base: DistributedExecutor) -> None:
+        self.client = base.client
+        self.workers = base.workers
+        self.n_workers = base.n_workers
+        self.broken = False
+        self.session = uuid.uuid4().hex
+        # whether calls go straight to the workers (else through the scheduler)
+        self.direct_calls = False
+        self._servers: list[str] = []
+        self._holder: dict[Any, str | None] = {}
+        self._sent: dict[str, set[str]] = {}
+        # the servers start while the caller loads its blocks; first use waits for them
+        self._opening = OPENER.submit(self._open_servers)
+
+    @property
+    def transport(self) -> str:
+        """How steps run now: ``"direct"`` (calls to the servers) or ``"tasks"``."""
+        return "tasks" if self.broken else "direct"
+
+    def _ready(self) -> list[str]:
+        """The workers with a server of this solve (sorted addresses); raises if none
+        could be started."""
+        if not self._servers and not self.broken:
+            self._servers = self._opening.result()
+        return self._servers
+
+    def _open_servers(self) -> list[str]:
+        """Register the plugin (once per cluster) and start a server of this solve on every
+        worker alive, straight or through the scheduler (:meth:`_reachable`)."""
+        from dl1.runtime.servers import PartitionServers
+
+        self.client.register_plugin(PartitionServers())
+        alive = set(self.client.scheduler_info()["workers"])
+        workers = [w for w in self.workers if w in alive]
+        if not workers:
+            raise BlockMissing("no worker to start a server on")
+        self.direct_calls = self._reachable(workers)
+        if not self.direct_calls:
+            opens = [
+                self._send(addr, "dl1_open", session=self.session, peers=workers)
+                for addr in workers
+            ]
+            for fut in opens:
+                fut.result()
+        return workers
+
+    def _reachable(self, workers: list[str]) -> bool:
+        """Whether this client calls the servers directly: as its ``direct_to_workers`` says,
+        or, when that is unset (Dask's default), if every worker answers a direct call (the
+        opening of its server) within :data:`PROBE_S` seconds."""
+        if self.client.direct_to_workers is not None and not self.client.direct_to_workers:
+            return False
+        try:
+            for addr in workers:
+                probe = asyncio.wait_for(self._direct_open(addr, workers), PROBE_S)
+                fut = asyncio.run_coroutine_threadsafe(probe, self.client.loop.asyncio_loop)
+                if fut.result() != addr:
+                    return False
+        except Exception:
+            return False
+        return True
+
+    async def _direct_open(self, addr: str, workers: list[str]) -> str:
+        """Start this solve's server on ``addr`` by a direct call (its peers: ``workers``);
+        the worker's address."""
+        reply = await send_call(
+            self.client.rpc, addr, "dl1_open", session=self.session, peers=workers
+        )
+        return reply["address"]
+
+    def _via(self) -> Any:
+        """The scheduler's rpc when calls go through it, else None (straight to workers)."""
+        return None if self.direct_calls else self.client.scheduler
+
+    def _send(self, addr: str, op: str, **msg: Any) -> Future:
+        """Handler ``op`` of ``addr`` with ``msg``, as a future of its reply."""
+        coro = send_call(self.client.rpc, addr, op, self._via(), **msg)
+        return asyncio.run_coroutine_threadsafe(coro, self.client.loop.asyncio_loop)
+
+    def _invoke(self, addr: str, method: str, *args: Any) -> Call:
+        """A call of ``method(*args)`` of this solve's server on ``addr``."""
+        loop = self.client.loop.asyncio_loop
+        msg = (method, args)
+        via = self._via()
+        return start_call(loop, self.client.rpc, addr, "dl1_call", msg, via, session=self.session)
+
+    def ask(self, addr: str, method: str, *args: Any) -> Any:
+        """The result of ``method(*args)`` of the server on ``addr`` (e.g. its
+        ``ahead_stats``)."""
+        return self.wait_call(self._invoke(addr, method, *args))
+
+    def wait_call(self, call: Any) -> Any:
+        """The result of a call to a server, or BlockMissing once a server's worker is lost."""
+        return wait_alive(call, lambda: list(self._servers) or self.workers, self.client)
+
+    def _close_servers(self, wait: bool) -> None:
+        """Close this solve's servers (waiting for their answers with ``wait``); those
+        still starting once they have."""
+        self._servers = []
+        if not self._opening.done():
+            self._opening.add_done_callback(lambda _: self._close_servers(wait=False))
+            return
+        if self._opening.exception() is not None:
+            return
+        opened = self._opening.result()
+        futs = [self._send(addr, "dl1_close", session=self.session) for addr in opened]
+        for fut in futs if wait else []:
+            try:
+                fut.result(timeout=PROBE_S)
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        """Close the servers of this solve (their caches go with them)."""
+        if not self.broken:
+            try:
+                self._ready()
+            except Exception:
+                return
+            self._close_servers(wait=True)
+
+    def fall_back(self) -> None:
+        """Run everything as tasks from now on, and let the servers go."""
+        self.broken = True
+        try:
+            self._close_servers(wait=False)
+        except Exception:
+            pass
+
+    # -- where things are ------------------------------------------------------------------
+    def _holders(self, futures: list[Any]) -> list[str | None]:
+        unknown = [f for f in futures if f.key not in self._holder]
+        if unknown:
+            who = self.client.who_has(unknown)
+            for f in unknown:
+                addrs = [a for a in who.get(f.key, ()) if a in self._ready()]
+                self._holder[f.key] = addrs[0] if addrs else None
+        return [self._holder[f.key] for f in futures]
+
+    def _block_futures(self, a: Any, out: list[Any]) -> None:
+        from distributed import Future
+
+        if isinstance(a, (list, tuple)):
+            for x in a:
+                self._block_futures(x, out)
+        elif isinstance(a, Future):
+            out.append(a)
+
+    def _wire(self, a: Any, addr: str) -> Any:
+        from distributed import Future
+
+        if isinstance(a, list):
+            return [self._wire(x, addr) for x in a]
+        if isinstance(a, tuple):
+            return tuple(self._wire(x, addr) for x in a)
+        if isinstance(a, Future):
+            return WireBlock(a.key)
+        if isinstance(a, GroupRef):
+            return self._wire_group(a)
+        if isinstance(a, ValueRef):
+            sent = self._sent.setdefault(addr, set())
+            value = None if a.vid in sent else a.value
+            sent.add(a.vid)
+            return WireValue(a.vid, value)
+        return a
+
+    def _wire_group(self, g: GroupRef) -> WireGroup:
+        from distributed import Future
+
+        if g.parent is not None:
+            return WireGroup(g.gid, None, None, None, self._wire_group(g.parent), g.keep)
+        if isinstance(g.block, Future):
+            holder = self._holders([g.block])[0]
+            if holder is None:
+                raise BlockMissing(f"block {g.block.key!r} is on no worker with a server")
+            return WireGroup(g.gid, holder, g.block.key, g.local, None, None)
+        return WireGroup(g.gid, None, g.block, g.local, None, None)
+
+    # -- the task path ---------------------------------------------------------------------
+    def _as_task_arg(self, a: Any) -> Any:
+        if isinstance(a, list):
+            return [self._as_task_arg(x) for x in a]
+        if isinstance(a, tuple):
+            return tuple(self._as_task_arg(x) for x in a)
+        if isinstance(a, ValueRef):
+            if a.future is None:
+                a.future = DistributedExecutor.submit(self, identity, a.value)
+            return a.future
+        if isinstance(a, GroupRef):
+            if a.future is None:
+                if a.parent is not None:
+                    a.future = DistributedExecutor.submit(
+                        self, compact_task, self._as_task_arg(a.parent), a.keep
+                    )
+                else:
+                    a.future = DistributedExecutor.submit(self, extract_task, a.block, a.local)
+            return a.future
+        return a
+
+    def task_submit(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` as a task, the references among its arguments made tasks too."""
+        return DistributedExecutor.submit(self, fn, *[self._as_task_arg(a) for a in args])
+
+    # -- the executor interface ------------------------------------------------------------
+    def submit(self, fn: Any, *args: Any) -> Any:
+        if not self.broken:
+            if fn is identity:
+                return ValueRef(args[0])
+            if fn is extract_task:
+                return GroupRef(block=args[0], local=args[1])
+            if fn is compact_task and isinstance(args[0], GroupRef):
+                return GroupRef(parent=args[0], keep=args[1])
+            if fn in ROUTED:
+                try:
+                    blocks: list[Any] = []
+                    self._block_futures(args, blocks)
+                    # the subproblem (no blocks) runs on the first server, which caches
+                    # its columns between rounds
+                    holders = set(self._holders(blocks)) if blocks else {min(self._ready())}
+                    if len(holders) == 1 and None not in holders:
+                        (addr,) = holders
+                        wire = [self._wire(a, addr) for a in args]
+                        fut = self._invoke(addr, "call", fn, wire)
+                        return RpcFuture(self, fut, lambda: self.task_submit(fn, *args).result())
+                except Exception:  # no server, or a block on none: tasks from now on
+                    self.fall_back()
+        return self.task_submit(fn, *args)
+
+    def submit_then_scan(
+        self,
+        parts: list[list[Any]],
+        bounds: list[list[tuple[int, int]]],
+        alive: list[list[Any]],
+        threshold: float,
+        ws_start: int,
+        fn: Any,
+        *args: Any,
+    ) -> RpcFuture | None:
+        """``fn(*args)`` (a working-set subproblem) on its server, which then runs the next
+        pass over ``parts`` (each partition's block futures, with their column ranges and
+        alive sets) as the coordinator would (:meth:`PartitionServer.call`). A handle whose
+        ``result()`` is ``(fn's result, each partition's scan results or None, the pass's
+        seconds)``; None when a partition's blocks are not all held by one server (then
+        submit ``fn`` alone)."""
+        return self._home_call(
+            (parts, bounds, alive, threshold, ws_start),
+            "call",
+            lambda home, plan: (fn, [self._wire(a, home) for a in args], plan),
+            # by tasks: the subproblem alone (the coordinator then runs the pass)
+            lambda: (self.task_submit(fn, *args).result(), None, 0.0),
+        )
+
+    def submit_pass(
+        self,
+        parts: list[list[Any]],
+        bounds: list[list[tuple[int, int]]],
+        alive: list[list[Any]],
+        threshold: float,
+        ws_start: int,
+        theta: np.ndarray,
+        w_parts: list[Any],
+        ws_size: int,
+        support: np.ndarray,
+        cached: list[np.ndarray],
+    ) -> RpcFuture | None:
+        """A pass over ``parts`` at ``theta`` run by the subproblem's server, which then
+        fetches the next working set's columns in advance
+        (:meth:`PartitionServer.scan_pass`). A handle whose ``result()`` is each
+        partition's scan results, or None if the call failed (the executor then runs
+        tasks); None when a partition's blocks are not all held by one server."""
+        return self._home_call(
+            (parts, bounds, alive, threshold, ws_start),
+            "scan_pass",
+            lambda home, plan: (plan, theta, w_parts, int(ws_size), support, cached),
+            no_result,
+        )
+
+    def _home_call(self, pass_args: tuple, method: str, args: Any, fallback: Any) -> Any:
+        """``method(*args(home, plan))`` of the subproblem's server (``home``), ``plan``
+        the wire form of the pass :meth:`_plan` makes of ``pass_args``: an
+        :class:`RpcFuture` falling back to ``fallback()``; None when there is no such plan
+        or server."""
+        if self.broken:
+            return None
+        try:
+            plan = self._plan(*pass_args)
+            if plan is None:
+                return None
+            home = min(self._ready())
+            return RpcFuture(self, self._invoke(home, method, *args(home, plan)), fallback)
+        except Exception:  # no server, or a block on none: tasks from now on
+            self.fall_back()
+            return None
+
+    def _plan(
+        self,
+        parts: list[list[Any]],
+        bounds: list[list[tuple[int, int]]],
+        alive: list[list[Any]],
+        threshold: float,
+        ws_start: int,
+    ) -> ScanPlan | None:
+        """The wire form of a pass over ``parts`` (None: a partition's blocks are not all
+        futures held by one server)."""
+        from distributed import Future
+
+        holders = []
+        for part in parts:
+            if not all(isinstance(b, Future) for b in part):
+                return None
+            where = set(self._holders(part))
+            if len(where) != 1 or None in where:
+                return None
+            holders.append(where.pop())
+        blocks = [[WireBlock(b.key) for b in part] for part in parts]
+        return ScanPlan(holders, blocks, bounds, alive, float(threshold), int(ws_start))
+
+    def submit_to(self, part: int, fn: Any, *args: Any) -> Any:
+        if not self.broken and fn is extract_task:
+            return GroupRef(block=args[0], local=args[1])
+        return DistributedExecutor.submit_to(self, part, fn, *[self._as_task_arg(a) for a in args])
+
+    def wait(self, handles: list[Any]) -> None:
+        """Wait for ``handles`` (the blocks) and for the servers, started meanwhile."""
+        DistributedExecutor.wait(self, handles)
+        if not self.broken:
+            try:
+                self._ready()
+            except Exception:
+                self.fall_back()
+
+    def broadcast(self, fn: Any, *args: Any) -> None:
+        if not self.broken:
+            try:
+                for fut in [self._invoke(a, "call", fn, list(args)) for a in self._ready()]:
+                    self.wait_call(fut)
+                return
+            except Exception:
+                self.fall_back()
+        DistributedExecutor.broadcast(self, fn, *args)
+
+    def gather(self, handles: list[Any]) -> list[Any]:
+        out: list[Any] = [None] * len(handles)
+        tasks = [i for i, h in enumerate(handles) if not isinstance(h, RpcFuture)]
+        for i, h in enumerate(handles):
+            if isinstance(h, RpcFuture):
+                out[i] = h.result()
+        if tasks:
+            got = self.client.gather([self._as_task_arg(handles[i]) for i in tasks])
+            for i, v in zip(tasks, got, strict=True):
+                out[i] = v
+        return out
+
+
+def rpc_executor(ex: Any) -> Any:
+    """``ex`` with direct calls to its workers (a :class:`DistributedExecutor`), else ``ex``;
+    servers that cannot start fall back to the task path at first use."""
+    if type(ex) is not DistributedExecutor:
+        return ex
+    try:
+        return RpcExecutor(ex)
+    except Exception:
+        return ex

@@ -1,0 +1,140 @@
+"""What travels to the partition servers (:mod:`dl1.runtime.partition_server`): the wire
+forms of blocks, column groups, constants and passes, the references the executor hands out
+for them, and the errors and limits of direct calls."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dl1.tasks.passes import matvec_task, scan_task, xt_theta_task
+from dl1.tasks.subproblem import subproblem_task
+
+#: Task functions a server runs (the others go through the scheduler).
+ROUTED = (scan_task, matvec_task, xt_theta_task, subproblem_task)
+
+#: Methods of a :class:`PartitionServer` a call may name.
+SERVED = frozenset({"call", "scan_pass", "extract", "held_groups", "ahead_stats"})
+
+#: Name of the worker plugin holding the servers (see :mod:`dl1.runtime.servers`).
+PLUGIN_NAME = "dl1-partition-servers"
+
+#: Connections a server's worker opens to each peer as the server starts: a peer's scan and
+#: the columns fetched ahead may be asked at once.
+PEER_CONNECTIONS = 2
+
+#: Servers a worker keeps at most (the least recently used is closed first): solves close
+#: theirs, this bounds those of coordinators that died first.
+MAX_SERVERS = 8
+
+
+class BlockMissing(RuntimeError):
+    """A block the coordinator expected in a worker's memory is not there (or the worker)."""
+
+
+class ServerClosed(RuntimeError):
+    """A call named a server that its worker does not hold (closed, or never opened)."""
+
+
+#: Threads starting the servers of solves while their blocks load (:class:`RpcExecutor`).
+OPENER = ThreadPoolExecutor(4, thread_name_prefix="dl1-open")
+
+#: Seconds between checks that the workers of a call are alive while it runs.
+POLL_S = 1.0
+
+#: Seconds the client waits for a worker to answer a first direct call before it sends its
+#: calls through the scheduler instead (a client that cannot reach the workers' addresses).
+PROBE_S = 5.0
+
+
+def wait_alive(call: Any, workers: Any, client: Any) -> Any:
+    """``call.result()``, checking every :data:`POLL_S` that the ``workers()`` it depends on
+    are still in ``client``'s cluster: a call to a worker that vanished without closing its
+    connections could otherwise wait for a long time."""
+    while True:
+        try:
+            return call.result(timeout=POLL_S)
+        except TimeoutError:
+            alive = set(client.scheduler_info()["workers"])
+            lost = [w for w in workers() if w not in alive]
+            if lost:
+                raise BlockMissing(f"worker {lost[0]} was lost during a call") from None
+
+
+@dataclass(frozen=True)
+class WireBlock:
+    """Wire form of a block held in the receiving server's worker memory."""
+
+    key: Any
+
+
+@dataclass(frozen=True)
+class WireGroup:
+    """Wire form of a gathered column group: its id and lineage (``holder`` and ``block``:
+    the worker and block key to extract ``local`` from, or ``parent`` and ``keep``)."""
+
+    gid: str
+    holder: str | None
+    block: Any
+    local: np.ndarray | None
+    parent: WireGroup | None
+    keep: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """Wire form of the pass that follows a subproblem on its server (see
+    :meth:`PartitionServer.call`): per partition, the worker holding its blocks, the blocks,
+    their column ranges and alive sets; the pass's threshold and the working set's minimum
+    size."""
+
+    holders: list[str]
+    blocks: list[list[Any]]
+    bounds: list[list[tuple[int, int]]]
+    alive: list[list[Any]]
+    threshold: float
+    ws_start: int
+
+
+@dataclass(frozen=True)
+class WireValue:
+    """Wire form of a constant of the solve; ``value`` is None once the server holds it."""
+
+    vid: str
+    value: Any
+
+
+class ValueRef:
+    """A constant input of the solve (``y``, sample weights): sent to a server once."""
+
+    def __init__(self, value: Any) -> None:
+        self.vid = uuid.uuid4().hex
+        self.value = value
+        self.future: Any = None
+
+
+class GroupRef:
+    """Columns of one block gathered for the subproblem (as
+    :func:`~dl1.tasks.columns.extract_task`, or :func:`~dl1.tasks.columns.compact_task` of a
+    parent group), made on
+    first use by the server solving the subproblem and cached there."""
+
+    def __init__(
+        self,
+        block: Any = None,
+        local: np.ndarray | None = None,
+        parent: GroupRef | None = None,
+        keep: np.ndarray | None = None,
+    ) -> None:
+        self.gid = uuid.uuid4().hex
+        self.block = block
+        self.local = None if local is None else np.asarray(local, dtype=np.int64)
+        self.parent = parent
+        self.keep = None if keep is None else np.asarray(keep, dtype=np.int64)
+        self.future: Any = None
+
+
