@@ -149,6 +149,14 @@ def is_str(value: Any) -> bool:
     return isinstance(value, str)
 
 
+@predicate("the name of a solver in dl1.solvers.registry.SOLVERS ('ws', 'cd', ...)")
+def is_solver_name(value: Any) -> bool:
+    """A registered solver's name (looked up when checked: the registry is the one list)."""
+    from dl1.solvers.registry import SOLVERS
+
+    return isinstance(value, str) and value in SOLVERS
+
+
 @predicate("a callable")
 def is_callable(value: Any) -> bool:
     return callable(value)
@@ -183,7 +191,7 @@ PENALISED = {
     "max_rounds": [NON_NEGATIVE_INT, None],
     "n_epochs": [POSITIVE_INT],
     "random_order": ["boolean"],
-    "solver": [Options(("ws", "cd"))],
+    "solver": [is_solver_name],
     "screen": ["boolean"],
     "spread": ["boolean", Options(("cocoa",)), None],
 }

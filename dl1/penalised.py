@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 import warnings
@@ -39,27 +40,14 @@ from dl1.solvers.base import Problem, WarmState, solver_class
 from dl1.solvers.result import ConvergenceWarning, FitResult
 
 
-def make_solver(
-    solver: str,
-    *,
-    max_rounds: int | None,
-    n_epochs: int = 1,
-    random_order: bool = False,
-    seed: int = 0,
-    screen: bool = False,
-    spread: bool | str | None = None,
-    tight_inner: bool = False,
-    verbose: bool = False,
-    callback: Any = None,
-) -> Any:
-    """The solver object ``solver`` (a name of :data:`dl1.solvers.registry.SOLVERS`)
-    configured from the entry points' keywords."""
-    rounds = 1000 if max_rounds is None else max_rounds
-    common = dict(max_rounds=rounds, random_order=random_order, seed=seed, verbose=verbose,
-                  callback=callback)  # fmt: skip
-    if solver == "cd":
-        return solver_class("cd")(n_epochs=n_epochs, **common)
-    return solver_class(solver)(screen=screen, spread=spread, tight_inner=tight_inner, **common)
+def make_solver(solver: str, *, max_rounds: int | None, **options: Any) -> Any:
+    """The solver called ``solver`` in :data:`dl1.solvers.registry.SOLVERS`, configured
+    from the entry points' keywords: each solver takes those its constructor names (the
+    working-set solver ``screen`` and ``spread``, coordinate descent ``n_epochs``, ...)."""
+    cls = solver_class(solver)
+    accepted = inspect.signature(cls).parameters
+    options["max_rounds"] = 1000 if max_rounds is None else max_rounds
+    return cls(**{k: v for k, v in options.items() if k in accepted})
 
 
 def direct_calls(ex: Any, solver: Any, streamed: bool) -> Any:

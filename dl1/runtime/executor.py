@@ -214,14 +214,9 @@ def quiet_blas(client: Any) -> Iterator[None]:
     """This process's BLAS limited to one thread while it coordinates ``client``'s cluster
     (nothing without a client; the limit is the process's, restored afterwards).
 
-    The coordinator's own arithmetic is on length-n vectors, which gains nothing from BLAS
-    threads; but OpenBLAS's threads spin, waiting for work, for about a tenth of a second
-    after each call they served. On a machine the client shares with its workers (a
-    LocalCluster) they took a core from the workers' kernels: at the ``"tfidf"`` preset
-    (2-core LocalCluster) the passes after a subproblem mostly took 40-47 ms (the
-    subproblem's worker) and 33-38 ms (its peer) instead of 25-28 and 17-20 ms (12 fits
-    each), and a fit took a median of 0.37 s instead of 0.30 s (16 fits on each of two
-    clusters).
+    The coordinator's arithmetic is on length-n vectors, which gains nothing from BLAS
+    threads, while OpenBLAS's idle threads spin for about 0.1 s after each call and take a
+    core from the workers of a LocalCluster (figures in ``benchmarks/RESULTS.md``).
     """
     if client is None:
         yield

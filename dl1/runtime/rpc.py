@@ -1,37 +1,15 @@
 """Direct calls to the workers for the latency-bound steps of the working-set solver.
 
-A working-set round is a chain of short dependent steps: every partition scans its blocks
-with the current dual point, the coordinator picks the working set, one worker solves the
-subproblem on the gathered columns. Through the scheduler each step costs a task round
-trip, a fixed cost per round that is a large part of a short fit's time.
-
-So :class:`RpcExecutor` sends those steps to a :class:`PartitionServer` on each worker,
-which runs the very same task functions (same inputs, same results, bit for bit) on the
-blocks its worker holds (futures of the solve, looked up by key in the worker's memory) and
-keeps the working set's gathered columns between rounds. The columns travel from worker to
-worker (the server solving the subproblem asks its peers), never through the client. After
-a subproblem, its server runs the next pass itself (the coordinator's own steps on the same
-values: ``z + dz``, the intercept's update, the dual point), its peers' partitions by direct
-calls, and returns the pass's results with the subproblem's: one call from the coordinator
-per round instead of two; the coordinator still computes every gap and picks every working
-set. The coordinator's first pass goes through that server too.
-
-After each pass it ran, the server also repeats the coordinator's choice of the next
-working set (:func:`~dl1.solvers.scans.choose_working_set`, on the same values) and fetches the
-columns it does not hold yet, its own and its peers', while the coordinator turns around.
-The next call takes those it names; a choice that differed would only cost the work
-(``test_rpc`` asserts that none does).
-
-The servers live in a worker plugin (:class:`~dl1.runtime.servers.PartitionServers`, one
-server per solve, named by the executor's session), and the calls are messages of Dask's
-own rpc (:mod:`dl1.runtime.calls`): sent straight to the workers on the client's
-connection pool when it can reach them, else forwarded by the scheduler; from server to
-server on the worker's pool. Dask's comm brings its TLS and authentication.
-
-Nothing a server holds is irreplaceable: the blocks stay task results the scheduler can
-recompute, and the gathered columns and constants are caches whose lineage (block, columns)
-the coordinator keeps. When a call fails (a worker died, a block moved after one did), the
-executor re-issues it, and every later step, as ordinary tasks; the fit goes on.
+A round's steps (every partition scans, the coordinator chooses, one worker solves the
+subproblem) are short and dependent: through the scheduler each costs a task round trip.
+:class:`RpcExecutor` sends them instead to a :class:`~dl1.runtime.partition_server.
+PartitionServer` on each worker, which runs the very same task functions (same inputs, same
+results, bit for bit) on the blocks its worker holds, keeps the working set's columns between
+rounds, runs the pass that follows a subproblem and fetches the next working set's columns
+ahead (see ``docs/design.md``). The servers live in a Dask worker plugin and the calls are
+messages of Dask's own rpc (:mod:`dl1.runtime.calls`), so Dask's TLS and authentication
+apply. Nothing a server holds is irreplaceable: a call that fails (a worker lost, a block
+moved) is re-issued as ordinary tasks, and so is every later step; the fit goes on.
 """
 
 from __future__ import annotations

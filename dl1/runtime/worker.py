@@ -1,18 +1,12 @@
-"""Worker preload (``dask worker --preload dl1.runtime.worker``): give freed heap memory back, and
-keep room for a running task (see :func:`dask_setup`).
+"""Worker preload (``dask worker --preload dl1.runtime.worker``): give freed heap memory back,
+and keep room for a running task (see :func:`dask_setup`).
 
-glibc keeps the memory of freed small allocations (below ``MALLOC_MMAP_THRESHOLD_``) in its
-arenas for reuse. It returns pages to the system only from the top of the main heap (past
-``MALLOC_TRIM_THRESHOLD_``, which Dask's nanny sets), never from the middle of a heap or
-from the arenas of other threads, where a Dask worker's tasks allocate. A worker that has
-read, spilled and freed many blocks and column groups so holds free memory that Dask counts
-as unmanaged and can neither spill nor free. On the out-of-core benchmark (log1p x 4, 2 x 650
-MiB workers, the dense end of the path) a worker stayed paused at 521 MiB, idle, with all of
-its task results spilled to disk, and the path waited for it for nine minutes;
-``malloc_trim(0)``, which releases the free pages of every arena, brought it to 337 MiB
-(the other worker: 493 to 385 MiB), and the path went on. This is the remedy of Dask's
-documentation ("Memory not released back to the OS": trim by hand with ``client.run``), run
-by each worker on itself whenever its memory is high and has grown since its last trim.
+glibc keeps the memory of freed small allocations in its arenas and returns pages only from
+the top of the main heap, so a worker that has read, spilled and freed many blocks and
+column groups holds free memory that Dask counts as unmanaged and can neither spill nor
+free, until the worker pauses. ``malloc_trim(0)`` releases the free pages of every arena:
+the remedy of Dask's documentation ("Memory not released back to the OS"), run by each
+worker on itself whenever its memory is high and has grown since its last trim.
 """
 
 from __future__ import annotations
@@ -38,9 +32,7 @@ TRIM_INTERVAL_MS = 200
 WORKER_BASELINE = 256 * 2**20
 
 #: Resident memory a worker keeps free for its running task, beyond its baseline and the
-#: task results it holds in memory. The largest rise of resident memory during one of dl1's
-#: tasks, measured task by task on the out-of-core benchmark's dense end, was 61 MiB
-#: (``cross_gram_task``; ``scan_task`` 28, ``row_piece_task`` 34 MiB).
+#: task results it holds in memory (the largest rise measured during one task: 61 MiB).
 TASK_HEADROOM = 96 * 2**20
 
 _LIBC: Any = None
@@ -137,15 +129,9 @@ def dask_setup(worker: Any) -> None:
     """Dask's preload hook, for a worker with a memory limit.
 
     - Its spill buffer's target becomes :func:`managed_target` (unless lower already, as
-      with :func:`spill_buffer`). Dask spills by the
-      process's memory only every 100 ms and above 70% of the limit, but by the size of
-      the results held in memory at once, whenever a result is stored or read back from
-      disk. A dl1 worker's baseline is about 256 MiB (68 MiB of it numba's LLVM), which
-      Dask's default target of 60% of the limit does not leave room for: on 650 MiB
-      workers, 390 MiB of results on top of it would be past the limit. Out of core,
-      where the cached working-set columns outgrow the workers at the dense end of a
-      path, tasks reading spilled columns back pushed the workers past the pause
-      threshold between two checks.
+      with :func:`spill_buffer`): Dask's default target (60% of the limit) leaves no room
+      for dl1's baseline of about 256 MiB, and Dask spills by process memory only every
+      100 ms, so tasks reading spilled columns back could pass the pause threshold.
     - It checks every :data:`TRIM_INTERVAL_MS` whether to trim (:class:`MemoryTrimmer`,
       kept as ``worker.dl1_trimmer``).
     """
