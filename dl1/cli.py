@@ -12,6 +12,13 @@ import click
 import numpy as np
 
 from dl1.errors import Dl1Error
+from dl1.params import (
+    CONSTRAINED_PATH,
+    PATH,
+    PENALISED,
+    InvalidParameterError,
+    validate_params,
+)
 from dl1.store import Store, open_store
 
 
@@ -54,6 +61,15 @@ def summary(store: Store) -> str:
 @click.version_option(package_name="dl1")
 def cli() -> None:
     """dl1: L1 / elastic-net models on sparse data larger than memory, on Dask."""
+
+
+def _check(constraints: dict, where: str, **values) -> None:
+    """The options' values checked against the entry point's declared constraints
+    (:mod:`dl1.params`) before a cluster starts: a bad value is a usage error."""
+    try:
+        validate_params(constraints, values, where)
+    except InvalidParameterError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 def _client(scheduler: str | None, workers: int, memory_limit: str | None):
@@ -204,6 +220,9 @@ def fit(
     memory_limit: str | None,
 ) -> None:
     """Fit a certified L1 / elastic-net model on STORE and print its certificate."""
+    _check(PENALISED, "dl1 fit", l1_ratio=l1_ratio, loss=loss, tol=tol,
+           **({} if alpha is None else {"alpha": alpha}))  # fmt: skip
+    open_store(store)  # a missing or incomplete store is named before a cluster starts
     stack, client = _client(scheduler, workers, memory_limit)
     with stack:
         _fit_and_report(
@@ -398,6 +417,12 @@ def path_cmd(
 
     if constrained and (checkpoint is not None or l1_ratio != 1.0):
         raise click.UsageError("--constrained takes neither --checkpoint nor --l1-ratio")
+    if constrained:
+        _check(CONSTRAINED_PATH, "dl1 path --constrained", n_deltas=n_alphas, eps=eps,
+               loss=loss, tol=tol, sample=sample)  # fmt: skip
+    else:
+        _check(PATH, "dl1 path", n_alphas=n_alphas, eps=eps, l1_ratio=l1_ratio, loss=loss,
+               tol=tol)  # fmt: skip
     st = open_store(store)
     stack, client = _client(scheduler, workers, memory_limit)
     with (

@@ -145,3 +145,18 @@ def test_path_command_frank_wolfe(tmp_path):
                   check=False)  # fmt: skip
     assert refused.returncode == 2 and "--constrained takes neither" in refused.stderr
     assert "--constrained" in run("path", "--help").stdout
+
+
+def test_bad_options_are_refused_before_a_cluster_starts(tmp_path):
+    """Pass criterion: a bad option value exits with a usage error naming the option, not
+    with a connection error to the (unreachable) scheduler it would otherwise contact
+    first; a missing store is named likewise."""
+    X = random_csr(40, 20, 0.2, seed=2)
+    dl1.from_scipy(X, np.arange(40.0), tmp_path / "s", n_feature_blocks=2)
+    nowhere = ["--scheduler", "tcp://127.0.0.1:9"]
+    out = run("fit", tmp_path / "s", "--tol", "0", *nowhere, check=False)
+    assert out.returncode == 2 and "'tol' parameter of dl1 fit" in out.stderr, out.stderr
+    out = run("path", tmp_path / "s", "--eps", "2", *nowhere, check=False)
+    assert out.returncode == 2 and "'eps' parameter of dl1 path" in out.stderr, out.stderr
+    out = run("fit", tmp_path / "missing", *nowhere, check=False)
+    assert out.returncode != 0 and "missing" in out.stderr and "Traceback" not in out.stderr

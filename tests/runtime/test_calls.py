@@ -15,8 +15,8 @@ from dl1.runtime.executor import DistributedExecutor
 from dl1.runtime.rpc import RpcExecutor
 from dl1.runtime.wire import ServerClosed
 from dl1.tasks.passes import scan_task
-from tests.test_penalised import as_dask, make_regression
 from tests.runtime.test_rpc import calls_served, drop_server
+from tests.test_penalised import as_dask, make_regression
 
 
 def test_a_packed_message_arrives_whole_and_writable():
