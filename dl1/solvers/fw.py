@@ -55,6 +55,7 @@ from dl1.solvers.fw_problem import (
     penalised_certificate,
     scoring_threshold,
 )
+from dl1.solvers.records import FWRound
 
 #: Stopping rules: the exact FW gap ``<= tol * f(0)`` (checked by a full pass when the
 #: sampled estimate falls below it), or the paper's ``||a_{k+1} - a_k||_inf <= step_tol``
@@ -115,11 +116,12 @@ def solve_fw(
     k = 0
     while k < max_iter:
         full = run.full_all or checks.full_next
-        cand, stats, thr, wall, busy = run.round(st, seed, it0 + k, full)
+        rnd, thr = run.round(st, seed, it0 + k, full)
+        cand, stats, wall, busy = rnd.candidate, rnd.stats, rnd.wall, rnd.busy
         if cand is None:  # no columns at all
             run.converged, run.stopped_by = True, "no columns"
             break
-        g = cand[1]
+        g = cand.grad
         run.gap = prob.a_grad(st) + delta * abs(g)
         run.kind = "full pass" if full else "sample estimate"
         if full:
@@ -130,7 +132,7 @@ def solve_fw(
                 run.record(k, st, 0.0, wall, busy)
                 break
             checks.after(full, run.gap <= target)
-        i = int(cand[0])
+        i = int(cand.col)
         dt = -delta if g > 0 else delta
         lam = prob.line_search(st, dt, cand)
         change = st.step(i, dt, lam, cand, prob.n, center, prob.l2) if lam > 0 else 0.0
@@ -210,27 +212,27 @@ class FWRun:
         """Every iteration scores every column (deterministic FW)."""
         return self.prob.kappa >= self.prob.p
 
-    def round(self, st: FWState, seed: int, it: int, full: bool, fetch: bool = True):
+    def round(
+        self, st: FWState, seed: int, it: int, full: bool, fetch: bool = True
+    ) -> tuple[FWRound, float]:
         """One scoring round (a full pass refreshes the residual and the screening
-        threshold first): ``(candidate, stats, threshold, wall, busy)``."""
+        threshold first), and the threshold it used."""
         thr = -1.0
         if full:
             st.refresh(self.prob.yc)
             thr = scoring_threshold(self.prob, st)
-        cand, scored, visited, stats, wall, busy = self.prob.round(
-            st, seed, it, full, thr, fetch=fetch
-        )
-        self.scored += scored
-        self.visited += visited
+        rnd = self.prob.round(st, seed, it, full, thr, fetch=fetch)
+        self.scored += rnd.scored
+        self.visited += rnd.visited
         self.n_full += int(full and not self.full_all)
-        return cand, stats, thr, wall, busy
+        return rnd, thr
 
     def certify(self, st: FWState, seed: int, it: int, delta: float) -> None:
         """A full pass at the final point: its exact FW gap and penalised certificate."""
-        cand, stats, thr, _, _ = self.round(st, seed, it, True, fetch=False)
-        absmax = abs(cand[1]) if cand is not None else 0.0
+        rnd, thr = self.round(st, seed, it, True, fetch=False)
+        absmax = abs(rnd.candidate.grad) if rnd.candidate is not None else 0.0
         self.exact = (self.prob.a_grad(st) + delta * absmax, absmax)
-        self.cert = (thr, stats)
+        self.cert = (thr, rnd.stats)
 
     def record(self, k: int, st: FWState, lam: float, wall: float, busy: float) -> dict:
         entry = _entry(k, st, self.prob, self.gap, self.kind, lam, wall, busy, self.t_start)

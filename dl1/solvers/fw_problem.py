@@ -11,6 +11,13 @@ from typing import Any
 
 import numpy as np
 
+from dl1.solvers.records import (
+    FWCandidate,
+    FWColumn,
+    FWRound,
+    GapStats,
+    Vertex,
+)
 from dl1.solvers.result import overhead_fraction
 from dl1.tasks.fw import column_task, fw_round_task, nnz_task, sigma_task
 
@@ -260,7 +267,7 @@ class FWProblem:
 
         # no closed form: safeguarded Newton on phi(lam) = f(a + lam d), d = dt e_i - a,
         # with X d = v = dt z_i - p (O(n) per evaluation, on the coordinator)
-        i, _, _, rows, vals, _, _, _ = cand
+        i, (rows, vals) = cand.col, cand.column[:2]
         v = -st.pvec
         v[rows] += dt * vals
         ai = st.c * st.at[i]
@@ -348,22 +355,21 @@ class FWProblem:
                 )
             ]
         )
-        best = None
+        best: Vertex | None = None
         for o in outs:
-            cand = o[0]
-            if cand is not None and (best is None or abs(cand[1]) > abs(best[1])):
-                best = cand
-        scored = sum(o[1] for o in outs)
-        visited = sum(o[2] for o in outs)
-        stats = (max(o[3] for o in outs), sum(o[4] for o in outs))
-        busy = max(o[5] for o in outs)
-        if best is not None and fetch:
-            best = (*best, *self.column(int(best[0]), st))
-        wall = time.perf_counter() - t0
-        return best, scored, visited, stats, wall, busy
+            if o.best is not None and (best is None or abs(o.best.grad) > abs(best.grad)):
+                best = o.best
+        stats = GapStats(max(o.absmax for o in outs), sum(o.excess for o in outs))
+        candidate = None
+        if best is not None:
+            candidate = FWCandidate(best, self.column(int(best.col), st) if fetch else None)
+        return FWRound(
+            candidate, sum(o.scored for o in outs), sum(o.visited for o in outs), stats,
+            time.perf_counter() - t0, max(o.seconds for o in outs),
+        )  # fmt: skip
 
-    def column(self, col: int, st: FWState) -> tuple:
-        """``(rows, vals, colsum, sqnorm, scale)`` of the chosen column: from the cache, or
+    def column(self, col: int, st: FWState) -> FWColumn:
+        """The chosen column (:class:`~dl1.solvers.records.FWColumn`): from the cache, or
         fetched from the partition holding it (only the chosen column travels, once). Past
         :data:`COLUMN_CACHE_BYTES`, cached columns outside the support are dropped."""
         hit = self.cache.get(col)
@@ -375,13 +381,13 @@ class FWProblem:
         ]
         self.n_fetched += 1
         self.cache[col] = hit
-        self.cache_bytes += hit[0].nbytes + hit[1].nbytes
+        self.cache_bytes += hit.rows.nbytes + hit.vals.nbytes
         if self.cache_bytes > COLUMN_CACHE_BYTES:
             keep = set(st.support.tolist()) | {col}
             for c in list(self.cache):
                 if c not in keep:
                     old = self.cache.pop(c)
-                    self.cache_bytes -= old[0].nbytes + old[1].nbytes
+                    self.cache_bytes -= old.rows.nbytes + old.vals.nbytes
         return hit
 
 
@@ -437,7 +443,8 @@ class FWState:
     def line_search(self, dt: float, cand, n: int, intercept: bool, l2: float) -> float:
         """Exact step ``lambda`` in [0, 1] towards the vertex ``dt e_i`` (Eq. 8; with the
         ridge term ``l2/2 ||a||^2`` the quadratic in lambda gains ``l2 ||d||^2``)."""
-        i, g, s, _, _, total, sq, _ = cand
+        i, g, s = cand.vertex
+        total, sq = cand.column.colsum, cand.column.sqnorm
         ai = self.c * self.at[i]
         G = g - l2 * ai + s  # z_i^T p
         sqc = sq - total * total / n if intercept else sq
@@ -450,7 +457,8 @@ class FWState:
     ) -> float:
         """``a <- (1 - lam) a + lam dt e_i`` with ``p``, ``S``, ``F``, ``Q`` (Eq. 8, 10);
         returns ``||a_new - a_old||_inf``."""
-        _, g, s, rows, vals, total, sq, scale = cand
+        g, s = cand.grad, cand.vertex.sigma
+        rows, vals, total, sq, scale = cand.column
         sqc = sq - total * total / n if intercept else sq
         ai = self.c * self.at[i]
         G = g - l2 * ai + s
@@ -510,8 +518,8 @@ def penalised_certificate(
     ratio = lam1 / (lam1 + prob.l2)
     datafit = prob.datafit if prob.logistic else Quadratic()
     _, _, gap = duality_gap_from_stats(
-        datafit, ElasticNet(alpha, ratio), prob.yc, st.pvec + st.b, st.coef(), stats[0],
-        stats[1], intercept=prob.intercept,
+        datafit, ElasticNet(alpha, ratio), prob.yc, st.pvec + st.b, st.coef(), stats.absmax,
+        stats.excess, intercept=prob.intercept,
     )  # fmt: skip
     return alpha, ratio, gap / (prob.f0 / n)
 

@@ -114,3 +114,64 @@ class SubproblemCall(NamedTuple):
     z: np.ndarray
     sample_weight: Any
     settings: Any
+
+
+class Vertex(NamedTuple):
+    """A Frank-Wolfe candidate vertex: a column (global index), its gradient and its
+    ``sigma = x_j^T y``."""
+
+    col: int
+    grad: float
+    sigma: float
+
+
+class FWColumn(NamedTuple):
+    """A column the Frank-Wolfe coordinator fetched: its rows and (scaled) values, sum,
+    squared norm and scale."""
+
+    rows: np.ndarray
+    vals: np.ndarray
+    colsum: float
+    sqnorm: float
+    scale: float
+
+
+class FWPartitionRound(NamedTuple):
+    """A partition's Frank-Wolfe round (:func:`dl1.tasks.fw.fw_round_task`): its best vertex
+    (None: nothing scored), the columns scored and nonzeros read, the certificate's
+    statistics over the scored columns, and the task's seconds."""
+
+    best: Vertex | None
+    scored: int
+    visited: int
+    absmax: float
+    excess: float
+    seconds: float
+
+
+class FWCandidate(NamedTuple):
+    """The chosen vertex with its column (None before it is fetched: a certifying pass)."""
+
+    vertex: Vertex
+    column: FWColumn | None
+
+    @property
+    def col(self) -> int:
+        return self.vertex.col
+
+    @property
+    def grad(self) -> float:
+        return self.vertex.grad
+
+
+class FWRound(NamedTuple):
+    """The coordinator's view of a Frank-Wolfe round: the best candidate over all
+    partitions (None: no columns), counts, the certificate's statistics, wall and busy
+    seconds."""
+
+    candidate: FWCandidate | None
+    scored: int
+    visited: int
+    stats: GapStats
+    wall: float
+    busy: float

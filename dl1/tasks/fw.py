@@ -13,6 +13,7 @@ import numpy as np
 
 from dl1.kernels.fw import fw_column, fw_score_columns
 from dl1.kernels.linalg import csc_rmatvec
+from dl1.solvers.records import FWColumn, FWPartitionRound, Vertex
 from dl1.tasks.blocks import Block
 
 
@@ -64,15 +65,10 @@ def fw_round_task(
 
     Returns
     -------
-    cand : tuple or None
-        ``(column, grad, sigma)`` of the partition's column of largest ``|grad|`` (global
-        index), None if nothing was scored.
-    scored, visited : int
-        Columns scored (dot products) and nonzeros read.
-    cmax, excess : float
-        Certificate statistics of the least-squares gradient over the scored columns.
-    seconds : float
-        Time spent in this task.
+    FWPartitionRound
+        The partition's column of largest ``|grad|`` (global index; None if nothing was
+        scored), the columns scored and nonzeros read, the certificate statistics of the
+        least-squares gradient over the scored columns, and the task's seconds.
     """
     t0 = time.perf_counter()
     best = None
@@ -97,16 +93,16 @@ def fw_round_task(
         excess += xs
         if j >= 0 and abs(g) > best_abs:
             best_abs = abs(g)
-            best = (c0 + j, g, float(sig[j]))
-    return best, scored, visited, cmax, excess, time.perf_counter() - t0
+            best = Vertex(c0 + j, g, float(sig[j]))
+    return FWPartitionRound(best, scored, visited, cmax, excess, time.perf_counter() - t0)
 
 
 def column_task(blocks: list[Block], offsets: list[int], col: int):
-    """``(rows, vals, colsum, sqnorm, scale)`` of global column ``col`` (scaled values)."""
+    """The :class:`~dl1.solvers.records.FWColumn` of global column ``col`` (scaled values)."""
     for b, c0 in zip(blocks, offsets, strict=True):
         if c0 <= col < c0 + b.ncols:
             j = col - c0
             rows, vals, total, sq = fw_column(b.indptr, b.indices, b.data, b.col_scale, j)
             scale = float(b.col_scale[j]) if b.col_scale.shape[0] else 1.0
-            return rows, vals, total, sq, scale
+            return FWColumn(rows, vals, total, sq, scale)
     raise IndexError(f"column {col} is not in this partition")
