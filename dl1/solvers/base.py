@@ -110,11 +110,16 @@ class Problem:
             return 0.0
         return float(self.datafit.initial_intercept(self.y, self.weights))
 
+    @cached_property
     def p_zero(self) -> float:
         """``P(0)``, the objective at ``w = 0`` with the intercept fitted: tolerances are
         relative to it."""
-        return float(self.datafit.value(self.y, np.full(self.n, self.initial_intercept()),
-                                        self.weights))
+        z = np.full(self.n, self.initial_intercept())
+        return float(self.datafit.value(self.y, z, self.weights))
+
+    def relative_gap(self, gap: float) -> float:
+        """``gap / P(0)``, the figure ``tol`` bounds (the gap itself when ``P(0) = 0``)."""
+        return gap / self.p_zero if self.p_zero > 0 else gap
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,6 @@ class CoordinateDescentSolver:
         """Rounds until the start point of one is certified within ``problem.tol``."""
         pb = problem
         w, b, z = self._start(pb, warm)
-        p0 = pb.p_zero()
         history: list[dict[str, Any]] = []
         t_start = time.perf_counter()
         cert, converged, rounds = UNCERTIFIED, False, 0
@@ -106,7 +105,7 @@ class CoordinateDescentSolver:
                 pb.datafit, pb.penalty, pb.y, z, w, absmax, excess, s=pb.weights,
                 intercept=pb.fit_intercept, theta=theta,
             ))  # fmt: skip
-            entry = self._entry(r, cert, p0, w, t_start, wall, results)
+            entry = self._entry(r, cert, pb.relative_gap(cert.gap), w, t_start, wall, results)
             history.append(entry)
             rounds = r
             if entry["gap"] <= pb.tol:
@@ -166,11 +165,11 @@ class CoordinateDescentSolver:
         )  # fmt: skip
         return results, [st for res in results for st in res.stats]
 
-    def _entry(self, r, cert, p0, w, t_start, wall, results) -> dict[str, Any]:
+    def _entry(self, r, cert, gap, w, t_start, wall, results) -> dict[str, Any]:
         entry = {
             "round": r,
             "objective": cert.primal,
-            "gap": cert.gap / p0 if p0 > 0 else cert.gap,
+            "gap": gap,
             "nnz": int(np.count_nonzero(w)),
             "seconds": time.perf_counter() - t_start,
         }

@@ -132,9 +132,8 @@ def make_result(
 ) -> FitResult:
     """The :class:`FitResult` of a solve of ``problem`` (a :class:`dl1.solvers.base.Problem`),
     warning (ConvergenceWarning) if it is not certified."""
-    p0 = problem.p_zero()
     penalty = problem.penalty
-    rel = cert.gap / p0 if p0 > 0 else cert.gap
+    rel = problem.relative_gap(cert.gap)
     res = FitResult(
         coef_=w,
         intercept_=float(b),
@@ -142,7 +141,7 @@ def make_result(
         dual_gap_=float(cert.gap),
         primal_=float(cert.primal),
         dual_=float(cert.dual),
-        p0_=float(p0),
+        p0_=float(problem.p_zero),
         converged_=converged,
         n_rounds_=rounds,
         alpha=penalty.alpha,

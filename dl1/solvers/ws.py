@@ -219,7 +219,6 @@ class Run:
         self.max_epochs = solver.max_epochs
         ex, pb = problem.executor, problem
         self.threshold = pb.n * pb.penalty.alpha_l1
-        self.p0 = pb.p_zero()
         self.screen = solver._screens(pb)
         self.passes = 0.0
         self._start_point(warm)
@@ -401,7 +400,7 @@ class Run:
             int(widths[j]) if a is None else int(np.unpackbits(a, count=int(widths[j])).sum())
             for j, a in enumerate(self.alive)
         )
-        gap = self.cert.gap / self.p0 if self.p0 > 0 else self.cert.gap
+        gap = pb.relative_gap(self.cert.gap)
         return {
             "round": r,
             "objective": self.cert.primal,
@@ -459,7 +458,7 @@ class Run:
         """Gap targets of this round's subproblem: ``inner_ratio`` times the current gap, or
         times the final target when tight (paths; a ``spread`` subproblem, whose rounds cost
         most, goes to it at once). Gram epochs are cheap: always the final target."""
-        final = self.problem.tol * self.p0
+        final = self.problem.tol * self.problem.p_zero
         ratio, gap = self.solver.inner_ratio, self.cert.gap
         tight = self.solver.tight_inner or spread
         return Targets(ratio * (min(gap, final) if tight else gap), ratio * min(gap, final))
