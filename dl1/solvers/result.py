@@ -97,14 +97,20 @@ def overhead_fraction(history: list[dict[str, Any]]) -> float:
     return max(0.0, 1.0 - busy / wall) if wall > 0 else float("nan")
 
 
-def coef_by_block(w: np.ndarray, bounds: np.ndarray, blocks: list[int]):
+def coef_by_block(
+    w: np.ndarray, bounds: np.ndarray, blocks: list[int], support: np.ndarray | None = None
+):
     """The nonzero coefficients of each of ``blocks`` as (local ids, values), the form in
-    which tasks receive a block's coefficients (:func:`dl1.tasks.passes.coef_parts`)."""
+    which tasks receive a block's coefficients (:func:`dl1.tasks.passes.coef_parts`);
+    ``support`` (sorted ``flatnonzero(w)``, when the caller has it) spares a scan of ``w``."""
     if not blocks:
         return []
     ranges = [(int(bounds[j]), int(bounds[j + 1])) for j in blocks]
     lo, hi = min(a for a, _ in ranges), max(b for _, b in ranges)
-    ids = np.flatnonzero(w[lo:hi]) + lo
+    if support is None:
+        ids = np.flatnonzero(w[lo:hi]) + lo
+    else:
+        ids = support[np.searchsorted(support, lo) : np.searchsorted(support, hi)]
     return coef_parts(ids, w[ids], ranges)
 
 

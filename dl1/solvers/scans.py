@@ -110,6 +110,7 @@ def scan_pass(
     alive: list[np.ndarray | None],
     sphere: tuple[np.ndarray, float, float] | None,
     norms: bool = False,
+    support: np.ndarray | None = None,
 ) -> list[PartitionScan]:
     """One pass: :func:`dl1.tasks.passes.scan_task` per partition, as tasks."""
     pb, ex = problem, problem.executor
@@ -117,7 +118,8 @@ def scan_pass(
         [
             ex.submit(
                 scan_task, [pb.blocks[j] for j in part], theta, threshold,
-                coef_by_block(w, pb.col_bounds, part), ws_size, [alive[j] for j in part],
+                coef_by_block(w, pb.col_bounds, part, support), ws_size,
+                [alive[j] for j in part],
                 sphere, norms,
             )
             for part in pb.partitions

@@ -279,10 +279,6 @@ class Run:
             total = sum(blk.nnz for blk in pb.blocks)
             self.passes = sum(pb.blocks[j].nnz for j in np.unique(owners)) / max(1, total)
 
-    @property
-    def support(self) -> np.ndarray:
-        return np.flatnonzero(self.w)
-
     # -- scan and certify ------------------------------------------------------------------
     def scan(self, r: int) -> LastScan:
         """The round's pass at the current point: the previous alpha's last pass when it is
@@ -290,6 +286,8 @@ class Run:
         self.t_scan0 = time.perf_counter()
         self.server_s = 0.0
         self.by_server = False
+        # the round's support: w moves only in the subproblem (an O(p) scan, once a round)
+        self.support = np.flatnonzero(self.w)
         ws_size = max(self.solver.ws_start, 2 * self.support.shape[0])
         if r == 0 and self.reuse is not None and self.reuse.ws_size == ws_size:
             last = self._shifted(self.reuse, ws_size)
@@ -305,7 +303,7 @@ class Run:
                 norms = self.screen and r == 0
                 scans = scan_pass(
                     self.problem, theta, self.threshold, self.w, ws_size, self.alive,
-                    self.sphere, norms,
+                    self.sphere, norms, self.support,
                 )  # fmt: skip
             per_block = [blk for part in scans for blk in part.blocks]
             self.scan_kernel = max(part.seconds for part in scans)
@@ -340,7 +338,7 @@ class Run:
         pb = self.problem
         handle = pb.executor.submit_pass(
             *self.pass_plan(), theta,
-            [coef_by_block(self.w, pb.col_bounds, part) for part in pb.partitions],
+            [coef_by_block(self.w, pb.col_bounds, q, self.support) for q in pb.partitions],
             ws_size, self.support, [g.ids for g in self.groups],
         )  # fmt: skip
         scans = None if handle is None else handle.result()
