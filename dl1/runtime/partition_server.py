@@ -264,9 +264,9 @@ class PartitionServer:
         ``z + dz``, the intercept's update, the dual point and the coefficients by block
         (the working set holds every nonzero); ``ws_size`` candidates per block."""
         call = SubproblemCall(*args)
-        sw, settings = call.sample_weight, call.settings
+        sample_weight, settings = call.sample_weight, call.settings
         z = call.z + out.dz
-        weights = None if sw.shape[0] == 0 else sw
+        weights = None if sample_weight.shape[0] == 0 else sample_weight
         _, theta = pass_dual_point(settings.datafit, call.y, z, weights, settings.fit_intercept)
         w_parts = [coef_parts(call.ws, out.w_ws, bounds) for bounds in plan.bounds]
         return self._scan(plan, theta, w_parts, ws_size)

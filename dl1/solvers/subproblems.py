@@ -243,7 +243,9 @@ class SpreadCocoa:
         return SubproblemReport(b, rounds * SPREAD_EPOCHS, kern, {"inner_rounds": rounds})
 
 
-def spread_gram_task(ex, plan, ids, prev, c, n, sw, piece_bytes, scratch_max) -> SpreadGramHandle:
+def spread_gram_task(
+    ex, plan, ids, prev, c, n, sample_weight, piece_bytes, scratch_max
+) -> SpreadGramHandle:
     """The task holding the Gram matrix of a spread working set (:func:`merge_gram_task`):
     only the products with columns new since ``prev`` are formed, by each partition against
     each partition's new columns (sent in row pieces of at most ``piece_bytes`` worst-case
@@ -275,16 +277,16 @@ def spread_gram_task(ex, plan, ids, prev, c, n, sw, piece_bytes, scratch_max) ->
             hs_q, keeps_q = [h for h, _, _ in grp_q], [keep for _, _, keep in grp_q]
             if i_q == i_r:
                 acc = ex.submit_to(
-                    q, cross_gram_task, None, hs_q, keeps_q, None, cols_r, ranges, sw,
-                    scratch_max,
+                    q, cross_gram_task, None, hs_q, keeps_q, None, cols_r, ranges,
+                    sample_weight, scratch_max,
                 )  # fmt: skip
             else:
                 acc = None
                 for a, b in ranges:  # each piece made once the previous one has been used
                     piece = ex.submit_to(r, row_piece_task, hs_r, cols_r, a, b, acc)
                     acc = ex.submit_to(
-                        q, cross_gram_task, acc, hs_q, keeps_q, piece, None, [(a, b)], sw,
-                        scratch_max,
+                        q, cross_gram_task, acc, hs_q, keeps_q, piece, None, [(a, b)],
+                        sample_weight, scratch_max,
                     )  # fmt: skip
             pieces.append((pos[i_q], pos[i_r][new_r], acc))
     task = ex.submit_to(

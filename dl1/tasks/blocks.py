@@ -56,7 +56,7 @@ class BlockSource:
     split: str
     fmt: str
     reads: tuple  # ((i, block manifest entry, block shape), ...)
-    sw: np.ndarray
+    sample_weight: np.ndarray
     standardize: bool
     center: bool
 
@@ -70,7 +70,8 @@ class BlockSource:
                 for i, blk, shape in self.reads
             ]
             return assemble_block(
-                self.j, self.c0, self.sw, self.standardize, self.center, *chunks, verified=True
+                self.j, self.c0, self.sample_weight, self.standardize, self.center, *chunks,
+                verified=True,
             )
         # Row chunks are stacked one at a time into preallocated arrays: besides the block,
         # one chunk is in memory (the column counts come from the small index pointers first).
@@ -94,7 +95,7 @@ class BlockSource:
         m = sp.csc_matrix((data, indices, indptr), shape=(offset, self.ncols))
         m.has_canonical_format = True
         return assemble_block(
-            self.j, self.c0, self.sw, self.standardize, self.center, m, verified=True
+            self.j, self.c0, self.sample_weight, self.standardize, self.center, m, verified=True
         )
 
 
@@ -119,7 +120,7 @@ def _to_csc(chunk) -> sp.csc_matrix:
 def assemble_block(
     j: int,
     c0: int,
-    sw: np.ndarray,
+    sample_weight: np.ndarray,
     standardize: bool,
     center: bool,
     *row_chunks,
@@ -154,7 +155,7 @@ def assemble_block(
     n = m.shape[0]
     scale = np.zeros(0)
     if standardize:
-        wts = np.ones(n) if sw.shape[0] == 0 else sw
+        wts = np.ones(n) if sample_weight.shape[0] == 0 else sample_weight
         mw = sp.csc_matrix((m.data.astype(np.float64), indices, indptr), shape=m.shape)
         mean = np.asarray(mw.T @ wts).ravel() / n
         sq = np.asarray(mw.multiply(mw).T @ wts).ravel() / n
@@ -163,7 +164,7 @@ def assemble_block(
         scale = np.where(
             std > 1e-12 * np.sqrt(np.maximum(sq, 1e-300)), 1.0 / np.where(std > 0, std, 1.0), 0.0
         )
-    sqn = csc_col_sqnorms(indptr, indices, m.data, scale, sw)
+    sqn = csc_col_sqnorms(indptr, indices, m.data, scale, sample_weight)
     return Block(j, indptr, indices, m.data, scale, sqn, n)
 
 

@@ -53,10 +53,10 @@ def compact_task(group: ColumnGroup, keep: np.ndarray) -> ColumnGroup:
     return ColumnGroup(indptr, indices, data, scale, group.sqnorm[keep], group.scaled, seconds)
 
 
-def group_col_sums(extracts: list[ColumnGroup], sw: np.ndarray) -> list[np.ndarray]:
+def group_col_sums(extracts: list[ColumnGroup], sample_weight: np.ndarray) -> list[np.ndarray]:
     """``sum_i s_i x_ij`` of every column of each cached group (unscaled), for the profiled
     steps of :func:`ws_round_task`: computed once per subproblem, where the groups live."""
-    s = None if sw.shape[0] == 0 else sw
+    s = None if sample_weight.shape[0] == 0 else sample_weight
     return [col_sums(e.indptr, e.indices, e.data, s) for e in extracts]
 
 

@@ -24,7 +24,7 @@ def ws_round_task(
     w_parts: list[np.ndarray],
     g: np.ndarray,
     theta: np.ndarray,
-    sw: np.ndarray,
+    sample_weight: np.ndarray,
     sigma: float,
     beta: float,
     alpha_l1: float,
@@ -59,7 +59,7 @@ def ws_round_task(
     t0 = time.perf_counter()
     n = g.shape[0]
     u = np.zeros(n)
-    s = None if sw.shape[0] == 0 else sw
+    s = None if sample_weight.shape[0] == 0 else sample_weight
     shift = np.array([0.0, n if s is None else float(s.sum())])
     absmax, excess = 0.0, 0.0
     ws, args = [], []
@@ -88,7 +88,7 @@ def ws_round_task(
                 w,
                 g,
                 u,
-                sw,
+                sample_weight,
                 e.sqnorm,
                 sigma,
                 beta,
@@ -203,7 +203,7 @@ def cross_gram_task(
     piece: sp.csr_matrix | None,
     own_cols: list[np.ndarray] | None,
     ranges: list[tuple[int, int]],
-    sw: np.ndarray,
+    sample_weight: np.ndarray,
     scratch_max: int,
 ) -> np.ndarray:
     """``acc + sum over ranges [r0, r1) of X_q[r0:r1]^T S X_new[r0:r1]``: a partition's live
@@ -212,7 +212,7 @@ def cross_gram_task(
     range at a time, so no copy of them all is made)."""
     for r0, r1 in ranges:
         right = piece if piece is not None else row_piece_task(extracts, own_cols, r0, r1)
-        s = None if sw.shape[0] == 0 else sw[r0:r1]
+        s = None if sample_weight.shape[0] == 0 else sample_weight[r0:r1]
         # one group's rows at a time: no copy of all the partition's columns
         parts = [
             _cross(_group_rows(e, keep, r0, r1), right, s, scratch_max)

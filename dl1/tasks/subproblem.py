@@ -61,7 +61,7 @@ def subproblem_task(
     w_ws: np.ndarray,
     y: np.ndarray,
     z: np.ndarray,
-    sw: np.ndarray,
+    sample_weight: np.ndarray,
     settings: SubproblemSettings,
 ) -> SubproblemOutput:
     """Solve the problem restricted to the working set to a gap of ``target_gap``
@@ -110,7 +110,7 @@ def subproblem_task(
     w = np.asarray(w_ws, dtype=np.float64).copy()
     z0 = z
     z = z.copy()
-    s = None if sw.shape[0] == 0 else sw
+    s = None if sample_weight.shape[0] == 0 else sample_weight
     if datafit.beta == 1.0 and 0 < w.shape[0] <= min(settings.gram_max, gram_limit()):
         # squared loss on a small working set: covariance updates
         w, dz, db, info = solve_on_gram(
@@ -122,7 +122,7 @@ def subproblem_task(
             y,
             z,
             s,
-            sw,
+            sample_weight,
             datafit,
             penalty,
             fit_intercept,
@@ -173,7 +173,7 @@ def subproblem_task(
             w,
             g,
             u,
-            sw,
+            sample_weight,
             sqn,
             1.0,
             datafit.beta,
@@ -240,7 +240,7 @@ def solve_on_gram(
     y,
     z,
     s,
-    sw,
+    sample_weight,
     datafit,
     penalty,
     fit_intercept,
@@ -269,7 +269,9 @@ def solve_on_gram(
     if fit_intercept:
         c = col_sums(indptr, indices, vals, s) / np.sqrt(n * (n if s is None else float(s.sum())))
     # Q itself is cached (read-only here): its entries, like G's, depend on two columns only
-    Q = working_set_gram(indptr, indices, vals, n, sw, ws, gram_key, dense_max, 1.0 / n, c)
+    Q = working_set_gram(
+        indptr, indices, vals, n, sample_weight, ws, gram_key, dense_max, 1.0 / n, c
+    )
     z_start = z.copy()
     w_start = w.copy()
     h = np.empty(m)
