@@ -15,7 +15,6 @@ from dl1.errors import ValidationError
 from dl1.loading import (
     col_scales,
     decide_stream,
-    load_blocks,
     load_problem,
     read_inputs,
     xt_theta_absmax,
@@ -48,6 +47,17 @@ def make_solver(solver: str, *, max_rounds: int | None, **options: Any) -> Any:
     accepted = inspect.signature(cls).parameters
     options["max_rounds"] = 1000 if max_rounds is None else max_rounds
     return cls(**{k: v for k, v in options.items() if k in accepted})
+
+
+def _set_up(
+    inputs: Any, client: Any, stream: bool | None, solver: Any, **settings: Any
+) -> tuple[Problem, float]:
+    """The executor of ``client`` (with direct calls where ``solver`` gains from them), the
+    out-of-core decision, and the loaded problem with its loading seconds."""
+    ex = executor_for(client)
+    streamed = decide_stream(stream, inputs.store, inputs.split, ex)
+    ex = direct_calls(ex, solver, streamed)
+    return load_problem(inputs, ex, streamed=streamed, **settings)
 
 
 def direct_calls(ex: Any, solver: Any, streamed: bool) -> Any:
@@ -148,14 +158,12 @@ def fit(
         solver, max_rounds=max_rounds, n_epochs=n_epochs, random_order=random_order,
         seed=seed, screen=screen, spread=spread, verbose=verbose, callback=callback,
     )  # fmt: skip
-    ex = executor_for(client)
-    streamed = decide_stream(stream, inputs.store, split, ex)
-    ex = direct_calls(ex, solver_obj, streamed)
-    problem, t_load = load_problem(
-        inputs, ex, penalty=ElasticNet(alpha, l1_ratio), fit_intercept=fit_intercept,
-        standardize=standardize, tol=tol, n_partitions=n_partitions, loss=loss,
-        streamed=streamed,
+    problem, t_load = _set_up(
+        inputs, client, stream, solver_obj, penalty=ElasticNet(alpha, l1_ratio),
+        fit_intercept=fit_intercept, standardize=standardize, tol=tol,
+        n_partitions=n_partitions, loss=loss,
     )  # fmt: skip
+    ex = problem.executor
     t0 = time.perf_counter()
     res, state = solver_obj.solve(problem)
     solver_obj.release(problem, state)
@@ -189,16 +197,22 @@ def alpha_max(
     inputs = read_inputs(X, y, sample_weight, loss, split)
     ex = executor_for(client)
     streamed = decide_stream(stream, inputs.store, split, ex)
-    n_parts = max(1, ex.n_workers)
-    blocks, _ = load_blocks(
-        ex, inputs.X, inputs.sample_weight, standardize, fit_intercept, n_parts,
-        inputs.store, split, streamed,
+    problem, _ = load_problem(
+        inputs, ex, penalty=ElasticNet(1.0, l1_ratio), fit_intercept=fit_intercept,
+        standardize=standardize, tol=1.0, n_partitions=max(1, ex.n_workers), loss=loss,
+        streamed=streamed,
     )  # fmt: skip
-    y_, s = inputs.y, inputs.weights
-    b0 = inputs.datafit.initial_intercept(y_, s) if fit_intercept else 0.0
-    theta = inputs.datafit.dual_point(y_, np.full(y_.shape[0], b0), s, fit_intercept)
-    absmax = xt_theta_absmax(ex, blocks, theta, n_parts)
-    return ElasticNet.alpha_max(absmax / y_.shape[0], l1_ratio)
+    return problem_alpha_max(problem, l1_ratio)
+
+
+def problem_alpha_max(problem: Problem, l1_ratio: float) -> float:
+    """``alpha_max`` of a loaded problem: one pass, ``||X^T theta_0||_inf / (n l1_ratio)``
+    with ``theta_0`` the dual point of ``w = 0`` and its intercept."""
+    pb = problem
+    z0 = np.full(pb.n, pb.initial_intercept())
+    theta0 = pb.datafit.dual_point(pb.y, z0, pb.weights, pb.fit_intercept)
+    absmax = xt_theta_absmax(pb.executor, pb.blocks, theta0, len(pb.partitions))
+    return ElasticNet.alpha_max(absmax / pb.n, l1_ratio)
 
 
 @coordinating
@@ -279,14 +293,12 @@ def path(
         # subproblem is solved to the target gap at once (one pass per alpha, not two)
         tight_inner=True,
     )  # fmt: skip
-    ex = executor_for(client)
-    streamed = decide_stream(stream, inputs.store, split, ex)
-    ex = direct_calls(ex, solver_obj, streamed)
-    problem, _ = load_problem(
-        inputs, ex, penalty=ElasticNet(1.0, l1_ratio), fit_intercept=fit_intercept,
-        standardize=standardize, tol=tol, n_partitions=n_partitions, loss=loss,
-        streamed=streamed,
+    problem, _ = _set_up(
+        inputs, client, stream, solver_obj, penalty=ElasticNet(1.0, l1_ratio),
+        fit_intercept=fit_intercept, standardize=standardize, tol=tol,
+        n_partitions=n_partitions, loss=loss,
     )  # fmt: skip
+    ex = problem.executor
     grid = _grid(problem, alphas, n_alphas, eps, l1_ratio)
     test = test_data(X, X_test, y_test)
     settings = {
@@ -336,11 +348,7 @@ def _grid(problem: Problem, alphas: Any, n_alphas: int, eps: float, l1_ratio: fl
         if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
             raise ValueError("alphas must be finite and > 0")
         return grid
-    pb = problem
-    theta0 = pb.datafit.dual_point(pb.y, np.full(pb.n, pb.initial_intercept()), pb.weights,
-                                   pb.fit_intercept)  # fmt: skip
-    absmax = xt_theta_absmax(pb.executor, pb.blocks, theta0, pb.n_partitions)
-    amax = ElasticNet.alpha_max(absmax / pb.n, l1_ratio)
+    amax = problem_alpha_max(problem, l1_ratio)
     if not np.isfinite(amax) or amax <= 0:
         raise ValidationError(f"alpha_max is {amax}; give the alphas explicitly")
     return alpha_grid(amax, n_alphas, eps)
