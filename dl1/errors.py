@@ -29,3 +29,23 @@ class IncompleteStoreError(StoreError):
 
 class StoreCorruptError(StoreError):
     """A chunk of the store is missing, truncated or does not match its checksum."""
+
+
+class CheckpointCorruptError(StoreCorruptError):
+    """A checkpoint's file names or saved arrays are malformed (length, dtype, finiteness)."""
+
+
+class CheckpointLockedError(StoreError):
+    """Another process is writing to the same checkpoint."""
+
+
+class NumericalError(Dl1Error, FloatingPointError):
+    """A solve produced non-finite values (overflow); the message names where."""
+
+
+class ClusterStalledError(Dl1Error, RuntimeError):
+    """The cluster made no progress for the stated time; the message says what was seen."""
+
+
+class WorkerMemoryError(Dl1Error, MemoryError):
+    """The workers' memory is too small for the data; the message says how much is needed."""
