@@ -43,7 +43,7 @@ def _cluster():
 
     import dl1
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0")
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0")
     client = Client(cluster)
     dl1.runtime.executor.DistributedExecutor(client)  # numba warm-up, excluded
     return cluster, client

@@ -31,7 +31,7 @@ def _run_dl1(path, grid, tol, screen, q):
     import dl1
 
     with (
-        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0") as cluster,
         Client(cluster) as client,
     ):
         dl1.runtime.executor.DistributedExecutor(client)  # warm-up, excluded

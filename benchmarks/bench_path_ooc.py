@@ -159,7 +159,7 @@ def main() -> None:
             threads_per_worker=1,
             processes=True,
             memory_limit=limit,
-            dashboard_address=":0",
+            dashboard_address="127.0.0.1:0",
         ) as cluster,
         Client(cluster) as client,
     ):

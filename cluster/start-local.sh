@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# Start a Dask scheduler and N single-threaded workers on 127.0.0.1 (default N=2).
+# Start a Dask scheduler and N single-threaded workers on 127.0.0.1 (default N=2); every
+# process listens on 127.0.0.1 only. No dashboard is served; Dask's HTTP endpoints
+# (/health, /metrics), which run even then, are bound to 127.0.0.1 as well.
+# With DL1_TLS_DIR set (certificates from cluster/make-certs.sh) they talk tls://.
 # The scheduler's address is written to dl1-scheduler.json; stop with cluster/stop-local.sh.
 set -euo pipefail
 n="${1:-2}"
 file="${DL1_SCHEDULER_FILE:-dl1-scheduler.json}"
 rm -f "$file"
+tls=()
+protocol=tcp
+if [ -n "${DL1_TLS_DIR:-}" ]; then
+    protocol=tls
+    tls=(--tls-ca-file "$DL1_TLS_DIR/ca.pem" --tls-cert "$DL1_TLS_DIR/node.pem"
+         --tls-key "$DL1_TLS_DIR/node.key")
+fi
 # dl1 places its tasks next to their data itself: no work stealing (see dl1/runtime/localcluster.py)
 DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING="${DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING:-False}" \
-    dask scheduler --host 127.0.0.1 --port 0 --no-dashboard --scheduler-file "$file" \
-    > dl1-scheduler.log 2>&1 &
+    dask scheduler --protocol "$protocol" --host 127.0.0.1 --port 0 --no-dashboard \
+    --dashboard-address 127.0.0.1:0 \
+    --scheduler-file "$file" "${tls[@]}" > dl1-scheduler.log 2>&1 &
 echo $! > dl1-cluster.pids
 for _ in $(seq 600); do [ -s "$file" ] && break; sleep 0.1; done
 [ -s "$file" ] || { echo "scheduler did not start; see dl1-scheduler.log" >&2; exit 1; }
@@ -18,8 +29,9 @@ export MALLOC_MMAP_THRESHOLD_="${MALLOC_MMAP_THRESHOLD_:-65536}"
 export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED="${DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED:-False}"
 for i in $(seq "$n"); do
     # --preload dl1.runtime.worker: freed heap memory goes back to the system (see dl1/runtime/worker.py)
-    dask worker --scheduler-file "$file" --nthreads 1 --no-dashboard --name "w$i" \
-        --preload dl1.runtime.worker \
+    dask worker --scheduler-file "$file" --host 127.0.0.1 --nthreads 1 --no-dashboard \
+        --dashboard-address 127.0.0.1:0 \
+        --name "w$i" --preload dl1.runtime.worker "${tls[@]}" \
         > "dl1-worker-$i.log" 2>&1 &
     echo $! >> dl1-cluster.pids
 done

@@ -8,6 +8,7 @@ __version__ = "0.1.0"
 # worker after a streamed fit).
 _LAZY = {
     "ConvergenceWarning": "dl1.solvers.result",
+    "InsecureClusterWarning": "dl1.runtime.exposure",
     "FitResult": "dl1.solvers.result",
     "Store": "dl1.store",
     "alpha_max": "dl1.penalised",
@@ -25,6 +26,7 @@ _LAZY = {
 
 __all__ = [
     "ConvergenceWarning",
+    "InsecureClusterWarning",
     "FitResult",
     "Store",
     "__version__",

@@ -78,11 +78,13 @@ def _client(scheduler: str | None, workers: int, memory_limit: str | None):
 
     from distributed import Client
 
+    from dl1.runtime.exposure import check_scheduler_address
     from dl1.runtime.localcluster import local_cluster
 
     logging.getLogger("distributed").setLevel(logging.WARNING)
     stack = ExitStack()
     if scheduler:
+        check_scheduler_address(scheduler)
         client = stack.enter_context(Client(scheduler))
     else:
         cluster = stack.enter_context(
@@ -91,7 +93,7 @@ def _client(scheduler: str | None, workers: int, memory_limit: str | None):
                 n_workers=workers,
                 threads_per_worker=1,
                 processes=True,
-                dashboard_address=":0",
+                dashboard_address="127.0.0.1:0",  # never Dask's all-interfaces default
                 memory_limit=memory_limit or "auto",
             )
         )

@@ -19,7 +19,7 @@ def main(out: Path) -> None:
     store = make_e2006_like(out / "small.zarr", preset="small", seed=0)
     print(store)
     with (
-        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0") as cluster,
         Client(cluster) as client,
     ):
         amax = dl1.alpha_max(store, client=client)

@@ -8,7 +8,7 @@ def local_cluster():
 
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
         ) as cluster,
         Client(cluster) as client,
     ):

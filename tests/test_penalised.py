@@ -282,7 +282,7 @@ def _cluster(n_workers):
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(
-        n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+        n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
     )
     return cluster, Client(cluster)
 
@@ -489,7 +489,7 @@ def test_gather_budget_follows_the_workers_memory_limit(local_cluster):
     limit = 400 * 2**20
     with (
         LocalCluster(
-            n_workers=1, threads_per_worker=1, memory_limit=limit, dashboard_address=":0"
+            n_workers=1, threads_per_worker=1, memory_limit=limit, dashboard_address="127.0.0.1:0"
         ) as cluster,
         Client(cluster) as client,
     ):

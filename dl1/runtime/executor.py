@@ -11,6 +11,7 @@ import dask
 import numpy as np
 
 from dl1.runtime.dask_workarounds import low_latency
+from dl1.runtime.exposure import check_client
 from dl1.tasks.blocks import assemble_block
 from dl1.tasks.columns import extract_task
 from dl1.tasks.gram import GRAM_DTYPE
@@ -229,11 +230,13 @@ def quiet_blas(client: Any) -> Iterator[None]:
 
 def coordinating(func: Callable) -> Callable:
     """Run ``func``, a solve's entry point, as the coordinator of its ``client`` keyword
-    argument: under :func:`low_latency` and :func:`quiet_blas`."""
+    argument: under :func:`low_latency` and :func:`quiet_blas`, after warning if its
+    scheduler is reached over plain TCP from another machine (:mod:`dl1.runtime.exposure`)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         client = kwargs.get("client")
+        check_client(client)
         with low_latency(client), quiet_blas(client):
             return func(*args, **kwargs)
 

@@ -11,6 +11,8 @@ the measurements behind each setting are in ``benchmarks/RESULTS.md``):
   copies its inputs (a partition's cached columns) to the thief;
 - workers run no statistical profiler, whose history of call trees grows a busy worker's
   memory for its first ~17 minutes;
+- everything listens on 127.0.0.1 only, the dashboard included (Dask's ``":8787"``
+  would bind every interface and serve an unauthenticated dashboard to the network);
 - workers preload :mod:`dl1.runtime.worker` (trims glibc's free heap pages when memory is
   high) and get a spill buffer sized to leave room for dl1's baseline and a running task
   (Dask's ``data=`` argument, :func:`dl1.runtime.worker.spill_buffer`).
@@ -45,11 +47,12 @@ def local_cluster(**kwargs: Any) -> Any:
     """``distributed.LocalCluster(**kwargs)`` whose worker processes start with
     :data:`WORKER_ENV` (added to Dask's own pre-spawn environment) and preload
     :data:`WORKER_PRELOAD` (added to the configured preloads), whose scheduler and workers
-    have :data:`CLUSTER_CONFIG` (no work stealing, no worker profiler), and whose workers
-    with a memory limit hold :func:`dl1.runtime.worker.spill_buffer`; the caller's Dask config is
-    unchanged."""
+    have :data:`CLUSTER_CONFIG` (no work stealing, no worker profiler), whose workers
+    with a memory limit hold :func:`dl1.runtime.worker.spill_buffer`, and which listens on
+    127.0.0.1 only (:func:`loopback_addresses`); the caller's Dask config is unchanged."""
     from distributed import LocalCluster
 
+    kwargs = loopback_addresses(kwargs)
     env = {**dask.config.get("distributed.nanny.pre-spawn-environ", default={}), **WORKER_ENV}
     preload = list(dask.config.get("distributed.worker.preload", default=[]) or [])
     if WORKER_PRELOAD not in preload:
@@ -64,6 +67,17 @@ def local_cluster(**kwargs: Any) -> Any:
         kwargs = {**kwargs, "memory_limit": limit, "data": (spill_buffer, {"memory_limit": limit})}
     with dask.config.set(config):
         return LocalCluster(**kwargs)
+
+
+def loopback_addresses(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``LocalCluster`` arguments with the scheduler, workers and dashboard on 127.0.0.1
+    unless the caller named another host: a dashboard port given without a host (``":0"``,
+    ``8787``), which Dask binds on every interface, is put on 127.0.0.1."""
+    out = {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0", **kwargs}
+    dash = out["dashboard_address"]
+    if isinstance(dash, int) or (isinstance(dash, str) and dash.startswith(":")):
+        out["dashboard_address"] = f"127.0.0.1:{str(dash).lstrip(':')}"
+    return out
 
 
 def _worker_memory_limit(kwargs: dict[str, Any]) -> int | None:

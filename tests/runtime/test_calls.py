@@ -108,7 +108,7 @@ def test_a_fit_on_a_tls_cluster_makes_direct_calls_and_gives_the_same_answer(loc
             security=sec,
             protocol="tls://",
             host="127.0.0.1",
-            dashboard_address=":0",
+            dashboard_address="127.0.0.1:0",
         ) as cluster,
         Client(cluster, security=sec) as client,
     ):

@@ -256,7 +256,9 @@ def test_dl1s_local_cluster_starts_its_workers_with_the_malloc_setting(monkeypat
     profiling = dask.config.get("distributed.worker.profile.enabled")
     preload = dask.config.get("distributed.worker.preload")
     with (
-        local_cluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster,
+        local_cluster(
+            n_workers=1, threads_per_worker=1, dashboard_address="127.0.0.1:0"
+        ) as cluster,
         Client(cluster) as client,
     ):
         env = next(iter(client.run(lambda: dict(os.environ)).values()))

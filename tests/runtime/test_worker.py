@@ -22,7 +22,10 @@ def _one_dl1_worker(memory_limit: int | str) -> Iterator:
 
     with (
         local_cluster(
-            n_workers=1, threads_per_worker=1, memory_limit=memory_limit, dashboard_address=":0"
+            n_workers=1,
+            threads_per_worker=1,
+            memory_limit=memory_limit,
+            dashboard_address="127.0.0.1:0",
         ) as cluster,
         Client(cluster) as client,
     ):

@@ -154,7 +154,7 @@ def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
             threads_per_worker=1,
             processes=True,
             memory_limit=limit,
-            dashboard_address=":0",
+            dashboard_address="127.0.0.1:0",
         ) as cluster,
         Client(cluster) as client,
     ):
