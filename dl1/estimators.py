@@ -22,7 +22,7 @@ class _Base:
     _parameter_constraints = {
         name: PENALISED[name]
         for name in ("alpha", "l1_ratio", "fit_intercept", "standardize", "tol", "max_rounds",
-                     "n_partitions", "solver", "client")
+                     "max_epochs", "n_partitions", "solver", "client")
     }  # fmt: skip
 
     def __init__(
@@ -34,6 +34,7 @@ class _Base:
         standardize: bool = False,
         tol: float = 1e-4,
         max_rounds: int = 1000,
+        max_epochs: int | None = None,
         n_partitions: int = 2,
         solver: str = "ws",
         client: Any = None,
@@ -44,6 +45,7 @@ class _Base:
         self.standardize = standardize
         self.tol = tol
         self.max_rounds = max_rounds
+        self.max_epochs = max_epochs
         self.n_partitions = n_partitions
         self.solver = solver
         self.client = client
@@ -80,6 +82,7 @@ class _Base:
             sample_weight=sample_weight,
             tol=self.tol,
             max_rounds=self.max_rounds,
+            max_epochs=self.max_epochs,
             n_partitions=self.n_partitions,
             solver=self.solver,
             client=self.client,

@@ -21,11 +21,12 @@ import scipy.sparse as sp
 from dl1.errors import ValidationError
 from dl1.objective.datafits import Logistic, Quadratic, normalize_sample_weight
 from dl1.runtime.worker import WORKER_BASELINE
-from dl1.solvers.base import DataHandles, Problem, WorkingSetBudget
+from dl1.solvers.base import DataHandles, Problem, RowData, WorkingSetBudget
 from dl1.store import Store, open_store
 from dl1.tasks.blocks import Block, BlockSource, assemble_block, identity, loaded
 from dl1.tasks.gram import GRAM_DENSE_MAX
 from dl1.tasks.passes import xt_theta_task
+from dl1.tasks.rows import assemble_rows, rows_xt_task
 
 LOSSES = {"squared": Quadratic, "logistic": Logistic}
 
@@ -279,16 +280,25 @@ def load_problem(
     n_partitions: int,
     loss: str,
     streamed: bool,
+    layout: str = "columns",
 ) -> tuple[Problem, float]:
-    """The feature blocks loaded (in worker memory, or as sources when ``streamed``) and
-    the :class:`~dl1.solvers.base.Problem` on them; returned with the seconds loading took."""
+    """The feature blocks loaded (in worker memory, or as sources when ``streamed``), or
+    for ``layout="rows"`` the row blocks, and the :class:`~dl1.solvers.base.Problem` on
+    them; returned with the seconds loading took."""
     t0 = time.perf_counter()
-    blocks, col_bounds = load_blocks(
-        ex, inputs.X, inputs.sample_weight, standardize, fit_intercept, n_partitions,
-        inputs.store, inputs.split, streamed,
-    )  # fmt: skip
-    if not streamed:
-        ex.wait(blocks)
+    rows = None
+    if layout == "rows":
+        if standardize:
+            raise ValidationError("standardize=True is not available with the sample-wise solvers")
+        rows = load_rows(ex, inputs.X, n_partitions, inputs.store is not None)
+        blocks, col_bounds = [], np.array([0, inputs.X.shape[1]], dtype=np.int64)
+    else:
+        blocks, col_bounds = load_blocks(
+            ex, inputs.X, inputs.sample_weight, standardize, fit_intercept, n_partitions,
+            inputs.store, inputs.split, streamed,
+        )  # fmt: skip
+        if not streamed:
+            ex.wait(blocks)
     seconds = time.perf_counter() - t0
     col_bytes, cache_max = working_set_limits(ex, inputs.store, inputs.split, streamed)
     budget = WorkingSetBudget(
@@ -299,6 +309,45 @@ def load_problem(
     )
     problem = Problem(
         ex, blocks, col_bounds, inputs.y, inputs.sample_weight, inputs.datafit, penalty,
-        fit_intercept, tol, n_partitions, loss, budget, handles,
+        fit_intercept, tol, n_partitions, loss, budget, handles, rows,
     )  # fmt: skip
     return problem, seconds
+
+
+def load_rows(ex: Any, Xd: da.Array, n_partitions: int, verified: bool) -> RowData:
+    """The row blocks in worker memory (CSR, global columns), at least one per partition:
+    the row chunks of ``Xd`` (split further when there are fewer than partitions), the
+    blocks of partition ``q`` on the worker of partition ``q``."""
+    n = Xd.shape[0]
+    if Xd.numblocks[0] < n_partitions:
+        Xd = Xd.rechunk({0: max(1, -(-n // n_partitions))})
+    rb = np.concatenate([[0], np.cumsum(Xd.chunks[0])]).astype(np.int64)
+    dl = Xd.to_delayed()
+    tasks = [
+        dask.delayed(assemble_rows, pure=True)(i, int(rb[i]), *dl[i, :].tolist(), verified=verified)
+        for i in range(len(rb) - 1)
+    ]
+    parts = [
+        [int(i) for i in a]
+        for a in np.array_split(np.arange(len(tasks)), max(1, min(n_partitions, len(tasks))))
+    ]
+    part_of = [q for q, a in enumerate(parts) for _ in a]
+    blocks = ex.compute(tasks, workers=part_of)
+    ex.wait(blocks)
+    sq = ex.gather([ex.submit(row_sqnorm_max, blk) for blk in blocks])
+    return RowData(blocks, rb, parts, float(max(sq, default=0.0)))
+
+
+def rows_xt_theta(ex: Any, rows: RowData, theta: np.ndarray) -> np.ndarray:
+    """``X^T theta`` (length p) from the row blocks: each partition sums its blocks' parts
+    on its worker, the coordinator adds the partitions' vectors in order."""
+    parts = ex.gather(
+        [ex.submit_to(q, rows_xt_task, [rows.blocks[i] for i in part], theta)
+         for q, part in enumerate(rows.parts)]
+    )  # fmt: skip
+    return np.sum(parts, axis=0)
+
+
+def row_sqnorm_max(block: Any) -> float:
+    """A row block's largest squared row norm."""
+    return block.row_sqnorm_max

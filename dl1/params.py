@@ -189,6 +189,7 @@ PENALISED = {
     "l1_ratio": [UNIT],
     "tol": [POSITIVE],
     "max_rounds": [NON_NEGATIVE_INT, None],
+    "max_epochs": [NON_NEGATIVE_INT, None],
     "n_epochs": [POSITIVE_INT],
     "random_order": ["boolean"],
     "solver": [is_solver_name],

@@ -17,6 +17,7 @@ from dl1.loading import (
     decide_stream,
     load_problem,
     read_inputs,
+    rows_xt_theta,
     xt_theta_absmax,
 )
 from dl1.objective.penalties.elastic_net import ElasticNet
@@ -39,13 +40,19 @@ from dl1.solvers.base import Problem, WarmState, solver_class
 from dl1.solvers.result import ConvergenceWarning, FitResult
 
 
-def make_solver(solver: str, *, max_rounds: int | None, **options: Any) -> Any:
+def make_solver(
+    solver: str, *, max_rounds: int | None, max_epochs: int | None = None, **options: Any
+) -> Any:
     """The solver called ``solver`` in :data:`dl1.solvers.registry.SOLVERS`, configured
     from the entry points' keywords: each solver takes those its constructor names (the
-    working-set solver ``screen`` and ``spread``, coordinate descent ``n_epochs``, ...)."""
+    working-set solver ``screen`` and ``spread``, coordinate descent ``n_epochs``, the
+    sample-wise solvers ``max_epochs``, ...); a keyword left to its default (None) is not
+    passed."""
     cls = solver_class(solver)
     accepted = inspect.signature(cls).parameters
     options["max_rounds"] = 1000 if max_rounds is None else max_rounds
+    if max_epochs is not None:
+        options["max_epochs"] = max_epochs
     return cls(**{k: v for k, v in options.items() if k in accepted})
 
 
@@ -57,7 +64,7 @@ def _set_up(
     ex = executor_for(client)
     streamed = decide_stream(stream, inputs.store, inputs.split, ex)
     ex = direct_calls(ex, solver, streamed)
-    return load_problem(inputs, ex, streamed=streamed, **settings)
+    return load_problem(inputs, ex, streamed=streamed, layout=solver.layout, **settings)
 
 
 def direct_calls(ex: Any, solver: Any, streamed: bool) -> Any:
@@ -81,6 +88,7 @@ def fit(
     sample_weight: Any = None,
     tol: float = 1e-4,
     max_rounds: int | None = None,
+    max_epochs: int | None = None,
     n_partitions: int = 2,
     n_epochs: int = 1,
     random_order: bool = False,
@@ -122,6 +130,9 @@ def fit(
         Stop when the duality gap is ``<= tol * P(0)``.
     max_rounds : int, optional
         Round limit (default 1000); reaching it warns (ConvergenceWarning) with the gap.
+    max_epochs : int, optional
+        ``solver="sgd"`` / ``"fobos"``: passes over the data at most (default 20); reaching
+        it warns with the gap.
     n_partitions : int
         Groups of feature blocks whose updates are added each round (CoCoA+ sigma'); fixed
         by the caller, not by the cluster, so results do not depend on the workers.
@@ -129,11 +140,15 @@ def fit(
         ``solver="cd"``: local coordinate-descent epochs per round.
     random_order, seed : bool, int
         Uniformly random coordinate order (stochastic coordinate descent), and its seed.
-    solver : {"ws", "cd"}
+    solver : {"ws", "cd", "sgd", "fobos"}
         ``"ws"``: working sets (:class:`dl1.solvers.ws.WorkingSetSolver`): each round is one
         pass that certifies the current point and picks the features whose subproblem is
         then solved. ``"cd"``: CoCoA+ coordinate descent on every partition each round
-        (:class:`dl1.solvers.cd.CoordinateDescentSolver`).
+        (:class:`dl1.solvers.cd.CoordinateDescentSolver`). ``"sgd"`` / ``"fobos"``: epochs
+        of stochastic steps over row blocks with lazy elastic-net updates, the partitions'
+        models averaged per epoch, each epoch certified
+        (:class:`dl1.solvers.sgd.StochasticGradientSolver`); for many more samples than
+        features at moderate accuracy.
     screen : bool
         ``"ws"``: gap-safe sphere screening (Lasso and L1-logistic).
     stream : bool, optional
@@ -155,8 +170,9 @@ def fit(
     validate_params(PENALISED, locals(), "dl1.fit()")
     inputs = read_inputs(X, y, sample_weight, loss, split)
     solver_obj = make_solver(
-        solver, max_rounds=max_rounds, n_epochs=n_epochs, random_order=random_order,
-        seed=seed, screen=screen, spread=spread, verbose=verbose, callback=callback,
+        solver, max_rounds=max_rounds, max_epochs=max_epochs, n_epochs=n_epochs,
+        random_order=random_order, seed=seed, screen=screen, spread=spread, verbose=verbose,
+        callback=callback,
     )  # fmt: skip
     problem, t_load = _set_up(
         inputs, client, stream, solver_obj, penalty=ElasticNet(alpha, l1_ratio),
@@ -211,7 +227,10 @@ def problem_alpha_max(problem: Problem, l1_ratio: float) -> float:
     pb = problem
     z0 = np.full(pb.n, pb.initial_intercept())
     theta0 = pb.datafit.dual_point(pb.y, z0, pb.weights, pb.fit_intercept)
-    absmax = xt_theta_absmax(pb.executor, pb.blocks, theta0, len(pb.partitions))
+    if pb.rows is not None:
+        absmax = float(np.abs(rows_xt_theta(pb.executor, pb.rows, theta0)).max(initial=0.0))
+    else:
+        absmax = xt_theta_absmax(pb.executor, pb.blocks, theta0, len(pb.partitions))
     return ElasticNet.alpha_max(absmax / pb.n, l1_ratio)
 
 
@@ -230,6 +249,7 @@ def path(
     sample_weight: Any = None,
     tol: float = 1e-4,
     max_rounds: int | None = None,
+    max_epochs: int | None = None,
     n_partitions: int = 2,
     client: Any = None,
     screen: bool = False,
@@ -287,8 +307,8 @@ def path(
     validate_params(PATH, locals(), "dl1.path()")
     inputs = read_inputs(X, y, sample_weight, loss, split)
     solver_obj = make_solver(
-        solver, max_rounds=max_rounds, random_order=random_order, seed=seed, screen=screen,
-        spread=spread,
+        solver, max_rounds=max_rounds, max_epochs=max_epochs, random_order=random_order,
+        seed=seed, screen=screen, spread=spread,
         # warm-started from the previous alpha, the working set is usually right: its
         # subproblem is solved to the target gap at once (one pass per alpha, not two)
         tight_inner=True,

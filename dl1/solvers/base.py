@@ -26,6 +26,17 @@ class DataHandles(NamedTuple):
     sample_weight: Any
 
 
+class RowData(NamedTuple):
+    """The row blocks of the solvers that work by samples: their handles, first rows (and
+    n), the blocks of each partition (one worker's share) and the largest squared row
+    norm."""
+
+    blocks: list[Any]
+    row_bounds: np.ndarray
+    parts: list[list[int]]
+    row_sqnorm_max: float
+
+
 @dataclass(frozen=True)
 class WorkingSetBudget:
     """What the workers can hold, for solvers that gather columns.
@@ -48,8 +59,9 @@ class Problem:
 
     ``blocks`` are the executor's handles of the feature blocks (in worker memory or
     sources read from the store), ``col_bounds`` their first columns (and p);
-    ``sample_weight`` is normalised to sum to n, empty when there are none. The penalty
-    changes along a path (:meth:`at`); everything else stays.
+    ``sample_weight`` is normalised to sum to n, empty when there are none. Solvers that
+    work by samples (``layout = "rows"``) get ``rows`` instead of feature blocks. The
+    penalty changes along a path (:meth:`at`); everything else stays.
     """
 
     executor: Any
@@ -65,6 +77,7 @@ class Problem:
     loss: str = "squared"
     budget: WorkingSetBudget = field(default_factory=WorkingSetBudget)
     handles: DataHandles | None = None
+    rows: RowData | None = None
 
     def at(self, penalty: Any) -> Problem:
         """The same data and settings with another penalty."""
@@ -147,6 +160,8 @@ class Solver(Protocol):
     name: str
     #: whether the rounds gain from direct calls to the workers (:mod:`dl1.runtime.rpc`)
     direct_calls: bool
+    #: the data it reads: feature blocks (``"columns"``) or row blocks (``"rows"``)
+    layout: str
 
     def solve(self, problem: Problem, warm: WarmState | None = None) -> tuple[
         FitResult, WarmState

@@ -60,6 +60,7 @@ class CoordinateDescentSolver:
     """
 
     name = "cd"
+    layout = "columns"
     #: every round is partition tasks: direct calls would not shorten it
     direct_calls = False
 

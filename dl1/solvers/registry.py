@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 from dl1.solvers.cd import CoordinateDescentSolver
+from dl1.solvers.sgd import FobosSolver, StochasticGradientSolver
 from dl1.solvers.ws import WorkingSetSolver
 
 SOLVERS: dict[str, type] = {
     WorkingSetSolver.name: WorkingSetSolver,
     CoordinateDescentSolver.name: CoordinateDescentSolver,
+    StochasticGradientSolver.name: StochasticGradientSolver,
+    FobosSolver.name: FobosSolver,
 }

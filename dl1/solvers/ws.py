@@ -93,7 +93,7 @@ class WorkingSetSolver:
     inner_ratio : float
         A subproblem is solved to this fraction of the current gap (of the target gap with
         ``tight_inner``, which paths use: warm-started, the working set is usually right).
-    max_epochs : int
+    max_inner_epochs : int
         Epochs of one subproblem at most.
     screen : bool
         Gap-safe sphere screening (Lasso and L1-logistic; Ndiaye et al., JMLR 2017):
@@ -108,6 +108,7 @@ class WorkingSetSolver:
     """
 
     name = "ws"
+    layout = "columns"
 
     def __init__(
         self,
@@ -115,7 +116,7 @@ class WorkingSetSolver:
         max_rounds: int = 1000,
         ws_start: int = WS_START,
         inner_ratio: float = 0.3,
-        max_epochs: int = 50_000,
+        max_inner_epochs: int = 50_000,
         screen: bool = False,
         spread: bool | str | None = None,
         tight_inner: bool = False,
@@ -128,7 +129,7 @@ class WorkingSetSolver:
         self.max_rounds = max_rounds
         self.ws_start = ws_start
         self.inner_ratio = inner_ratio
-        self.max_epochs = max_epochs
+        self.max_inner_epochs = max_inner_epochs
         self.screen = screen
         self.spread = spread
         self.tight_inner = tight_inner
@@ -216,7 +217,7 @@ class Run:
 
     def __init__(self, solver: WorkingSetSolver, problem: Problem, warm: WarmState | None):
         self.solver, self.problem = solver, problem
-        self.max_epochs = solver.max_epochs
+        self.max_epochs = solver.max_inner_epochs
         ex, pb = problem.executor, problem
         self.threshold = pb.n * pb.penalty.alpha_l1
         self.screen = solver._screens(pb)
@@ -467,7 +468,7 @@ class Run:
         """The arguments of :func:`subproblem_task` for working set ``ws``."""
         pb, solver = self.problem, self.solver
         settings = SubproblemSettings(
-            pb.datafit, pb.penalty, pb.fit_intercept, targets.gap, solver.max_epochs,
+            pb.datafit, pb.penalty, pb.fit_intercept, targets.gap, solver.max_inner_epochs,
             random_order=solver.random_order, seed=solver.seed * 7919 + r, gram_max=gram_max,
             dense_max=pb.budget.dense_max, gram_key=self.gram_key, gram_target=targets.gram_gap,
         )  # fmt: skip

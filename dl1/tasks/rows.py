@@ -1,0 +1,162 @@
+"""Row blocks on the workers, for the solvers that work by samples: CSR arrays of a range
+of rows with global column indices, and the passes over them (``X w``, ``X^T theta`` and
+the stochastic epochs)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from dl1.errors import ValidationError
+from dl1.kernels import store as store_kernels
+from dl1.kernels.lazy import FORM_CODES, LOSS_CODES, lazy_pass
+
+
+@dataclass
+class RowBlock:
+    """Rows ``r0 .. r0 + n_rows`` of X as CSR (column indices global), with the largest
+    squared row norm (which bounds the stable step sizes)."""
+
+    i: int
+    r0: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    p: int
+    row_sqnorm_max: float
+
+    @property
+    def n_rows(self) -> int:
+        return self.indptr.shape[0] - 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.indptr.nbytes + self.indices.nbytes + self.data.nbytes
+
+
+def _as_sparse(chunk) -> sp.spmatrix:
+    if sp.issparse(chunk):
+        return chunk
+    if hasattr(chunk, "to_scipy_sparse"):  # pydata sparse
+        return chunk.to_scipy_sparse()
+    m = np.asarray(chunk)
+    if m.ndim != 2:
+        raise ValidationError(f"a chunk of X has {m.ndim} dimensions, expected 2")
+    return sp.csr_matrix(m)
+
+
+def assemble_rows(i: int, r0: int, *col_chunks, verified: bool = False) -> RowBlock:
+    """Row block ``i`` (first row ``r0``) from its chunks in column order, as one canonical
+    CSR matrix, checked (index pointer, indices, finiteness) unless read from a dl1 store."""
+    m = sp.hstack([_as_sparse(c) for c in col_chunks], format="csr")
+    if m.dtype not in (np.float32, np.float64):
+        raise ValidationError(f"row block {i} has dtype {m.dtype}; X must be float32 or float64")
+    if not m.has_canonical_format:
+        m.sum_duplicates()
+    indptr = m.indptr.astype(np.int64, copy=False)
+    indices = m.indices.astype(np.int32, copy=False)
+    data = m.data.astype(np.float64, copy=False)
+    if not verified:
+        status, r, _ = store_kernels.check_compressed(indptr, indices, data, m.shape[1])
+        if status != store_kernels.OK:
+            raise ValidationError(f"row block {i}, row {r0 + r}: {store_kernels.PROBLEMS[status]}")
+    sq = np.asarray(m.multiply(m).sum(axis=1), dtype=np.float64).ravel()
+    return RowBlock(i, r0, indptr, indices, data, m.shape[1], float(sq.max(initial=0.0)))
+
+
+def rows_matvec_task(blocks: list[RowBlock], w: np.ndarray, b: float) -> list[np.ndarray]:
+    """``X_i w + b`` of each block."""
+    out = []
+    for blk in blocks:
+        m = sp.csr_matrix((blk.data, blk.indices, blk.indptr), shape=(blk.n_rows, blk.p))
+        out.append(m @ w + b)
+    return out
+
+
+def rows_xt_task(blocks: list[RowBlock], theta: np.ndarray) -> np.ndarray:
+    """``sum_i X_i^T theta_i`` over the blocks (length p): a partition's part of ``X^T theta``."""
+    out = np.zeros(blocks[0].p) if blocks else np.zeros(0)
+    for blk in blocks:
+        m = sp.csr_matrix((blk.data, blk.indices, blk.indptr), shape=(blk.n_rows, blk.p))
+        out += m.T @ theta[blk.r0 : blk.r0 + blk.n_rows]
+    return out
+
+
+@dataclass(frozen=True)
+class SGDSettings:
+    """What one stochastic epoch needs besides the data and the model."""
+
+    form: str
+    loss: str
+    l1: float
+    l2: float
+    fit_intercept: bool
+    eta0: float
+    learning_rate: str
+    decay: float
+    gamma: float = 1.0
+
+
+@dataclass(frozen=True)
+class SGDOutput:
+    """A partition's epoch: its model, its rows' progressive validation loss (weighted sum
+    of each example's loss before its step), the steps taken and the kernel's seconds."""
+
+    w: np.ndarray
+    b: float
+    progressive: float
+    steps: int
+    kernel_s: float
+
+
+def learning_rates(settings: SGDSettings, t0: int, T: int) -> np.ndarray:
+    """``eta_t`` of steps ``t0 .. t0 + T - 1``: constant ``eta0``, ``eta0 / sqrt(1 + decay t)``
+    (``invsqrt``) or ``eta0 / (1 + decay t)`` (``inverse``)."""
+    t = np.arange(t0, t0 + T, dtype=np.float64)
+    if settings.learning_rate == "constant":
+        return np.full(T, settings.eta0)
+    if settings.learning_rate == "invsqrt":
+        return settings.eta0 / np.sqrt(1.0 + settings.decay * t)
+    return settings.eta0 / (1.0 + settings.decay * t)
+
+
+def sgd_epoch_task(
+    blocks: list[RowBlock],
+    w: np.ndarray,
+    b: float,
+    y: np.ndarray,
+    sample_weight: np.ndarray,
+    settings: SGDSettings,
+    t0: int,
+    seed: int,
+) -> SGDOutput:
+    """One pass over a partition's row blocks from ``(w, b)``: blocks in a seeded random
+    order, the rows of each in a seeded random order, lazy updates (O(nnz) per example,
+    :func:`dl1.kernels.lazy.lazy_pass`), every weight current at the end of each block."""
+    rng = np.random.default_rng(seed)
+    w = np.array(w, dtype=np.float64)
+    progressive, steps, kernel_s = 0.0, t0, 0.0
+    for k in rng.permutation(len(blocks)):
+        blk = blocks[k]
+        rows = rng.permutation(blk.n_rows).astype(np.int64)
+        eta = learning_rates(settings, steps, blk.n_rows)
+        sl = slice(blk.r0, blk.r0 + blk.n_rows)
+        sw = np.ones(blk.n_rows) if sample_weight.shape[0] == 0 else sample_weight[sl]
+        tk = time.perf_counter()
+        b, prog = lazy_pass(
+            blk.indptr, blk.indices, blk.data, y[sl], sw, rows, eta, w, b,
+            settings.fit_intercept, settings.l1, settings.l2, FORM_CODES[settings.form],
+            LOSS_CODES[settings.loss], settings.gamma,
+        )  # fmt: skip
+        kernel_s += time.perf_counter() - tk
+        progressive += prog
+        steps += blk.n_rows
+    return SGDOutput(w, float(b), float(progressive), steps - t0, kernel_s)
+
+
+def row_bytes(blocks: list[RowBlock]) -> int:
+    """Bytes of the blocks' arrays."""
+    return int(sum(blk.nbytes for blk in blocks))

@@ -1,0 +1,134 @@
+"""The sample-wise SGD / FoBoS solvers: certified answers, in process and on a cluster."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import dl1
+from dl1.kernels.lazy import FORM_CODES, LOSS_CODES, lazy_pass
+from dl1.solvers.result import ConvergenceWarning
+from dl1.tasks.rows import SGDSettings, learning_rates
+
+
+def regression(n=600, p=80, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, p, density=0.08, format="csr", random_state=seed)
+    y = X @ np.r_[rng.standard_normal(8), np.zeros(p - 8)] + 0.05 * rng.standard_normal(n)
+    return X, y
+
+
+def fit_quietly(*args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return dl1.fit(*args, **kwargs)
+
+
+@pytest.mark.parametrize("solver", ["sgd", "fobos"])
+@pytest.mark.parametrize(("loss", "l1_ratio"), [("squared", 1.0), ("squared", 0.5),
+                                                ("logistic", 0.7)])
+def test_certificate_bounds_the_distance_to_the_optimum(solver, loss, l1_ratio):
+    """Pass: after a few epochs the reported objective exceeds the optimum (the working-set
+    solver's, certified at 1e-10) by at most the reported duality gap, the reported dual
+    is below that optimum, and the gap fell at least 10-fold from w = 0."""
+    X, y = regression()
+    if loss == "logistic":
+        y = np.where(y > np.median(y), 1.0, -1.0)
+    alpha = dl1.alpha_max(X, y, l1_ratio=l1_ratio, loss=loss) / 5
+    ref = dl1.fit(X, y, alpha=alpha, l1_ratio=l1_ratio, loss=loss, tol=1e-10)
+    res = fit_quietly(X, y, alpha=alpha, l1_ratio=l1_ratio, loss=loss, solver=solver,
+                      max_epochs=15, tol=1e-8)
+    assert res.n_rounds_ == 15 and not res.converged_
+    assert res.primal_ - ref.primal_ <= res.dual_gap_ * (1 + 1e-9) + 1e-15
+    assert res.dual_ <= ref.primal_ + 1e-12
+    assert res.history_[-1]["gap"] <= 0.1 * res.history_[0]["gap"]
+    assert res.history_[0]["nnz"] == 0  # the first entry certifies w = 0
+
+
+def test_one_partition_is_sequential_lazy_sgd():
+    """Pass: with one partition and one row block, an epoch of the solver is exactly one
+    lazy pass of the kernel in the solver's row order, from w = 0 and the intercept of
+    w = 0 (then refitted for the certificate): same weights to 1e-12."""
+    X, y = regression(n=200, p=30, seed=2)
+    alpha = dl1.alpha_max(X, y) / 4
+    res = fit_quietly(X, y, alpha=alpha, solver="fobos", max_epochs=1, n_partitions=1,
+                      fit_intercept=False, tol=1e-12, seed=3)
+    settings = SGDSettings("fobos", "squared", alpha, 0.0, False,
+                           1.0 / X.multiply(X).sum(axis=1).max(), "invsqrt", 1.0 / 200)
+    rng = np.random.default_rng(3 * 1_000_003)
+    rng.permutation(1)  # the block order
+    rows = rng.permutation(200).astype(np.int64)
+    w = np.zeros(30)
+    lazy_pass(X.indptr, X.indices.astype(np.int32), X.data, y, np.ones(200), rows,
+              learning_rates(settings, 0, 200), w, 0.0, False, alpha, 0.0,
+              FORM_CODES["fobos"], LOSS_CODES["squared"], 1.0)
+    np.testing.assert_allclose(res.coef_, w, rtol=0, atol=1e-12)
+
+
+def test_cluster_fit_equals_in_process_fit(local_cluster):
+    """Pass: on a 2-worker LocalCluster (2 partitions, one per worker) the fit's
+    coefficients, intercept and gaps equal the in-process fit's with the same partitions
+    to 1e-12: the mixing and the orders do not depend on where tasks run."""
+    X, y = regression(seed=4)
+    alpha = dl1.alpha_max(X, y) / 10
+    kw = dict(alpha=alpha, l1_ratio=0.8, solver="sgd", max_epochs=5, tol=1e-9, n_partitions=2)
+    local = fit_quietly(X, y, **kw)
+    remote = fit_quietly(X, y, client=local_cluster, **kw)
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=0, atol=1e-12)
+    assert remote.intercept_ == pytest.approx(local.intercept_, abs=1e-12)
+    assert [h["gap"] for h in remote.history_] == pytest.approx(
+        [h["gap"] for h in local.history_], rel=1e-9)
+
+
+def test_max_epochs_bounds_the_passes_and_warns():
+    """Pass: max_epochs=0 returns w = 0 with its certificate and warns with the gap;
+    max_epochs=3 makes exactly 3 passes."""
+    X, y = regression(n=100, p=20, seed=5)
+    alpha = dl1.alpha_max(X, y) / 3
+    with pytest.warns(ConvergenceWarning, match="relative duality gap"):
+        res = dl1.fit(X, y, alpha=alpha, solver="sgd", max_epochs=0, tol=1e-12)
+    assert not res.coef_.any() and res.n_rounds_ == 0 and res.gap_ > 1e-12
+    res = fit_quietly(X, y, alpha=alpha, solver="sgd", max_epochs=3, tol=1e-12)
+    assert res.n_rounds_ == 3 and len(res.history_) == 4
+
+
+def test_path_with_the_sgd_solver_warm_starts():
+    """Pass: a 5-alpha path with solver="fobos" reports a relative gap at every alpha that
+    bounds its objective's excess over the working-set path's (certified at 1e-10)."""
+    X, y = regression(seed=6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        pth = dl1.path(X, y, n_alphas=5, eps=0.1, solver="fobos", max_epochs=10, tol=1e-3)
+    ref = dl1.path(X, y, n_alphas=5, eps=0.1, tol=1e-10)
+    np.testing.assert_allclose(pth.alphas_, ref.alphas_, rtol=1e-12)
+    p_zero = 0.5 * np.mean((y - y.mean()) ** 2)
+
+    def objective(path, k):
+        w = path.coefs_[:, [k]].toarray().ravel()
+        r = y - X @ w - path.intercepts_[k]
+        return 0.5 * np.mean(r**2) + path.alphas_[k] * np.abs(w).sum()
+
+    for k in range(5):
+        excess = objective(pth, k) - objective(ref, k)
+        assert -1e-12 <= excess <= pth.gaps_[k] * p_zero * (1 + 1e-9) + 1e-15
+
+
+def test_estimators_take_the_sgd_solver_and_max_epochs():
+    """Pass: dl1.Lasso(solver="sgd", max_epochs=4) makes 4 epochs (n_iter_) and its
+    coefficients equal dl1.fit's with the same settings; a negative max_epochs is refused
+    before any work with a message naming it."""
+    from dl1.estimators import Lasso
+
+    X, y = regression(n=150, p=25, seed=7)
+    alpha = dl1.alpha_max(X, y) / 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = Lasso(alpha, solver="sgd", max_epochs=4, tol=1e-12).fit(X, y)
+    res = fit_quietly(X, y, alpha=alpha, solver="sgd", max_epochs=4, tol=1e-12)
+    assert est.n_iter_ == 4
+    np.testing.assert_array_equal(est.coef_, res.coef_)
+    with pytest.raises(ValueError, match="max_epochs"):
+        Lasso(alpha, solver="sgd", max_epochs=-1).fit(X, y)
