@@ -153,6 +153,30 @@ PRESETS: dict[str, E2006Preset] = {
         batch_rows=512,
         pilot_rows=1024,
     ),
+    # Tall data with short rows, where the sample-wise solvers belong: the shape of Lipton &
+    # Elkan's Medline abstracts (10^6 documents, 260,941 words, 88.5 nonzeros per row), twice
+    # as tall.
+    "tall": E2006Preset(
+        "tall",
+        n_train=2_000_000,
+        n_test=200_000,
+        n_features=260_941,
+        row_nnz=88.5,
+        batch_rows=8192,
+        pilot_rows=8192,
+    ),
+    # Short documents: about 200,000 x 230,000 with ~16 words per row, as a text-regression
+    # corpus of short texts; lengths vary more than in the other presets.
+    "short": E2006Preset(
+        "short",
+        n_train=200_000,
+        n_test=20_000,
+        n_features=230_000,
+        row_nnz=16.0,
+        row_sigma=0.8,
+        batch_rows=8192,
+        pilot_rows=8192,
+    ),
 }
 
 
@@ -485,7 +509,7 @@ def make_e2006_like(
     ----------
     path : str or PathLike
         Where to write the store (must not exist, unless ``overwrite``).
-    preset : {"small", "tfidf", "log1p"} or E2006Preset
+    preset : {"small", "tfidf", "log1p", "tall", "short"} or E2006Preset
         ``"small"``: 2,000 x 50,000, 200 nonzeros per row (tests).
         ``"tfidf"``: 16,087 x 150,360, 1,200 per row (E2006-tfidf shape, ~19M nnz).
         ``"log1p"``: 16,087 x 4,272,227, 5,800 per row (E2006-log1p shape, ~93M nnz).

@@ -70,10 +70,14 @@ def test_preset_parameters():
     assert tfidf.density == pytest.approx(0.008, rel=0.01)
     for pr in PRESETS.values():
         assert pr.n_informative == 200
+    for pr in (small, tfidf, log1p):  # E2006's split
         assert pr.n_test / pr.n_train == pytest.approx(3_308 / 16_087, rel=0.01)
+    tall, short = PRESETS["tall"], PRESETS["short"]
+    assert (tall.n_train, tall.n_features, tall.row_nnz) == (2_000_000, 260_941, 88.5)
+    assert (short.n_train, short.n_features, short.row_nnz) == (200_000, 230_000, 16.0)
 
 
-@pytest.mark.parametrize("preset", ["small", TFIDF_SHRUNK])
+@pytest.mark.parametrize("preset", ["small", TFIDF_SHRUNK, "tall", "short"])
 def test_model_calibration(preset):
     """The calibrated number of draws gives row_nnz expected nonzeros per row; the rank law
     is a decreasing distribution."""
