@@ -26,7 +26,7 @@ from dl1.store import Store, open_store
 from dl1.tasks.blocks import Block, BlockSource, assemble_block, identity, loaded
 from dl1.tasks.gram import GRAM_DENSE_MAX
 from dl1.tasks.passes import xt_theta_task
-from dl1.tasks.rows import assemble_rows, rows_xt_task
+from dl1.tasks.rows import RowSource, assemble_rows, row_sqnorm_max_task, rows_xt_task
 
 LOSSES = {"squared": Quadratic, "logistic": Logistic}
 
@@ -290,7 +290,7 @@ def load_problem(
     if layout == "rows":
         if standardize:
             raise ValidationError("standardize=True is not available with the sample-wise solvers")
-        rows = load_rows(ex, inputs.X, n_partitions, inputs.store is not None)
+        rows = load_rows(ex, inputs, n_partitions, streamed)
         blocks, col_bounds = [], np.array([0, inputs.X.shape[1]], dtype=np.int64)
     else:
         blocks, col_bounds = load_blocks(
@@ -314,10 +314,29 @@ def load_problem(
     return problem, seconds
 
 
-def load_rows(ex: Any, Xd: da.Array, n_partitions: int, verified: bool) -> RowData:
-    """The row blocks in worker memory (CSR, global columns), at least one per partition:
-    the row chunks of ``Xd`` (split further when there are fewer than partitions), the
-    blocks of partition ``q`` on the worker of partition ``q``."""
+def load_rows(ex: Any, inputs: Inputs, n_partitions: int, streamed: bool) -> RowData:
+    """The row blocks (CSR, global columns), at least one per partition: in worker memory,
+    the blocks of partition ``q`` on the worker of partition ``q``, or (``streamed``)
+    sources read from the store by every task. A store's row blocks are its own (read as
+    CSR when it has them); an in-memory X is split into one block per partition."""
+    if streamed:
+        blocks, rb = row_sources(inputs.store, inputs.split)
+    else:
+        Xd = inputs.X
+        if inputs.store is not None and "csr" in inputs.store.entry(inputs.split)["formats"]:
+            Xd = inputs.store.to_dask(inputs.split, "csr")
+        blocks, rb = rows_in_memory(ex, Xd, n_partitions, inputs.store is not None)
+    parts = [
+        [int(i) for i in a]
+        for a in np.array_split(np.arange(len(blocks)), max(1, min(n_partitions, len(blocks))))
+    ]
+    sq = ex.gather([ex.submit(row_sqnorm_max_task, blk) for blk in blocks])
+    return RowData(blocks, rb, parts, float(max(sq, default=0.0)))
+
+
+def rows_in_memory(ex: Any, Xd: da.Array, n_partitions: int, verified: bool):
+    """Futures of the row blocks of ``Xd`` (its row chunks, split further when there are
+    fewer than partitions) on their partitions' workers, and the blocks' first rows."""
     n = Xd.shape[0]
     if Xd.numblocks[0] < n_partitions:
         Xd = Xd.rechunk({0: max(1, -(-n // n_partitions))})
@@ -327,15 +346,28 @@ def load_rows(ex: Any, Xd: da.Array, n_partitions: int, verified: bool) -> RowDa
         dask.delayed(assemble_rows, pure=True)(i, int(rb[i]), *dl[i, :].tolist(), verified=verified)
         for i in range(len(rb) - 1)
     ]
-    parts = [
-        [int(i) for i in a]
-        for a in np.array_split(np.arange(len(tasks)), max(1, min(n_partitions, len(tasks))))
-    ]
-    part_of = [q for q, a in enumerate(parts) for _ in a]
+    split = np.array_split(np.arange(len(tasks)), max(1, min(n_partitions, len(tasks))))
+    part_of = [q for q, a in enumerate(split) for _ in a]
     blocks = ex.compute(tasks, workers=part_of)
     ex.wait(blocks)
-    sq = ex.gather([ex.submit(row_sqnorm_max, blk) for blk in blocks])
-    return RowData(blocks, rb, parts, float(max(sq, default=0.0)))
+    return blocks, rb
+
+
+def row_sources(store: Store, split: str) -> tuple[list[RowSource], np.ndarray]:
+    """The store's row blocks as sources (CSR chunks when the store has them)."""
+    e = store.entry(split)
+    fmt = "csr" if "csr" in e["formats"] else e["formats"][0]
+    rb, cb = store.row_bounds(split), store.col_bounds(split)
+    root = os.fspath(store.path)
+    sources = [
+        RowSource(
+            i, int(rb[i]), int(rb[i + 1] - rb[i]), root, split, fmt,
+            tuple((j, e["blocks"][fmt][i][j], store.block_shape(split, i, j))
+                  for j in range(len(cb) - 1)),
+        )  # fmt: skip
+        for i in range(len(rb) - 1)
+    ]
+    return sources, rb.astype(np.int64)
 
 
 def rows_xt_theta(ex: Any, rows: RowData, theta: np.ndarray) -> np.ndarray:
@@ -348,6 +380,4 @@ def rows_xt_theta(ex: Any, rows: RowData, theta: np.ndarray) -> np.ndarray:
     return np.sum(parts, axis=0)
 
 
-def row_sqnorm_max(block: Any) -> float:
-    """A row block's largest squared row norm."""
-    return block.row_sqnorm_max
+

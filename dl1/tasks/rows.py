@@ -37,6 +37,35 @@ class RowBlock:
         return self.indptr.nbytes + self.indices.nbytes + self.data.nbytes
 
 
+@dataclass(frozen=True)
+class RowSource:
+    """A row block left in its store, read and assembled by each task using it: out of
+    core, a worker holds one row block at a time, whatever the size of the data.
+    ``reads`` holds, per feature block, the arguments of the store's verified reader."""
+
+    i: int
+    r0: int
+    n_rows: int
+    root: str
+    split: str
+    fmt: str
+    reads: tuple  # ((j, block manifest entry, block shape), ...)
+
+    def load(self) -> RowBlock:
+        from dl1.store.reader import read_block_task
+
+        chunks = [
+            read_block_task(self.root, self.split, self.fmt, self.i, j, blk, shape, "scipy")
+            for j, blk, shape in self.reads
+        ]
+        return assemble_rows(self.i, self.r0, *chunks, verified=True)
+
+
+def loaded_rows(block: RowBlock | RowSource) -> RowBlock:
+    """The row block itself, or the row block read from its store."""
+    return block.load() if isinstance(block, RowSource) else block
+
+
 def _as_sparse(chunk) -> sp.spmatrix:
     if sp.issparse(chunk):
         return chunk
@@ -67,22 +96,27 @@ def assemble_rows(i: int, r0: int, *col_chunks, verified: bool = False) -> RowBl
     return RowBlock(i, r0, indptr, indices, data, m.shape[1], float(sq.max(initial=0.0)))
 
 
-def rows_matvec_task(blocks: list[RowBlock], w: np.ndarray, b: float) -> list[np.ndarray]:
+def rows_matvec_task(
+    blocks: list[RowBlock | RowSource], w: np.ndarray, b: float
+) -> list[np.ndarray]:
     """``X_i w + b`` of each block."""
     out = []
     for blk in blocks:
+        blk = loaded_rows(blk)
         m = sp.csr_matrix((blk.data, blk.indices, blk.indptr), shape=(blk.n_rows, blk.p))
         out.append(m @ w + b)
     return out
 
 
-def rows_xt_task(blocks: list[RowBlock], theta: np.ndarray) -> np.ndarray:
+def rows_xt_task(blocks: list[RowBlock | RowSource], theta: np.ndarray) -> np.ndarray:
     """``sum_i X_i^T theta_i`` over the blocks (length p): a partition's part of ``X^T theta``."""
-    out = np.zeros(blocks[0].p) if blocks else np.zeros(0)
+    out = None
     for blk in blocks:
+        blk = loaded_rows(blk)
+        out = np.zeros(blk.p) if out is None else out
         m = sp.csr_matrix((blk.data, blk.indices, blk.indptr), shape=(blk.n_rows, blk.p))
         out += m.T @ theta[blk.r0 : blk.r0 + blk.n_rows]
-    return out
+    return np.zeros(0) if out is None else out
 
 
 @dataclass(frozen=True)
@@ -124,7 +158,7 @@ def learning_rates(settings: SGDSettings, t0: int, T: int) -> np.ndarray:
 
 
 def sgd_epoch_task(
-    blocks: list[RowBlock],
+    blocks: list[RowBlock | RowSource],
     w: np.ndarray,
     b: float,
     y: np.ndarray,
@@ -140,7 +174,7 @@ def sgd_epoch_task(
     w = np.array(w, dtype=np.float64)
     progressive, steps, kernel_s = 0.0, t0, 0.0
     for k in rng.permutation(len(blocks)):
-        blk = blocks[k]
+        blk = loaded_rows(blocks[k])  # out of core: one row block in memory at a time
         rows = rng.permutation(blk.n_rows).astype(np.int64)
         eta = learning_rates(settings, steps, blk.n_rows)
         sl = slice(blk.r0, blk.r0 + blk.n_rows)
@@ -157,6 +191,6 @@ def sgd_epoch_task(
     return SGDOutput(w, float(b), float(progressive), steps - t0, kernel_s)
 
 
-def row_bytes(blocks: list[RowBlock]) -> int:
-    """Bytes of the blocks' arrays."""
-    return int(sum(blk.nbytes for blk in blocks))
+def row_sqnorm_max_task(block: RowBlock | RowSource) -> float:
+    """A row block's largest squared row norm."""
+    return loaded_rows(block).row_sqnorm_max

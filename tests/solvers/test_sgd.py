@@ -132,3 +132,25 @@ def test_estimators_take_the_sgd_solver_and_max_epochs():
     np.testing.assert_array_equal(est.coef_, res.coef_)
     with pytest.raises(ValueError, match="max_epochs"):
         Lasso(alpha, solver="sgd", max_epochs=-1).fit(X, y)
+
+
+@pytest.mark.parametrize("formats", [("csc",), ("csc", "csr")])
+def test_store_in_memory_and_streamed_give_the_in_memory_fit(tmp_path, local_cluster, formats):
+    """Pass: from a store (CSC only, or with CSR blocks), kept in worker memory or streamed
+    (each task reads its row block and drops it), the SGD fit on a 2-worker LocalCluster
+    equals the fit of the same matrix in memory with the store's row blocks as partitions'
+    blocks, to 1e-12."""
+    X, y = regression(n=400, p=60, seed=8)
+    store = dl1.from_scipy(X, y, tmp_path / "s.zarr", n_feature_blocks=3, row_block_rows=100,
+                           formats=formats)
+    alpha = dl1.alpha_max(X, y) / 6
+    kw = dict(alpha=alpha, solver="sgd", max_epochs=3, tol=1e-12, n_partitions=2)
+    in_mem = fit_quietly(store, client=local_cluster, stream=False, **kw)
+    streamed = fit_quietly(store, client=local_cluster, stream=True, **kw)
+    np.testing.assert_allclose(streamed.coef_, in_mem.coef_, rtol=0, atol=1e-12)
+    import dask.array as da
+
+    Xd = da.from_array(X.tocsc(), chunks=(100, 20), asarray=False)
+    direct = fit_quietly(Xd, y, **kw)
+    np.testing.assert_allclose(in_mem.coef_, direct.coef_, rtol=0, atol=1e-12)
+    assert in_mem.gap_ == pytest.approx(direct.gap_, rel=1e-9)
