@@ -154,3 +154,35 @@ def test_store_in_memory_and_streamed_give_the_in_memory_fit(tmp_path, local_clu
     direct = fit_quietly(Xd, y, **kw)
     np.testing.assert_allclose(in_mem.coef_, direct.coef_, rtol=0, atol=1e-12)
     assert in_mem.gap_ == pytest.approx(direct.gap_, rel=1e-9)
+
+
+def test_a_killed_worker_changes_nothing_in_the_answer():
+    """Pass: SIGKILL one of 2 workers mid-fit (its row blocks and the epoch's task are
+    lost): the fit completes with exactly the coefficients, intercept and gaps of an
+    undisturbed fit on the same cluster (blocks are recomputed from their graph, and every
+    task is a function of its inputs and seed)."""
+    from distributed import Client, LocalCluster
+
+    X, y = regression(n=3000, p=200, seed=9)
+    alpha = dl1.alpha_max(X, y) / 10
+    kw = dict(alpha=alpha, l1_ratio=0.9, solver="fobos", max_epochs=5, tol=1e-12,
+              n_partitions=2)
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                     dashboard_address="127.0.0.1:0") as cluster,
+        Client(cluster) as client,
+    ):
+        reference = fit_quietly(X, y, client=client, **kw)
+        killed = []
+
+        def kill_at_epoch_2(entry):
+            if entry["epoch"] == 2 and not killed:
+                nanny = next(iter(cluster.workers.values()))
+                nanny.process.process.kill()
+                killed.append(True)
+
+        res = fit_quietly(X, y, client=client, callback=kill_at_epoch_2, **kw)
+    assert killed
+    np.testing.assert_array_equal(res.coef_, reference.coef_)
+    assert res.intercept_ == reference.intercept_
+    assert [h["gap"] for h in res.history_] == [h["gap"] for h in reference.history_]
