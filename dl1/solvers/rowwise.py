@@ -1,0 +1,140 @@
+"""The loop shared by the solvers that work by samples: epochs over row blocks, the
+partitions' results combined by the coordinator, every epoch's model certified.
+
+An epoch: every partition (a group of row blocks, on one worker) runs the solver's pass
+over its rows from the epoch's start (a task of :mod:`dl1.tasks.rows`); the coordinator
+combines what they return (the solver's rule: averaging models, adding dual averages or
+dual updates). Then the certificate: ``z = X w``, the intercept refitted exactly for
+``w``, the dual point ``theta`` and ``X^T theta`` (reduced from the row blocks) give the
+duality gap of the penalised problem at the combined model, which is what is returned:
+how the partitions are combined changes the iterates, never what the certificate says
+about them. ``max_epochs`` bounds the passes; reaching it warns with the gap.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from dl1.loading import rows_xt_theta
+from dl1.objective.gap import duality_gap_from_stats
+from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.result import Certificate, FitResult, make_result
+from dl1.tasks.rows import rows_matvec_task
+
+
+class SampleWiseSolver:
+    """Base of the sample-wise solvers: subclasses say how an epoch starts
+    (:meth:`_start`), runs (:meth:`_epoch`) and combines (:meth:`_combine`).
+
+    Parameters
+    ----------
+    max_epochs : int
+        Passes over the data at most; reaching it warns with the gap reached.
+    seed : int
+        Seed of the block and row orders (a new order every epoch).
+    verbose, callback : a line, or a call with the history entry, per epoch.
+    """
+
+    layout = "rows"
+    direct_calls = False
+    name = ""
+
+    def __init__(
+        self, *, max_epochs: int = 20, seed: int = 0, verbose: bool = False, callback: Any = None
+    ) -> None:
+        self.max_epochs = max_epochs
+        self.seed = seed
+        self.verbose = verbose
+        self.callback = callback
+
+    def solve(self, problem: Problem, warm: WarmState | None = None) -> tuple[
+        FitResult, WarmState
+    ]:
+        """Epochs until the combined model is certified within ``problem.tol``."""
+        pb = problem
+        state = self._start(pb, warm)
+        history: list[dict[str, Any]] = []
+        t_start = time.perf_counter()
+        epoch, converged = 0, False
+        cert, z, b = self._certify(pb, state.w, state.b)
+        for epoch in range(self.max_epochs + 1):
+            entry = self._entry(epoch, cert, pb, state.w, t_start)
+            history.append(entry)
+            converged = entry["gap"] <= pb.tol
+            if converged or epoch == self.max_epochs:
+                break
+            outs = self._epoch(pb, state, epoch)
+            state = self._combine(pb, state, outs)
+            history[-1]["progressive_loss"] = sum(o.progressive for o in outs) / pb.n
+            cert, z, b = self._certify(pb, state.w, state.b)
+        res = make_result(pb, state.w, b, cert, converged, epoch, history)
+        return res, WarmState(state.w, b, z)
+
+    # -- what a solver defines ---------------------------------------------------------
+    def _start(self, pb: Problem, warm: WarmState | None) -> Any:
+        """The state an epoch starts from (with ``w`` and ``b``), from ``warm`` or zero."""
+        raise NotImplementedError
+
+    def _epoch(self, pb: Problem, state: Any, epoch: int) -> list[Any]:
+        """Every partition's pass (each output has ``progressive``)."""
+        raise NotImplementedError
+
+    def _combine(self, pb: Problem, state: Any, outs: list[Any]) -> Any:
+        """The next state from the partitions' outputs."""
+        raise NotImplementedError
+
+    # -- shared ------------------------------------------------------------------------
+    def _seed(self, epoch: int, q: int, n_parts: int) -> int:
+        """The seed of partition ``q``'s orders in ``epoch``."""
+        return self.seed * 1_000_003 + epoch * n_parts + q
+
+    @staticmethod
+    def _certify(pb: Problem, w: np.ndarray, b: float) -> tuple[Certificate, np.ndarray, float]:
+        """The duality gap at ``w`` with the intercept refitted exactly; ``z = X w + b``."""
+        ex, rows = pb.executor, pb.rows
+        b = b if pb.fit_intercept else 0.0
+        parts = ex.gather(
+            [ex.submit_to(q, rows_matvec_task, [rows.blocks[i] for i in part], w, b)
+             for q, part in enumerate(rows.parts)]
+        )  # fmt: skip
+        z = np.concatenate([seg for part in parts for seg in part])
+        if pb.fit_intercept:
+            db = pb.datafit.intercept_update(pb.y, z, pb.weights, max_iter=20)
+            b += db
+            z += db
+        theta = pb.datafit.dual_point(pb.y, z, pb.weights, pb.fit_intercept)
+        absmax, excess = pb.penalty.xt_theta_stats(rows_xt_theta(ex, rows, theta), pb.n)
+        cert = Certificate(*duality_gap_from_stats(
+            pb.datafit, pb.penalty, pb.y, z, w, absmax, excess, s=pb.weights,
+            intercept=pb.fit_intercept, theta=theta,
+        ))  # fmt: skip
+        return cert, z, b
+
+    def _entry(self, epoch: int, cert: Certificate, pb: Problem, w: np.ndarray,
+               t_start: float) -> dict[str, Any]:  # fmt: skip
+        entry = {
+            "round": epoch,
+            "epoch": epoch,
+            "objective": cert.primal,
+            "gap": pb.relative_gap(cert.gap),
+            "nnz": int(np.count_nonzero(w)),
+            "seconds": time.perf_counter() - t_start,
+        }
+        if self.verbose:
+            print(f"epoch {epoch:4d}  objective {cert.primal:.10g}  gap {entry['gap']:.3e}"
+                  f"  nnz {entry['nnz']}")  # fmt: skip
+        if self.callback is not None:
+            self.callback(entry)
+        return entry
+
+    def restore(
+        self, problem: Problem, arrays: dict[str, np.ndarray], intercept: float
+    ) -> WarmState:
+        """The state a checkpoint saved."""
+        return WarmState(arrays["w"], intercept, arrays["z"])
+
+    def release(self, problem: Problem, state: WarmState | None) -> None:
+        """Nothing is cached on the workers beyond the row blocks, which the problem holds."""
