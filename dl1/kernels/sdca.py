@@ -35,7 +35,7 @@ Dual step: Option I of the Procedure Prox-SDCA (Fig. 1), with ``|.|_D' = |.|_2``
 
 * squared: ``beta += (y - z - beta) / (1 + q)``;
 * hinge / smoothed hinge: ``c = clip(c + (1 - y z - gamma c) / (gamma + q), 0, 1)``
-  (``gamma = 0`` for the hinge; the SDCA hinge step of Shalev-Shwartz & Zhang 2013);
+  (``gamma = 0`` for the hinge: the usual SDCA hinge step, clipped to the domain);
 * logistic: the root of ``log((1 - c)/c) - y z - q (c - c_old) = 0``, solved as
   ``c = sigmoid(s)``, ``F(s) = -s - y z - q (sigmoid(s) - c_old) = 0`` by Newton's method,
   safeguarded by bisection on the bracket ``[-y z - q (1 - c_old), -y z + q c_old]``

@@ -308,3 +308,25 @@ def test_dual_loss_is_minus_the_conjugate():
             assert neg_conjugate(loss, y, a, s) == pytest.approx(num, abs=1e-6)
         if loss != "squared":
             assert dual_loss(LOSS_CODES[loss], 1.0, -0.1, 1.0, GAMMA) == -np.inf
+
+
+@pytest.mark.parametrize("loss", sorted(LOSS_CODES))
+def test_zero_weight_rows_keep_a_zero_dual_variable(loss):
+    """Sample weights: a row with s_i = 0 has phi_i = 0, whose conjugate forces alpha_i = 0;
+    the kernel skips it, so the epoch equals one over the other rows only."""
+    X, y, sw, rng = problem(loss, seed=16)
+    n, d = X.shape
+    sw = sw.copy()
+    zero = np.array([3, 17, 40])
+    sw[zero] = 0.0
+    rows = np.concatenate([rng.permutation(n) for _ in range(2)]).astype(np.int64)
+    args = (np.zeros(n), np.zeros(d), 0.0, n, 0.01, 0.05, 1.0, True, 1.0, LOSS_CODES[loss],
+            GAMMA)
+    da, dv, dvb, _ = sdca_epoch(X.indptr, X.indices, X.data, y, sw, rows, *args)
+    kept = rows[~np.isin(rows, zero)]
+    da2, dv2, dvb2, _ = sdca_epoch(X.indptr, X.indices, X.data, y, sw, kept, *args)
+    assert np.all(da[zero] == 0.0)
+    np.testing.assert_array_equal(da, da2)
+    np.testing.assert_array_equal(dv, dv2)
+    assert dvb == dvb2
+    assert dual_loss(LOSS_CODES[loss], y[3], 0.0, 0.0, GAMMA) == 0.0
