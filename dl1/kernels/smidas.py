@@ -6,17 +6,19 @@ Eq. (11), ``lambda = l1``; the method is for l1 alone: ``l2 = 0``). Step ``t`` o
 ``i`` with step size ``eta_t`` (the paper: a constant ``eta``):
 
     w = f^-1(theta),  f^-1_j(theta) = sign(theta_j) |theta_j|^(p-1) / |theta|_p^(p-2)   (Eq. (12))
-    v = s_i loss'(y_i, x_i.w + b) x_i                                  (Algorithm 3, line 6)
-    theta~ = theta - eta v                                              (line 8)
-    theta_j = sign(theta~_j) max(0, |theta~_j| - eta lambda), every j   (line 9, truncation)
+    v = s_i loss'(y_i, x_i.w + b) x_i                          (Algorithm 3, gradient estimate)
+    theta~ = theta - eta v                                      (Algorithm 3, mirror step)
+    theta_j = sign(theta~_j) max(0, |theta~_j| - eta lambda)    (Algorithm 3, truncation, all j)
 
-with ``p = 2 ln(d)`` (line 2; :func:`smidas_p`), ``f`` the gradient of ``|w|_q^2 / 2`` and
-``f^-1`` that of ``|theta|_p^2 / 2``, ``1/p + 1/q = 1``. ``p = 2`` is the identity link
-(truncated SGD). Any loss with a (sub)derivative runs; the paper's analysis covers the
-squared and logistic losses and the hinge (Theorem 3: Eq. (13) ``|L'| <= rho`` holds for the
-logistic loss and the hinge with ``rho = 1``, Eq. (14) ``L'^2 <= rho L`` for our squared
-loss ``(y - z)^2 / 2`` with ``rho = 2``, the paper's 4 being for ``(y - z)^2``). Sample
-weights scale ``rho``: ``|s L'| <= s_max rho``.
+with ``p = 2 ln(d)`` (Algorithm 3's parameter; :func:`smidas_p`), ``f`` the gradient of
+``|w|_q^2 / 2`` and ``f^-1`` that of ``|theta|_p^2 / 2``, ``1/p + 1/q = 1``. ``p = 2`` is
+the identity link (truncated SGD). Any loss with a (sub)derivative runs; the paper's
+analysis covers the squared and logistic losses and the hinge (Theorem 3: Eq. (13)
+``|L'| <= rho`` holds for the logistic loss and the hinge with ``rho = 1``, Eq. (14)
+``L'^2 <= rho L`` for our squared loss ``(y - z)^2 / 2`` with ``rho = 2``; the paper states
+4, loose for its own Eq. (6) ``L' = a - y``). Sample weights scale ``rho``:
+``|s L'| <= s_max rho``. Theorem 3 also needs ``|x_ij| <= 1``: its Eq. (18) bounds
+``|v_t|_inf`` by ``rho``.
 
 Intercept (our choice; the paper has none): ``b`` lives outside the p-norm geometry and
 the l1 term: ``b <- b - eta_t s_i loss'`` (plain SGD with the same step).
