@@ -231,7 +231,7 @@ def lasso_ridge(epsilon, l1, p0=1.0):
 
 @njit(nogil=True, cache=True)
 def sdca_epoch(indptr, indices, data, y, sw, rows, alpha, v, vb, n, l1, l2, sigma_prime,
-               fit_intercept, intercept_scale, loss, gamma):
+               fit_intercept, intercept_scale, loss, gamma, offset=0.0):
     """Prox-SDCA steps (Option I) on the rows ``rows`` of one block, from the global ``v``.
 
     Parameters
@@ -260,6 +260,12 @@ def sdca_epoch(indptr, indices, data, y, sw, rows, alpha, v, vb, n, l1, l2, sigm
         :data:`dl1.kernels.lazy.LOSS_CODES` value.
     gamma : float
         Smoothing of the smoothed hinge.
+    offset : float
+        A fixed intercept ``b`` added to every prediction: the steps are then those of
+        ``phi_i(a) = s_i loss(y_i, a + b)`` (whose conjugate is ``loss*(u) - u b``, so the
+        Option-I step in terms of the prediction ``z = x.w + b`` is unchanged). The solver
+        holds ``b`` at its exact minimiser between rounds, an unbiased alternative to the
+        constant feature ``kappa``.
 
     Returns
     -------
@@ -285,7 +291,7 @@ def sdca_epoch(indptr, indices, data, y, sw, rows, alpha, v, vb, n, l1, l2, sigm
         s = sw[r]
         lo, hi = indptr[r], indptr[r + 1]
         # w_loc = grad g*(v + sigma' u) on nnz(x_r) only, and |x_r|^2
-        z = kappa * (vb + sigma_prime * ub)
+        z = offset + kappa * (vb + sigma_prime * ub)
         sq = kappa * kappa
         for q in range(lo, hi):
             j = indices[q]

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 from dl1.solvers.cd import CoordinateDescentSolver
+from dl1.solvers.rda import RDASolver
+from dl1.solvers.sdca import SDCASolver
 from dl1.solvers.sgd import FobosSolver, StochasticGradientSolver
+from dl1.solvers.smidas import SMIDASSolver
 from dl1.solvers.ws import WorkingSetSolver
 
 SOLVERS: dict[str, type] = {
@@ -12,4 +15,7 @@ SOLVERS: dict[str, type] = {
     CoordinateDescentSolver.name: CoordinateDescentSolver,
     StochasticGradientSolver.name: StochasticGradientSolver,
     FobosSolver.name: FobosSolver,
+    RDASolver.name: RDASolver,
+    SDCASolver.name: SDCASolver,
+    SMIDASSolver.name: SMIDASSolver,
 }

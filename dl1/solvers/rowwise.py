@@ -70,6 +70,7 @@ class SampleWiseSolver:
             state = self._combine(pb, state, outs)
             history[-1]["progressive_loss"] = sum(o.progressive for o in outs) / pb.n
             cert, z, b = self._certify(pb, state.w, state.b)
+            state = self._refitted(state, b)
         res = make_result(pb, state.w, b, cert, converged, epoch, history)
         return res, WarmState(state.w, b, z)
 
@@ -85,6 +86,11 @@ class SampleWiseSolver:
     def _combine(self, pb: Problem, state: Any, outs: list[Any]) -> Any:
         """The next state from the partitions' outputs."""
         raise NotImplementedError
+
+    def _refitted(self, state: Any, b: float) -> Any:
+        """The state after the certificate refitted the intercept to ``b`` (kept by the
+        solvers whose steps take the intercept as given; by default unchanged)."""
+        return state
 
     # -- shared ------------------------------------------------------------------------
     def _seed(self, epoch: int, q: int, n_parts: int) -> int:

@@ -21,7 +21,7 @@ import numpy as np
 
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.rowwise import SampleWiseSolver
-from dl1.tasks.rows import SGDOutput, SGDSettings, sgd_epoch_task
+from dl1.tasks.stochastic import SGDOutput, SGDSettings, sgd_epoch_task
 
 LEARNING_RATES = ("constant", "invsqrt", "inverse")
 

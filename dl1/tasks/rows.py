@@ -1,10 +1,10 @@
 """Row blocks on the workers, for the solvers that work by samples: CSR arrays of a range
-of rows with global column indices, and the passes over them (``X w``, ``X^T theta`` and
-the stochastic epochs)."""
+of rows with global column indices (in memory, or read from the store by every task), and
+the certificate's passes over them (``X w``, ``X^T theta``). The solvers' epochs are in
+:mod:`dl1.tasks.stochastic`."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,7 +12,6 @@ import scipy.sparse as sp
 
 from dl1.errors import ValidationError
 from dl1.kernels import store as store_kernels
-from dl1.kernels.lazy import FORM_CODES, LOSS_CODES, lazy_pass
 
 
 @dataclass
@@ -117,78 +116,6 @@ def rows_xt_task(blocks: list[RowBlock | RowSource], theta: np.ndarray) -> np.nd
         m = sp.csr_matrix((blk.data, blk.indices, blk.indptr), shape=(blk.n_rows, blk.p))
         out += m.T @ theta[blk.r0 : blk.r0 + blk.n_rows]
     return np.zeros(0) if out is None else out
-
-
-@dataclass(frozen=True)
-class SGDSettings:
-    """What one stochastic epoch needs besides the data and the model."""
-
-    form: str
-    loss: str
-    l1: float
-    l2: float
-    fit_intercept: bool
-    eta0: float
-    learning_rate: str
-    decay: float
-    gamma: float = 1.0
-
-
-@dataclass(frozen=True)
-class SGDOutput:
-    """A partition's epoch: its model, its rows' progressive validation loss (weighted sum
-    of each example's loss before its step), the steps taken and the kernel's seconds."""
-
-    w: np.ndarray
-    b: float
-    progressive: float
-    steps: int
-    kernel_s: float
-
-
-def learning_rates(settings: SGDSettings, t0: int, T: int) -> np.ndarray:
-    """``eta_t`` of steps ``t0 .. t0 + T - 1``: constant ``eta0``, ``eta0 / sqrt(1 + decay t)``
-    (``invsqrt``) or ``eta0 / (1 + decay t)`` (``inverse``)."""
-    t = np.arange(t0, t0 + T, dtype=np.float64)
-    if settings.learning_rate == "constant":
-        return np.full(T, settings.eta0)
-    if settings.learning_rate == "invsqrt":
-        return settings.eta0 / np.sqrt(1.0 + settings.decay * t)
-    return settings.eta0 / (1.0 + settings.decay * t)
-
-
-def sgd_epoch_task(
-    blocks: list[RowBlock | RowSource],
-    w: np.ndarray,
-    b: float,
-    y: np.ndarray,
-    sample_weight: np.ndarray,
-    settings: SGDSettings,
-    t0: int,
-    seed: int,
-) -> SGDOutput:
-    """One pass over a partition's row blocks from ``(w, b)``: blocks in a seeded random
-    order, the rows of each in a seeded random order, lazy updates (O(nnz) per example,
-    :func:`dl1.kernels.lazy.lazy_pass`), every weight current at the end of each block."""
-    rng = np.random.default_rng(seed)
-    w = np.array(w, dtype=np.float64)
-    progressive, steps, kernel_s = 0.0, t0, 0.0
-    for k in rng.permutation(len(blocks)):
-        blk = loaded_rows(blocks[k])  # out of core: one row block in memory at a time
-        rows = rng.permutation(blk.n_rows).astype(np.int64)
-        eta = learning_rates(settings, steps, blk.n_rows)
-        sl = slice(blk.r0, blk.r0 + blk.n_rows)
-        sw = np.ones(blk.n_rows) if sample_weight.shape[0] == 0 else sample_weight[sl]
-        tk = time.perf_counter()
-        b, prog = lazy_pass(
-            blk.indptr, blk.indices, blk.data, y[sl], sw, rows, eta, w, b,
-            settings.fit_intercept, settings.l1, settings.l2, FORM_CODES[settings.form],
-            LOSS_CODES[settings.loss], settings.gamma,
-        )  # fmt: skip
-        kernel_s += time.perf_counter() - tk
-        progressive += prog
-        steps += blk.n_rows
-    return SGDOutput(w, float(b), float(progressive), steps - t0, kernel_s)
 
 
 def row_sqnorm_max_task(block: RowBlock | RowSource) -> float:

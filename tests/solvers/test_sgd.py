@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import dl1
 from dl1.kernels.lazy import FORM_CODES, LOSS_CODES, lazy_pass
 from dl1.solvers.result import ConvergenceWarning
-from dl1.tasks.rows import SGDSettings, learning_rates
+from dl1.tasks.stochastic import SGDSettings, learning_rates
 
 
 def regression(n=600, p=80, seed=0):

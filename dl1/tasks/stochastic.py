@@ -1,0 +1,277 @@
+"""The epochs of the sample-wise solvers on one partition's row blocks.
+
+Every epoch visits the partition's blocks in a seeded random order and the rows of each in
+a seeded random order, one block in memory at a time (out of core, each block is read when
+its turn comes), and calls the solver's kernel on the block: lazy SGD / FoBoS
+(:mod:`dl1.kernels.lazy`), l1-RDA (:mod:`dl1.kernels.rda`), SMIDAS
+(:mod:`dl1.kernels.smidas`) or Prox-SDCA (:mod:`dl1.kernels.sdca`). Each returns what the
+coordinator combines, and the progressive validation loss of its rows (the weighted sum of
+each example's loss at the prediction made before its step).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from dl1.kernels.lazy import FORM_CODES, LOSS_CODES, lazy_pass
+from dl1.kernels.rda import rda_pass
+from dl1.kernels.sdca import sdca_epoch
+from dl1.kernels.smidas import smidas_pass
+from dl1.tasks.rows import RowBlock, RowSource, loaded_rows
+
+
+@dataclass(frozen=True)
+class Visit:
+    """One block's turn in an epoch: the block, its rows in visiting order, its targets
+    and sample weights (ones when there are none)."""
+
+    block: RowBlock
+    rows: np.ndarray
+    y: np.ndarray
+    sw: np.ndarray
+
+
+def visits(
+    blocks: list[RowBlock | RowSource], y: np.ndarray, sample_weight: np.ndarray, seed: int,
+    n_passes: int = 1,
+) -> Iterator[Visit]:  # fmt: skip
+    """The blocks in a seeded random order, each read when its turn comes (out of core: one
+    block in memory at a time), its rows shuffled (``n_passes`` shuffles in a row)."""
+    rng = np.random.default_rng(seed)
+    for k in rng.permutation(len(blocks)):
+        blk = loaded_rows(blocks[k])
+        sl = slice(blk.r0, blk.r0 + blk.n_rows)
+        sw = np.ones(blk.n_rows) if sample_weight.shape[0] == 0 else sample_weight[sl]
+        rows = np.concatenate([rng.permutation(blk.n_rows) for _ in range(n_passes)])
+        yield Visit(blk, rows.astype(np.int64), y[sl], sw)
+
+
+# ---------------------------------------------------------------------- SGD / FoBoS
+@dataclass(frozen=True)
+class SGDSettings:
+    """What one stochastic epoch needs besides the data and the model."""
+
+    form: str
+    loss: str
+    l1: float
+    l2: float
+    fit_intercept: bool
+    eta0: float
+    learning_rate: str
+    decay: float
+    gamma: float = 1.0
+
+
+@dataclass(frozen=True)
+class SGDOutput:
+    """A partition's epoch: its model, its progressive loss, the steps taken and the
+    kernel's seconds."""
+
+    w: np.ndarray
+    b: float
+    progressive: float
+    steps: int
+    kernel_s: float
+
+
+def learning_rates(settings: SGDSettings, t0: int, T: int) -> np.ndarray:
+    """``eta_t`` of steps ``t0 .. t0 + T - 1``: constant ``eta0``, ``eta0 / sqrt(1 + decay t)``
+    (``invsqrt``) or ``eta0 / (1 + decay t)`` (``inverse``)."""
+    t = np.arange(t0, t0 + T, dtype=np.float64)
+    if settings.learning_rate == "constant":
+        return np.full(T, settings.eta0)
+    if settings.learning_rate == "invsqrt":
+        return settings.eta0 / np.sqrt(1.0 + settings.decay * t)
+    return settings.eta0 / (1.0 + settings.decay * t)
+
+
+def sgd_epoch_task(
+    blocks: list[RowBlock | RowSource],
+    w: np.ndarray,
+    b: float,
+    y: np.ndarray,
+    sample_weight: np.ndarray,
+    settings: SGDSettings,
+    t0: int,
+    seed: int,
+) -> SGDOutput:
+    """One pass of lazy SGD / FoBoS over a partition's rows from ``(w, b)`` (O(nnz) per
+    example; every weight current at the end of each block)."""
+    w = np.array(w, dtype=np.float64)
+    progressive, steps, kernel_s = 0.0, t0, 0.0
+    for v in visits(blocks, y, sample_weight, seed):
+        eta = learning_rates(settings, steps, v.rows.shape[0])
+        tk = time.perf_counter()
+        b, prog = lazy_pass(
+            v.block.indptr, v.block.indices, v.block.data, v.y, v.sw, v.rows, eta, w, b,
+            settings.fit_intercept, settings.l1, settings.l2, FORM_CODES[settings.form],
+            LOSS_CODES[settings.loss], settings.gamma,
+        )  # fmt: skip
+        kernel_s += time.perf_counter() - tk
+        progressive += prog
+        steps += v.rows.shape[0]
+    return SGDOutput(w, float(b), float(progressive), steps - t0, kernel_s)
+
+
+# ---------------------------------------------------------------------------- l1-RDA
+@dataclass(frozen=True)
+class RDASettings:
+    """Xiao's parameters: ``beta_t = gamma sqrt(t)``, the sparsity-enhancing ``rho``, and
+    the intercept's own ``gamma_b``."""
+
+    loss: str
+    l1: float
+    l2: float
+    fit_intercept: bool
+    gamma: float
+    rho: float
+    gamma_b: float
+    smoothing: float = 1.0
+
+
+@dataclass(frozen=True)
+class RDAOutput:
+    """A partition's epoch: the change of the gradient sums ``G`` and ``G_b``, the steps
+    taken and the progressive loss."""
+
+    dG: np.ndarray
+    dGb: float
+    steps: int
+    progressive: float
+
+
+def rda_epoch_task(
+    blocks: list[RowBlock | RowSource],
+    G: np.ndarray,
+    Gb: float,
+    t: float,
+    y: np.ndarray,
+    sample_weight: np.ndarray,
+    settings: RDASettings,
+    seed: int,
+) -> RDAOutput:
+    """One pass of l1-RDA over a partition's rows from the pooled state ``(G, G_b, t)``
+    (O(nnz) per example: a weight is computed from ``(G_j, t)`` when its feature appears)."""
+    G0 = np.array(G, dtype=np.float64)
+    Gk, Gbk, tk = G0.copy(), float(Gb), t
+    w = np.empty_like(Gk)
+    progressive = 0.0
+    for v in visits(blocks, y, sample_weight, seed):
+        Gbk, tk, _, prog = rda_pass(
+            v.block.indptr, v.block.indices, v.block.data, v.y, v.sw, v.rows, Gk, Gbk, tk, w,
+            settings.fit_intercept, settings.l1, settings.l2, settings.gamma, settings.rho,
+            settings.gamma_b, LOSS_CODES[settings.loss], settings.smoothing,
+        )  # fmt: skip
+        progressive += prog
+    return RDAOutput(Gk - G0, Gbk - float(Gb), int(tk - t), float(progressive))
+
+
+# ---------------------------------------------------------------------------- SMIDAS
+@dataclass(frozen=True)
+class SMIDASSettings:
+    """The step ``eta`` (constant, as the paper's), ``p`` of the link and the penalty."""
+
+    loss: str
+    l1: float
+    fit_intercept: bool
+    eta: float
+    p: float
+    smoothing: float = 1.0
+
+
+@dataclass(frozen=True)
+class SMIDASOutput:
+    """A partition's epoch: its mirror variable ``theta``, intercept, steps and
+    progressive loss."""
+
+    theta: np.ndarray
+    b: float
+    steps: int
+    progressive: float
+
+
+def smidas_epoch_task(
+    blocks: list[RowBlock | RowSource],
+    theta: np.ndarray,
+    b: float,
+    y: np.ndarray,
+    sample_weight: np.ndarray,
+    settings: SMIDASSettings,
+    seed: int,
+) -> SMIDASOutput:
+    """One pass of SMIDAS over a partition's rows from ``(theta, b)``."""
+    theta = np.array(theta, dtype=np.float64)
+    w = np.empty_like(theta)
+    progressive, steps = 0.0, 0
+    for v in visits(blocks, y, sample_weight, seed):
+        eta = np.full(v.rows.shape[0], settings.eta)
+        b, prog = smidas_pass(
+            v.block.indptr, v.block.indices, v.block.data, v.y, v.sw, v.rows, eta, theta, w,
+            b, settings.fit_intercept, settings.l1, settings.p, LOSS_CODES[settings.loss],
+            settings.smoothing,
+        )  # fmt: skip
+        progressive += prog
+        steps += v.rows.shape[0]
+    return SMIDASOutput(theta, float(b), steps, float(progressive))
+
+
+# ------------------------------------------------------------------------- Prox-SDCA
+@dataclass(frozen=True)
+class SDCASettings:
+    """The penalty (``l2 > 0``: the ridge the dual needs), the CoCoA+ ``sigma'`` and the
+    local passes per round."""
+
+    loss: str
+    l1: float
+    l2: float
+    sigma_prime: float
+    n_passes: int
+    n: int
+    smoothing: float = 1.0
+
+
+@dataclass(frozen=True)
+class SDCAOutput:
+    """A partition's round: the dual changes of its blocks (first row, changes), the
+    change of ``v`` and the progressive loss."""
+
+    d_alpha: list[tuple[int, np.ndarray]]
+    dv: np.ndarray
+    progressive: float
+
+
+def sdca_round_task(
+    blocks: list[RowBlock | RowSource],
+    alpha: np.ndarray,
+    r_lo: int,
+    v: np.ndarray,
+    b: float,
+    y: np.ndarray,
+    sample_weight: np.ndarray,
+    settings: SDCASettings,
+    seed: int,
+) -> SDCAOutput:
+    """Prox-SDCA's local passes on a partition's rows from the global ``(alpha, v)``
+    (``alpha``: the partition's rows, from row ``r_lo``) with the intercept ``b`` held.
+    The blocks share one local subproblem (each starts where the previous left ``v +
+    sigma' u``), so their changes add up to the partition's CoCoA+ update."""
+    v0 = np.asarray(v, dtype=np.float64)
+    dv = np.zeros_like(v0)
+    d_alpha, progressive = [], 0.0
+    s = settings
+    for vis in visits(blocks, y, sample_weight, seed, n_passes=s.n_passes):
+        blk = vis.block
+        a = alpha[blk.r0 - r_lo : blk.r0 - r_lo + blk.n_rows]
+        da, u, _, prog = sdca_epoch(
+            blk.indptr, blk.indices, blk.data, vis.y, vis.sw, vis.rows, a,
+            v0 + s.sigma_prime * dv, 0.0, s.n, s.l1, s.l2, s.sigma_prime, False, 0.0,
+            LOSS_CODES[s.loss], s.smoothing, b,
+        )  # fmt: skip
+        d_alpha.append((blk.r0, da))
+        dv += u
+        progressive += prog
+    return SDCAOutput(d_alpha, dv, float(progressive))
