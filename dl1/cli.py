@@ -196,7 +196,10 @@ def demo(out: str | None, seed: int, workers: int) -> None:
 )
 @click.option("--l1-ratio", type=click.FloatRange(0, 1), default=1.0, show_default=True)
 @click.option(
-    "--loss", type=click.Choice(["squared", "logistic"]), default="squared", show_default=True
+    "--loss",
+    type=click.Choice(["squared", "logistic", "hinge", "smooth_hinge"]),
+    default="squared",
+    show_default=True,
 )
 @click.option(
     "--tol", type=float, default=1e-6, show_default=True, help="Stop at duality gap <= tol * P(0)."
@@ -355,7 +358,10 @@ def main() -> None:
 )
 @click.option("--l1-ratio", type=click.FloatRange(0, 1), default=1.0, show_default=True)
 @click.option(
-    "--loss", type=click.Choice(["squared", "logistic"]), default="squared", show_default=True
+    "--loss",
+    type=click.Choice(["squared", "logistic", "hinge", "smooth_hinge"]),
+    default="squared",
+    show_default=True,
 )
 @click.option(
     "--tol",

@@ -19,7 +19,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from dl1.errors import ValidationError
-from dl1.objective.datafits import Logistic, Quadratic, normalize_sample_weight
+from dl1.objective.datafits import (
+    Hinge,
+    Logistic,
+    Quadratic,
+    SmoothHinge,
+    normalize_sample_weight,
+)
 from dl1.runtime.worker import WORKER_BASELINE
 from dl1.solvers.base import DataHandles, Problem, RowData, WorkingSetBudget
 from dl1.store import Store, open_store
@@ -28,7 +34,7 @@ from dl1.tasks.gram import GRAM_DENSE_MAX
 from dl1.tasks.passes import xt_theta_task
 from dl1.tasks.rows import RowSource, assemble_rows, row_sqnorm_max_task, rows_xt_task
 
-LOSSES = {"squared": Quadratic, "logistic": Logistic}
+LOSSES = {"squared": Quadratic, "logistic": Logistic, "hinge": Hinge, "smooth_hinge": SmoothHinge}
 
 
 @dataclass(frozen=True)

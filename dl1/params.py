@@ -170,7 +170,7 @@ NON_NEGATIVE_INT = Interval(numbers.Integral, 0, None, closed="left")
 
 #: Parameters shared by every fitting entry point (the penalised and the constrained ones).
 COMMON = {
-    "loss": [Options(("squared", "logistic"))],
+    "loss": [Options(("squared", "logistic", "hinge", "smooth_hinge"))],
     "fit_intercept": ["boolean"],
     "standardize": ["boolean"],
     "n_partitions": [POSITIVE_INT],

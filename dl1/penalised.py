@@ -60,7 +60,14 @@ def _set_up(
     inputs: Any, client: Any, stream: bool | None, solver: Any, **settings: Any
 ) -> tuple[Problem, float]:
     """The executor of ``client`` (with direct calls where ``solver`` gains from them), the
-    out-of-core decision, and the loaded problem with its loading seconds."""
+    out-of-core decision, and the loaded problem with its loading seconds. A non-smooth
+    loss is refused before any work for the solvers that need a curvature bound."""
+    if solver.layout == "columns" and not np.isfinite(inputs.datafit.beta):
+        raise ValidationError(
+            f"loss={settings['loss']!r} is not smooth: solver={solver.name!r} needs a bound on "
+            "its curvature; use a sample-wise solver ('sdca', 'sgd', 'fobos', 'rda', "
+            "'smidas') or loss='smooth_hinge'"
+        )
     ex = executor_for(client)
     streamed = decide_stream(stream, inputs.store, inputs.split, ex)
     ex = direct_calls(ex, solver, streamed)
@@ -119,7 +126,10 @@ def fit(
         Targets; read from the store when X is a store.
     alpha, l1_ratio : float
         Penalty strength (> 0) and mix (1.0: Lasso / L1 logistic).
-    loss : {"squared", "logistic"}
+    loss : {"squared", "logistic", "hinge", "smooth_hinge"}
+        The hinge (``max(0, 1 - y z)``) is not smooth: the sample-wise solvers take it
+        (``"sdca"``, ``"sgd"``, ``"fobos"``, ``"rda"``, ``"smidas"``); the smoothed hinge
+        (Shalev-Shwartz & Zhang, ``gamma = 1``) is smooth, for every solver.
     fit_intercept : bool
         Fit an unpenalised intercept.
     standardize : bool

@@ -106,6 +106,8 @@ def metrics(loss: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     if loss == "squared":
         return {"mse": float(np.mean((y - pred) ** 2))}
     margin = y * pred
+    if loss != "logistic":  # a hinge's decision function is no log-odds
+        return {"accuracy": float(np.mean(margin > 0))}
     return {
         "logloss": float(np.mean(np.logaddexp(0.0, -margin))),
         "accuracy": float(np.mean(margin > 0)),

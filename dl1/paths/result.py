@@ -11,7 +11,12 @@ import scipy.sparse as sp
 
 #: Validation metrics per loss, as named in ``test_metrics`` dicts; the first one is minimised
 #: to choose ``best_alpha_``.
-METRICS = {"squared": ("mse",), "logistic": ("logloss", "accuracy")}
+METRICS = {
+    "squared": ("mse",),
+    "logistic": ("logloss", "accuracy"),
+    "hinge": ("accuracy",),
+    "smooth_hinge": ("accuracy",),
+}
 _LABELS = {"test_mse": "test MSE", "test_logloss": "test log-loss", "test_acc": "test accuracy"}
 #: Coefficient paths drawn at most (the features of largest max |coef|).
 MAX_PATHS = 50
@@ -160,8 +165,13 @@ class PathResult:
 
     @property
     def validation_error_(self) -> np.ndarray | None:
-        """Test MSE (squared loss) or log-loss (logistic), None without test data."""
-        return self.test_mse_ if self.loss == "squared" else self.test_logloss_
+        """Test MSE (squared loss), log-loss (logistic) or error rate (hinges), None
+        without test data."""
+        if self.loss == "squared":
+            return self.test_mse_
+        if self.loss == "logistic":
+            return self.test_logloss_
+        return None if self.test_accuracy_ is None else 1.0 - self.test_accuracy_
 
     @property
     def best_index_(self) -> int | None:
@@ -185,7 +195,7 @@ class PathResult:
 
     def _metric_columns(self) -> list[tuple[str, np.ndarray]]:
         cols = [("test_mse", self.test_mse_)]
-        if self.loss == "logistic":
+        if self.loss != "squared":
             cols = [("test_logloss", self.test_logloss_), ("test_acc", self.test_accuracy_)]
         return [(name, v) for name, v in cols if v is not None]
 

@@ -78,7 +78,7 @@ class RDASolver(SampleWiseSolver):
         if gamma is None:
             # a step of 1 / (gamma sqrt(t)) per gradient: SGD's schedule eta0 / sqrt(1 + t/n)
             # with eta0 = 1 / (beta max ||x_i||^2) (see dl1.solvers.sgd) once t >> n
-            gamma = pb.datafit.beta * max(pb.rows.row_sqnorm_max, 1e-300) / math.sqrt(pb.n)
+            gamma = self._curvature(pb) * max(pb.rows.row_sqnorm_max, 1e-300) / math.sqrt(pb.n)
         return RDASettings(pb.loss, pb.penalty.alpha_l1, pb.penalty.alpha_l2, pb.fit_intercept,
                            float(gamma), float(self.rho), 1.0)  # fmt: skip
 

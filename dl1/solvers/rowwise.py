@@ -19,10 +19,21 @@ from typing import Any
 import numpy as np
 
 from dl1.loading import rows_xt_theta
+from dl1.objective.datafits.hinge import balanced
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.result import Certificate, FitResult, make_result
 from dl1.tasks.rows import rows_matvec_task
+
+
+def gap_at(pb: Problem, z: np.ndarray, w: np.ndarray, theta: np.ndarray) -> Certificate:
+    """The certificate of ``(w, z)`` with the dual point ``theta`` (``X^T theta`` reduced
+    from the row blocks)."""
+    absmax, excess = pb.penalty.xt_theta_stats(rows_xt_theta(pb.executor, pb.rows, theta), pb.n)
+    return Certificate(*duality_gap_from_stats(
+        pb.datafit, pb.penalty, pb.y, z, w, absmax, excess, s=pb.weights,
+        intercept=pb.fit_intercept, theta=theta,
+    ))  # fmt: skip
 
 
 class SampleWiseSolver:
@@ -59,7 +70,7 @@ class SampleWiseSolver:
         history: list[dict[str, Any]] = []
         t_start = time.perf_counter()
         epoch, converged = 0, False
-        cert, z, b = self._certify(pb, state.w, state.b)
+        cert, z, b = self._certify(pb, state.w, state.b, self._dual_candidate(state))
         for epoch in range(self.max_epochs + 1):
             entry = self._entry(epoch, cert, pb, state.w, t_start)
             history.append(entry)
@@ -69,7 +80,7 @@ class SampleWiseSolver:
             outs = self._epoch(pb, state, epoch)
             state = self._combine(pb, state, outs)
             history[-1]["progressive_loss"] = sum(o.progressive for o in outs) / pb.n
-            cert, z, b = self._certify(pb, state.w, state.b)
+            cert, z, b = self._certify(pb, state.w, state.b, self._dual_candidate(state))
             state = self._refitted(state, b)
         res = make_result(pb, state.w, b, cert, converged, epoch, history)
         return res, WarmState(state.w, b, z)
@@ -87,6 +98,11 @@ class SampleWiseSolver:
         """The next state from the partitions' outputs."""
         raise NotImplementedError
 
+    def _dual_candidate(self, state: Any) -> np.ndarray | None:
+        """A dual point the solver keeps (``theta`` convention of :mod:`dl1.objective.gap`),
+        certified beside the one from the predictions (by default none)."""
+        return None
+
     def _refitted(self, state: Any, b: float) -> Any:
         """The state after the certificate refitted the intercept to ``b`` (kept by the
         solvers whose steps take the intercept as given; by default unchanged)."""
@@ -98,8 +114,12 @@ class SampleWiseSolver:
         return self.seed * 1_000_003 + epoch * n_parts + q
 
     @staticmethod
-    def _certify(pb: Problem, w: np.ndarray, b: float) -> tuple[Certificate, np.ndarray, float]:
-        """The duality gap at ``w`` with the intercept refitted exactly; ``z = X w + b``."""
+    def _certify(pb: Problem, w: np.ndarray, b: float, dual: np.ndarray | None = None) -> (
+        tuple[Certificate, np.ndarray, float]
+    ):
+        """The duality gap at ``w`` with the intercept refitted exactly; ``z = X w + b``.
+        The dual point is the one of the predictions, or ``dual`` (made feasible for the
+        intercept) when that gives the smaller gap."""
         ex, rows = pb.executor, pb.rows
         b = b if pb.fit_intercept else 0.0
         parts = ex.gather(
@@ -112,12 +132,17 @@ class SampleWiseSolver:
             b += db
             z += db
         theta = pb.datafit.dual_point(pb.y, z, pb.weights, pb.fit_intercept)
-        absmax, excess = pb.penalty.xt_theta_stats(rows_xt_theta(ex, rows, theta), pb.n)
-        cert = Certificate(*duality_gap_from_stats(
-            pb.datafit, pb.penalty, pb.y, z, w, absmax, excess, s=pb.weights,
-            intercept=pb.fit_intercept, theta=theta,
-        ))  # fmt: skip
+        cert = gap_at(pb, z, w, theta)
+        if dual is not None and not pb.datafit.quadratic:
+            other = gap_at(pb, z, w, balanced(dual) if pb.fit_intercept else dual)
+            cert = min(cert, other, key=lambda c: c.gap)
         return cert, z, b
+
+    def _curvature(self, pb: Problem) -> float:
+        """The loss's curvature bound ``beta`` for step sizes (1 for the hinge, whose
+        subgradients are bounded by 1)."""
+        beta = pb.datafit.beta
+        return beta if np.isfinite(beta) else 1.0
 
     def _entry(self, epoch: int, cert: Certificate, pb: Problem, w: np.ndarray,
                t_start: float) -> dict[str, Any]:  # fmt: skip

@@ -91,7 +91,7 @@ class SDCASolver(SampleWiseSolver):
         """Warn when Theorem 1's round count with the Lasso's ridge, ``(1 + sigma' beta R^2
         / (ridge n)) log(1 / tol)``, exceeds ``max_epochs``."""
         K = len(pb.rows.parts)
-        rounds = (1 + K * pb.datafit.beta * pb.rows.row_sqnorm_max / (ridge * pb.n)) * max(
+        rounds = (1 + K * self._curvature(pb) * pb.rows.row_sqnorm_max / (ridge * pb.n)) * max(
             1.0, math.log(1.0 / pb.tol)
         )
         if rounds > self.max_epochs:
@@ -119,6 +119,10 @@ class SDCASolver(SampleWiseSolver):
     def _state(alpha, v, b, st: SDCASettings) -> SDCAState:
         w, _ = primal_from_dual(v, 0.0, st.l1, st.l2)
         return SDCAState(alpha, v, w, b, st)
+
+    def _dual_candidate(self, state: SDCAState) -> np.ndarray:
+        """The dual variables themselves (``theta = alpha``)."""
+        return state.alpha
 
     def _refitted(self, state: SDCAState, b: float) -> SDCAState:
         """The next round holds the intercept the certificate refitted."""

@@ -80,7 +80,7 @@ class StochasticGradientSolver(SampleWiseSolver):
     def _settings(self, pb: Problem) -> SGDSettings:
         eta0 = self.eta0
         if eta0 is None:
-            eta0 = 1.0 / (pb.datafit.beta * max(pb.rows.row_sqnorm_max, 1e-300))
+            eta0 = 1.0 / (self._curvature(pb) * max(pb.rows.row_sqnorm_max, 1e-300))
         if self.form == "sgd" and eta0 * pb.penalty.alpha_l2 >= 1.0:
             eta0 = 0.5 / pb.penalty.alpha_l2  # keeps the ridge factor 1 - eta l2 positive
         return SGDSettings(

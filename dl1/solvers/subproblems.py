@@ -111,7 +111,7 @@ def choose_mode(
     use_spread = bool(spread)
     if spread is None:
         use_spread = problem.streamed and 12.0 * problem.n * ws_size > gather_max
-    quadratic = problem.datafit.beta == 1.0
+    quadratic = problem.datafit.quadratic
     if not use_spread:
         return GatheredGram(gram_max) if quadratic else ColumnCD()
     fits = ws_size <= min(gram_max, np.sqrt(gather_max / 16.0))
@@ -196,7 +196,7 @@ class SpreadCocoa:
         datafit, penalty, s = pb.datafit, pb.penalty, pb.weights
         plan = run.spread_plan(ws)
         sigma = float(len(plan))
-        profile = pb.fit_intercept and datafit.beta == 1.0
+        profile = pb.fit_intercept and datafit.quadratic
         threshold = pb.n * penalty.alpha_l1
         # per-column sums for the profiled intercept: computed once, kept where the groups are
         sums = [

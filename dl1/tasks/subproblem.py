@@ -111,7 +111,7 @@ def subproblem_task(
     z0 = z
     z = z.copy()
     s = None if sample_weight.shape[0] == 0 else sample_weight
-    if datafit.beta == 1.0 and 0 < w.shape[0] <= min(settings.gram_max, gram_limit()):
+    if datafit.quadratic and 0 < w.shape[0] <= min(settings.gram_max, gram_limit()):
         # squared loss on a small working set: covariance updates
         w, dz, db, info = solve_on_gram(
             indptr,
@@ -145,7 +145,7 @@ def subproblem_task(
     threshold = n * penalty.alpha_l1
     hist: list[np.ndarray] = []
     # squared loss: the intercept is profiled out of every coordinate step (implicit centring)
-    profile = fit_intercept and datafit.beta == 1.0
+    profile = fit_intercept and datafit.quadratic
     col_sum, shift = NO_PROFILE, np.zeros(2)
     if profile:
         col_sum = col_sums(indptr, indices, data, s)

@@ -5,7 +5,8 @@ Each datafit exposes ``beta`` (bound on ``loss''``), ``validate_y``, ``value``, 
 :mod:`dl1.objective.gap` for the dual scaling.
 """
 
+from dl1.objective.datafits.hinge import Hinge, SmoothHinge
 from dl1.objective.datafits.logistic import Logistic
 from dl1.objective.datafits.quadratic import Quadratic, normalize_sample_weight
 
-__all__ = ["Logistic", "Quadratic", "normalize_sample_weight"]
+__all__ = ["Hinge", "Logistic", "Quadratic", "SmoothHinge", "normalize_sample_weight"]

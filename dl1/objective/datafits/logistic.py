@@ -32,6 +32,7 @@ class Logistic:
 
     beta: float = 0.25
     """Upper bound of ``loss''`` (Shalev-Shwartz & Tewari 2011, Eq. (7))."""
+    quadratic = False
 
     def __repr__(self) -> str:
         return "Logistic()"

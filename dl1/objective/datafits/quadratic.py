@@ -94,6 +94,8 @@ class Quadratic:
 
     beta: float = 1.0
     """Upper bound of ``loss''`` (Shalev-Shwartz & Tewari 2011, Eq. (7))."""
+    quadratic = True
+    """The loss is a quadratic: a Gram matrix gives its exact local model."""
 
     def __repr__(self) -> str:
         return "Quadratic()"
