@@ -154,7 +154,7 @@ def is_solver_name(value: Any) -> bool:
     """A registered solver's name (looked up when checked: the registry is the one list)."""
     from dl1.solvers.registry import SOLVERS
 
-    return isinstance(value, str) and value in SOLVERS
+    return isinstance(value, str) and (value in SOLVERS or value == "auto")
 
 
 @predicate("a callable")

@@ -36,18 +36,26 @@ from dl1.paths.loop import AlphaStep, walk
 from dl1.paths.result import PathResult
 from dl1.runtime.executor import coordinating, executor_for
 from dl1.runtime.rpc import rpc_executor
+from dl1.solvers.auto import choose_solver
 from dl1.solvers.base import Problem, WarmState, solver_class
 from dl1.solvers.result import ConvergenceWarning, FitResult
 
 
 def make_solver(
-    solver: str, *, max_rounds: int | None, max_epochs: int | None = None, **options: Any
+    solver: str,
+    *,
+    max_rounds: int | None,
+    max_epochs: int | None = None,
+    datafit: Any = None,
+    **options: Any,
 ) -> Any:
-    """The solver called ``solver`` in :data:`dl1.solvers.registry.SOLVERS`, configured
-    from the entry points' keywords: each solver takes those its constructor names (the
-    working-set solver ``screen`` and ``spread``, coordinate descent ``n_epochs``, the
-    sample-wise solvers ``max_epochs``, ...); a keyword left to its default (None) is not
-    passed."""
+    """The solver called ``solver`` in :data:`dl1.solvers.registry.SOLVERS` (``"auto"``:
+    :func:`dl1.solvers.auto.choose_solver`'s for ``datafit``), configured from the entry
+    points' keywords: each solver takes those its constructor names (the working-set solver
+    ``screen`` and ``spread``, coordinate descent ``n_epochs``, the sample-wise solvers
+    ``max_epochs``, ...); a keyword left to its default (None) is not passed."""
+    if solver == "auto":
+        solver = choose_solver(datafit)
     cls = solver_class(solver)
     accepted = inspect.signature(cls).parameters
     options["max_rounds"] = 1000 if max_rounds is None else max_rounds
@@ -141,8 +149,9 @@ def fit(
     max_rounds : int, optional
         Round limit (default 1000); reaching it warns (ConvergenceWarning) with the gap.
     max_epochs : int, optional
-        ``solver="sgd"`` / ``"fobos"``: passes over the data at most (default 20); reaching
-        it warns with the gap.
+        The sample-wise solvers (``"sdca"``, ``"sgd"``, ``"fobos"``, ``"rda"``,
+        ``"smidas"``): passes over the data at most (default 20; 100 rounds for
+        ``"sdca"``); reaching it warns with the gap.
     n_partitions : int
         Groups of feature blocks whose updates are added each round (CoCoA+ sigma'); fixed
         by the caller, not by the cluster, so results do not depend on the workers.
@@ -150,15 +159,19 @@ def fit(
         ``solver="cd"``: local coordinate-descent epochs per round.
     random_order, seed : bool, int
         Uniformly random coordinate order (stochastic coordinate descent), and its seed.
-    solver : {"ws", "cd", "sgd", "fobos"}
+    solver : {"ws", "cd", "sdca", "sgd", "fobos", "rda", "smidas", "auto"}
         ``"ws"``: working sets (:class:`dl1.solvers.ws.WorkingSetSolver`): each round is one
         pass that certifies the current point and picks the features whose subproblem is
         then solved. ``"cd"``: CoCoA+ coordinate descent on every partition each round
         (:class:`dl1.solvers.cd.CoordinateDescentSolver`). ``"sgd"`` / ``"fobos"``: epochs
         of stochastic steps over row blocks with lazy elastic-net updates, the partitions'
         models averaged per epoch, each epoch certified
-        (:class:`dl1.solvers.sgd.StochasticGradientSolver`); for many more samples than
-        features at moderate accuracy.
+        (:class:`dl1.solvers.sgd.StochasticGradientSolver`). ``"rda"``: l1-regularised dual
+        averaging (sparser models along the way); ``"smidas"``: mirror descent for L1
+        problems with very many features; ``"sdca"``: Prox-SDCA with CoCoA+ rounds
+        (linear rate with a ridge part; the hinge). ``"auto"``: the rule of
+        :mod:`dl1.solvers.auto` (measured: ``"ws"`` for smooth losses, ``"sdca"`` for the
+        hinge). Each solver's docstring says when to use it.
     screen : bool
         ``"ws"``: gap-safe sphere screening (Lasso and L1-logistic).
     stream : bool, optional
@@ -180,7 +193,8 @@ def fit(
     validate_params(PENALISED, locals(), "dl1.fit()")
     inputs = read_inputs(X, y, sample_weight, loss, split)
     solver_obj = make_solver(
-        solver, max_rounds=max_rounds, max_epochs=max_epochs, n_epochs=n_epochs,
+        solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=inputs.datafit,
+        n_epochs=n_epochs,
         random_order=random_order, seed=seed, screen=screen, spread=spread, verbose=verbose,
         callback=callback,
     )  # fmt: skip
@@ -317,7 +331,8 @@ def path(
     validate_params(PATH, locals(), "dl1.path()")
     inputs = read_inputs(X, y, sample_weight, loss, split)
     solver_obj = make_solver(
-        solver, max_rounds=max_rounds, max_epochs=max_epochs, random_order=random_order,
+        solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=inputs.datafit,
+        random_order=random_order,
         seed=seed, screen=screen, spread=spread,
         # warm-started from the previous alpha, the working set is usually right: its
         # subproblem is solved to the target gap at once (one pass per alpha, not two)
