@@ -85,7 +85,10 @@ def _run_dl1(path, alpha, tol, n_workers, q):
 
     with (
         LocalCluster(
-            n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address="127.0.0.1:0",
         ) as cluster,
         Client(cluster) as client,
     ):

@@ -149,12 +149,18 @@ def is_str(value: Any) -> bool:
     return isinstance(value, str)
 
 
-@predicate("the name of a solver in dl1.solvers.registry.SOLVERS ('ws', 'cd', ...)")
+@predicate(
+    "the name of a solver in dl1.solvers.registry.SOLVERS ('ws', 'cd', ...), 'auto', or a "
+    "solver object"
+)
 def is_solver_name(value: Any) -> bool:
-    """A registered solver's name (looked up when checked: the registry is the one list)."""
+    """A registered solver's name (looked up when checked: the registry is the one list),
+    ``"auto"``, or a configured solver object (with ``solve``, ``layout`` and ``name``)."""
     from dl1.solvers.registry import SOLVERS
 
-    return isinstance(value, str) and (value in SOLVERS or value == "auto")
+    if isinstance(value, str):
+        return value in SOLVERS or value == "auto"
+    return all(hasattr(value, a) for a in ("solve", "layout", "name", "restore", "release"))
 
 
 @predicate("a callable")

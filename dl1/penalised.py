@@ -53,7 +53,10 @@ def make_solver(
     :func:`dl1.solvers.auto.choose_solver`'s for ``datafit``), configured from the entry
     points' keywords: each solver takes those its constructor names (the working-set solver
     ``screen`` and ``spread``, coordinate descent ``n_epochs``, the sample-wise solvers
-    ``max_epochs``, ...); a keyword left to its default (None) is not passed."""
+    ``max_epochs``, ...); a keyword left to its default (None) is not passed. A solver
+    object is used as it is configured."""
+    if not isinstance(solver, str):
+        return solver
     if solver == "auto":
         solver = choose_solver(datafit)
     cls = solver_class(solver)
@@ -159,7 +162,9 @@ def fit(
         ``solver="cd"``: local coordinate-descent epochs per round.
     random_order, seed : bool, int
         Uniformly random coordinate order (stochastic coordinate descent), and its seed.
-    solver : {"ws", "cd", "sdca", "sgd", "fobos", "rda", "smidas", "auto"}
+    solver : {"ws", "cd", "sdca", "sgd", "fobos", "rda", "smidas", "auto"} or solver object
+        A name, or a solver configured beyond these keywords (e.g.
+        ``dl1.solvers.rda.RDASolver(rho=0.005)``).
         ``"ws"``: working sets (:class:`dl1.solvers.ws.WorkingSetSolver`): each round is one
         pass that certifies the current point and picks the features whose subproblem is
         then solved. ``"cd"``: CoCoA+ coordinate descent on every partition each round
