@@ -42,3 +42,19 @@ def test_fit_path_and_estimator_take_auto(loss, expected):
     if loss == "squared":
         est = ElasticNet(kw["alpha"], l1_ratio=0.5, solver="auto", tol=1e-6).fit(X, y)
         np.testing.assert_array_equal(est.coef_, named.coef_)
+
+
+def test_a_configured_solver_object_is_used_as_it_is():
+    """Pass: a solver object passed as solver= runs with its own settings (2 epochs here,
+    whatever fit's defaults), and an object that is not a solver is refused before any
+    work, naming the parameter."""
+    from dl1.solvers.rda import RDASolver
+    from dl1.solvers.result import ConvergenceWarning
+
+    X = sp.random(200, 15, density=0.3, format="csr", random_state=1)
+    y = X @ np.arange(15.0)
+    with pytest.warns(ConvergenceWarning):
+        res = dl1.fit(X, y, alpha=0.01, solver=RDASolver(max_epochs=2), tol=1e-12)
+    assert res.n_rounds_ == 2
+    with pytest.raises(ValueError, match="'solver' parameter"):
+        dl1.fit(X, y, alpha=0.01, solver=object())
