@@ -44,7 +44,7 @@ class RDASolver(SampleWiseSolver):
 
     Parameters
     ----------
-    max_epochs, seed, verbose, callback
+    max_epochs, seed, shuffle, certify_every, verbose, callback
         As :class:`~dl1.solvers.rowwise.SampleWiseSolver`.
     rda_gamma : float, optional
         ``beta_t = rda_gamma sqrt(t)`` (Eq. (8)); the paper's best is ``L / D`` (bounds of
@@ -66,10 +66,13 @@ class RDASolver(SampleWiseSolver):
         rda_gamma: float | None = None,
         rho: float = 0.0,
         seed: int = 0,
+        shuffle: bool = True,
+        certify_every: int = 1,
         verbose: bool = False,
         callback: Any = None,
     ) -> None:
-        super().__init__(max_epochs=max_epochs, seed=seed, verbose=verbose, callback=callback)
+        super().__init__(max_epochs=max_epochs, seed=seed, shuffle=shuffle,
+                         certify_every=certify_every, verbose=verbose, callback=callback)
         self.rda_gamma = rda_gamma
         self.rho = rho
 

@@ -46,6 +46,13 @@ class SampleWiseSolver:
         Passes over the data at most; reaching it warns with the gap reached.
     seed : int
         Seed of the block and row orders (a new order every epoch).
+    shuffle : bool
+        Visit the blocks and their rows in a seeded random order each epoch; False: in
+        their stored order (data read as a stream).
+    certify_every : int
+        Certify every ``certify_every`` epochs (and always after the last); 0: only after
+        the last (one certifying pass at the end of a streamed run). An epoch not certified
+        has no gap in the history and cannot stop the solve.
     verbose, callback : a line, or a call with the history entry, per epoch.
     """
 
@@ -54,10 +61,19 @@ class SampleWiseSolver:
     name = ""
 
     def __init__(
-        self, *, max_epochs: int = 20, seed: int = 0, verbose: bool = False, callback: Any = None
+        self,
+        *,
+        max_epochs: int = 20,
+        seed: int = 0,
+        shuffle: bool = True,
+        certify_every: int = 1,
+        verbose: bool = False,
+        callback: Any = None,
     ) -> None:
         self.max_epochs = max_epochs
         self.seed = seed
+        self.shuffle = shuffle
+        self.certify_every = certify_every
         self.verbose = verbose
         self.callback = callback
 
@@ -80,8 +96,13 @@ class SampleWiseSolver:
             outs = self._epoch(pb, state, epoch)
             state = self._combine(pb, state, outs)
             history[-1]["progressive_loss"] = sum(o.progressive for o in outs) / pb.n
-            cert, z, b = self._certify(pb, state.w, state.b, self._dual_candidate(state))
-            state = self._refitted(state, b)
+            history[-1]["progressive_loss_by_block"] = sorted(
+                pair for o in outs for pair in o.block_losses
+            )
+            cert = None
+            if self._due(epoch + 1):
+                cert, z, b = self._certify(pb, state.w, state.b, self._dual_candidate(state))
+                state = self._refitted(state, b)
         res = make_result(pb, state.w, b, cert, converged, epoch, history)
         return res, WarmState(state.w, b, z)
 
@@ -109,8 +130,16 @@ class SampleWiseSolver:
         return state
 
     # -- shared ------------------------------------------------------------------------
-    def _seed(self, epoch: int, q: int, n_parts: int) -> int:
-        """The seed of partition ``q``'s orders in ``epoch``."""
+    def _due(self, epoch: int) -> bool:
+        """Whether the model after ``epoch`` epochs is certified."""
+        if epoch >= self.max_epochs:
+            return True
+        return self.certify_every > 0 and epoch % self.certify_every == 0
+
+    def _seed(self, epoch: int, q: int, n_parts: int) -> int | None:
+        """The seed of partition ``q``'s orders in ``epoch`` (None: stored order)."""
+        if not self.shuffle:
+            return None
         return self.seed * 1_000_003 + epoch * n_parts + q
 
     @staticmethod
@@ -144,19 +173,19 @@ class SampleWiseSolver:
         beta = pb.datafit.beta
         return beta if np.isfinite(beta) else 1.0
 
-    def _entry(self, epoch: int, cert: Certificate, pb: Problem, w: np.ndarray,
+    def _entry(self, epoch: int, cert: Certificate | None, pb: Problem, w: np.ndarray,
                t_start: float) -> dict[str, Any]:  # fmt: skip
         entry = {
             "round": epoch,
             "epoch": epoch,
-            "objective": cert.primal,
-            "gap": pb.relative_gap(cert.gap),
+            "objective": np.nan if cert is None else cert.primal,
+            "gap": np.nan if cert is None else pb.relative_gap(cert.gap),
             "nnz": int(np.count_nonzero(w)),
             "seconds": time.perf_counter() - t_start,
         }
         if self.verbose:
-            print(f"epoch {epoch:4d}  objective {cert.primal:.10g}  gap {entry['gap']:.3e}"
-                  f"  nnz {entry['nnz']}")  # fmt: skip
+            print(f"epoch {epoch:4d}  objective {entry['objective']:.10g}  gap "
+                  f"{entry['gap']:.3e}  nnz {entry['nnz']}")  # fmt: skip
         if self.callback is not None:
             self.callback(entry)
         return entry

@@ -59,7 +59,7 @@ class SDCASolver(SampleWiseSolver):
 
     Parameters
     ----------
-    max_epochs, seed, verbose, callback
+    max_epochs, seed, shuffle, certify_every, verbose, callback
         As :class:`~dl1.solvers.rowwise.SampleWiseSolver` (an epoch is a round).
     n_epochs : int
         Local passes over a partition's rows per round.
@@ -73,10 +73,13 @@ class SDCASolver(SampleWiseSolver):
         max_epochs: int = 100,
         n_epochs: int = 1,
         seed: int = 0,
+        shuffle: bool = True,
+        certify_every: int = 1,
         verbose: bool = False,
         callback: Any = None,
     ) -> None:
-        super().__init__(max_epochs=max_epochs, seed=seed, verbose=verbose, callback=callback)
+        super().__init__(max_epochs=max_epochs, seed=seed, shuffle=shuffle,
+                         certify_every=certify_every, verbose=verbose, callback=callback)
         self.n_epochs = n_epochs
 
     def _settings(self, pb: Problem) -> SDCASettings:

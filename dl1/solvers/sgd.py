@@ -41,7 +41,7 @@ class StochasticGradientSolver(SampleWiseSolver):
 
     Parameters
     ----------
-    max_epochs, seed, verbose, callback
+    max_epochs, seed, shuffle, certify_every, verbose, callback
         As :class:`~dl1.solvers.rowwise.SampleWiseSolver`.
     learning_rate : {"invsqrt", "constant", "inverse"}
         ``eta_t = eta0 / sqrt(1 + t / n)``, ``eta0``, or ``eta0 / (1 + t / n)`` (``t`` counts
@@ -61,10 +61,13 @@ class StochasticGradientSolver(SampleWiseSolver):
         learning_rate: str = "invsqrt",
         eta0: float | None = None,
         seed: int = 0,
+        shuffle: bool = True,
+        certify_every: int = 1,
         verbose: bool = False,
         callback: Any = None,
     ) -> None:
-        super().__init__(max_epochs=max_epochs, seed=seed, verbose=verbose, callback=callback)
+        super().__init__(max_epochs=max_epochs, seed=seed, shuffle=shuffle,
+                         certify_every=certify_every, verbose=verbose, callback=callback)
         if learning_rate not in LEARNING_RATES:
             raise ValueError(
                 f"learning_rate must be one of {LEARNING_RATES}, got {learning_rate!r}"

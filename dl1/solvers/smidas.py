@@ -69,7 +69,7 @@ class SMIDASSolver(SampleWiseSolver):
 
     Parameters
     ----------
-    max_epochs, seed, verbose, callback
+    max_epochs, seed, shuffle, certify_every, verbose, callback
         As :class:`~dl1.solvers.rowwise.SampleWiseSolver`.
     eta : float, optional
         The constant step; default Theorem 3's for ``T = max_epochs * n`` steps.
@@ -83,10 +83,13 @@ class SMIDASSolver(SampleWiseSolver):
         max_epochs: int = 20,
         eta: float | None = None,
         seed: int = 0,
+        shuffle: bool = True,
+        certify_every: int = 1,
         verbose: bool = False,
         callback: Any = None,
     ) -> None:
-        super().__init__(max_epochs=max_epochs, seed=seed, verbose=verbose, callback=callback)
+        super().__init__(max_epochs=max_epochs, seed=seed, shuffle=shuffle,
+                         certify_every=certify_every, verbose=verbose, callback=callback)
         self.eta = eta
 
     def _settings(self, pb: Problem) -> SMIDASSettings:

@@ -36,17 +36,22 @@ class Visit:
 
 
 def visits(
-    blocks: list[RowBlock | RowSource], y: np.ndarray, sample_weight: np.ndarray, seed: int,
-    n_passes: int = 1,
+    blocks: list[RowBlock | RowSource], y: np.ndarray, sample_weight: np.ndarray,
+    seed: int | None, n_passes: int = 1,
 ) -> Iterator[Visit]:  # fmt: skip
     """The blocks in a seeded random order, each read when its turn comes (out of core: one
-    block in memory at a time), its rows shuffled (``n_passes`` shuffles in a row)."""
-    rng = np.random.default_rng(seed)
-    for k in rng.permutation(len(blocks)):
+    block in memory at a time), its rows shuffled (``n_passes`` shuffles in a row); with
+    ``seed=None`` the blocks and rows in their stored order (data read as a stream)."""
+    rng = None if seed is None else np.random.default_rng(seed)
+    order = range(len(blocks)) if rng is None else rng.permutation(len(blocks))
+    for k in order:
         blk = loaded_rows(blocks[k])
         sl = slice(blk.r0, blk.r0 + blk.n_rows)
         sw = np.ones(blk.n_rows) if sample_weight.shape[0] == 0 else sample_weight[sl]
-        rows = np.concatenate([rng.permutation(blk.n_rows) for _ in range(n_passes)])
+        if rng is None:
+            rows = np.tile(np.arange(blk.n_rows), n_passes)
+        else:
+            rows = np.concatenate([rng.permutation(blk.n_rows) for _ in range(n_passes)])
         yield Visit(blk, rows.astype(np.int64), y[sl], sw)
 
 
@@ -76,6 +81,7 @@ class SGDOutput:
     progressive: float
     steps: int
     kernel_s: float
+    block_losses: tuple = ()
 
 
 def learning_rates(settings: SGDSettings, t0: int, T: int) -> np.ndarray:
@@ -102,7 +108,7 @@ def sgd_epoch_task(
     """One pass of lazy SGD / FoBoS over a partition's rows from ``(w, b)`` (O(nnz) per
     example; every weight current at the end of each block)."""
     w = np.array(w, dtype=np.float64)
-    progressive, steps, kernel_s = 0.0, t0, 0.0
+    progressive, steps, kernel_s, by_block = 0.0, t0, 0.0, []
     for v in visits(blocks, y, sample_weight, seed):
         eta = learning_rates(settings, steps, v.rows.shape[0])
         tk = time.perf_counter()
@@ -114,7 +120,8 @@ def sgd_epoch_task(
         kernel_s += time.perf_counter() - tk
         progressive += prog
         steps += v.rows.shape[0]
-    return SGDOutput(w, float(b), float(progressive), steps - t0, kernel_s)
+        by_block.append((v.block.i, prog / max(1, v.rows.shape[0])))
+    return SGDOutput(w, float(b), float(progressive), steps - t0, kernel_s, tuple(by_block))
 
 
 # ---------------------------------------------------------------------------- l1-RDA
@@ -142,6 +149,7 @@ class RDAOutput:
     dGb: float
     steps: int
     progressive: float
+    block_losses: tuple = ()
 
 
 def rda_epoch_task(
@@ -159,7 +167,7 @@ def rda_epoch_task(
     G0 = np.array(G, dtype=np.float64)
     Gk, Gbk, tk = G0.copy(), float(Gb), t
     w = np.empty_like(Gk)
-    progressive = 0.0
+    progressive, by_block = 0.0, []
     for v in visits(blocks, y, sample_weight, seed):
         Gbk, tk, _, prog = rda_pass(
             v.block.indptr, v.block.indices, v.block.data, v.y, v.sw, v.rows, Gk, Gbk, tk, w,
@@ -167,7 +175,8 @@ def rda_epoch_task(
             settings.gamma_b, LOSS_CODES[settings.loss], settings.smoothing,
         )  # fmt: skip
         progressive += prog
-    return RDAOutput(Gk - G0, Gbk - float(Gb), int(tk - t), float(progressive))
+        by_block.append((v.block.i, prog / max(1, v.rows.shape[0])))
+    return RDAOutput(Gk - G0, Gbk - float(Gb), int(tk - t), float(progressive), tuple(by_block))
 
 
 # ---------------------------------------------------------------------------- SMIDAS
@@ -192,6 +201,7 @@ class SMIDASOutput:
     b: float
     steps: int
     progressive: float
+    block_losses: tuple = ()
 
 
 def smidas_epoch_task(
@@ -206,7 +216,7 @@ def smidas_epoch_task(
     """One pass of SMIDAS over a partition's rows from ``(theta, b)``."""
     theta = np.array(theta, dtype=np.float64)
     w = np.empty_like(theta)
-    progressive, steps = 0.0, 0
+    progressive, steps, by_block = 0.0, 0, []
     for v in visits(blocks, y, sample_weight, seed):
         eta = np.full(v.rows.shape[0], settings.eta)
         b, prog = smidas_pass(
@@ -216,7 +226,8 @@ def smidas_epoch_task(
         )  # fmt: skip
         progressive += prog
         steps += v.rows.shape[0]
-    return SMIDASOutput(theta, float(b), steps, float(progressive))
+        by_block.append((v.block.i, prog / max(1, v.rows.shape[0])))
+    return SMIDASOutput(theta, float(b), steps, float(progressive), tuple(by_block))
 
 
 # ------------------------------------------------------------------------- Prox-SDCA
@@ -242,6 +253,7 @@ class SDCAOutput:
     d_alpha: list[tuple[int, np.ndarray]]
     dv: np.ndarray
     progressive: float
+    block_losses: tuple = ()
 
 
 def sdca_round_task(
@@ -261,7 +273,7 @@ def sdca_round_task(
     sigma' u``), so their changes add up to the partition's CoCoA+ update."""
     v0 = np.asarray(v, dtype=np.float64)
     dv = np.zeros_like(v0)
-    d_alpha, progressive = [], 0.0
+    d_alpha, progressive, by_block = [], 0.0, []
     s = settings
     for vis in visits(blocks, y, sample_weight, seed, n_passes=s.n_passes):
         blk = vis.block
@@ -274,4 +286,5 @@ def sdca_round_task(
         d_alpha.append((blk.r0, da))
         dv += u
         progressive += prog
-    return SDCAOutput(d_alpha, dv, float(progressive))
+        by_block.append((blk.i, prog / max(1, vis.rows.shape[0])))
+    return SDCAOutput(d_alpha, dv, float(progressive), tuple(by_block))

@@ -186,3 +186,36 @@ def test_a_killed_worker_changes_nothing_in_the_answer():
     np.testing.assert_array_equal(res.coef_, reference.coef_)
     assert res.intercept_ == reference.intercept_
     assert [h["gap"] for h in res.history_] == [h["gap"] for h in reference.history_]
+
+
+def test_stream_order_certify_at_the_end_and_losses_per_block():
+    """Pass: with shuffle=False the blocks and rows are visited in stored order (one
+    partition: the epoch equals one kernel pass over rows 0..n-1); with certify_every=0
+    only the last epoch has a gap (earlier entries NaN) and the result is that of the same
+    run certified every epoch; each epoch reports the progressive loss of every row block
+    (block index, mean loss), whose row-weighted mean is the epoch's progressive loss."""
+    from dl1.solvers.sgd import StochasticGradientSolver
+
+    X, y = regression(n=300, p=30, seed=10)
+    alpha = dl1.alpha_max(X, y) / 5
+    Xd = __import__("dask.array", fromlist=["from_array"]).from_array(
+        X.tocsc(), chunks=(100, 30), asarray=False)
+    kw = dict(alpha=alpha, tol=1e-12, n_partitions=1, fit_intercept=False)
+    every = fit_quietly(Xd, y, solver=StochasticGradientSolver(max_epochs=3, shuffle=False), **kw)
+    end = fit_quietly(Xd, y, solver=StochasticGradientSolver(max_epochs=3, shuffle=False,
+                                                             certify_every=0), **kw)
+    np.testing.assert_array_equal(end.coef_, every.coef_)
+    assert [np.isnan(h["gap"]) for h in end.history_] == [False, True, True, False]
+    assert end.gap_ == every.gap_
+    settings = SGDSettings("sgd", "squared", alpha, 0.0, False,
+                           1.0 / X.multiply(X).sum(axis=1).max(), "invsqrt", 1.0 / 300)
+    w = np.zeros(30)
+    lazy_pass(X.indptr, X.indices.astype(np.int32), X.data, y, np.ones(300),
+              np.arange(300, dtype=np.int64), learning_rates(settings, 0, 300), w, 0.0, False,
+              alpha, 0.0, FORM_CODES["sgd"], LOSS_CODES["squared"], 1.0)
+    first = fit_quietly(Xd, y, solver=StochasticGradientSolver(max_epochs=1, shuffle=False), **kw)
+    np.testing.assert_allclose(first.coef_, w, rtol=0, atol=1e-12)
+    by_block = every.history_[0]["progressive_loss_by_block"]
+    assert [i for i, _ in by_block] == [0, 1, 2]
+    assert np.mean([m for _, m in by_block]) == pytest.approx(
+        every.history_[0]["progressive_loss"], rel=1e-12)
