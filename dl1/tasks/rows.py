@@ -12,6 +12,9 @@ import scipy.sparse as sp
 
 from dl1.errors import ValidationError
 from dl1.kernels import store as store_kernels
+from dl1.kernels.linalg import csc_col_sqnorms
+
+NO_SCALE = np.zeros(0)
 
 
 @dataclass
@@ -53,11 +56,38 @@ class RowSource:
     def load(self) -> RowBlock:
         from dl1.store.reader import read_block_task
 
+        if self.fmt == "csr":
+            return self._stacked()
         chunks = [
             read_block_task(self.root, self.split, self.fmt, self.i, j, blk, shape, "scipy")
             for j, blk, shape in self.reads
         ]
         return assemble_rows(self.i, self.r0, *chunks, verified=True)
+
+    def _stacked(self) -> RowBlock:
+        """The CSR chunks placed one at a time into preallocated arrays: besides the block,
+        one chunk is in memory (the row counts come from the small index pointers first;
+        scipy's ``hstack`` holds the chunks, the result and a temporary)."""
+        from dl1.store.format import block_key
+        from dl1.store.reader import read_array, read_block_arrays
+
+        counts = np.zeros(self.n_rows, dtype=np.int64)
+        for j, blk, _ in self.reads:
+            key = block_key(self.split, self.fmt, self.i, j)
+            counts += np.diff(read_array(self.root, f"{key}/indptr", blk["arrays"]["indptr"]))
+        indptr = np.zeros(self.n_rows + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        indices = np.empty(indptr[-1], dtype=np.int32)
+        data = np.empty(indptr[-1], dtype=np.float64)
+        cursor = indptr[:-1].copy()
+        c0 = 0
+        for j, blk, shape in self.reads:
+            ip, ix, dx = read_block_arrays(self.root, self.split, self.fmt, self.i, j, blk, shape)
+            # the kernel appends segments with an index offset: rows of CSR chunks, columns
+            store_kernels.csc_append_rows(ip, ix, dx, c0, indices, data, cursor)
+            c0 += shape[1]
+        sq = csc_col_sqnorms(indptr, indices, data, NO_SCALE, NO_SCALE)
+        return RowBlock(self.i, self.r0, indptr, indices, data, c0, float(sq.max(initial=0.0)))
 
 
 def loaded_rows(block: RowBlock | RowSource) -> RowBlock:
@@ -91,7 +121,8 @@ def assemble_rows(i: int, r0: int, *col_chunks, verified: bool = False) -> RowBl
         status, r, _ = store_kernels.check_compressed(indptr, indices, data, m.shape[1])
         if status != store_kernels.OK:
             raise ValidationError(f"row block {i}, row {r0 + r}: {store_kernels.PROBLEMS[status]}")
-    sq = np.asarray(m.multiply(m).sum(axis=1), dtype=np.float64).ravel()
+    # squared row norms: the CSC column kernel over CSR segments, with no temporary copy
+    sq = csc_col_sqnorms(indptr, indices, data, NO_SCALE, NO_SCALE)
     return RowBlock(i, r0, indptr, indices, data, m.shape[1], float(sq.max(initial=0.0)))
 
 
@@ -100,21 +131,23 @@ def rows_matvec_task(
 ) -> list[np.ndarray]:
     """``X_i w + b`` of each block."""
     out = []
-    for blk in blocks:
-        blk = loaded_rows(blk)
+    for source in blocks:
+        blk = loaded_rows(source)
         m = sp.csr_matrix((blk.data, blk.indices, blk.indptr), shape=(blk.n_rows, blk.p))
         out.append(m @ w + b)
+        del blk, m  # out of core: freed before the next block is read
     return out
 
 
 def rows_xt_task(blocks: list[RowBlock | RowSource], theta: np.ndarray) -> np.ndarray:
     """``sum_i X_i^T theta_i`` over the blocks (length p): a partition's part of ``X^T theta``."""
     out = None
-    for blk in blocks:
-        blk = loaded_rows(blk)
+    for source in blocks:
+        blk = loaded_rows(source)
         out = np.zeros(blk.p) if out is None else out
         m = sp.csr_matrix((blk.data, blk.indices, blk.indptr), shape=(blk.n_rows, blk.p))
         out += m.T @ theta[blk.r0 : blk.r0 + blk.n_rows]
+        del blk, m  # out of core: freed before the next block is read
     return np.zeros(0) if out is None else out
 
 

@@ -24,15 +24,19 @@ from dl1.kernels.smidas import smidas_pass
 from dl1.tasks.rows import RowBlock, RowSource, loaded_rows
 
 
-@dataclass(frozen=True)
+@dataclass
 class Visit:
     """One block's turn in an epoch: the block, its rows in visiting order, its targets
-    and sample weights (ones when there are none)."""
+    and sample weights (ones when there are none). Emptied when the turn ends, so that the
+    block is freed before the next one is read."""
 
-    block: RowBlock
-    rows: np.ndarray
-    y: np.ndarray
-    sw: np.ndarray
+    block: RowBlock | None
+    rows: np.ndarray | None
+    y: np.ndarray | None
+    sw: np.ndarray | None
+
+    def release(self) -> None:
+        self.block = self.rows = self.y = self.sw = None
 
 
 def visits(
@@ -52,7 +56,10 @@ def visits(
             rows = np.tile(np.arange(blk.n_rows), n_passes)
         else:
             rows = np.concatenate([rng.permutation(blk.n_rows) for _ in range(n_passes)])
-        yield Visit(blk, rows.astype(np.int64), y[sl], sw)
+        visit = Visit(blk, rows.astype(np.int64), y[sl], sw)
+        del blk, rows, sw
+        yield visit
+        visit.release()  # out of core: this block goes before the next one is read
 
 
 # ---------------------------------------------------------------------- SGD / FoBoS
@@ -276,15 +283,15 @@ def sdca_round_task(
     d_alpha, progressive, by_block = [], 0.0, []
     s = settings
     for vis in visits(blocks, y, sample_weight, seed, n_passes=s.n_passes):
-        blk = vis.block
-        a = alpha[blk.r0 - r_lo : blk.r0 - r_lo + blk.n_rows]
+        r0, n_rows = vis.block.r0, vis.block.n_rows
+        a = alpha[r0 - r_lo : r0 - r_lo + n_rows]
         da, u, _, prog = sdca_epoch(
-            blk.indptr, blk.indices, blk.data, vis.y, vis.sw, vis.rows, a,
+            vis.block.indptr, vis.block.indices, vis.block.data, vis.y, vis.sw, vis.rows, a,
             v0 + s.sigma_prime * dv, 0.0, s.n, s.l1, s.l2, s.sigma_prime, False, 0.0,
             LOSS_CODES[s.loss], s.smoothing, b,
         )  # fmt: skip
-        d_alpha.append((blk.r0, da))
+        d_alpha.append((r0, da))
         dv += u
         progressive += prog
-        by_block.append((blk.i, prog / max(1, vis.rows.shape[0])))
+        by_block.append((vis.block.i, prog / max(1, vis.rows.shape[0])))
     return SDCAOutput(d_alpha, dv, float(progressive), tuple(by_block))
