@@ -270,8 +270,14 @@ def generate(
 
 
 @cli.command()
-@click.argument("src", type=click.Path(exists=True, dir_okay=False))
-@click.argument("dst", type=click.Path(file_okay=False))
+@click.argument("src", type=click.Path(exists=True))
+@click.argument("dst", type=click.Path(file_okay=False), required=False)
+@click.option(
+    "--add-csr",
+    is_flag=True,
+    help="SRC is a store: add CSR copies of its blocks (for the sample-wise solvers), out "
+    "of core; no DST.",
+)
 @click.option(
     "--zero-based",
     type=click.Choice(["auto", "true", "false"]),
@@ -300,7 +306,8 @@ def generate(
 @click.option("--overwrite", is_flag=True, help="Replace an existing dl1 store at DST.")
 def convert(
     src: str,
-    dst: str,
+    dst: str | None,
+    add_csr: bool,
     zero_based: str,
     n_features: int | None,
     dtype: str,
@@ -308,8 +315,15 @@ def convert(
     block_nnz: int | None,
     overwrite: bool,
 ) -> None:
-    """Convert an svmlight/libsvm file (plain, .gz or .bz2) SRC into a store at DST."""
+    """Convert an svmlight/libsvm file (plain, .gz or .bz2) SRC into a store at DST, or
+    (--add-csr) add CSR blocks to the store SRC."""
     from dl1.io.svmlight import from_svmlight
+
+    if add_csr:
+        _add_csr(src, dst)
+        return
+    if dst is None or Path(src).is_dir():
+        raise click.UsageError("convert needs an svmlight file SRC and a DST (or --add-csr)")
 
     zb: bool | str = {"auto": "auto", "true": True, "false": False}[zero_based]
     kw = {} if block_nnz is None else {"block_nnz": block_nnz}
@@ -327,6 +341,17 @@ def convert(
     dt = time.perf_counter() - t0
     size = Path(src).stat().st_size
     click.echo(f"converted {size / 1e6:,.1f} MB in {dt:.1f} s ({size / 1e6 / dt:,.1f} MB/s)")
+    click.echo(summary(store))
+
+
+def _add_csr(src: str, dst: str | None) -> None:
+    from dl1.store.csr import add_csr
+
+    if dst is not None or not Path(src).is_dir():
+        raise click.UsageError("--add-csr takes one argument: the store SRC")
+    t0 = time.perf_counter()
+    store = add_csr(src)
+    click.echo(f"CSR blocks added in {time.perf_counter() - t0:.1f} s")
     click.echo(summary(store))
 
 
