@@ -223,9 +223,13 @@ def read_block_arrays(
         )
     status, m, k = store_kernels.check_compressed(indptr, indices, data, n_minor)
     if status != store_kernels.OK:
+        problem = store_kernels.PROBLEMS[status]
+        if status == store_kernels.BAD_INDPTR:
+            problem = store_kernels.indptr_problem(indptr, indices.shape[0], data.shape[0])
+        else:
+            problem += f" (position {k}, index {int(indices[k])})"
         raise StoreCorruptError(
-            f"block {key!r}, {'column' if fmt == 'csc' else 'row'} {m} of the block: "
-            f"{store_kernels.PROBLEMS[status]}"
+            f"block {key!r}, {'column' if fmt == 'csc' else 'row'} {m} of the block: {problem}"
         )
     return indptr, indices, data
 
