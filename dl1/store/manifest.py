@@ -39,13 +39,16 @@ def _show(value: Any) -> str:
 class FieldChecker:
     """Raises ``error`` with the store's path, the dotted field name and the value."""
 
-    def __init__(self, where: str, error: type[StoreCorruptError]) -> None:
+    def __init__(
+        self, where: str, error: type[StoreCorruptError], label: str = "manifest field"
+    ) -> None:
         self.where = where
         self.error = error
+        self.label = label
 
     def fail(self, field: str, problem: str, value: Any = ...) -> NoReturn:
         shown = "" if value is ... else f" (value {_show(value)})"
-        raise self.error(f"{self.where}: manifest field {field} {problem}{shown}")
+        raise self.error(f"{self.where}: {self.label} {field} {problem}{shown}")
 
     def obj(self, value: Any, field: str) -> dict[str, Any]:
         if not isinstance(value, dict):
