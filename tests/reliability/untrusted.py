@@ -51,7 +51,8 @@ def put_manifest(path: Path, m: Any) -> None:
 def rewrite_array(root: Path, key: str, a: np.ndarray) -> dict[str, Any]:
     """Replace a stored array by ``a`` with valid chunk checksums; return its new entry
     (the caller puts it in the manifest, so the checksums all agree)."""
-    shutil.rmtree(root / key)
+    if (root / key).exists():
+        shutil.rmtree(root / key)
     return write_array(root, key, np.ascontiguousarray(a), chunk_elems=64)
 
 
@@ -61,11 +62,13 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_child(code: str, timeout: float, **env: str) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter; a hang fails the test (TimeoutExpired), a crash
-    shows as a negative return code."""
+def run_child(
+    code: str, timeout: float, args: tuple[str, ...] = (), **env: str
+) -> subprocess.CompletedProcess:
+    """Run ``code`` (with ``sys.argv[1:] = args``) in a fresh interpreter; a hang fails the
+    test (TimeoutExpired), a crash shows as a negative return code."""
     return subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, *args],
         env=child_env(**env),
         capture_output=True,
         text=True,
