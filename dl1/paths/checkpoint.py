@@ -602,10 +602,11 @@ class PathCheckpoint:
                 f"checkpoint at {self.path}: completed alpha {k} "
                 f"(alpha={_unhex(e['alpha']):.6g}) is damaged: {err}"
             ) from err
-        if idx.shape != val.shape or (idx.size and (idx.min() < 0 or idx.max() >= self.n_features)):
+        problem = _coef_problem(idx, val, self.n_features)
+        if problem:
             raise CheckpointCorruptError(
                 f"checkpoint at {self.path}: completed alpha {k} has inconsistent arrays "
-                f"(coefficient indices outside [0, {self.n_features}) or lengths that differ)"
+                f"({problem})"
             )
         return idx, val
 
@@ -630,6 +631,20 @@ class PathCheckpoint:
         for d in root.iterdir():
             if not (d.name.isdigit() and int(d.name) < self.n_done):
                 self._remove(d)
+
+
+def _coef_problem(idx: np.ndarray, val: np.ndarray, p: int) -> str:
+    """What is wrong with a completed alpha's coefficient arrays ('' if nothing): record()
+    writes strictly increasing indices in [0, p) and a fit's finite values."""
+    if idx.shape != val.shape:
+        return f"{idx.shape[0]} coefficient indices, {val.shape[0]} values"
+    if idx.size and (idx.min() < 0 or idx.max() >= p):
+        return f"coefficient indices outside [0, {p})"
+    if (np.diff(idx) <= 0).any():
+        return "coefficient indices not strictly increasing"
+    if not np.isfinite(val).all():
+        return "coefficient values not finite"
+    return ""
 
 
 def _read_json(f: Path, error: type[StoreError]) -> dict[str, Any]:

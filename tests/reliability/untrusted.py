@@ -63,12 +63,14 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def run_child(
-    code: str, timeout: float, args: tuple[str, ...] = (), **env: str
+    code: str, timeout: float, args: tuple[str, ...] = (), input: str | None = None, **env: str
 ) -> subprocess.CompletedProcess:
-    """Run ``code`` (with ``sys.argv[1:] = args``) in a fresh interpreter; a hang fails the
-    test (TimeoutExpired), a crash shows as a negative return code."""
+    """Run ``code`` (with ``sys.argv[1:] = args`` and ``input`` on stdin) in a fresh
+    interpreter; a hang fails the test (TimeoutExpired), a crash shows as a negative return
+    code."""
     return subprocess.run(
         [sys.executable, "-c", code, *args],
+        input=input,
         env=child_env(**env),
         capture_output=True,
         text=True,
