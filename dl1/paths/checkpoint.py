@@ -120,6 +120,14 @@ def _diff(old: Any, new: Any, name: str) -> tuple[str, Any, Any] | None:
     return None if _canon(old) == _canon(new) else (name, old, new)
 
 
+def _show_hex(v: Any) -> str:
+    """A recorded float.hex string as ``value (hex)``; anything else as JSON (untrusted)."""
+    try:
+        return f"{_unhex(v)!r} ({v})"
+    except (TypeError, ValueError):
+        return _canon(v)
+
+
 def _show(v: Any) -> str:
     return v if v is _ABSENT else _canon(v)
 
@@ -761,8 +769,8 @@ def _compare(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
     for k, (x, y) in enumerate(zip(a, b, strict=True)):
         if x != y:
             raise CheckpointMismatchError(
-                f"checkpoint at {path} was written with alphas[{k}]={_unhex(x)!r} ({x}), "
-                f"this run has {_unhex(y)!r} ({y})"
+                f"checkpoint at {path} was written with alphas[{k}]={_show_hex(x)}, "
+                f"this run has {_show_hex(y)}"
             )
 
 

@@ -30,8 +30,10 @@ N_CASES = 400 if HEAVY else 48
 PER_CHILD = 16
 N_ALPHAS = 6
 ALPHA = 0.05
-SEED = 2024
-WHERE = ("field", "array", "chunk", "block", "column", "alpha", "manifest", PROGRESS, IDENTITY)
+SEED = int(os.environ.get("DL1_FUZZ_SEED", "2024"))  # another seed explores further
+#: A message names where the problem is: one of these words, or a field of the identity.
+WHERE = ("field", "array", "chunk", "block", "column", "alpha", "manifest", PROGRESS, IDENTITY,
+         "fingerprint.", "settings.", "n_features", "y[", "format", "version")  # fmt: skip
 
 # --------------------------------------------------------------- JSON mutations
 
@@ -171,7 +173,9 @@ def _key(path) -> str:
 def mutate_array(root: Path, json_name: str, rng) -> str:
     f = root / json_name
     tree = json.loads(f.read_text())
-    entries = list(_array_entries(tree))
+    # (a progress file still names the state of the alpha before the latest, whose
+    # folder record() already removed: only arrays that exist are rewritten)
+    entries = [(p, e) for p, e in _array_entries(tree) if (root / _key(p)).is_dir()]
     path, entry = entries[rng.integers(len(entries))]
     key = _key(path)
     b, op = _hostile_values(read_array(root, key, entry), rng)
