@@ -20,7 +20,7 @@ import pytest
 
 import dl1
 from dl1.errors import CheckpointCorruptError, CheckpointLockedError
-from dl1.paths.checkpoint import PROGRESS
+from dl1.paths.checkpoint import LOCK, PROGRESS
 from dl1.store.reader import read_array
 from tests.reliability.untrusted import (
     ROOT,
@@ -351,3 +351,40 @@ def test_writer_killed_mid_write_resumes_to_the_uninterrupted_path(setup, tmp_pa
     else:
         assert done == kill_at
     assert same_path(dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(ck)), ref)
+
+
+def _lock_is_free(ck) -> bool:
+    """Whether nobody holds the checkpoint's lock (a new open file description of the lock
+    file conflicts with any holder, in this process too)."""
+    import fcntl
+
+    with open(ck / LOCK) as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        return True
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no fcntl lock on Windows")
+def test_lock_is_released_on_return_and_taken_over_by_a_retry(setup, tmp_path):
+    """Pass: dl1.path holds the lock while it runs and releases it when it returns; after a
+    path interrupted by an exception (whose traceback still holds the old checkpoint object)
+    a retry in the same process resumes instead of being refused, to the uninterrupted path
+    bit for bit, and leaves the lock free."""
+    store, ref, _ = setup
+    ck = tmp_path / "ck"
+    seen = []
+
+    def probe(k, alpha, res):
+        seen.append(_lock_is_free(ck))
+        if k == 2:
+            raise Stop
+
+    with pytest.raises(Stop) as info:
+        dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(ck), callback=probe)
+    assert seen == [False, False, False]
+    assert info.traceback  # the frames holding the interrupted run's checkpoint are alive
+    assert same_path(dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(ck)), ref)
+    assert _lock_is_free(ck)
