@@ -32,8 +32,10 @@ N_ALPHAS = 6
 ALPHA = 0.05
 SEED = int(os.environ.get("DL1_FUZZ_SEED", "2024"))  # another seed explores further
 #: A message names where the problem is: one of these words, or a field of the identity.
-WHERE = ("field", "array", "chunk", "block", "column", "alpha", "manifest", PROGRESS, IDENTITY,
-         "fingerprint.", "settings.", "n_features", "y[", "format", "version")  # fmt: skip
+WHERE = (
+    "field", "array", "chunk", "block", "column", "alpha", "manifest", PROGRESS, IDENTITY,
+    "fingerprint.", "settings.", "n_features", "y[", "sample_weight[", "format", "version",
+)  # fmt: skip
 
 # --------------------------------------------------------------- JSON mutations
 
@@ -247,7 +249,7 @@ FUZZ_CHILD = textwrap.dedent(
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     base = tmp_path_factory.mktemp("fuzz")
-    store = make_store(base / "s")
+    store = make_store(base / "s", formats=("csc", "csr"), weighted=True)
     dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(base / "ref"))
 
     class Stop(Exception):

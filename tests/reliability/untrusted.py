@@ -19,8 +19,11 @@ ROOT = Path(__file__).resolve().parents[2]
 N, P = 80, 30
 
 
-def make_store(path: Path, formats: tuple[str, ...] = ("csc",), seed: int = 1) -> Path:
-    """A small store (80 x 30, two feature blocks, chunks of 64 elements)."""
+def make_store(
+    path: Path, formats: tuple[str, ...] = ("csc",), seed: int = 1, weighted: bool = False
+) -> Path:
+    """A small store (80 x 30, two feature blocks, chunks of 64 elements), with sample
+    weights if ``weighted``."""
     import dl1
     from dl1.store import StoreWriter
     from tests.helpers import random_csr
@@ -28,8 +31,9 @@ def make_store(path: Path, formats: tuple[str, ...] = ("csc",), seed: int = 1) -
     X = random_csr(N, P, 0.3, seed=seed)
     y = np.random.default_rng(seed).standard_normal(N)
     with StoreWriter(path, chunk_elems=64) as w:
-        sw = w.split(n_feature_blocks=2, formats=formats)
-        sw.append(X, y)
+        sw = w.split(n_feature_blocks=2, formats=formats, has_sample_weight=weighted)
+        weights = np.random.default_rng(seed + 1).uniform(0.5, 2.0, N) if weighted else None
+        sw.append(X, y, weights)
         sw.close()
     assert dl1.open(path) is not None
     return path
