@@ -82,6 +82,9 @@ def _check_chunks_present(root: Path, key: str, a: dict[str, Any]) -> None:
     check_inside(root, root / key / "c", f"array {key!r}", StoreCorruptError)
     if n_chunks(a) and not (root / key).is_dir():
         raise StoreCorruptError(f"array {key!r} cannot be opened: {root / key} is missing")
+    meta = root / key / "zarr.json"
+    if meta.is_symlink():
+        raise StoreCorruptError(f"the metadata of array {key!r} is a symlink ({meta})")
     for k in range(n_chunks(a)):
         f = chunk_path(root, key, k)
         try:

@@ -68,9 +68,9 @@ def test_array_name_leaving_the_store_is_refused_alike(store, name):
 
 
 def test_symlinks_out_of_the_store_are_refused(store, tmp_path):
-    """Pass: an array folder that is a symlink to a copy outside the store, and a chunk
-    file that is a symlink, are refused (StoreCorruptError naming the array) before any
-    chunk is read; the same bytes inside the store read fine."""
+    """Pass: an array folder that is a symlink to a copy outside the store, a chunk file
+    and an array's zarr.json that are symlinks, are refused (StoreCorruptError naming the
+    array) before any chunk is read; the same bytes inside the store read fine."""
     outside = tmp_path / "elsewhere"
     shutil.copytree(store / "train" / "y", outside)
     shutil.rmtree(store / "train" / "y")
@@ -84,6 +84,12 @@ def test_symlinks_out_of_the_store_are_refused(store, tmp_path):
     shutil.move(chunk, outside / "moved")
     os.symlink(outside / "moved", chunk)
     with pytest.raises(StoreCorruptError, match=r"chunk 0 of array 'train/y' is not a regular"):
+        dl1.open(store)
+    shutil.move(outside / "moved", chunk)
+    meta = store / "train" / "y" / "zarr.json"
+    shutil.move(meta, outside / "zarr.json")
+    os.symlink(outside / "zarr.json", meta)
+    with pytest.raises(StoreCorruptError, match=r"metadata of array 'train/y' is a symlink"):
         dl1.open(store)
 
 
