@@ -413,7 +413,9 @@ def _resumed(
         return None, 0
     start = ck.n_done
     intercept = float(ck.load()["intercepts"][start - 1])
-    arrays = ck.state(start - 1)
+    # checked (lengths, finiteness) before any kernel sees them: the checkpoint is untrusted
+    lengths = {"w": problem.p, "z": problem.n, "xt_bound": 1}
+    arrays = ck.state(start - 1, lengths=lengths, required=("w", "z"))
     at = problem.at(ElasticNet(float(grid[start - 1]), l1_ratio))
     return solver.restore(at, arrays, intercept), start
 

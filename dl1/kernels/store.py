@@ -19,7 +19,7 @@ DUPLICATE = 5
 NOT_FINITE = 6
 
 PROBLEMS = {
-    BAD_INDPTR: "index pointer is not non-decreasing or does not match the number of nonzeros",
+    BAD_INDPTR: "index pointer decreases, passes or does not end at the number of nonzeros",
     NEGATIVE_INDEX: "negative index",
     INDEX_TOO_LARGE: "index out of range",
     UNSORTED: "indices are not sorted",
@@ -30,7 +30,11 @@ PROBLEMS = {
 
 @njit(nogil=True, cache=True)
 def check_compressed(indptr, indices, data, limit):  # pragma: no cover - compiled
-    """First structural problem of a compressed-sparse matrix.
+    """First structural problem of a compressed-sparse matrix, safe on any input.
+
+    The index pointer is checked whole (starts at 0, never decreases, never passes the
+    number of nonzeros, ends there) before it is used as an index, so hostile arrays can
+    make this kernel report a problem but never read outside them.
 
     Parameters
     ----------
@@ -41,18 +45,21 @@ def check_compressed(indptr, indices, data, limit):  # pragma: no cover - compil
     Returns
     -------
     (status, major, pos) : the status code (``OK`` when valid), the row (column) and the
-        position in ``indices`` of the first problem.
+        position in ``indices`` of the first problem (for ``BAD_INDPTR``: the row of the
+        index pointer at fault, ``pos`` 0; :func:`indptr_problem` says what is wrong).
     """
     n_major = indptr.shape[0] - 1
-    if n_major < 0 or indptr[0] != 0 or indptr[n_major] != indices.shape[0]:
+    nnz = indices.shape[0]
+    if n_major < 0 or data.shape[0] != nnz or indptr[0] != 0:
         return BAD_INDPTR, 0, 0
-    if data.shape[0] != indices.shape[0]:
-        return BAD_INDPTR, 0, 0
+    for r in range(n_major):
+        if indptr[r + 1] < indptr[r] or indptr[r + 1] > nnz:
+            return BAD_INDPTR, r, 0
+    if indptr[n_major] != nnz:
+        return BAD_INDPTR, n_major, 0
     for r in range(n_major):
         start = indptr[r]
         end = indptr[r + 1]
-        if end < start:
-            return BAD_INDPTR, r, start
         for k in range(start, end):
             c = indices[k]
             if c < 0:
@@ -68,6 +75,25 @@ def check_compressed(indptr, indices, data, limit):  # pragma: no cover - compil
             if not np.isfinite(data[k]):
                 return NOT_FINITE, r, k
     return OK, 0, 0
+
+
+def indptr_problem(indptr: np.ndarray, n_indices: int, n_data: int) -> str:
+    """What is wrong with an index pointer :func:`check_compressed` refused (NumPy, for
+    the error message only)."""
+    if indptr.shape[0] == 0:
+        return "index pointer is empty"
+    if n_data != n_indices:
+        return f"{n_indices} indices but {n_data} values"
+    if indptr[0] != 0:
+        return f"index pointer starts at {int(indptr[0])}, not 0"
+    bad = (np.diff(indptr) < 0) | (indptr[1:] > n_indices)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        a, b = int(indptr[r]), int(indptr[r + 1])
+        if b > n_indices:
+            return f"index pointer entry {r + 1} is {b}, past the {n_indices} nonzeros"
+        return f"index pointer decreases after entry {r} ({a} to {b})"
+    return f"index pointer ends at {int(indptr[-1])}, not at the {n_indices} nonzeros"
 
 
 @njit(nogil=True, cache=True)

@@ -28,22 +28,37 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import weakref
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import scipy.sparse as sp
 import zarr
 
 from dl1 import __version__
-from dl1.errors import StoreCorruptError, StoreError
+from dl1.errors import (
+    CheckpointCorruptError,
+    CheckpointLockedError,
+    StoreCorruptError,
+    StoreError,
+)
 from dl1.store.format import write_array, write_manifest
+from dl1.store.manifest import FieldChecker, check_array_entry, check_inside
 from dl1.store.reader import read_array
+
+try:  # Linux and macOS; on Windows no lock is taken (see PathCheckpoint)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 FORMAT_NAME = "dl1-path-checkpoint"
 FORMAT_VERSION = 1
 IDENTITY = "dl1-checkpoint.json"
 PROGRESS = "dl1-progress.json"
+#: Held (``flock``) by the process writing the checkpoint; holds its pid, as JSON.
+LOCK = "dl1-lock.json"
 #: Float scalars of each completed alpha (stored as float.hex), and the integer ones.
 FLOATS = ("intercept", "gap", "passes", "seconds")
 INTS = ("n_active", "rounds")
@@ -105,6 +120,14 @@ def _diff(old: Any, new: Any, name: str) -> tuple[str, Any, Any] | None:
     return None if _canon(old) == _canon(new) else (name, old, new)
 
 
+def _show_hex(v: Any) -> str:
+    """A recorded float.hex string as ``value (hex)``; anything else as JSON (untrusted)."""
+    try:
+        return f"{_unhex(v)!r} ({v})"
+    except (TypeError, ValueError):
+        return _canon(v)
+
+
 def _show(v: Any) -> str:
     return v if v is _ABSENT else _canon(v)
 
@@ -130,10 +153,94 @@ def _fsync_tree(d: Path) -> None:
         os.close(fd)
 
 
+class _Lock:
+    """An exclusive ``flock`` on the checkpoint's lock file, holding the writer's pid.
+
+    The kernel releases it when the process dies, so a lock left by a killed run never
+    blocks a resume; it is also released by :meth:`release` or when the last object
+    holding it is collected. Windows has no ``fcntl``: no lock is taken there.
+    """
+
+    def __init__(self, fh: TextIO) -> None:
+        self.fh = fh
+        self._finalizer = weakref.finalize(self, fh.close)
+
+    @classmethod
+    def acquire(cls, path: Path) -> _Lock:
+        f = path / LOCK
+        check_inside(path, f, f"lock file {LOCK}", CheckpointCorruptError)
+        fh = open(f, "a+", encoding="utf-8")  # noqa: SIM115 - held for the writer's life
+        if fcntl is not None:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.seek(0)
+                holder = _holder(fh.read())
+                fh.close()
+                raise CheckpointLockedError(
+                    f"checkpoint at {path} is being written by another process ({holder}); "
+                    "two writers would interleave their alphas. Wait for it to end or stop it "
+                    "(a lock left by a process that died is released with it)"
+                ) from None
+        fh.seek(0)
+        fh.truncate()
+        json.dump({"pid": os.getpid()}, fh)
+        fh.flush()
+        return cls(fh)
+
+    def same_file(self, path: Path) -> bool:
+        try:
+            return os.path.samestat(os.fstat(self.fh.fileno()), os.stat(path / LOCK))
+        except (OSError, ValueError):
+            return False
+
+    def release(self) -> None:
+        self._finalizer()
+
+
+def _holder(text: str) -> str:
+    """``pid N`` from a lock file's content, if it is readable."""
+    try:
+        pid = json.loads(text)["pid"]
+    except (ValueError, TypeError, KeyError):
+        return "pid unknown"
+    return f"pid {pid}" if isinstance(pid, int) and not isinstance(pid, bool) else "pid unknown"
+
+
+#: The checkpoint objects of this process holding a lock, by real path: a checkpoint opened
+#: again in this process (a retry after an exception) takes the lock over.
+_HELD: dict[str, weakref.ref[PathCheckpoint]] = {}
+
+
+def _take_lock(path: Path) -> _Lock:
+    """The lock of ``path``: from an earlier object of this process that holds it (which
+    may then no longer write), else acquired; CheckpointLockedError if another process
+    holds it."""
+    key = os.path.realpath(path)
+    prev = _HELD.get(key)
+    old = prev() if prev is not None else None
+    if old is not None and old._lock is not None and old._lock.same_file(path):
+        lock, old._lock = old._lock, None
+        return lock
+    return _Lock.acquire(path)
+
+
 class PathCheckpoint:
     """Checkpoint of a regularisation path; create or reopen with :meth:`open_or_create`.
 
-    One process writes a checkpoint at a time.
+    One process writes a checkpoint at a time: the opening process holds an exclusive OS
+    lock (``flock`` on ``dl1-lock.json``, which names its pid) until :meth:`close`, the
+    end of a ``with`` block or the object's collection; another process opening it is
+    refused with :class:`~dl1.errors.CheckpointLockedError`. The kernel drops the lock of a
+    process that dies, so a killed run never blocks its resume. Opening the checkpoint again
+    in the same process takes the lock over (the older object can no longer record). On
+    Windows (no ``fcntl``) no lock is taken: do not share a checkpoint between processes
+    there.
+
+    Everything read back is untrusted: the progress file is checked as a schema (every
+    field present, typed, consistent with the alpha grid), array names must be plain names
+    inside the checkpoint, and the arrays a resume uses are checked for length, dtype and
+    finiteness (:meth:`state`) before any solver sees them.
 
     Attributes
     ----------
@@ -146,10 +253,19 @@ class PathCheckpoint:
         As given at creation (after a JSON round trip).
     """
 
-    def __init__(self, path: Path, identity: dict[str, Any], done: list[dict[str, Any]]):
+    def __init__(
+        self,
+        path: Path,
+        identity: dict[str, Any],
+        done: list[dict[str, Any]],
+        lock: _Lock | None = None,
+    ):
         self.path = path
         self._identity = identity
         self._done = done
+        self._lock = lock
+        if lock is not None:
+            _HELD[os.path.realpath(path)] = weakref.ref(self)
         self.alphas = np.array([_unhex(a) for a in identity["alphas"]], dtype=np.float64)
         self.n_features = int(identity["n_features"])
         self.fingerprint = identity["fingerprint"]
@@ -194,6 +310,11 @@ class PathCheckpoint:
             names the field (e.g. ``settings.tol``) and both values.
         StoreCorruptError
             The array of a completed alpha is missing or does not match its checksum.
+        CheckpointCorruptError
+            The progress file is malformed (the message names the field) or a completed
+            alpha's arrays do not match it.
+        CheckpointLockedError
+            Another process has the checkpoint open.
         StoreError
             ``path`` is a non-empty directory that is not a dl1 path checkpoint.
         """
@@ -210,27 +331,57 @@ class PathCheckpoint:
             "settings": _jsonable(settings),
             "alphas": [_hex(a) for a in alphas],
         }
-        if (path / IDENTITY).exists():
-            old = _read_json(path / IDENTITY, StoreError)
-            _compare(path, old, identity)
-            done = _read_json(path / PROGRESS, StoreCorruptError).get("done")
-            ck = cls(path, old, _check_progress(path, done, len(alphas)))
-            ck._verify()
-            ck._remove_leftovers()
-            return ck
-        if path.exists() and not _interrupted_creation(path):
+        if not (path / IDENTITY).exists():
+            if path.exists() and not _interrupted_creation(path):
+                raise StoreError(f"{path} exists and is not a dl1 path checkpoint")
+            path.mkdir(parents=True, exist_ok=True)
+        lock = _take_lock(path)
+        try:
+            if (path / IDENTITY).exists():  # (re-checked under the lock)
+                return cls._reopen(path, identity, lock)
+            return cls._create(path, identity, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def _reopen(cls, path: Path, identity: dict[str, Any], lock: _Lock) -> PathCheckpoint:
+        old = _read_json(path / IDENTITY, StoreError)
+        _compare(path, old, identity)
+        progress = _read_json(path / PROGRESS, CheckpointCorruptError)
+        done = _check_progress(path, progress, identity)
+        ck = cls(path, old, done, lock)
+        ck._verify()
+        ck._remove_leftovers()
+        return ck
+
+    @classmethod
+    def _create(cls, path: Path, identity: dict[str, Any], lock: _Lock) -> PathCheckpoint:
+        if not _interrupted_creation(path):
             raise StoreError(f"{path} exists and is not a dl1 path checkpoint")
-        if path.exists():
-            shutil.rmtree(path)
-        path.mkdir(parents=True)
-        zarr.open_group(
+        for f in path.iterdir():  # what a creation killed before its end left
+            if f.name != LOCK:
+                f.unlink()
+        zarr.open_group(  # "a", not "w-": the folder holds the lock file already
             os.fspath(path),
-            mode="w-",
+            mode="a",
             attributes={"dl1_format": FORMAT_NAME, "format_version": FORMAT_VERSION},
         )
         write_manifest(path, {"done": []}, PROGRESS)
         write_manifest(path, identity, IDENTITY)  # last: marks the checkpoint as created
-        return cls(path, _read_json(path / IDENTITY, StoreError), [])
+        return cls(path, _read_json(path / IDENTITY, StoreError), [], lock)
+
+    def close(self) -> None:
+        """Release the checkpoint's lock; the object can still be read, no longer record."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> PathCheckpoint:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     @property
     def n_done(self) -> int:
@@ -278,7 +429,14 @@ class PathCheckpoint:
         ------
         ValueError
             ``k`` is not the next alpha, or ``coef`` has the wrong shape.
+        CheckpointLockedError
+            This object no longer holds the lock (closed, or the checkpoint was opened again).
         """
+        if self._lock is None:
+            raise CheckpointLockedError(
+                f"checkpoint at {self.path}: this PathCheckpoint no longer holds the lock "
+                "(it was closed, or the checkpoint was opened again); open it again to record"
+            )
         if k != self.n_done:
             raise ValueError(
                 f"alpha {k} recorded out of order: alphas 0..{self.n_done - 1} are done, "
@@ -299,7 +457,7 @@ class PathCheckpoint:
         entry["extra"] = None if extra is None else _jsonable(extra)
         d = self.path / "coef" / str(k)
         if d.exists():  # leftover of a run killed while writing this alpha
-            shutil.rmtree(d)
+            self._remove(d)
         nz = np.flatnonzero(coef.view(np.uint64)).astype(np.int64)
         entry["indices"] = write_array(self.path, f"coef/{k}/indices", nz)
         entry["values"] = write_array(self.path, f"coef/{k}/values", coef[nz])
@@ -307,7 +465,7 @@ class PathCheckpoint:
         if state is not None:
             sd = self.path / "state" / str(k)
             if sd.exists():
-                shutil.rmtree(sd)
+                self._remove(sd)
             entry["state"] = {
                 name: write_array(
                     self.path, f"state/{k}/{name}", np.ascontiguousarray(a, dtype=np.float64)
@@ -320,24 +478,64 @@ class PathCheckpoint:
         # the progress file now names this alpha's state: older states are not needed
         for old in (self.path / "state").glob("*"):
             if old.name.isdigit() and int(old.name) < k:
-                shutil.rmtree(old)
+                self._remove(old)
                 self._done[int(old.name)].pop("state", None)
 
-    def state(self, k: int) -> dict[str, np.ndarray] | None:
-        """The state recorded with completed alpha ``k``, if it is still kept (the latest)."""
+    def state(
+        self,
+        k: int,
+        lengths: Mapping[str, int] | None = None,
+        required: tuple[str, ...] = (),
+    ) -> dict[str, np.ndarray] | None:
+        """The state recorded with completed alpha ``k``, if it is still kept (the latest).
+
+        Parameters
+        ----------
+        k : int
+            A completed alpha.
+        lengths : mapping of str to int, optional
+            To resume from the state: the length each array must have for the problem at
+            hand. Then every saved array must be named here, have that length (checked
+            before it is read) and hold finite values only, and the intercept of alpha
+            ``k`` must be finite: a solver never sees a state it could not have saved.
+        required : tuple of str
+            Arrays that must be present (a missing state is then an error, not None).
+
+        Raises
+        ------
+        CheckpointCorruptError
+            An array is damaged, missing, unknown, of the wrong length or not finite; the
+            message names the array and the problem.
+        """
         if not 0 <= k < self.n_done:
             raise IndexError(f"alpha {k} is not completed ({self.n_done} alphas are done)")
-        entries = self._done[k].get("state")
+        where = f"checkpoint at {self.path}: the solver state of alpha {k}"
+        entries = self._done[k].get("state") or {}
+        missing = [name for name in required if name not in entries]
+        if missing or (required and not (self.path / "state" / str(k)).is_dir()):
+            raise CheckpointCorruptError(f"{where} is missing array(s) {missing or required}")
         if not entries or not (self.path / "state" / str(k)).is_dir():
             return None
+        if lengths is not None:
+            _check_state_entries(where, entries, lengths)
+            intercept = _unhex(self._done[k]["intercept"])
+            if not np.isfinite(intercept):
+                raise CheckpointCorruptError(f"{where}: the intercept is {intercept}")
         try:
-            return {
+            arrays = {
                 name: read_array(self.path, f"state/{k}/{name}", e) for name, e in entries.items()
             }
         except StoreCorruptError as err:
-            raise StoreCorruptError(
-                f"checkpoint at {self.path}: the solver state of alpha {k} is damaged: {err}"
-            ) from err
+            raise CheckpointCorruptError(f"{where} is damaged: {err}") from err
+        if lengths is not None:
+            for name, a in arrays.items():
+                bad = np.flatnonzero(~np.isfinite(a))
+                if bad.size:
+                    raise CheckpointCorruptError(
+                        f"{where}: array {name!r} holds {a[bad[0]]} at position {bad[0]} "
+                        f"({bad.size} non-finite values); a resume needs finite values"
+                    )
+        return arrays
 
     def coef(self, k: int) -> np.ndarray:
         """Dense coefficients of completed alpha ``k``, bit-identical to those recorded.
@@ -408,13 +606,15 @@ class PathCheckpoint:
             idx = read_array(self.path, f"coef/{k}/indices", e["indices"])
             val = read_array(self.path, f"coef/{k}/values", e["values"])
         except StoreCorruptError as err:
-            raise StoreCorruptError(
+            raise CheckpointCorruptError(
                 f"checkpoint at {self.path}: completed alpha {k} "
                 f"(alpha={_unhex(e['alpha']):.6g}) is damaged: {err}"
             ) from err
-        if idx.shape != val.shape or (idx.size and (idx[0] < 0 or idx[-1] >= self.n_features)):
-            raise StoreCorruptError(
-                f"checkpoint at {self.path}: completed alpha {k} has inconsistent arrays"
+        problem = _coef_problem(idx, val, self.n_features)
+        if problem:
+            raise CheckpointCorruptError(
+                f"checkpoint at {self.path}: completed alpha {k} has inconsistent arrays "
+                f"({problem})"
             )
         return idx, val
 
@@ -422,32 +622,56 @@ class PathCheckpoint:
         for k in range(self.n_done):
             self._read(k)
 
+    def _remove(self, d: Path) -> None:
+        """Delete ``d`` (a file or folder of the checkpoint), never anything outside it: a
+        symlink is unlinked, not followed."""
+        check_inside(self.path, d.parent, f"{d.relative_to(self.path)}", CheckpointCorruptError)
+        if d.is_dir() and not d.is_symlink():
+            shutil.rmtree(d)
+        else:
+            d.unlink()
+
     def _remove_leftovers(self) -> None:
         root = self.path / "coef"
         if not root.is_dir():
             return
+        check_inside(self.path, root, "coef", CheckpointCorruptError)
         for d in root.iterdir():
             if not (d.name.isdigit() and int(d.name) < self.n_done):
-                if d.is_dir():
-                    shutil.rmtree(d)
-                else:
-                    d.unlink()
+                self._remove(d)
+
+
+def _coef_problem(idx: np.ndarray, val: np.ndarray, p: int) -> str:
+    """What is wrong with a completed alpha's coefficient arrays ('' if nothing): record()
+    writes strictly increasing indices in [0, p) and a fit's finite values."""
+    if idx.shape != val.shape:
+        return f"{idx.shape[0]} coefficient indices, {val.shape[0]} values"
+    if idx.size and (idx.min() < 0 or idx.max() >= p):
+        return f"coefficient indices outside [0, {p})"
+    if (np.diff(idx) <= 0).any():
+        return "coefficient indices not strictly increasing"
+    if not np.isfinite(val).all():
+        return "coefficient values not finite"
+    return ""
 
 
 def _read_json(f: Path, error: type[StoreError]) -> dict[str, Any]:
     try:
         with open(f, encoding="utf-8") as fh:
-            return json.load(fh)
+            out = json.load(fh)
     except (OSError, ValueError) as e:
         raise error(f"{f} is missing, unreadable or truncated: {e}") from e
+    if not isinstance(out, dict):
+        raise error(f"{f} does not hold a JSON object")
+    return out
 
 
 def _interrupted_creation(path: Path) -> bool:
     """Whether ``path`` is empty or holds only what a creation killed before its end writes."""
     names = {p.name for p in path.iterdir()}
-    if not names:
+    if not names - {LOCK}:
         return True
-    if not names <= {"zarr.json", PROGRESS, PROGRESS + ".tmp", IDENTITY + ".tmp"}:
+    if not names <= {"zarr.json", PROGRESS, PROGRESS + ".tmp", IDENTITY + ".tmp", LOCK}:
         return False
     if "zarr.json" not in names:
         return True
@@ -458,15 +682,64 @@ def _interrupted_creation(path: Path) -> bool:
     return attrs.get("dl1_format") == FORMAT_NAME
 
 
-def _check_progress(path: Path, done: Any, n_alphas: int) -> list[dict[str, Any]]:
-    if not isinstance(done, list) or len(done) > n_alphas:
-        raise StoreCorruptError(f"checkpoint at {path}: {PROGRESS} is malformed")
+def _check_progress(path: Path, progress: Any, identity: dict[str, Any]) -> list[dict[str, Any]]:
+    """The completed alphas of a progress file, checked as a schema against the identity
+    (alpha grid, number of features) before anything they name is read."""
+    ck = FieldChecker(f"checkpoint at {path}", CheckpointCorruptError, f"{PROGRESS} field")
+    done = ck.seq(ck.key(ck.obj(progress, "(root)"), "done", "(root)"), "done")
+    if len(done) > len(identity["alphas"]):
+        ck.fail("done", f"has {len(done)} alphas, the grid {len(identity['alphas'])}")
     for k, e in enumerate(done):
-        if not isinstance(e, dict) or e.get("k") != k:
-            raise StoreCorruptError(
-                f"checkpoint at {path}: entry {k} of {PROGRESS} is not alpha {k}"
-            )
+        _check_entry(ck, e, f"done[{k}]", k, identity)
     return done
+
+
+def _check_entry(ck: FieldChecker, e: Any, field: str, k: int, identity: dict[str, Any]) -> None:
+    e = ck.obj(e, field)
+    if ck.integer(ck.key(e, "k", field), f"{field}.k") != k:
+        ck.fail(f"{field}.k", f"is not {k}", e["k"])
+    if ck.key(e, "alpha", field) != identity["alphas"][k]:
+        ck.fail(f"{field}.alpha", f"is not alphas[{k}] of the grid", e["alpha"])
+    for name in FLOATS:
+        _check_hex(ck, ck.key(e, name, field), f"{field}.{name}")
+    for name in INTS:
+        ck.integer(ck.key(e, name, field), f"{field}.{name}")
+    if not isinstance(ck.key(e, "converged", field), bool):
+        ck.fail(f"{field}.converged", "is not true or false", e["converged"])
+    for m, v in ck.obj(ck.key(e, "test_metric", field), f"{field}.test_metric").items():
+        _check_hex(ck, v, f"{field}.test_metric.{m}")
+    ck.key(e, "extra", field)
+    idx = check_array_entry(ck, ck.key(e, "indices", field), f"{field}.indices", dtype="<i8")
+    n = idx["shape"][0]
+    if n > identity["n_features"]:
+        ck.fail(f"{field}.indices.shape[0]", f"exceeds n_features={identity['n_features']}", n)
+    check_array_entry(ck, ck.key(e, "values", field), f"{field}.values", dtype="<f8", length=n)
+    if "state" in e:
+        for name, a in ck.obj(e["state"], f"{field}.state").items():
+            ck.name(name, f"{field}.state key")
+            check_array_entry(ck, a, f"{field}.state.{name}", dtype="<f8")
+
+
+def _check_hex(ck: FieldChecker, v: Any, field: str) -> None:
+    try:
+        _unhex(v)
+    except (TypeError, ValueError):
+        ck.fail(field, "is not a float.hex string", v)
+
+
+def _check_state_entries(where: str, entries: dict[str, Any], lengths: Mapping[str, int]) -> None:
+    """Every saved state array is known and has the length the problem needs (checked on
+    the progress file's entry, before the array is read)."""
+    for name, e in entries.items():
+        if name not in lengths:
+            raise CheckpointCorruptError(
+                f"{where}: array {name!r} is not one this solver saves ({sorted(lengths)})"
+            )
+        n = e["shape"][0]
+        if n != lengths[name]:
+            raise CheckpointCorruptError(
+                f"{where}: array {name!r} has {n} values, this problem needs {lengths[name]}"
+            )
 
 
 def _compare(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -487,6 +760,8 @@ def _compare(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
                 f"this run has {_show(d[2])}"
             )
     a, b = old.get("alphas", []), new["alphas"]
+    if not isinstance(a, list):
+        raise CheckpointCorruptError(f"checkpoint at {path}: {IDENTITY} field alphas is not a list")
     if len(a) != len(b):
         raise CheckpointMismatchError(
             f"checkpoint at {path} was written with len(alphas)={len(a)}, this run has {len(b)}"
@@ -494,8 +769,8 @@ def _compare(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
     for k, (x, y) in enumerate(zip(a, b, strict=True)):
         if x != y:
             raise CheckpointMismatchError(
-                f"checkpoint at {path} was written with alphas[{k}]={_unhex(x)!r} ({x}), "
-                f"this run has {_unhex(y)!r} ({y})"
+                f"checkpoint at {path} was written with alphas[{k}]={_show_hex(x)}, "
+                f"this run has {_show_hex(y)}"
             )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -26,6 +27,7 @@ from dl1.store.format import (
     chunk_path,
     n_chunks,
 )
+from dl1.store.manifest import check_inside, validate_manifest
 
 if TYPE_CHECKING:  # workers reading blocks import this module: no dask.array there
     import dask.array as da
@@ -47,6 +49,8 @@ def _load_manifest(path: Path) -> dict[str, Any]:
             manifest = json.load(fh)
     except (OSError, ValueError) as e:
         raise IncompleteStoreError(f"{mf} is unreadable or truncated: {e}") from e
+    if not isinstance(manifest, dict):
+        raise StoreCorruptError(f"{mf} does not hold a JSON object")
     if manifest.get("format") != FORMAT_NAME:
         raise StoreError(f"{path} is not a {FORMAT_NAME} store (format={manifest.get('format')!r})")
     version = manifest.get("format_version")
@@ -54,7 +58,7 @@ def _load_manifest(path: Path) -> dict[str, Any]:
         raise StoreError(
             f"{path} has format version {version!r}; this dl1 reads versions <= {FORMAT_VERSION}"
         )
-    return manifest
+    return validate_manifest(manifest, str(path))
 
 
 def _array_entries(split: str, entry: dict[str, Any]):
@@ -69,12 +73,27 @@ def _array_entries(split: str, entry: dict[str, Any]):
 
 
 def _check_chunks_present(root: Path, key: str, a: dict[str, Any]) -> None:
+    """Every chunk file of an array is a regular file inside the store, of its recorded size.
+
+    The array's folders are resolved once (a symlink out of the store is refused), each
+    chunk file is ``lstat``-ed (a symlinked chunk is refused): nothing outside the store is
+    opened, and whether a path outside exists is never revealed.
+    """
+    check_inside(root, root / key / "c", f"array {key!r}", StoreCorruptError)
+    if n_chunks(a) and not (root / key).is_dir():
+        raise StoreCorruptError(f"array {key!r} cannot be opened: {root / key} is missing")
+    meta = root / key / "zarr.json"
+    if meta.is_symlink():
+        raise StoreCorruptError(f"the metadata of array {key!r} is a symlink ({meta})")
     for k in range(n_chunks(a)):
         f = chunk_path(root, key, k)
         try:
-            size = f.stat().st_size
-        except FileNotFoundError:
+            st = f.lstat()
+        except (FileNotFoundError, NotADirectoryError):
             raise StoreCorruptError(f"chunk {k} of array {key!r} is missing ({f})") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreCorruptError(f"chunk {k} of array {key!r} is not a regular file ({f})")
+        size = st.st_size
         if size != a["chunk_bytes"][k]:
             raise StoreCorruptError(
                 f"chunk {k} of array {key!r} has {size} bytes, the manifest says "
@@ -88,16 +107,20 @@ def read_array(
     """Read a stored 1-D array, verifying its chunks; the whole array is checked against the
     manifest checksum, a slice by the per-chunk CRC32C codec."""
     root = Path(root)
+    _check_chunks_present(root, key, entry)  # first: refuses paths outside the store
     try:
         arr = zarr.open_array(os.fspath(root / key), mode="r")
     except Exception as e:
         raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
-    if list(arr.shape) != entry["shape"] or arr.dtype.str != entry["dtype"]:
+    if (
+        list(arr.shape) != entry["shape"]
+        or arr.dtype.str != entry["dtype"]
+        or arr.chunks != (entry["chunk"],)
+    ):
         raise StoreCorruptError(
-            f"array {key!r} has shape {arr.shape} and dtype {arr.dtype}, the manifest says "
-            f"{tuple(entry['shape'])} and {entry['dtype']}"
+            f"array {key!r} has shape {arr.shape}, dtype {arr.dtype} and chunks {arr.chunks}, "
+            f"the manifest says {tuple(entry['shape'])}, {entry['dtype']} and {entry['chunk']}"
         )
-    _check_chunks_present(root, key, entry)
     decoder = direct_decoder(arr) if sl is None else None
     if decoder is not None:
         a = _read_direct(root, key, entry, arr.dtype, decoder)
@@ -203,9 +226,13 @@ def read_block_arrays(
         )
     status, m, k = store_kernels.check_compressed(indptr, indices, data, n_minor)
     if status != store_kernels.OK:
+        problem = store_kernels.PROBLEMS[status]
+        if status == store_kernels.BAD_INDPTR:
+            problem = store_kernels.indptr_problem(indptr, indices.shape[0], data.shape[0])
+        else:
+            problem += f" (position {k}, index {int(indices[k])})"
         raise StoreCorruptError(
-            f"block {key!r}, {'column' if fmt == 'csc' else 'row'} {m} of the block: "
-            f"{store_kernels.PROBLEMS[status]}"
+            f"block {key!r}, {'column' if fmt == 'csc' else 'row'} {m} of the block: {problem}"
         )
     return indptr, indices, data
 
