@@ -191,3 +191,15 @@ def test_online_solvers_take_the_hinge(solver):
     res = fit_quietly(X, y, alpha=alpha, solver=solver, max_epochs=20, tol=1e-9, **kw)
     factor = 0.5 if solver == "smidas" else 0.1
     assert res.history_[-1]["gap"] <= factor * res.history_[0]["gap"]
+
+
+@pytest.mark.parametrize("solver", ["sgd", "rda", "sdca"])
+def test_dense_numpy_input_gives_the_sparse_inputs_fit(solver):
+    """Pass: an ndarray X gives exactly the fit of the same matrix as scipy.sparse (row
+    blocks are CSR whatever the input)."""
+    X, y = data("squared", n=200, p=20, seed=12)
+    kw = dict(alpha=dl1.alpha_max(X, y, l1_ratio=0.5) / 5, l1_ratio=0.5, solver=solver,
+              max_epochs=3, tol=1e-12)
+    dense = fit_quietly(X.toarray(), y, **kw)
+    sparse = fit_quietly(X, y, **kw)
+    np.testing.assert_allclose(dense.coef_, sparse.coef_, rtol=0, atol=1e-12)
