@@ -66,7 +66,7 @@ def test_inconsistent_arrays_and_unknown_loss_are_refused():
     with pytest.raises(ValueError, match="gaps_"):
         PathResult.from_checkpoint_arrays(d, l1_ratio=1.0, loss="squared", tol=1e-6)
     with pytest.raises(ValueError, match="loss"):
-        make(loss="hinge")
+        make(loss="cauchy")
 
 
 def test_best_alpha_minimises_the_validation_error():
