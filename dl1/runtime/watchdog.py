@@ -60,7 +60,10 @@ def stall_timeout() -> float:
     value = dask.config.get(STALL_TIMEOUT_KEY, default=None)
     if value is None:
         return DEFAULT_STALL_TIMEOUT
-    seconds = parse_timedelta(value, default="s")
+    try:
+        seconds = parse_timedelta(value, default="s")
+    except (KeyError, ValueError, TypeError):
+        seconds = None
     if seconds is None or not seconds > 0:
         raise ValueError(f"{STALL_TIMEOUT_KEY} must be a positive duration, got {value!r}")
     return float(seconds)

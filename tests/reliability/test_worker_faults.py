@@ -94,6 +94,33 @@ def test_sigkill_one_worker_mid_fit_and_mid_path(n_workers, store, fit_data):
     assert s_path < 2 * t_path + RECOVERY_S, (s_path, t_path)
 
 
+def test_all_workers_killed_mid_fit_and_restarted_by_their_nannies(fit_data):
+    """SIGKILL both workers at round 3 of a fit; their nannies start new ones.
+
+    Before, the fit waited for ever: the tasks placed on the lost workers (loose
+    restrictions) went to Dask's no-worker state, which Dask does not leave for a worker
+    that joins later. Pass: the fit's coefficients and intercept equal the undisturbed
+    ones, bit for bit, within twice the undisturbed time plus ``RECOVERY_S`` plus 15 s
+    (two new worker processes starting and importing Dask and dl1 on two cores).
+    """
+    X, y = fit_data
+    with nanny_cluster(2) as (_, client):
+        dl1.fit(as_dask(X, 4), y, client=client, **FIT)
+        ref, t_ref = timed(lambda: dl1.fit(as_dask(X, 4), y, client=client, **FIT))
+
+        def kill_both_at_round_3(entry):
+            if entry["round"] == 3:
+                for pid in worker_pids(client).values():
+                    os.kill(pid, signal.SIGKILL)
+
+        got, seconds = timed(
+            lambda: dl1.fit(as_dask(X, 4), y, client=client, callback=kill_both_at_round_3, **FIT)
+        )
+    np.testing.assert_array_equal(got.coef_, ref.coef_)
+    assert got.intercept_ == ref.intercept_
+    assert seconds < 2 * t_ref + RECOVERY_S + 15, (seconds, t_ref)
+
+
 async def _add_chaos(delay: str, mode: str, dask_worker=None) -> None:
     """Give this worker alone Dask's KillWorker plugin (``client.run`` of it)."""
     from distributed.chaos import KillWorker
