@@ -300,6 +300,13 @@ def bounded(client: Any, coro: Any, seconds: float) -> Any:
         return None
 
 
+def watched_result(client: Any, future: Any, what: str) -> Any:
+    """The result of one Dask ``future`` of ``client``, waited for by a :class:`Watchdog`
+    (for coordinator code without an executor)."""
+    coro = client.gather(future, asynchronous=True)
+    return Watchdog(client).run_on_loop(coro, lambda: what, finished=lambda: int(future.done()))
+
+
 async def _awaited(coro: Any) -> Any:
     return await coro
 

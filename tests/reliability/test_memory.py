@@ -185,7 +185,7 @@ def test_soak_twenty_paths_on_one_cluster():
     """Twenty consecutive paths (10 alphas, tfidf preset) on one two-worker cluster.
 
     Pass: the scheduler holds no task after each path; each worker's resident memory over
-    the last four paths is within 10% of that over the first four; the mean time of the
+    the last four paths is within 10% of that over the first four; the median time of the
     last four paths is within 25% of the first four's (no slowdown as paths accumulate).
     """
     import tempfile
@@ -212,4 +212,5 @@ def test_soak_twenty_paths_on_one_cluster():
         first = np.mean([r[w] for r in rss[:4]])
         last = np.mean([r[w] for r in rss[-4:]])
         assert last <= 1.10 * first, (w, [r[w] / 2**20 for r in rss])
-    assert np.mean(seconds[-4:]) <= 1.25 * np.mean(seconds[:4]), seconds
+    # medians: a path slowed by another process on the machine is not a trend
+    assert np.median(seconds[-4:]) <= 1.25 * np.median(seconds[:4]), seconds
