@@ -248,3 +248,37 @@ def test_a_path_started_on_two_workers_resumes_on_three(tmp_path, store, local_c
     with nanny_cluster(3) as (_, client):
         resumed = dl1.path(store, client=client, checkpoint=ck, **PATH)
     assert_same_path(resumed, ref)
+
+
+def test_a_direct_call_to_a_lost_worker_fails_within_the_connect_bound(monkeypatch):
+    """A direct call (dl1.runtime.calls.send_call) to an address nobody listens on any
+    more, as a partition server calling a peer that was just lost would make.
+
+    Pass: OSError within the bound of dl1's connect (set to 1 s here; 10 s by default)
+    plus 3 s, not Dask's 30 s connect timeout (Dask retries a refused connection until
+    then).
+    """
+    import asyncio
+    import socket
+
+    from distributed.core import ConnectionPool
+
+    from dl1.runtime import calls
+
+    monkeypatch.setattr(calls, "CONNECT_S", 1.0)
+    with socket.socket() as s:  # a port that was just free: connections are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def call() -> float:
+        pool = await ConnectionPool()
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(OSError):
+                await calls.send_call(pool, f"tcp://127.0.0.1:{port}", "dl1_call", session="x")
+            return time.monotonic() - t0
+        finally:
+            await pool.close()
+
+    seconds = asyncio.run(call())
+    assert seconds < 1.0 + 3.0, seconds
