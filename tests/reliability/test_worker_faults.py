@@ -280,5 +280,11 @@ def test_a_direct_call_to_a_lost_worker_fails_within_the_connect_bound(monkeypat
         finally:
             await pool.close()
 
-    seconds = asyncio.run(call())
+    # a loop of its own, not asyncio.run: that would unset the main thread's event loop,
+    # which other tests' Dask objects (a nanny's process.kill) take implicitly
+    loop = asyncio.new_event_loop()
+    try:
+        seconds = loop.run_until_complete(call())
+    finally:
+        loop.close()
     assert seconds < 1.0 + 3.0, seconds
