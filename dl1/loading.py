@@ -195,6 +195,24 @@ def decide_stream(stream: bool | None, store: Store | None, split: str, ex: Any)
     return need > 0.5 * budget
 
 
+def memory_floor(store: Store | None, split: str, streamed: bool, n_partitions: int) -> Any:
+    """What the solve makes each partition's worker hold, from the store's sizes
+    (:class:`~dl1.runtime.memory.DataFloor`): its blocks in memory, or (streamed) the peak
+    of reading its largest block; nothing known for other inputs."""
+    from dl1.runtime.memory import READ_PEAK, DataFloor
+
+    if store is None:
+        return DataFloor()
+    fmt = "csc" if "csc" in store.entry(split)["formats"] else store.entry(split)["formats"][0]
+    cb = store.col_bounds(split)
+    per_block = store.block_nnz(split, fmt).sum(axis=0) * (store.dtype(split).itemsize + 4)
+    per_block = per_block + 8 * (np.diff(cb) + 1)
+    parts = np.array_split(np.arange(len(per_block)), max(1, min(n_partitions, len(per_block))))
+    if streamed:
+        return DataFloor(tuple(READ_PEAK * float(per_block[q].max()) for q in parts), held=False)
+    return DataFloor(tuple(float(per_block[q].sum()) for q in parts), held=True)
+
+
 def block_sources(store: Store, split: str, sw: np.ndarray, standardize: bool, center: bool):
     e = store.entry(split)
     fmt = "csc" if "csc" in e["formats"] else e["formats"][0]
@@ -292,6 +310,7 @@ def load_problem(
     for ``layout="rows"`` the row blocks, and the :class:`~dl1.solvers.base.Problem` on
     them; returned with the seconds loading took."""
     t0 = time.perf_counter()
+    ex.check_memory(memory_floor(inputs.store, inputs.split, streamed, n_partitions))
     rows = None
     if layout == "rows":
         if standardize:

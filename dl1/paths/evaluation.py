@@ -55,7 +55,12 @@ def test_metric(test, coef: np.ndarray, b: float, client: Any, loss: str) -> dic
     from dl1.predict import decision_function
 
     pred = decision_function(test[0], coef, b)
-    pred = client.compute(pred).result() if client is not None else pred.compute(scheduler="sync")
+    if client is None:
+        pred = pred.compute(scheduler="sync")
+    else:  # waited for by the watchdog: a stalled cluster is an error, not a hang
+        from dl1.runtime.watchdog import watched_result
+
+        pred = watched_result(client, client.compute(pred), "the test split's predictions")
     return metrics(loss, test[1], pred)
 
 

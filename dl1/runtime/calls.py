@@ -95,14 +95,34 @@ def pack_result(obj: Any) -> Packed:
         raise PackingError(f"{type(exc).__name__}: {exc}") from None
 
 
+#: Seconds a call may take to connect to a worker, at most (Dask's connect timeout, 30 s
+#: by default, if shorter): a lost worker's address refuses connections, which Dask retries
+#: until its timeout; a live worker accepts in milliseconds.
+CONNECT_S = 10.0
+
+
+def connect_timeout() -> float:
+    """Seconds to connect to a worker: :data:`CONNECT_S`, or Dask's timeout if shorter."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    dask_s = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
+    return min(CONNECT_S, float(dask_s or CONNECT_S))
+
+
 async def send_call(
     pool: Any, address: str, op: str, via_scheduler: Any = None, **msg: Any
 ) -> dict:
     """The reply of ``address``'s handler ``op`` to ``msg``: on ``pool`` (Dask's
     ConnectionPool), or forwarded by the scheduler (``via_scheduler``, an rpc to it) when
-    given. Dask raises the handler's own exception here."""
+    given. Dask raises the handler's own exception here. The connection is made (or taken
+    from the pool) within :func:`connect_timeout` seconds; the call itself is not bounded
+    (a subproblem may take long: the caller watches the worker instead)."""
     if via_scheduler is not None:
         return await via_scheduler.proxy(msg={"op": op, **msg}, worker=address)
+    # connect with our bound and hand the connection back: the call below takes it from
+    # the pool at once (no await in between), so it does not connect again
+    pool.reuse(address, await pool.connect(address, timeout=connect_timeout()))
     return await getattr(pool(address), op)(**msg)
 
 

@@ -39,6 +39,19 @@ def _worker_interval(interval: float, dask_worker: Any = None) -> float | None:
     return old
 
 
+#: Seconds each change of the intervals may take (an optimisation: skipped if it takes
+#: longer, e.g. while the scheduler is lost).
+INTERVAL_CALL_S = 5.0
+
+
+def _restore_worker_interval(saved: dict[str, Any], dask_worker: Any = None) -> None:
+    """Give a worker back the interval :func:`_worker_interval` saved for its address
+    (a worker that joined since has Dask's own)."""
+    old = saved.get(getattr(dask_worker, "address", None))
+    if isinstance(old, float):
+        _worker_interval(old, dask_worker)
+
+
 @contextlib.contextmanager
 def low_latency(client: Any, interval: float = LOW_LATENCY_INTERVAL) -> Iterator[None]:
     """Shorten Dask's message batching intervals for the duration of a solve.
@@ -46,9 +59,13 @@ def low_latency(client: Any, interval: float = LOW_LATENCY_INTERVAL) -> Iterator
     A solve is a chain of short dependent rounds (send ``theta``, gather the blocks' scores,
     send the subproblem, ...), so its overhead is latency: Dask holds messages for up to its
     batching interval (10 ms from the client) before sending them, about half of a task's
-    round trip on a small cluster. The intervals are restored afterwards; where a Dask
-    version lacks them, nothing changes.
+    round trip on a small cluster. The intervals are restored afterwards, on the workers the
+    scheduler still lists (Dask's broadcast to a lost one waits out its connect timeout,
+    30 s); each change is bounded by :data:`INTERVAL_CALL_S`. Where a Dask version lacks
+    the intervals, nothing changes.
     """
+    from dl1.runtime.watchdog import bounded, run_listed
+
     if client is None:
         yield
         return
@@ -57,8 +74,11 @@ def low_latency(client: Any, interval: float = LOW_LATENCY_INTERVAL) -> Iterator
     try:
         if comm is not None and hasattr(comm, "interval"):
             saved["client"], comm.interval = comm.interval, interval
-        saved["scheduler"] = client.run_on_scheduler(_scheduler_interval, interval)
-        saved["workers"] = client.run(_worker_interval, interval, on_error="ignore")
+        on_scheduler = client.run_on_scheduler(_scheduler_interval, interval, asynchronous=True)
+        saved["scheduler"] = bounded(client, on_scheduler, INTERVAL_CALL_S)
+        saved["workers"] = run_listed(
+            client, None, _worker_interval, interval, what="", bound=INTERVAL_CALL_S
+        )
     except Exception:  # an optimisation only: a cluster refusing it runs as it is
         pass
     try:
@@ -67,14 +87,16 @@ def low_latency(client: Any, interval: float = LOW_LATENCY_INTERVAL) -> Iterator
         with contextlib.suppress(Exception):
             if "client" in saved:
                 comm.interval = saved["client"]
-            if saved.get("scheduler") is not None:
-                client.run_on_scheduler(_scheduler_interval, saved["scheduler"])
-            by_value: dict[float, list[str]] = {}
-            for addr, old in (saved.get("workers") or {}).items():
-                if isinstance(old, float):
-                    by_value.setdefault(old, []).append(addr)
-            for old, addrs in by_value.items():
-                client.run(_worker_interval, old, workers=addrs, on_error="ignore")
+            if client.status == "running" and saved.get("scheduler") is not None:
+                old = client.run_on_scheduler(
+                    _scheduler_interval, saved["scheduler"], asynchronous=True
+                )
+                bounded(client, old, INTERVAL_CALL_S)
+            if client.status == "running" and saved.get("workers"):
+                run_listed(
+                    client, None, _restore_worker_interval, saved["workers"], what="",
+                    bound=INTERVAL_CALL_S,
+                )  # fmt: skip
 
 
 # -- spill target -----------------------------------------------------------------------------
@@ -94,3 +116,34 @@ def set_spill_target(worker: Any, target: float) -> bool:
         return False
     data.n = target
     return True
+
+
+# -- stranded tasks ---------------------------------------------------------------------------
+# A task submitted with ``workers=[...]`` and ``allow_other_workers=True`` (dl1 places blocks
+# next to their partitions) goes to Dask's ``no-worker`` state when no worker runs at all
+# (every worker lost or paused at once). Dask sends no-worker tasks to a worker that joins
+# (or resumes) only if that worker is among the task's restrictions
+# (``Scheduler.bulk_schedule_unrunnable_after_adding_worker`` ignores
+# ``loose_restrictions``), so once its restricted workers are gone such a task waits for
+# ever beside idle workers. The coordinator's watchdog then asks the scheduler to place
+# them as it would have on submission: on any running worker.
+
+
+def release_stranded(dask_scheduler: Any = None) -> int:
+    """On the scheduler: send no-worker tasks with loose restrictions that no running
+    worker satisfies to ``processing`` (any running worker); how many were sent."""
+    running = getattr(dask_scheduler, "running", None)
+    unrunnable = getattr(dask_scheduler, "unrunnable", None)
+    if not running or not unrunnable:
+        return 0
+    stranded = [
+        ts.key
+        for ts in list(unrunnable)
+        if ts.loose_restrictions and not dask_scheduler.valid_workers(ts)
+    ]
+    if stranded:
+        import time
+
+        recs = dict.fromkeys(stranded, "processing")
+        dask_scheduler.transitions(recs, stimulus_id=f"dl1-release-stranded-{time.time()}")
+    return len(stranded)

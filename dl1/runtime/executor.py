@@ -12,6 +12,14 @@ import numpy as np
 
 from dl1.runtime.dask_workarounds import low_latency
 from dl1.runtime.exposure import check_client
+from dl1.runtime.memory import DataFloor, check_worker_memory, killed_for_memory, warm_baseline
+from dl1.runtime.watchdog import (
+    Watchdog,
+    cluster_view,
+    memory_restarts,
+    pending_keys,
+    run_listed,
+)
 from dl1.tasks.blocks import assemble_block
 from dl1.tasks.columns import extract_task
 from dl1.tasks.gram import GRAM_DTYPE
@@ -124,6 +132,9 @@ class LocalExecutor:
     def wait(self, handles: list[Any]) -> None:
         pass
 
+    def check_memory(self, floor: Any) -> None:
+        """No workers: nothing to check."""
+
     def broadcast(self, fn, *args) -> None:
         """Run ``fn(*args)`` in every process running tasks (here: this one)."""
         fn(*args)
@@ -152,9 +163,40 @@ class DistributedExecutor:
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        client.run(warm_up, on_error="ignore")
-        self.workers = sorted(client.scheduler_info()["workers"])
+        self.watch = Watchdog(client)
+        self.baselines = self._warm_up()
+        view = cluster_view(client)
+        listed = view.workers if view.reachable else client.scheduler_info()["workers"]
+        self.workers = sorted(listed)
         self.n_workers = len(self.workers)
+        self.limits = {a: w.limit for a, w in view.workers.items()}
+        self.watch.workers = list(self.workers)
+
+    def _warm_up(self) -> dict[str, int]:
+        """Every worker warmed up (:func:`dl1.runtime.memory.warm_baseline`): its baseline
+        memory in bytes, by address (workers that failed, e.g. restarted, are left out)."""
+        got = self.run(warm_baseline, what="the workers to load dl1 (warm-up)")
+        return {a: v for a, v in got.items() if isinstance(v, int)}
+
+    def run(self, fn: Callable, *args: Any, what: str, bound: float | None = None) -> dict:
+        """``client.run(fn, *args)`` on the workers the scheduler lists now (one lost since
+        would cost Dask's connect timeout), each one's result or error by address; waited
+        for by the watchdog (alive while those workers are listed), or at most ``bound``
+        seconds (then an empty dict: for optimisations)."""
+        return run_listed(self.client, self.watch, fn, *args, what=what, bound=bound)
+
+    def check_memory(self, floor: DataFloor) -> None:
+        """Raise :class:`~dl1.errors.WorkerMemoryError` if the workers' limits cannot hold
+        their baseline and ``floor`` (see :mod:`dl1.runtime.memory`)."""
+        restarts = memory_restarts(self.client, self.watch.since)
+        if restarts:  # workers restarted for memory while they loaded dl1
+            raise killed_for_memory(restarts, self._current_limits())
+        check_worker_memory(self.limits, self.baselines, self.workers, floor)
+
+    def _current_limits(self) -> dict[str, int]:
+        """The memory limits of the workers listed now (those of the start if none)."""
+        view = cluster_view(self.client)
+        return {a: w.limit for a, w in view.workers.items()} or dict(self.limits)
 
     def submit(self, fn, *args):
         return self.client.submit(fn, *args, pure=False)
@@ -173,19 +215,46 @@ class DistributedExecutor:
         )
 
     def gather(self, handles: list[Any]) -> list[Any]:
-        return self.client.gather(handles)
+        """The results of ``handles`` (futures), waited for by the watchdog; a task killed
+        with workers their nannies restarted for memory raises WorkerMemoryError."""
+        if not handles:
+            return []
+        if self.watch.failed is not None:
+            raise self.watch.failed  # the solve is over: no second wait for the timeout
+        from distributed import KilledWorker
+
+        coro = self.client.gather(list(handles), asynchronous=True)
+        try:
+            return self.watch.run_on_loop(
+                coro, lambda: pending_keys(handles), finished=lambda: _done(handles)
+            )
+        except KilledWorker as exc:
+            restarts = memory_restarts(self.client, self.watch.since)
+            if restarts:
+                raise killed_for_memory(restarts, self._current_limits()) from exc
+            raise
 
     def wait(self, handles: list[Any]) -> None:
+        """Wait for ``handles`` to finish (the watchdog bounds the wait); a task's own
+        exception is raised here."""
         from distributed import wait
 
-        wait(handles)
+        if self.watch.failed is not None:
+            raise self.watch.failed
+        self.watch.poll(
+            lambda t: wait(handles, timeout=t),
+            lambda: pending_keys(handles),
+            finished=lambda: _done(handles),
+        )
         for h in handles:
             if h.status == "error":
-                h.result()  # raises the task's own exception (e.g. a ValidationError)
+                self.gather([h])  # raises the task's own exception (e.g. a ValidationError)
 
     def broadcast(self, fn, *args) -> None:
-        """Run ``fn(*args)`` on every worker (for worker-local caches)."""
-        self.client.run(fn, *args, on_error="ignore")
+        """Run ``fn(*args)`` on every worker (for worker-local caches); nothing once the
+        cluster stalled (the caches go with it)."""
+        if self.watch.failed is None:
+            self.run(fn, *args, what=f"the workers to run {fn.__name__}")
 
     def close(self) -> None:
         """Release what the solve held beside its tasks (tasks: nothing; see
@@ -246,3 +315,8 @@ def coordinating(func: Callable) -> Callable:
 def executor_for(client: Any):
     """The executor of ``client`` (None: in-process)."""
     return LocalExecutor() if client is None else DistributedExecutor(client)
+
+
+def _done(handles: list[Any]) -> int:
+    """How many of ``handles`` (Dask futures) finished."""
+    return sum(1 for h in handles if h.done())

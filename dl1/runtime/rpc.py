@@ -34,7 +34,6 @@ from dl1.runtime.wire import (
     WireBlock,
     WireGroup,
     WireValue,
-    wait_alive,
 )
 from dl1.tasks.blocks import identity
 from dl1.tasks.columns import compact_task, extract_task
@@ -57,6 +56,7 @@ class RpcFuture:
         except Exception:
             # a lost worker, a moved block, or the function's own error: the task path
             # recomputes what the servers held, and raises the function's own errors itself
+            # (a stalled cluster does not: the watchdog's error stands)
             self._ex.fall_back()
             return self._fallback()
 
@@ -75,6 +75,7 @@ class RpcExecutor(DistributedExecutor):
         self.client = base.client
         self.workers = base.workers
         self.n_workers = base.n_workers
+        self.watch, self.limits, self.baselines = base.watch, base.limits, base.baselines
         self.broken = False
         self.session = uuid.uuid4().hex
         # whether calls go straight to the workers (else through the scheduler)
@@ -94,7 +95,11 @@ class RpcExecutor(DistributedExecutor):
         """The workers with a server of this solve (sorted addresses); raises if none
         could be started."""
         if not self._servers and not self.broken:
-            self._servers = self._opening.result()
+            self._servers = self.watch.poll(
+                self._opening.result,
+                lambda: "the partition servers to start",
+                depends_on=lambda: list(self.workers),
+            )
         return self._servers
 
     def _open_servers(self) -> list[str]:
@@ -163,8 +168,19 @@ class RpcExecutor(DistributedExecutor):
         return self.wait_call(self._invoke(addr, method, *args))
 
     def wait_call(self, call: Any) -> Any:
-        """The result of a call to a server, or BlockMissing once a server's worker is lost."""
-        return wait_alive(call, lambda: list(self._servers) or self.workers, self.client)
+        """The result of a call to a server, or BlockMissing once the scheduler no longer
+        lists a server's worker (a call to a worker that vanished without closing its
+        connections could wait long); the watchdog bounds the wait
+        (:mod:`dl1.runtime.watchdog`: a call is alive while its servers' workers are
+        listed)."""
+        if self.watch.failed is not None:
+            raise self.watch.failed
+        return self.watch.poll(
+            lambda t: call.result(timeout=t),
+            lambda: "a direct call to the partition servers",
+            depends_on=lambda: list(self._servers) or list(self.workers),
+            on_lost=lambda lost: BlockMissing(f"worker {lost[0]} was lost during a call"),
+        )
 
     def _close_servers(self, wait: bool) -> None:
         """Close this solve's servers (waiting for their answers with ``wait``); those
@@ -274,6 +290,12 @@ class RpcExecutor(DistributedExecutor):
         """``fn(*args)`` as a task, the references among its arguments made tasks too."""
         return DistributedExecutor.submit(self, fn, *[self._as_task_arg(a) for a in args])
 
+    def by_task(self, fn: Any, *args: Any) -> Any:
+        """The result of ``fn(*args)`` run as a task (a failed call's fallback)."""
+        if self.watch.failed is not None:
+            raise self.watch.failed
+        return DistributedExecutor.gather(self, [self.task_submit(fn, *args)])[0]
+
     # -- the executor interface ------------------------------------------------------------
     def submit(self, fn: Any, *args: Any) -> Any:
         if not self.broken:
@@ -294,7 +316,7 @@ class RpcExecutor(DistributedExecutor):
                         (addr,) = holders
                         wire = [self._wire(a, addr) for a in args]
                         fut = self._invoke(addr, "call", fn, wire)
-                        return RpcFuture(self, fut, lambda: self.task_submit(fn, *args).result())
+                        return RpcFuture(self, fut, lambda: self.by_task(fn, *args))
                 except Exception:  # no server, or a block on none: tasks from now on
                     self.fall_back()
         return self.task_submit(fn, *args)
@@ -320,7 +342,7 @@ class RpcExecutor(DistributedExecutor):
             "call",
             lambda home, plan: (fn, [self._wire(a, home) for a in args], plan),
             # by tasks: the subproblem alone (the coordinator then runs the pass)
-            lambda: (self.task_submit(fn, *args).result(), None, 0.0),
+            lambda: (self.by_task(fn, *args), None, 0.0),
         )
 
     def submit_pass(
@@ -419,7 +441,7 @@ class RpcExecutor(DistributedExecutor):
             if isinstance(h, RpcFuture):
                 out[i] = h.result()
         if tasks:
-            got = self.client.gather([self._as_task_arg(handles[i]) for i in tasks])
+            got = DistributedExecutor.gather(self, [self._as_task_arg(handles[i]) for i in tasks])
             for i, v in zip(tasks, got, strict=True):
                 out[i] = v
         return out

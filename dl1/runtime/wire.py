@@ -43,26 +43,9 @@ class ServerClosed(RuntimeError):
 #: Threads starting the servers of solves while their blocks load (:class:`RpcExecutor`).
 OPENER = ThreadPoolExecutor(4, thread_name_prefix="dl1-open")
 
-#: Seconds between checks that the workers of a call are alive while it runs.
-POLL_S = 1.0
-
 #: Seconds the client waits for a worker to answer a first direct call before it sends its
 #: calls through the scheduler instead (a client that cannot reach the workers' addresses).
 PROBE_S = 5.0
-
-
-def wait_alive(call: Any, workers: Any, client: Any) -> Any:
-    """``call.result()``, checking every :data:`POLL_S` that the ``workers()`` it depends on
-    are still in ``client``'s cluster: a call to a worker that vanished without closing its
-    connections could otherwise wait for a long time."""
-    while True:
-        try:
-            return call.result(timeout=POLL_S)
-        except TimeoutError:
-            alive = set(client.scheduler_info()["workers"])
-            lost = [w for w in workers() if w not in alive]
-            if lost:
-                raise BlockMissing(f"worker {lost[0]} was lost during a call") from None
 
 
 @dataclass(frozen=True)
