@@ -19,7 +19,14 @@ from typing import Any
 import numpy as np
 
 from dl1.errors import ValidationError
-from dl1.loading import block_memory, col_scales, decide_stream, load_blocks, read_inputs
+from dl1.loading import (
+    block_memory,
+    col_scales,
+    decide_stream,
+    load_blocks,
+    read_inputs,
+    with_default_client,
+)
 from dl1.params import CONSTRAINED, CONSTRAINED_PATH, validate_params
 from dl1.paths.evaluation import records_as_arrays, sparse_record, test_data, test_metric
 from dl1.paths.loop import AlphaStep, walk
@@ -86,6 +93,7 @@ def fw_problem(
     return prob, t_load
 
 
+@with_default_client
 @coordinating
 def fit_constrained(
     X: Any,
@@ -175,6 +183,7 @@ def fit_constrained(
     return res
 
 
+@with_default_client
 def delta_max(
     X: Any,
     y: Any = None,
@@ -320,6 +329,7 @@ def path_extra(res: FWResult, delta: float) -> dict[str, Any]:
     }
 
 
+@with_default_client
 @coordinating
 def path_constrained(
     X: Any,

@@ -8,8 +8,10 @@ sources read from the store by every task, out of core) and builds the
 
 from __future__ import annotations
 
+import functools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,32 @@ from dl1.tasks.gram import GRAM_DENSE_MAX
 from dl1.tasks.passes import xt_theta_task
 
 LOSSES = {"squared": Quadratic, "logistic": Logistic}
+
+
+def current_client() -> Any:
+    """The current Dask client (``distributed.default_client()``: the last one created, or
+    the one of a ``with Client(...)`` block), or None when there is none."""
+    try:
+        from distributed import default_client
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        return None
+    try:
+        return default_client()
+    except ValueError:  # "No clients found"
+        return None
+
+
+def with_default_client(func: Callable) -> Callable:
+    """``func``, an entry point, run on the current Dask client when its ``client`` keyword
+    is None, as ``dask.compute`` is; in this process when there is no client."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("client") is None:
+            kwargs["client"] = current_client()
+        return func(*args, **kwargs)
+
+    return wrapper
 
 
 @dataclass(frozen=True)

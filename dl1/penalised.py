@@ -17,6 +17,7 @@ from dl1.loading import (
     decide_stream,
     load_problem,
     read_inputs,
+    with_default_client,
     xt_theta_absmax,
 )
 from dl1.objective.penalties.elastic_net import ElasticNet
@@ -68,6 +69,7 @@ def direct_calls(ex: Any, solver: Any, streamed: bool) -> Any:
     return rpc_executor(ex)
 
 
+@with_default_client
 @coordinating
 def fit(
     X: Any,
@@ -143,7 +145,8 @@ def fit(
         ``"ws"``: solve working-set subproblems where their columns were extracted instead
         of gathering them on one worker (None: out of core, when they would not fit).
     client : distributed.Client, optional
-        The cluster to run on; without it everything runs in this process.
+        The cluster to run on; by default the current Dask client (as ``dask.compute``:
+        ``distributed.default_client()``), and in this process when there is none.
     split : str
         Split of a store to fit on.
     verbose, callback : a line, or a call with the history entry, per round.
@@ -175,6 +178,7 @@ def fit(
     return res
 
 
+@with_default_client
 def alpha_max(
     X: Any,
     y: Any = None,
@@ -215,6 +219,7 @@ def problem_alpha_max(problem: Problem, l1_ratio: float) -> float:
     return ElasticNet.alpha_max(absmax / pb.n, l1_ratio)
 
 
+@with_default_client
 @coordinating
 def path(
     X: Any,
