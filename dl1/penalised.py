@@ -120,8 +120,9 @@ def fit(
         Penalise coefficients of features scaled to unit (weighted) standard deviation,
         implicitly (never densifying X); ``coef_`` is returned in the input's scale.
     sample_weight : array_like, optional
-    tol : float
-        Stop when the duality gap is ``<= tol * P(0)``.
+    tol : float in (0, 1)
+        Stop when the duality gap is ``<= tol * P(0)`` (``tol >= 1`` would accept ``w = 0``
+        whatever the data: its gap is at most ``P(0)``).
     max_rounds : int, optional
         Round limit (default 1000); reaching it warns (ConvergenceWarning) with the gap.
     n_partitions : int
