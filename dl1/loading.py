@@ -47,13 +47,22 @@ def current_client() -> Any:
 
 def with_default_client(func: Callable) -> Callable:
     """``func``, an entry point, run on the current Dask client when its ``client`` keyword
-    is None, as ``dask.compute`` is; in this process when there is no client."""
+    is None, as ``dask.compute`` is; in this process when there is no client.
+
+    The client, given or current, is made current while ``func`` runs
+    (``Client.as_current``): Dask's helpers that take no client (``distributed.wait``,
+    ``dask.compute`` of an input array) then use it even when it is not the default one.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("client") is None:
-            kwargs["client"] = current_client()
-        return func(*args, **kwargs)
+        client = kwargs.get("client")
+        if client is None:
+            client = kwargs["client"] = current_client()
+        if client is None or not hasattr(client, "as_current"):
+            return func(*args, **kwargs)
+        with client.as_current():
+            return func(*args, **kwargs)
 
     return wrapper
 
