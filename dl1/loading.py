@@ -32,9 +32,23 @@ from dl1.tasks.passes import xt_theta_task
 LOSSES = {"squared": Quadratic, "logistic": Logistic}
 
 
+#: ``dask.config`` schedulers that keep ``dask.compute`` in this process even when a client
+#: exists; dl1's entry points follow them likewise.
+LOCAL_SCHEDULERS = frozenset(
+    {"sync", "synchronous", "single-threaded", "threads", "threading", "processes",
+     "multiprocessing"}
+)  # fmt: skip
+
+
 def current_client() -> Any:
     """The current Dask client (``distributed.default_client()``: the last one created, or
-    the one of a ``with Client(...)`` block), or None when there is none."""
+    the one of a ``with Client(...)`` block), or None when there is none or when
+    ``dask.config`` names a local scheduler (``dask.config.set(scheduler="sync")``), as
+    ``dask.compute`` decides."""
+    import dask
+
+    if dask.config.get("scheduler", None) in LOCAL_SCHEDULERS:
+        return None
     try:
         from distributed import default_client
     except ImportError:  # pragma: no cover - distributed is a dependency

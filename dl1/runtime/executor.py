@@ -177,7 +177,8 @@ class DistributedExecutor:
     def wait(self, handles: list[Any]) -> None:
         from distributed import wait
 
-        wait(handles)
+        with self.client.as_current():  # wait() uses the current client: this one
+            wait(handles)
         for h in handles:
             if h.status == "error":
                 h.result()  # raises the task's own exception (e.g. a ValidationError)

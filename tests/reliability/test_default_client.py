@@ -61,3 +61,15 @@ def test_results_do_not_depend_on_where_they_ran(local_cluster, data):
     assert {h["transport"] for h in local.history_} == {"local"}
     assert "local" not in {h["transport"] for h in remote.history_}
     np.testing.assert_array_equal(local.coef_, remote.coef_)
+
+
+def test_a_local_dask_scheduler_keeps_the_fit_in_process(local_cluster, data):
+    """Pass criterion: under ``dask.config.set(scheduler="sync")`` a call without
+    ``client=`` runs no task on the current client's cluster, as ``dask.compute`` would
+    not."""
+    import dask
+    from distributed import Client
+
+    X, y = data
+    with Client(local_cluster.scheduler.address) as current, dask.config.set(scheduler="sync"):
+        assert tasks_run(current, CALLS["fit"], X, y) == 0
