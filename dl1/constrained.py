@@ -25,7 +25,6 @@ from dl1.loading import (
     decide_stream,
     load_blocks,
     read_inputs,
-    with_default_client,
 )
 from dl1.params import CONSTRAINED, CONSTRAINED_PATH, validate_params
 from dl1.paths.evaluation import records_as_arrays, sparse_record, test_data, test_metric
@@ -93,7 +92,6 @@ def fw_problem(
     return prob, t_load
 
 
-@with_default_client
 @coordinating
 def fit_constrained(
     X: Any,
@@ -183,7 +181,7 @@ def fit_constrained(
     return res
 
 
-@with_default_client
+@coordinating
 def delta_max(
     X: Any,
     y: Any = None,
@@ -329,7 +327,6 @@ def path_extra(res: FWResult, delta: float) -> dict[str, Any]:
     }
 
 
-@with_default_client
 @coordinating
 def path_constrained(
     X: Any,

@@ -8,10 +8,8 @@ sources read from the store by every task, out of core) and builds the
 
 from __future__ import annotations
 
-import functools
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,55 +28,6 @@ from dl1.tasks.gram import GRAM_DENSE_MAX
 from dl1.tasks.passes import xt_theta_task
 
 LOSSES = {"squared": Quadratic, "logistic": Logistic}
-
-
-#: ``dask.config`` schedulers that keep ``dask.compute`` in this process even when a client
-#: exists; dl1's entry points follow them likewise.
-LOCAL_SCHEDULERS = frozenset(
-    {"sync", "synchronous", "single-threaded", "threads", "threading", "processes",
-     "multiprocessing"}
-)  # fmt: skip
-
-
-def current_client() -> Any:
-    """The current Dask client (``distributed.default_client()``: the last one created, or
-    the one of a ``with Client(...)`` block), or None when there is none or when
-    ``dask.config`` names a local scheduler (``dask.config.set(scheduler="sync")``), as
-    ``dask.compute`` decides."""
-    import dask
-
-    if dask.config.get("scheduler", None) in LOCAL_SCHEDULERS:
-        return None
-    try:
-        from distributed import default_client
-    except ImportError:  # pragma: no cover - distributed is a dependency
-        return None
-    try:
-        return default_client()
-    except ValueError:  # "No clients found"
-        return None
-
-
-def with_default_client(func: Callable) -> Callable:
-    """``func``, an entry point, run on the current Dask client when its ``client`` keyword
-    is None, as ``dask.compute`` is; in this process when there is no client.
-
-    The client, given or current, is made current while ``func`` runs
-    (``Client.as_current``): Dask's helpers that take no client (``distributed.wait``,
-    ``dask.compute`` of an input array) then use it even when it is not the default one.
-    """
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        client = kwargs.get("client")
-        if client is None:
-            client = kwargs["client"] = current_client()
-        if client is None or not hasattr(client, "as_current"):
-            return func(*args, **kwargs)
-        with client.as_current():
-            return func(*args, **kwargs)
-
-    return wrapper
 
 
 @dataclass(frozen=True)

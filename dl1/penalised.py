@@ -17,7 +17,6 @@ from dl1.loading import (
     decide_stream,
     load_problem,
     read_inputs,
-    with_default_client,
     xt_theta_absmax,
 )
 from dl1.objective.penalties.elastic_net import ElasticNet
@@ -69,7 +68,6 @@ def direct_calls(ex: Any, solver: Any, streamed: bool) -> Any:
     return rpc_executor(ex)
 
 
-@with_default_client
 @coordinating
 def fit(
     X: Any,
@@ -179,7 +177,7 @@ def fit(
     return res
 
 
-@with_default_client
+@coordinating
 def alpha_max(
     X: Any,
     y: Any = None,
@@ -220,7 +218,6 @@ def problem_alpha_max(problem: Problem, l1_ratio: float) -> float:
     return ElasticNet.alpha_max(absmax / pb.n, l1_ratio)
 
 
-@with_default_client
 @coordinating
 def path(
     X: Any,
