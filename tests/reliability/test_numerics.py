@@ -223,3 +223,66 @@ def test_the_first_block_with_non_finite_statistics_is_named():
     with pytest.raises(NumericalError, match=r"^ws, round 3: the objective is not finite "
                        r"\(first in feature block 1: max \|x_j\^T theta\| inf\)"):  # fmt: skip
         check_round("ws", 3, {"duality gap": 1.0, "objective": np.inf}, stats)
+
+
+def test_fuzzed_scales_give_the_right_answer_or_a_named_refusal():
+    """Pass criterion: over 40 random problems whose columns are scaled by 10^u (u uniform in
+    [-170, 170], or [-150, 150] for every other problem) and y by 10^v (v in [-165, 165],
+    or [-150, 150]), each standardized fit at alpha * 10^v
+    either raises ValidationError naming a column whose sum of squares leaves float64 (or
+    y), exactly when one does, or is certified and equals the unscaled fit (coefficients
+    rescaled) to 1e-6; the whole run ends within its 15-minute timeout (no hang)."""
+    out = isolated(
+        """
+        import math
+        import numpy as np, dl1
+        from dl1.errors import ValidationError
+        rng = np.random.default_rng(2024)
+        out["cases"] = []
+        for case in range(40):
+            n, p = 60, 15
+            X = rng.standard_normal((n, p))
+            y = X[:, :3] @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.standard_normal(n)
+            wide = case % 2 == 0
+            u = rng.uniform(-170, 170, size=p) if wide else rng.uniform(-150, 150, size=p)
+            v = float(rng.uniform(-165, 165) if wide else rng.uniform(-150, 150))
+            ref = dl1.fit(X, y, alpha=0.05, standardize=True, tol=1e-10)
+            # the sums of squares in log10: out of float64's normal range means a refusal
+            logsq_x = 2 * u + np.log10((X**2).sum(axis=0))
+            logsq_y = 2 * v + math.log10(float(y @ y))
+            lo, hi = math.log10(np.finfo(float).tiny), math.log10(np.finfo(float).max)
+            bad_cols = np.flatnonzero((logsq_x < lo + 0.5) | (logsq_x > hi - 0.5))
+            edge = np.any(np.abs(logsq_x - lo) < 0.5) or np.any(np.abs(logsq_x - hi) < 0.5)
+            bad_y = not (lo + 0.5 < logsq_y < hi - 0.5)
+            edge_y = abs(logsq_y - lo) < 0.5 or abs(logsq_y - hi) < 0.5
+            rec = {"case": case, "bad_cols": bad_cols.tolist(), "bad_y": bad_y,
+                   "edge": bool(edge or edge_y)}
+            try:
+                r = dl1.fit(X * 10.0**u, y * 10.0**v, alpha=0.05 * 10.0**v,
+                            standardize=True, tol=1e-10, max_rounds=200)
+                coef = r.coef_ * 10.0**u / 10.0**v
+                rec.update(error=None, converged=bool(r.converged_),
+                           err=float(np.abs(coef - ref.coef_).max()))
+            except ValidationError as e:
+                rec.update(error="ValidationError", message=str(e))
+            out["cases"].append(rec)
+        """,
+        timeout=300,
+    )
+    refused = 0
+    for rec in out["cases"]:
+        if rec["edge"]:  # within half a decade of the limit: either outcome is right
+            continue
+        if rec["bad_y"] or rec["bad_cols"]:
+            refused += 1
+            assert rec["error"] == "ValidationError", rec
+            if rec["bad_y"] and not rec["bad_cols"]:
+                assert rec["message"].startswith("y: its sum of squares"), rec
+            elif not rec["bad_y"]:
+                named = int(rec["message"].split("column ")[1].split(":")[0].split(" ")[0])
+                assert named in rec["bad_cols"], rec
+        else:
+            assert rec["error"] is None and rec["converged"], rec
+            assert rec["err"] < 1e-6, rec
+    solved = sum(rec["error"] is None for rec in out["cases"])
+    assert refused >= 5 and solved >= 15, (refused, solved)
