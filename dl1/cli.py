@@ -1,9 +1,15 @@
-"""The ``dl1`` command line: ``dl1 demo``, ``dl1 generate``, ``dl1 convert``, ``dl1 info``."""
+"""The ``dl1`` command line: ``dl1 demo``, ``dl1 generate``, ``dl1 convert``, ``dl1 info``,
+``dl1 fit``, ``dl1 path``.
+
+Every command checks its options and its store (manifest, targets, column statistics)
+before it starts or joins a cluster. An error ends the command with one line on stderr,
+``dl1: error: <message>``, and exit status 2 for a usage or validation error (the input is
+wrong), 1 for any other; ``--debug`` prints the traceback as well.
+"""
 
 from __future__ import annotations
 
 import logging
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -11,12 +17,13 @@ from pathlib import Path
 import click
 import numpy as np
 
-from dl1.errors import Dl1Error
+from dl1.errors import Dl1Error, ValidationError
 from dl1.params import (
+    COMMON,
     CONSTRAINED_PATH,
     PATH,
     PENALISED,
-    InvalidParameterError,
+    POSITIVE,
     validate_params,
 )
 from dl1.store import Store, open_store
@@ -57,19 +64,99 @@ def summary(store: Store) -> str:
     return "\n".join(lines)
 
 
-@click.group()
+#: Exit status of a usage or validation error (the input is wrong; click's own usage
+#: errors exit with 2 too) and of any other error.
+EXIT_USAGE, EXIT_ERROR = 2, 1
+
+
+def exit_status(error: BaseException) -> int:
+    """:data:`EXIT_USAGE` for invalid input (options, data, files), else :data:`EXIT_ERROR`."""
+    return EXIT_USAGE if isinstance(error, ValidationError) else EXIT_ERROR
+
+
+def one_line(error: BaseException) -> str:
+    """``dl1: error: <message>``: dl1's own errors say what and where already; others
+    (a connection refused, a bug) are prefixed with their type."""
+    text = " ".join(str(error).split()) or repr(error)
+    if not isinstance(error, (Dl1Error, OSError)):
+        text = f"{type(error).__name__}: {text}"
+    return f"dl1: error: {text}"
+
+
+class Dl1Group(click.Group):
+    """The command group: an exception of a command becomes :func:`one_line` on stderr and
+    :func:`exit_status`, with the traceback only under ``--debug``."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as e:  # noqa: BLE001 - every error of a command ends here
+            if ctx.meta.get("dl1.debug"):
+                import traceback
+
+                traceback.print_exc()
+            click.echo(one_line(e), err=True)
+            ctx.exit(exit_status(e))
+
+
+def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta["dl1.debug"] = True  # meta is shared by the group's and commands' contexts
+
+
+def debug_option(f):
+    """``--debug``: print the traceback of an error (accepted before or after the command)."""
+    return click.option(
+        "--debug",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_debug,
+        help="Print the full traceback of an error.",
+    )(f)
+
+
+@click.group(cls=Dl1Group)
 @click.version_option(package_name="dl1")
+@debug_option
 def cli() -> None:
     """dl1: L1 / elastic-net models on sparse data larger than memory, on Dask."""
 
 
 def _check(constraints: dict, where: str, **values) -> None:
     """The options' values checked against the entry point's declared constraints
-    (:mod:`dl1.params`) before a cluster starts: a bad value is a usage error."""
+    (:mod:`dl1.params`) before a cluster starts: a bad value is a usage error
+    (:class:`~dl1.params.InvalidParameterError`, exit status 2)."""
+    validate_params(constraints, values, where)
+
+
+def _check_memory_limit(memory_limit: str | None) -> None:
+    """A LocalCluster's ``--memory-limit`` parsed before the cluster starts."""
+    if memory_limit is None or memory_limit == "auto":
+        return
+    from dask.utils import parse_bytes
+
     try:
-        validate_params(constraints, values, where)
-    except InvalidParameterError as e:
-        raise click.BadParameter(str(e)) from None
+        ok = parse_bytes(memory_limit) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValidationError(
+            f"--memory-limit must be a positive size such as '4GiB' or 'auto'; got "
+            f"{memory_limit!r}"
+        )
+
+
+def _check_store(path: str, loss: str) -> Store:
+    """The store opened and its fit inputs validated (manifest, ``y`` for ``loss``, column
+    statistics) before a cluster starts."""
+    from dl1.loading import read_inputs
+
+    store = open_store(path)
+    read_inputs(store, None, None, loss, "train")
+    return store
 
 
 def _client(scheduler: str | None, workers: int, memory_limit: str | None):
@@ -146,6 +233,7 @@ def _fit_and_report(
 
 
 @cli.command()
+@debug_option
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
@@ -164,6 +252,8 @@ def demo(out: str | None, seed: int, workers: int) -> None:
     """The main job on its embedded default: generate the 'small' E2006-like preset, fit a
     Lasso at alpha_max / 20 on a LocalCluster and print its certificate."""
     from dl1.datasets import make_e2006_like
+
+    _check(COMMON, "dl1 demo", seed=seed)
 
     with tempfile.TemporaryDirectory(prefix="dl1-demo-") as tmp:
         path = Path(out) if out else Path(tmp) / "small.zarr"
@@ -185,6 +275,7 @@ def demo(out: str | None, seed: int, workers: int) -> None:
 
 
 @cli.command()
+@debug_option
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("--alpha", type=float, default=None, help="Penalty (default: alpha_max / ratio).")
 @click.option(
@@ -227,7 +318,9 @@ def fit(
     """Fit a certified L1 / elastic-net model on STORE and print its certificate."""
     _check(PENALISED, "dl1 fit", l1_ratio=l1_ratio, loss=loss, tol=tol,
            **({} if alpha is None else {"alpha": alpha}))  # fmt: skip
-    open_store(store)  # a missing or incomplete store is named before a cluster starts
+    _check({"alpha_ratio": [POSITIVE]}, "dl1 fit", alpha_ratio=alpha_ratio)
+    _check_memory_limit(memory_limit)
+    _check_store(store, loss)  # a missing, incomplete or invalid store, before a cluster
     stack, client = _client(scheduler, workers, memory_limit)
     with stack:
         _fit_and_report(
@@ -242,6 +335,7 @@ def fit(
 
 
 @cli.command()
+@debug_option
 @click.argument("dst", type=click.Path(file_okay=False))
 @click.option(
     "--preset", type=click.Choice(["small", "tfidf", "log1p"]), default="small", show_default=True
@@ -261,6 +355,8 @@ def generate(
     """Generate an E2006-like synthetic store at DST (out-of-core)."""
     from dl1.datasets import make_e2006_like
 
+    _check(COMMON, "dl1 generate", seed=seed)
+
     t0 = time.perf_counter()
     store = make_e2006_like(
         dst, preset=preset, seed=seed, row_multiplier=row_multiplier, task=task, overwrite=overwrite
@@ -270,6 +366,7 @@ def generate(
 
 
 @cli.command()
+@debug_option
 @click.argument("src", type=click.Path(exists=True))
 @click.argument("dst", type=click.Path(file_okay=False), required=False)
 @click.option(
@@ -356,6 +453,7 @@ def _add_csr(src: str, dst: str | None) -> None:
 
 
 @cli.command()
+@debug_option
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 def info(store: str) -> None:
     """Shape, nnz, density, blocks and column-frequency summary of STORE."""
@@ -363,15 +461,12 @@ def info(store: str) -> None:
 
 
 def main() -> None:
-    """Entry point: dl1 errors become a one-line message and exit status 1."""
-    try:
-        cli(standalone_mode=True)
-    except (Dl1Error, FileExistsError, FileNotFoundError) as e:
-        click.echo(f"dl1: error: {e}", err=True)
-        sys.exit(1)
+    """Entry point: errors become one line and an exit status (see :class:`Dl1Group`)."""
+    cli(standalone_mode=True)
 
 
 @cli.command("path")
+@debug_option
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("--n-alphas", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option(
@@ -450,13 +545,14 @@ def path_cmd(
 
     if constrained and (checkpoint is not None or l1_ratio != 1.0):
         raise click.UsageError("--constrained takes neither --checkpoint nor --l1-ratio")
+    _check_memory_limit(memory_limit)
     if constrained:
         _check(CONSTRAINED_PATH, "dl1 path --constrained", n_deltas=n_alphas, eps=eps,
                loss=loss, tol=tol, sample=sample)  # fmt: skip
     else:
         _check(PATH, "dl1 path", n_alphas=n_alphas, eps=eps, l1_ratio=l1_ratio, loss=loss,
                tol=tol)  # fmt: skip
-    st = open_store(store)
+    st = _check_store(store, loss)  # a missing, incomplete or invalid store, before a cluster
     stack, client = _client(scheduler, workers, memory_limit)
     with (
         stack,

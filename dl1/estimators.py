@@ -1,8 +1,9 @@
 """scikit-learn style estimators: a thin shell around :func:`dl1.fit`.
 
 Settings are stored untouched by ``__init__`` and validated in ``fit``; the client is a
-parameter (never picked up implicitly). After ``fit``: ``coef_``, ``intercept_``,
-``dual_gap_`` (absolute), ``gap_`` (relative to P(0)), ``n_iter_`` (rounds) and ``result_``.
+parameter (None: the current Dask client when there is one, as :func:`dl1.fit`). After
+``fit``: ``coef_``, ``intercept_``, ``dual_gap_`` (absolute), ``gap_`` (relative to
+P(0)), ``n_iter_`` (rounds) and ``result_``.
 """
 
 from __future__ import annotations

@@ -70,6 +70,11 @@ def as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray
             raise ValidationError("X has unknown chunk sizes; call X.compute_chunk_sizes()")
         return X, None, None
     if sp.issparse(X) or isinstance(X, np.ndarray):
+        if X.ndim != 2:
+            raise ValidationError(
+                f"X must be 2-D (samples x features); got an array of shape {X.shape}"
+                + (" (one feature: X.reshape(-1, 1))" if X.ndim == 1 else "")
+            )
         n, p = X.shape
         X = sp.csc_matrix(X) if sp.issparse(X) else np.asarray(X)
         return da.from_array(X, chunks=(n, max(1, -(-p // 4))), asarray=False), None, None
@@ -80,8 +85,24 @@ def as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray
 
 
 def as_vector(v: Any, n: int, what: str) -> np.ndarray:
+    """``v`` as n finite float64 values, refused (naming ``what`` and the entry) when it is
+    not 1-D (or a single column), not real numbers (complex parts are never dropped),
+    of another length or not finite."""
     v = v.compute() if isinstance(v, da.Array) else v
-    v = np.asarray(v, dtype=np.float64).ravel()
+    v = np.asarray(v)
+    if v.ndim > 2 or (v.ndim == 2 and v.shape[1] != 1):
+        raise ValidationError(f"{what} must be 1-D; got an array of shape {v.shape}")
+    if v.dtype.kind == "c":
+        raise ValidationError(
+            f"{what} has dtype {v.dtype}: complex values are not supported (pass the real "
+            "part explicitly if that is what is meant)"
+        )
+    try:
+        if v.dtype.kind not in "biufO":
+            raise TypeError
+        v = np.asarray(v, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise ValidationError(f"{what} has dtype {v.dtype}; use real numbers") from None
     if v.shape[0] != n:
         raise ValidationError(f"{what} has {v.shape[0]} values for {n} rows of X")
     bad = ~np.isfinite(v)
@@ -91,20 +112,60 @@ def as_vector(v: Any, n: int, what: str) -> np.ndarray:
     return v
 
 
+#: Smallest sum of squares of a nonzero vector or column dl1 accepts: below it the squares
+#: are subnormal or zero, and norms, gaps and steps lose their precision (or vanish).
+SQUARES_MIN = float(np.finfo(np.float64).tiny)
+
+
+def check_squares(v: np.ndarray, what: str) -> None:
+    """Refuse ``v`` when its sum of squares overflows or underflows float64: every norm,
+    objective and gap of the fit is made of such sums (naming the largest entry)."""
+    with np.errstate(over="ignore", under="ignore"):
+        sq = float(np.dot(v, v))
+    if np.isfinite(sq) and (sq >= SQUARES_MIN or not v.any()):
+        return
+    k = int(np.argmax(np.abs(v)))
+    kind = "overflows" if not np.isfinite(sq) else "underflows"
+    raise ValidationError(
+        f"{what}: its sum of squares {kind} float64 (largest value {what}[{k}] = {v[k]:.3g}); "
+        f"rescale {what} so that its values' squares are representable"
+    )
+
+
+def check_store_columns(store: Store, split: str) -> None:
+    """Refuse a store whose column statistics (squared norms, written with the store) show a
+    column whose sum of squares is not finite, before any block is loaded."""
+    sq = store.read("stats/col_sqsum", split)
+    bad = ~np.isfinite(sq)
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        raise ValidationError(
+            f"X column {j} (split {split!r} of {store.path}): its sum of squares overflows "
+            f"float64 ({int(bad.sum())} column(s) in all); rescale the column"
+        )
+
+
 def read_inputs(X: Any, y: Any, sample_weight: Any, loss: str, split: str) -> Inputs:
     """The validated :class:`Inputs` of a fit (``y`` and weights read from a store)."""
     store = open_store(X) if isinstance(X, (str, os.PathLike)) else X
     store = store if isinstance(store, Store) else None
     Xd, y_store, sw_store = as_dask(X if store is None else store, split)
     n, p = Xd.shape
+    if n == 0 or p == 0:
+        raise ValidationError(
+            f"X has {n} rows and {p} columns; a fit needs at least one sample and one feature"
+        )
     if np.dtype(Xd.dtype) not in (np.float32, np.float64):
         raise ValidationError(f"X has dtype {Xd.dtype}; use float32 or float64")
     if y is None:
         if y_store is None:
             raise ValidationError("y is required unless X is a dl1 store")
         y = y_store
+    if store is not None:
+        check_store_columns(store, split)
     datafit = LOSSES[loss]()
     y = datafit.validate_y(as_vector(y, n, "y"))
+    check_squares(y, "y")
     if sample_weight is None:
         sample_weight = sw_store
     sw = np.zeros(0)
@@ -112,7 +173,13 @@ def read_inputs(X: Any, y: Any, sample_weight: Any, loss: str, split: str) -> In
         s = as_vector(sample_weight, n, "sample_weight")
         if (s < 0).any():
             raise ValidationError(f"sample_weight[{int(np.flatnonzero(s < 0)[0])}] is negative")
-        sw = normalize_sample_weight(s, n)
+        with np.errstate(over="ignore", invalid="ignore"):
+            sw = normalize_sample_weight(s, n)
+        if not np.isfinite(sw).all():  # a subnormal sum: n / sum overflows
+            raise ValidationError(
+                f"sample_weight sums to {float(s.sum()):.3g}, too small to be scaled to sum to "
+                f"n = {n} in float64; rescale it"
+            )
     return Inputs(Xd, y, sw, datafit, store, split)
 
 

@@ -188,12 +188,19 @@ COMMON = {
     "callback": [is_callable, None],
 }
 
+#: ``tol`` of the penalised problem, a relative duality gap ``gap / P(0)``: in (0, 1), since
+#: the gap of ``w = 0`` is at most ``P(0)`` (the dual objective of its dual point is not
+#: negative), so ``tol >= 1`` would certify ``w = 0`` whatever the data; NaN and infinities
+#: are refused like any non-finite number.
+RELATIVE_TOL = Interval(numbers.Real, 0, 1, closed="neither")
+
 #: Parameters of the penalised problem (:func:`dl1.fit`, :func:`dl1.path`, the estimators).
 PENALISED = {
     **COMMON,
     "alpha": [POSITIVE],
     "l1_ratio": [UNIT],
-    "tol": [POSITIVE],
+    "tol": [RELATIVE_TOL],
+    # 0: certify the start point only (a path's uncertified alphas are then named)
     "max_rounds": [NON_NEGATIVE_INT, None],
     "max_epochs": [NON_NEGATIVE_INT, None],
     "n_epochs": [POSITIVE_INT],

@@ -147,8 +147,9 @@ def fit(
         Penalise coefficients of features scaled to unit (weighted) standard deviation,
         implicitly (never densifying X); ``coef_`` is returned in the input's scale.
     sample_weight : array_like, optional
-    tol : float
-        Stop when the duality gap is ``<= tol * P(0)``.
+    tol : float in (0, 1)
+        Stop when the duality gap is ``<= tol * P(0)`` (``tol >= 1`` would accept ``w = 0``
+        whatever the data: its gap is at most ``P(0)``).
     max_rounds : int, optional
         Round limit (default 1000); reaching it warns (ConvergenceWarning) with the gap.
     max_epochs : int, optional
@@ -186,7 +187,8 @@ def fit(
         ``"ws"``: solve working-set subproblems where their columns were extracted instead
         of gathering them on one worker (None: out of core, when they would not fit).
     client : distributed.Client, optional
-        The cluster to run on; without it everything runs in this process.
+        The cluster to run on; by default the current Dask client (as ``dask.compute``:
+        ``distributed.default_client()``), and in this process when there is none.
     split : str
         Split of a store to fit on.
     verbose, callback : a line, or a call with the history entry, per round.
@@ -220,6 +222,7 @@ def fit(
     return res
 
 
+@coordinating
 def alpha_max(
     X: Any,
     y: Any = None,

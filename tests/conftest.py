@@ -10,6 +10,6 @@ def local_cluster():
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
         ) as cluster,
-        Client(cluster) as client,
+        Client(cluster, set_as_default=False) as client,
     ):
         yield client

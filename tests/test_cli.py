@@ -59,7 +59,7 @@ def test_convert_svmlight_and_errors_are_one_line(tmp_path):
     bad = tmp_path / "b.svm"
     bad.write_text("1 1:0.5\n1 2:x\n")
     out = run("convert", bad, tmp_path / "t", check=False)
-    assert out.returncode == 1
+    assert out.returncode == 2  # invalid input
     assert "line 2" in out.stderr and "Traceback" not in out.stderr
     out = run("convert", src, tmp_path / "s", check=False)
     assert out.returncode == 1 and "fresh path" in out.stderr

@@ -241,11 +241,12 @@ class DistributedExecutor:
 
         if self.watch.failed is not None:
             raise self.watch.failed
-        self.watch.poll(
-            lambda t: wait(handles, timeout=t),
-            lambda: pending_keys(handles),
-            finished=lambda: _done(handles),
-        )
+        with as_current(self.client):  # wait() uses the current client: this one
+            self.watch.poll(
+                lambda t: wait(handles, timeout=t),
+                lambda: pending_keys(handles),
+                finished=lambda: _done(handles),
+            )
         for h in handles:
             if h.status == "error":
                 self.gather([h])  # raises the task's own exception (e.g. a ValidationError)
@@ -297,16 +298,56 @@ def quiet_blas(client: Any) -> Iterator[None]:
         yield
 
 
+#: ``dask.config`` schedulers that keep ``dask.compute`` in this process even when a client
+#: exists; dl1's entry points follow them likewise.
+LOCAL_SCHEDULERS = frozenset(
+    {"sync", "synchronous", "single-threaded", "threads", "threading", "processes",
+     "multiprocessing"}
+)  # fmt: skip
+
+
+def current_client() -> Any:
+    """The current Dask client (``distributed.default_client()``: the last one created, or
+    the one of a ``with Client(...)`` block), or None when there is none or when
+    ``dask.config`` names a local scheduler (``dask.config.set(scheduler="sync")``), as
+    ``dask.compute`` decides."""
+    if dask.config.get("scheduler", None) in LOCAL_SCHEDULERS:
+        return None
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:  # "No clients found"
+        return None
+
+
+@contextlib.contextmanager
+def as_current(client: Any) -> Iterator[None]:
+    """``client`` made the current one (``Client.as_current``), so that Dask's helpers that
+    take no client (``distributed.wait``, ``dask.compute`` of an input array) use it even
+    when it is not the default one; nothing without a client."""
+    if client is None or not hasattr(client, "as_current"):
+        yield
+        return
+    with client.as_current():
+        yield
+
+
 def coordinating(func: Callable) -> Callable:
-    """Run ``func``, a solve's entry point, as the coordinator of its ``client`` keyword
-    argument: under :func:`low_latency` and :func:`quiet_blas`, after warning if its
-    scheduler is reached over plain TCP from another machine (:mod:`dl1.runtime.exposure`)."""
+    """Run ``func``, an entry point, as the coordinator of its ``client`` keyword argument
+    (None: the current Dask client, as ``dask.compute`` would use, or this process when
+    there is none): under :func:`low_latency`, :func:`quiet_blas` and :func:`as_current`,
+    after warning if its scheduler is reached over plain TCP from another machine
+    (:mod:`dl1.runtime.exposure`). One wrapper, so that the entry points' warnings keep
+    their ``stacklevel``."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         client = kwargs.get("client")
+        if client is None:
+            client = kwargs["client"] = current_client()
         check_client(client)
-        with low_latency(client), quiet_blas(client):
+        with low_latency(client), quiet_blas(client), as_current(client):
             return func(*args, **kwargs)
 
     return wrapper

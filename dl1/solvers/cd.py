@@ -35,6 +35,7 @@ import numpy as np
 
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.numerics import check_round
 from dl1.solvers.records import GapStats, RoundOutput
 from dl1.solvers.result import (
     UNCERTIFIED,
@@ -106,6 +107,12 @@ class CoordinateDescentSolver:
                 pb.datafit, pb.penalty, pb.y, z, w, absmax, excess, s=pb.weights,
                 intercept=pb.fit_intercept, theta=theta,
             ))  # fmt: skip
+            check_round(
+                "coordinate descent", r,
+                {"duality gap": cert.gap, "objective": cert.primal, "max |X^T theta|": absmax,
+                 "intercept": b},
+                stats,
+            )  # fmt: skip
             entry = self._entry(r, cert, pb.relative_gap(cert.gap), w, t_start, wall, results)
             history.append(entry)
             rounds = r

@@ -55,6 +55,7 @@ from dl1.solvers.fw_problem import (
     penalised_certificate,
     scoring_threshold,
 )
+from dl1.solvers.numerics import check_round
 from dl1.solvers.records import FWRound
 
 #: Stopping rules: the exact FW gap ``<= tol * f(0)`` (checked by a full pass when the
@@ -123,6 +124,8 @@ def solve_fw(
             break
         g = cand.grad
         run.gap = prob.a_grad(st) + delta * abs(g)
+        check_round("Frank-Wolfe", k, {"Frank-Wolfe gap": run.gap, "gradient": g,
+                                       "intercept": st.b})
         run.kind = "full pass" if full else "sample estimate"
         if full:
             run.exact, run.cert = (run.gap, abs(g)), (thr, stats)

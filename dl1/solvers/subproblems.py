@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from dl1.objective.gap import duality_gap_from_stats
+from dl1.solvers.numerics import check_round, check_update
 from dl1.solvers.records import PartitionScan, SpreadRoundOutput
 from dl1.tasks.columns import group_col_sums
 from dl1.tasks.gram import GRAM_MAX, GramGapEstimate
@@ -132,6 +133,10 @@ class GatheredGram:
     def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
         call = run.subproblem_call(ws, targets, r, self.gram_max)
         out, next_scan = run.subproblem_then_scan(call)
+        check_update(
+            "working-set solver", r, f"update of the subproblem on {ws.shape[0]} features",
+            out.w_ws, out.dz, np.array([out.db]),
+        )  # fmt: skip
         run.w[ws] = out.w_ws
         run.z += out.dz
         b = run.b + out.db
@@ -232,6 +237,8 @@ class SpreadCocoa:
                 datafit, penalty, pb.y, run.z, run.w[ws], absmax, excess, s=s,
                 intercept=pb.fit_intercept, theta=theta,
             )  # fmt: skip
+            check_round(f"working-set solver (spread subproblem of round {r})", rounds,
+                        {"restricted duality gap": gap}, [res.stats for res in results])
             if gap <= targets.gap or rounds == self.max_rounds:
                 break
             for (_, grp), res in zip(plan, results, strict=True):
@@ -330,6 +337,8 @@ class SpreadGram:
                 *pb.penalty.xt_theta_stats(h, pb.n), s=pb.weights,
                 intercept=pb.fit_intercept, theta=theta,
             )  # fmt: skip
+            check_round(f"working-set solver (spread Gram subproblem of round {r})", checks,
+                        {"restricted duality gap": gap})
             if gap <= targets.gram_gap or epochs >= run.max_epochs or checks >= self.max_checks:
                 break
             run.spread_gram = spread_gram_task(

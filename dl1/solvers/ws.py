@@ -22,6 +22,7 @@ import numpy as np
 
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.numerics import check_round
 from dl1.solvers.records import PartitionScan, SubproblemCall, SubproblemOutput
 from dl1.solvers.result import (
     UNCERTIFIED,
@@ -377,6 +378,12 @@ class Run:
             pb.datafit, pb.penalty, pb.y, self.z, self.w[support], absmax, excess,
             s=pb.weights, intercept=pb.fit_intercept, theta=last.theta,
         ))  # fmt: skip
+        check_round(
+            "working-set solver", r,
+            {"duality gap": self.cert.gap, "objective": self.cert.primal,
+             "max |X^T theta|": absmax, "intercept": self.b},
+            [blk.stats for blk in last.per_block],
+        )  # fmt: skip
         if self.screen:  # gap-safe sphere of this point, applied during the next pass
             radius = float(np.sqrt(max(self.cert.gap, 0.0) * 2.0 * pb.n * self.max_s
                                    * pb.datafit.beta))  # fmt: skip

@@ -165,7 +165,47 @@ def assemble_block(
             std > 1e-12 * np.sqrt(np.maximum(sq, 1e-300)), 1.0 / np.where(std > 0, std, 1.0), 0.0
         )
     sqn = csc_col_sqnorms(indptr, indices, m.data, scale, sample_weight)
+    raw = sqn
+    if scale.shape[0] or sample_weight.shape[0]:
+        raw = csc_col_sqnorms(indptr, indices, m.data, NO_PROFILE, NO_PROFILE)
+    check_column_squares(j, c0, indptr, m.data, raw, sqn)
     return Block(j, indptr, indices, m.data, scale, sqn, n)
+
+
+#: Smallest squared norm of a nonzero column: below it the squares are subnormal or zero
+#: (values under about 1e-154), and its steps, norms and scores lose precision or vanish.
+SQNORM_MIN = float(np.finfo(np.float64).tiny)
+
+
+def check_column_squares(
+    j: int, c0: int, indptr: np.ndarray, data: np.ndarray, raw: np.ndarray, sqn: np.ndarray
+) -> None:
+    """Refuse feature block ``j`` (first column ``c0``) when a column's sum of squares
+    (``raw``, or weighted and scaled, ``sqn``) overflows float64, or is below
+    :data:`SQNORM_MIN` while the column has a nonzero value: every step and score of the
+    solvers divides by or multiplies with these sums, and a column that looks empty would
+    be left out silently. The message names the column's global index."""
+    with np.errstate(invalid="ignore"):
+        over = ~(np.isfinite(raw) & np.isfinite(sqn))
+        under = (raw < SQNORM_MIN) & (np.diff(indptr) > 0)
+    if over.any():
+        c = int(np.flatnonzero(over)[0])
+        raise ValidationError(
+            f"feature block {j}, column {c0 + c}: its sum of squares overflows float64 "
+            f"(largest value {_absmax(indptr, data, c):.3g}); rescale the column"
+        )
+    for c in np.flatnonzero(under):
+        big = _absmax(indptr, data, int(c))
+        if big > 0:  # not only explicit zeros
+            raise ValidationError(
+                f"feature block {j}, column {c0 + int(c)}: its sum of squares underflows "
+                f"float64 (largest value {big:.3g}); rescale the column"
+            )
+
+
+def _absmax(indptr: np.ndarray, data: np.ndarray, c: int) -> float:
+    vals = data[indptr[c] : indptr[c + 1]]
+    return float(np.abs(vals).max()) if vals.shape[0] else 0.0
 
 
 def block_info(block: Block | BlockSource) -> tuple[int, int, int]:

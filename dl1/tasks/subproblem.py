@@ -26,6 +26,20 @@ from dl1.tasks.gram import (
     working_set_gram,
 )
 
+#: Range of a column's mean square (its Gram diagonal) that the float32 Gram matrix holds
+#: with float32's precision: beyond it (data scaled by more than about 1e15 or less than
+#: 1e-15) entries overflow to inf or underflow to zero, and the columns' exact epochs
+#: (float64) are used instead.
+GRAM_SQNORM_RANGE = (2.0**-100, 2.0**100)
+
+
+def gram_representable(sqn: np.ndarray, n: int) -> bool:
+    """Whether the working set's Gram matrix fits :data:`GRAM_SQNORM_RANGE` (``sqn``, the
+    columns' weighted squared norms; empty columns aside)."""
+    q = sqn[sqn > 0] / n
+    lo, hi = GRAM_SQNORM_RANGE
+    return q.shape[0] == 0 or bool(q.min() >= lo and q.max() <= hi)
+
 
 @dataclass(frozen=True)
 class SubproblemSettings:
@@ -111,7 +125,8 @@ def subproblem_task(
     z0 = z
     z = z.copy()
     s = None if sample_weight.shape[0] == 0 else sample_weight
-    if datafit.quadratic and 0 < w.shape[0] <= min(settings.gram_max, gram_limit()):
+    gram_ok = 0 < w.shape[0] <= min(settings.gram_max, gram_limit())
+    if datafit.quadratic and gram_ok and gram_representable(sqn, n):
         # squared loss on a small working set: covariance updates
         w, dz, db, info = solve_on_gram(
             indptr,
@@ -161,7 +176,7 @@ def subproblem_task(
             _, _, gap = duality_gap_from_stats(
                 datafit, penalty, y, z, w, am, ex, s=s, intercept=fit_intercept, theta=theta
             )
-            if gap <= target_gap:
+            if gap <= target_gap or not np.isfinite(gap):  # the coordinator names a NaN
                 break
         g = datafit.gradient(y, z, s)
         u[:] = 0.0
@@ -308,8 +323,8 @@ def solve_on_gram(
             intercept=fit_intercept,
             theta=theta,
         )
-        if gap <= target_gap or epochs >= max_epochs:
-            break
+        if gap <= target_gap or epochs >= max_epochs or not np.isfinite(gap):
+            break  # a non-finite gap: more epochs cannot repair it; the coordinator names it
         if estimate_ok:  # the estimate said "within the target", the exact gap did not
             min_between = check_every
         est = GramGapEstimate(datafit, penalty, y, zc, theta, h, w, s, g_y)

@@ -1,0 +1,66 @@
+"""The coordinator's check that a solve's numbers are finite, once per round.
+
+Validation (:mod:`dl1.loading`, :func:`dl1.tasks.blocks.check_column_squares`) refuses data
+whose sums of squares overflow, but products of valid data can still overflow (a residual
+times a column, an extrapolated step). A NaN compares false with every tolerance, so a solve
+that met one would run to its round limit, each subproblem to its epoch limit, and return
+NaN. The coordinator instead checks the scalars it already reduced each round (gap
+statistics, objective, intercept, the norm of a subproblem's update) and stops the solve
+with :class:`~dl1.errors.NumericalError` naming the round, the block and the quantity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from dl1.errors import NumericalError
+
+#: What to do about it, appended to every message.
+ADVICE = (
+    "X or y holds values whose products overflow float64; rescale them (e.g. standardize "
+    "the columns and centre y)"
+)
+
+
+def first_non_finite(quantities: Mapping[str, float]) -> str | None:
+    """The name of the first quantity that is not a finite number (None: all finite)."""
+    for name, value in quantities.items():
+        if not math.isfinite(float(value)):
+            return name
+    return None
+
+
+def check_round(
+    where: str, r: int, quantities: Mapping[str, float], block_stats: Sequence | None = None
+) -> None:
+    """Raise :class:`NumericalError` if a scalar of round ``r`` of ``where`` (a solver's
+    name) is NaN or infinite; ``block_stats`` (per feature block, ``absmax`` and ``excess``
+    attributes) name the first block whose statistics are not finite."""
+    bad = first_non_finite(quantities)
+    if bad is None:
+        return
+    values = ", ".join(f"{k} {float(v):.3g}" for k, v in quantities.items())
+    block = ""
+    for j, st in enumerate(block_stats or ()):
+        if not (math.isfinite(float(st.absmax)) and math.isfinite(float(st.excess))):
+            block = f" (first in feature block {j}: max |x_j^T theta| {float(st.absmax):.3g})"
+            break
+    raise NumericalError(
+        f"{where}, round {r}: the {bad} is not finite{block} ({values}); {ADVICE}"
+    )
+
+
+def check_update(where: str, r: int, name: str, *arrays: np.ndarray) -> None:
+    """Raise :class:`NumericalError` if an update of round ``r`` (``arrays``, e.g. a
+    subproblem's new coefficients and its change of ``X w``) holds a NaN or an infinity."""
+    for a in arrays:
+        a = np.asarray(a)
+        if a.size and not np.isfinite(a).all():
+            k = int(np.flatnonzero(~np.isfinite(a.ravel()))[0])
+            raise NumericalError(
+                f"{where}, round {r}: the {name} is not finite (entry {k} is "
+                f"{a.ravel()[k]}); {ADVICE}"
+            )
