@@ -49,3 +49,8 @@ class ClusterStalledError(Dl1Error, RuntimeError):
 
 class WorkerMemoryError(Dl1Error, MemoryError):
     """The workers' memory is too small for the data; the message says how much is needed."""
+
+
+class MemoryStallError(ClusterStalledError, WorkerMemoryError):
+    """The cluster stalled with workers paused or restarted for memory: both a stall and a
+    memory error, so that either ``except`` catches it."""

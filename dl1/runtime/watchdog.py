@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import dask
 
-from dl1.errors import ClusterStalledError
+from dl1.errors import ClusterStalledError, MemoryStallError
 
 T = TypeVar("T")
 
@@ -262,7 +262,8 @@ class Watchdog:
                 f"{len(restarts)} worker restart(s) for exceeding the memory limit "
                 f"(last at {restarts[-1].get('rss', 0) / MiB:.0f} MiB)"
             )
-        return ClusterStalledError(
+        memory = view.reachable and (view.paused() or restarts)
+        return (MemoryStallError if memory else ClusterStalledError)(
             f"the cluster made no progress for {seconds:.0f} s ({STALL_TIMEOUT_KEY} = "
             f"{self.timeout:g} s) while the coordinator waited for {what}: "
             + ("; ".join(seen) or "no task running")

@@ -117,6 +117,7 @@ def test_workers_paused_for_memory_stall_the_path_and_its_checkpoint_resumes(
         seconds = time.monotonic() - paused_at[0]
         message = str(err.value)
         assert "paused for memory" in message and "MiB" in message, message
+        assert isinstance(err.value, dl1.errors.WorkerMemoryError)  # also a memory error
         assert "checkpoint" in message
         assert seconds < STALL_S + SLACK_S, seconds
         client.run(_free)
