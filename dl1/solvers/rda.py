@@ -101,16 +101,9 @@ class RDASolver(SampleWiseSolver):
         return RDAState(G, Gb, t, w, b, st)
 
     def _epoch(self, pb: Problem, state: RDAState, epoch: int) -> list[RDAOutput]:
-        ex, rows = pb.executor, pb.rows
-        return ex.gather(
-            [
-                ex.submit_to(
-                    q, rda_epoch_task, [rows.blocks[i] for i in part], state.G, state.Gb,
-                    state.t, pb.handles.y, pb.handles.sample_weight, state.settings,
-                    self._seed(epoch, q, len(rows.parts)),
-                )
-                for q, part in enumerate(rows.parts)
-            ]
+        return self._on_partitions(
+            pb, epoch, rda_epoch_task, state.G, state.Gb, state.t, pb.handles.y,
+            pb.handles.sample_weight, state.settings,
         )  # fmt: skip
 
     def _combine(self, pb: Problem, state: RDAState, outs: list[RDAOutput]) -> RDAState:

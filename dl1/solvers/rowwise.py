@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from dl1.loading import rows_xt_theta
-from dl1.objective.datafits.hinge import balanced
+from dl1.objective.datafits.quadratic import balanced
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.result import Certificate, FitResult, make_result
@@ -135,6 +135,16 @@ class SampleWiseSolver:
         if epoch >= self.max_epochs:
             return True
         return self.certify_every > 0 and epoch % self.certify_every == 0
+
+    def _on_partitions(self, pb: Problem, epoch: int, task: Any, *args: Any) -> list[Any]:
+        """``task(the partition's blocks, *args, seed)`` on every partition's worker, the
+        results in partition order."""
+        ex, rows = pb.executor, pb.rows
+        return ex.gather(
+            [ex.submit_to(q, task, [rows.blocks[i] for i in part], *args,
+                          self._seed(epoch, q, len(rows.parts)))
+             for q, part in enumerate(rows.parts)]
+        )  # fmt: skip
 
     def _seed(self, epoch: int, q: int, n_parts: int) -> int | None:
         """The seed of partition ``q``'s orders in ``epoch`` (None: stored order)."""

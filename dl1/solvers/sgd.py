@@ -93,16 +93,9 @@ class StochasticGradientSolver(SampleWiseSolver):
 
     def _epoch(self, pb: Problem, state: SGDState, epoch: int) -> list[SGDOutput]:
         """Every partition's pass, from the same model and step count."""
-        ex, rows = pb.executor, pb.rows
-        return ex.gather(
-            [
-                ex.submit_to(
-                    q, sgd_epoch_task, [rows.blocks[i] for i in part], state.w, state.b,
-                    pb.handles.y, pb.handles.sample_weight, state.settings, state.steps,
-                    self._seed(epoch, q, len(rows.parts)),
-                )
-                for q, part in enumerate(rows.parts)
-            ]
+        return self._on_partitions(
+            pb, epoch, sgd_epoch_task, state.w, state.b, pb.handles.y,
+            pb.handles.sample_weight, state.settings, state.steps,
         )  # fmt: skip
 
     def _combine(self, pb: Problem, state: SGDState, outs: list[SGDOutput]) -> SGDState:

@@ -119,16 +119,9 @@ class SMIDASSolver(SampleWiseSolver):
         return SMIDASState(link(w, st.p), w.copy(), float(warm.intercept), st)
 
     def _epoch(self, pb: Problem, state: SMIDASState, epoch: int) -> list[SMIDASOutput]:
-        ex, rows = pb.executor, pb.rows
-        return ex.gather(
-            [
-                ex.submit_to(
-                    q, smidas_epoch_task, [rows.blocks[i] for i in part], state.theta,
-                    state.b, pb.handles.y, pb.handles.sample_weight, state.settings,
-                    self._seed(epoch, q, len(rows.parts)),
-                )
-                for q, part in enumerate(rows.parts)
-            ]
+        return self._on_partitions(
+            pb, epoch, smidas_epoch_task, state.theta, state.b, pb.handles.y,
+            pb.handles.sample_weight, state.settings,
         )  # fmt: skip
 
     def _combine(self, pb: Problem, state: SMIDASState, outs: list[SMIDASOutput]) -> (

@@ -21,8 +21,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dl1.errors import ValidationError
-from dl1.objective.datafits.quadratic import optional_weights
+from dl1.objective.datafits.quadratic import balanced, optional_weights, validate_labels
 
 _C_ROUNDING = 1e-12
 #: Bisection steps of the intercept's 1-D problem (bracket halved each time: 2^-200).
@@ -55,16 +54,7 @@ class SmoothHinge:
 
     def validate_y(self, y: ArrayLike) -> NDArray[np.float64]:
         """Labels exactly -1 or +1 (the first bad index named)."""
-        y = np.asarray(y)
-        if y.ndim != 1:
-            raise ValidationError(f"y must be 1-D, got shape {y.shape}")
-        bad = np.flatnonzero((y != 1) & (y != -1))
-        if bad.size:
-            i = int(bad[0])
-            raise ValidationError(
-                f"y[{i}] = {y[i].item()!r}: hinge labels must be exactly -1 or +1"
-            )
-        return y.astype(np.float64, copy=False)
+        return validate_labels(y, "hinge")
 
     def _phi(self, m: NDArray[np.float64]) -> NDArray[np.float64]:
         g = self.gamma
@@ -175,16 +165,3 @@ class Hinge(SmoothHinge):
 
     def __repr__(self) -> str:
         return "Hinge()"
-
-
-def balanced(theta: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``theta`` with its heavier sign side shrunk by a common factor so that it sums to 0
-    (the dual constraint of an unpenalised intercept)."""
-    theta = theta.copy()
-    pos = theta > 0
-    mass_pos, mass_neg = float(theta[pos].sum()), -float(theta[~pos].sum())
-    if mass_pos > mass_neg:
-        theta[pos] *= mass_neg / mass_pos
-    elif mass_neg > mass_pos:
-        theta[~pos] *= mass_pos / mass_neg
-    return theta

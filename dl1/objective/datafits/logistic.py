@@ -15,7 +15,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit, xlogy
 
 from dl1.errors import ValidationError
-from dl1.objective.datafits.quadratic import optional_weights
+from dl1.objective.datafits.quadratic import balanced, optional_weights, validate_labels
 
 _ARMIJO = 1e-4
 _MAX_HALVINGS = 40
@@ -59,16 +59,7 @@ class Logistic:
         ValidationError
             ``y`` is not 1-D or has a label other than -1/+1 (naming the first bad index).
         """
-        y = np.asarray(y)
-        if y.ndim != 1:
-            raise ValidationError(f"y must be 1-D, got shape {y.shape}")
-        bad = np.flatnonzero((y != 1) & (y != -1))
-        if bad.size:
-            i = int(bad[0])
-            raise ValidationError(
-                f"y[{i}] = {y[i].item()!r}: logistic labels must be exactly -1 or +1"
-            )
-        return y.astype(np.float64, copy=False)
+        return validate_labels(y, "logistic")
 
     def value(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None) -> float:
         """``F(z) = (1/n) sum_i s_i log(1 + exp(-y_i z_i))``.
@@ -193,15 +184,7 @@ class Logistic:
         if not intercept:
             return self._theta(y, z, s)
         db = self._newton_shift(y, z, s, 50, 1e-13)
-        theta = self._theta(y, z + db, s)
-        pos = theta > 0
-        mass_pos = float(theta[pos].sum())
-        mass_neg = -float(theta[~pos].sum())
-        if mass_pos > mass_neg:
-            theta[pos] *= mass_neg / mass_pos
-        elif mass_neg > mass_pos:
-            theta[~pos] *= mass_pos / mass_neg
-        return theta
+        return balanced(self._theta(y, z + db, s))
 
     def conjugate(self, y: ArrayLike, theta: ArrayLike, s: ArrayLike | None = None) -> float:
         """``F^*(-theta / n) = (1/n) sum_i s_i (t_i log t_i + (1 - t_i) log(1 - t_i))``.

@@ -84,6 +84,31 @@ def _check_finite_y(y: ArrayLike) -> NDArray[np.float64]:
     return y
 
 
+def validate_labels(y: ArrayLike, loss: str) -> NDArray[np.float64]:
+    """Labels of a classification loss: 1-D, exactly -1 or +1 (the first bad index named)."""
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValidationError(f"y must be 1-D, got shape {y.shape}")
+    bad = np.flatnonzero((y != 1) & (y != -1))
+    if bad.size:
+        i = int(bad[0])
+        raise ValidationError(f"y[{i}] = {y[i].item()!r}: {loss} labels must be exactly -1 or +1")
+    return y.astype(np.float64, copy=False)
+
+
+def balanced(theta: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``theta`` with its heavier sign side shrunk by a common factor so that it sums to 0
+    (the dual constraint of an unpenalised intercept)."""
+    theta = theta.copy()
+    pos = theta > 0
+    mass_pos, mass_neg = float(theta[pos].sum()), -float(theta[~pos].sum())
+    if mass_pos > mass_neg:
+        theta[pos] *= mass_neg / mass_pos
+    elif mass_neg > mass_pos:
+        theta[~pos] *= mass_pos / mass_neg
+    return theta
+
+
 class Quadratic:
     """Squared loss ``loss(y, z) = (y - z)^2 / 2`` (scikit-learn ``ElasticNet`` convention).
 
