@@ -322,15 +322,27 @@ def load_blocks(
     if stream:
         assert store is not None
         return block_sources(store, split, sw, standardize, center)
-    cb = np.concatenate([[0], np.cumsum(Xd.chunks[1])]).astype(np.int64)
+    stored = np.concatenate([[0], np.cumsum(Xd.chunks[1])]).astype(np.int64)
+    col_nnz = store.read("stats/col_nnz", split) if store is not None else None
+    cb = finer_bounds(stored, n_partitions, col_nnz)
     K = len(cb) - 1
     dl = Xd.to_delayed()
-    tasks = [
-        dask.delayed(assemble_block, pure=True)(
-            j, int(cb[j]), sw, standardize, center, *dl[:, j].tolist(), verified=store is not None
+    tasks = []
+    for j in range(K):
+        s = int(np.searchsorted(stored, cb[j], side="right") - 1)  # the stored block holding j
+        chunks = dl[:, s].tolist()
+        if (cb[j], cb[j + 1]) != (stored[s], stored[s + 1]):  # a piece of stored block s
+            lo, hi = int(cb[j] - stored[s]), int(cb[j + 1] - stored[s])
+            if store is not None:
+                fmt = "csc" if "csc" in store.entry(split)["formats"] else None
+                chunks = [store.column_piece(split, fmt, i, s, lo, hi) for i in range(len(chunks))]
+            else:
+                chunks = [dask.delayed(column_range, pure=True)(c, lo, hi) for c in chunks]
+        tasks.append(
+            dask.delayed(assemble_block, pure=True)(
+                j, int(cb[j]), sw, standardize, center, *chunks, verified=store is not None
+            )
         )
-        for j in range(K)
-    ]
     part_of = np.concatenate(
         [
             np.full(len(a), q)
@@ -338,6 +350,34 @@ def load_blocks(
         ]
     )
     return ex.compute(tasks, workers=part_of.tolist()), cb
+
+
+def finer_bounds(
+    stored: np.ndarray, n_partitions: int, col_nnz: np.ndarray | None
+) -> np.ndarray:
+    """Column bounds of the blocks to load: the stored blocks ``stored``, each cut into
+    ``ceil(n_partitions / K)`` pieces of about equal nonzeros (``col_nnz``; equal widths
+    without it) when there are fewer (``K``) than partitions, so that every partition, and
+    so every worker, gets a share of a store written in one block. The cuts depend on the
+    data and ``n_partitions`` only, never on the cluster."""
+    K = len(stored) - 1
+    if K >= n_partitions:
+        return stored
+    pieces = -(-n_partitions // K)
+    bounds = [0]
+    for lo, hi in zip(stored[:-1].tolist(), stored[1:].tolist(), strict=True):
+        if col_nnz is None or col_nnz[lo:hi].sum() == 0:
+            cuts = np.linspace(lo, hi, pieces + 1).round().astype(np.int64)[1:-1]
+        else:
+            cum = np.cumsum(col_nnz[lo:hi])
+            cuts = lo + 1 + np.searchsorted(cum, cum[-1] * np.arange(1, pieces) / pieces)
+        bounds += [c for c in np.unique(cuts).tolist() if bounds[-1] < c < hi] + [hi]
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def column_range(chunk: Any, lo: int, hi: int) -> sp.csc_matrix:
+    """Columns ``[lo, hi)`` of a chunk of X (a piece of a stored block, :func:`finer_bounds`)."""
+    return sp.csc_matrix(chunk)[:, lo:hi]
 
 
 def block_scale(block: Block | BlockSource) -> np.ndarray:

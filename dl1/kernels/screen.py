@@ -64,3 +64,40 @@ def csc_scan_screen(
         if test and prev_scale * abs(b) + radius * np.sqrt(sq) < threshold:
             keep[t] = False
     return c, keep
+
+
+@njit(nogil=True, cache=True)
+def violation_scores(c, threshold, cols, col_sqnorm, support):  # pragma: no cover - compiled
+    """Turn ``c = X^T theta`` of the visited columns into working-set scores, in place.
+
+    ``c_t`` becomes the KKT violation ``|c_t| - threshold`` of column ``cols[t]``, or ``-inf``
+    for a column of the support (``support``: sorted local ids, already in the working set)
+    or an empty one (``col_sqnorm == 0``, never worth a place). ``cols`` is sorted.
+
+    Returns
+    -------
+    absmax : float, ``max_t |c_t|``.
+    excess : float, ``sum_t (|c_t| - threshold)_+^2``, summed in blocks of 1024 terms.
+    """
+    absmax = 0.0
+    excess = 0.0
+    part = 0.0
+    k = 0
+    for t in range(c.shape[0]):
+        a = abs(c[t])
+        if a > absmax:
+            absmax = a
+        e = a - threshold
+        if e > 0.0:
+            part += e * e
+        if (t + 1) % 1024 == 0:
+            excess += part
+            part = 0.0
+        j = cols[t]
+        while k < support.shape[0] and support[k] < j:
+            k += 1
+        if (k < support.shape[0] and support[k] == j) or col_sqnorm[j] == 0.0:
+            c[t] = -np.inf
+        else:
+            c[t] = e
+    return absmax, excess + part

@@ -253,6 +253,12 @@ def read_block_task(root, split, fmt, i, j, blk, shape, chunk_type):
     return _to_chunk(read_block_arrays(root, split, fmt, i, j, blk, shape), shape, fmt, chunk_type)
 
 
+def read_columns_task(root, split, fmt, i, j, blk, shape, lo, hi):
+    """Columns ``[lo, hi)`` of stored block ``(i, j)`` as CSC: a piece of a block, read
+    where the task runs (each piece by its own worker, not read once and shipped)."""
+    return sp.csc_matrix(read_block_task(root, split, fmt, i, j, blk, shape, "scipy"))[:, lo:hi]
+
+
 def _read_slice_task(root, key, entry, lo, hi):
     return read_array(root, key, entry, slice(lo, hi))
 
@@ -388,6 +394,16 @@ class Store:
         import dask.array as da
 
         return da.Array(dsk, name, chunks, meta=_meta(chunk_type, fmt, self.dtype(split)))
+
+    def column_piece(self, split: str, fmt: str | None, i: int, j: int, lo: int, hi: int):
+        """A dask delayed of columns ``[lo, hi)`` (within the block) of stored block
+        ``(i, j)``, read where it runs (:func:`read_columns_task`)."""
+        import dask
+
+        fmt = self._fmt(split, fmt)
+        blk = self.entry(split)["blocks"][fmt][i][j]
+        args = (os.fspath(self.path), split, fmt, i, j, blk, self.block_shape(split, i, j))
+        return dask.delayed(read_columns_task, pure=True)(*args, lo, hi)
 
     def vector_dask(self, name: str = "y", split: str = "train") -> da.Array:
         """A length-n split array (``y`` or ``sample_weight``) chunked like the row blocks of X."""

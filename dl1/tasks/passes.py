@@ -175,7 +175,7 @@ def scan_task(
     (unweighted) column norm of the block (-1 otherwise, or for a block not read). Only these
     few numbers travel.
     """
-    from dl1.kernels.screen import csc_scan_screen
+    from dl1.kernels.screen import csc_scan_screen, violation_scores
 
     t0 = time.perf_counter()
     out = []
@@ -210,7 +210,11 @@ def scan_task(
             radius,
             threshold,
         )
-        visited = int((b.indptr[visit + 1] - b.indptr[visit]).sum())
+        visited = (
+            int(b.indptr[-1] - b.indptr[0])
+            if cols is None
+            else int((b.indptr[visit + 1] - b.indptr[visit]).sum())
+        )
         new_alive = packed
         if not keep.all():
             keep[np.isin(visit, idx)] = True  # never screen the support
@@ -220,16 +224,12 @@ def scan_task(
                 mask = np.zeros(b.ncols, dtype=bool)
                 mask[visit] = True
                 new_alive = np.packbits(mask)  # 1 bit per column travels, not an index list
-        a = np.abs(c)
-        absmax = float(a.max()) if a.size else 0.0
-        ex = a - threshold
-        excess = float(np.square(ex[ex > 0]).sum())
-        score = ex.copy()
-        score[np.isin(visit, idx)] = -np.inf  # the support is in the working set anyway
-        score[b.col_sqnorm[visit] == 0] = -np.inf
+        # c becomes the scores: violations, -inf for the support and empty columns
+        absmax, excess = violation_scores(c, threshold, visit, b.col_sqnorm, idx)
+        score = c
         kk = min(n_candidates, visit.shape[0])
         if kk:
-            top = np.argpartition(-score, kk - 1)[:kk]
+            top = np.argpartition(score, score.shape[0] - kk)[score.shape[0] - kk :]
             top = top[score[top] > -np.inf]
         else:
             top = np.zeros(0, dtype=np.int64)

@@ -287,7 +287,7 @@ def solve_on_gram(
     Q = working_set_gram(
         indptr, indices, vals, n, sample_weight, ws, gram_key, dense_max, 1.0 / n, c
     )
-    z_start = z.copy()
+    z_start = z  # read only: every check starts from it
     w_start = w.copy()
     h = np.empty(m)
     # X_W^T S (y - mean_s(y)): how the weighted residual's inner product with y moves
@@ -299,11 +299,11 @@ def solve_on_gram(
     gap = np.inf
     epochs = 0
     hist: list[np.ndarray] = []
-    zc = z
+    zc = np.empty_like(z_start)  # reused: a fresh n-vector per check costs page faults
     db_total = 0.0
     while True:
         # exact state: z from w, intercept refitted, h = X^T theta / n
-        zc = z_start.copy()
+        np.copyto(zc, z_start)
         csc_matvec(indptr, indices, data, scale, w - w_start, zc)
         db_total = 0.0
         if fit_intercept:

@@ -66,9 +66,17 @@ def optional_weights(s: ArrayLike | None, n: int) -> NDArray[np.float64] | None:
     return s
 
 
-def _weighted_sum(x: NDArray[np.float64], s: NDArray[np.float64] | None) -> float:
-    """``sum_i s_i x_i`` (``s`` None for unit weights)."""
-    return float(x.sum() if s is None else s @ x)
+def _residual_sums(y: ArrayLike, z: ArrayLike, s: ArrayLike | None) -> tuple[float, float, float]:
+    """``(sum s r, sum s r^2, sum s)`` of ``r = y - z`` in one pass, without temporaries
+    (:func:`dl1.kernels.vectors.residual_sums`)."""
+    from dl1.kernels.vectors import residual_sums
+
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    z = np.ascontiguousarray(z, dtype=np.float64)
+    if z.shape != y.shape:
+        raise ValidationError(f"z has shape {z.shape}, expected {y.shape}")
+    s = optional_weights(s, y.shape[0])
+    return residual_sums(y, z, np.zeros(0) if s is None else np.ascontiguousarray(s))
 
 
 def _check_finite_y(y: ArrayLike) -> NDArray[np.float64]:
@@ -163,8 +171,8 @@ class Quadratic:
         -------
         float
         """
-        r = np.asarray(y, dtype=np.float64) - np.asarray(z, dtype=np.float64)
-        return 0.5 * _weighted_sum(r * r, optional_weights(s, r.shape[0])) / r.shape[0]
+        _, sq, _ = _residual_sums(y, z, s)
+        return 0.5 * sq / len(y)
 
     def gradient(
         self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None
@@ -223,11 +231,8 @@ class Quadratic:
         float
             ``db = sum_i s_i (y_i - z_i) / sum_i s_i``; the new intercept is ``b + db``.
         """
-        r = np.asarray(y, dtype=np.float64) - np.asarray(z, dtype=np.float64)
-        s = optional_weights(s, r.shape[0])
-        if s is None:
-            return float(r.mean())
-        return float(s @ r) / float(s.sum())
+        total, _, weight = _residual_sums(y, z, s)
+        return total / weight
 
     def dual_point(
         self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None, intercept: bool = False
