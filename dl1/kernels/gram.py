@@ -9,6 +9,7 @@ models via coordinate descent", J. Stat. Softw. 2010, Sec. 2.2, covariance updat
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from dl1.kernels.cd import soft_threshold
@@ -130,3 +131,42 @@ def take_submatrix(src, src_idx, dst, dst_idx):  # pragma: no cover - compiled
         drow = dst[dst_idx[a]]
         for b in range(k):
             drow[dst_idx[b]] = srow[src_idx[b]]
+
+
+@njit(nogil=True, cache=True)
+def csc_cross_gram(indptr, indices, data, n, new, sw, out):  # pragma: no cover - compiled
+    """``out[a, t] = sum_i x_a[i] s_i x_new[t][i]`` for every column ``a`` of a sparse CSC
+    matrix (``n`` rows, ``m`` columns) and the columns ``new``: ``X^T S X_new``.
+
+    The new columns are laid out by rows once (``O(n + nnz_new)``); each nonzero ``(a, i)``
+    then meets row ``i``'s entries in the new columns, so the cost is ``nnz + sum_{(a, i)}
+    knew_i`` (``knew_i`` the row's nonzeros among the new columns): a general sparse product
+    does the same arithmetic but spends most of its time building its sparse result. Every
+    entry sums its rows in increasing order. ``sw`` empty means unit weights; ``out`` (shape
+    ``(m, len(new))``) must be zero.
+    """
+    m = indptr.shape[0] - 1
+    count = np.zeros(n + 1, np.int64)
+    for t in range(new.shape[0]):
+        c = new[t]
+        for k in range(indptr[c], indptr[c + 1]):
+            count[indices[k] + 1] += 1
+    for i in range(n):
+        count[i + 1] += count[i]
+    fill = count[:-1].copy()
+    slots = np.empty(count[n], np.int64)
+    vals = np.empty(count[n], np.float64)
+    weighted = sw.shape[0] > 0
+    for t in range(new.shape[0]):  # in order, so each row lists its new columns in order
+        c = new[t]
+        for k in range(indptr[c], indptr[c + 1]):
+            i = indices[k]
+            slots[fill[i]] = t
+            vals[fill[i]] = data[k] * sw[i] if weighted else data[k]
+            fill[i] += 1
+    for a in range(m):
+        for k in range(indptr[a], indptr[a + 1]):
+            i = indices[k]
+            v = data[k]
+            for u in range(count[i], count[i + 1]):
+                out[a, slots[u]] += v * vals[u]

@@ -107,6 +107,16 @@ def warm_up() -> None:
     _WARM = True
 
 
+def warm_coordinator() -> None:
+    """Load the kernels the coordinating process runs itself (the datafit's reductions,
+    :mod:`dl1.kernels.vectors`): numba's first load in a process takes ~0.3 s, paid here
+    with the workers' warm-up rather than inside a fit's first round."""
+    from dl1.objective.datafits import Quadratic
+
+    one = np.ones(2)
+    Quadratic().value(one, one)
+
+
 class LocalExecutor:
     """Runs tasks in this process (no cluster): for small data and tests."""
 
@@ -174,8 +184,10 @@ class DistributedExecutor:
 
     def _warm_up(self) -> dict[str, int]:
         """Every worker warmed up (:func:`dl1.runtime.memory.warm_baseline`): its baseline
-        memory in bytes, by address (workers that failed, e.g. restarted, are left out)."""
+        memory in bytes, by address (workers that failed, e.g. restarted, are left out).
+        The coordinating process loads the few kernels it runs itself meanwhile."""
         got = self.run(warm_baseline, what="the workers to load dl1 (warm-up)")
+        warm_coordinator()
         return {a: v for a, v in got.items() if isinstance(v, int)}
 
     def run(self, fn: Callable, *args: Any, what: str, bound: float | None = None) -> dict:

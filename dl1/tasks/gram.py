@@ -7,7 +7,6 @@ import contextvars
 from collections import OrderedDict
 
 import numpy as np
-import scipy.sparse as sp
 
 #: Elements (rows x columns) of the scratch that densifies a batch of working-set columns
 #: while their Gram rows are formed (in memory; out of core :func:`dl1.loading.dense_max` is less).
@@ -185,7 +184,7 @@ def working_set_gram(
     result, of :data:`GRAM_DTYPE` (entries formed in float64, then rounded), is cached under
     ``key`` (replacing the previous entry) and must not be modified by the caller.
     """
-    from dl1.kernels.gram import csc_dense_rows, take_submatrix
+    from dl1.kernels.gram import csc_cross_gram, csc_dense_rows, take_submatrix
 
     m = ws.shape[0]
     hit = GRAM_CACHE.pop(key, None) if key is not None else None
@@ -224,11 +223,8 @@ def working_set_gram(
                 part += chunk @ right.T
                 del chunk, right
         else:
-            Xs = sp.csc_matrix((vals, indices, indptr), shape=(n, m))
-            right = Xs[:, new]
-            if weighted:
-                right = sp.csc_matrix(right.multiply(s[:, None]))
-            part = (Xs.T @ right).toarray()
+            part = np.zeros((m, k))
+            csc_cross_gram(indptr, indices, vals, n, new.astype(np.int64), s, part)
         if factor != 1.0:
             part *= factor
         if c is not None:

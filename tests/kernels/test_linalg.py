@@ -237,3 +237,23 @@ def test_csc_scan_screen_matches_numpy():
             1.5,
         )
         assert keep.all()
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_csc_cross_gram_matches_scipy(weighted, dtype):
+    from dl1.kernels.gram import csc_cross_gram
+
+    rng = np.random.default_rng(7)
+    n, m = 300, 25
+    A = sp.random(n, m, density=0.1, format="lil", random_state=rng, dtype=dtype)
+    A[:, 3] = 0.0  # an empty column
+    A = sp.csc_matrix(A)
+    new = np.array([0, 3, 4, 11, 24], dtype=np.int64)
+    s = rng.uniform(0.1, 2.0, n)
+    Ad = A.toarray().astype(np.float64)
+    want = Ad.T @ ((s[:, None] if weighted else 1.0) * Ad[:, new])
+    out = np.zeros((m, new.shape[0]))
+    csc_cross_gram(A.indptr.astype(np.int64), A.indices, A.data, n, new,
+                   s if weighted else np.zeros(0), out)  # fmt: skip
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
