@@ -38,6 +38,7 @@ from dl1.runtime.executor import coordinating, executor_for
 from dl1.runtime.rpc import rpc_executor
 from dl1.solvers.auto import choose_solver
 from dl1.solvers.base import Problem, WarmState, solver_class
+from dl1.solvers.registry import SOLVERS  # noqa: F401  (solvers load with the entry points)
 from dl1.solvers.result import ConvergenceWarning, FitResult
 
 

@@ -304,10 +304,17 @@ def quiet_blas(client: Any) -> Iterator[None]:
     if client is None:
         yield
         return
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
+    with blas_controller().limit(limits=1, user_api="blas"):
         yield
+
+
+@functools.cache
+def blas_controller() -> Any:
+    """This process's ``threadpoolctl.ThreadpoolController``, made once: making one scans
+    every loaded library (~15 ms, which ``threadpool_limits`` paid in every fit)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 #: ``dask.config`` schedulers that keep ``dask.compute`` in this process even when a client

@@ -256,7 +256,15 @@ def read_block_task(root, split, fmt, i, j, blk, shape, chunk_type):
 def read_columns_task(root, split, fmt, i, j, blk, shape, lo, hi):
     """Columns ``[lo, hi)`` of stored block ``(i, j)`` as CSC: a piece of a block, read
     where the task runs (each piece by its own worker, not read once and shipped)."""
-    return sp.csc_matrix(read_block_task(root, split, fmt, i, j, blk, shape, "scipy"))[:, lo:hi]
+    m = sp.csc_matrix(read_block_task(root, split, fmt, i, j, blk, shape, "scipy"))
+    a, b = int(m.indptr[lo]), int(m.indptr[hi])
+    # a column range of CSC is one contiguous run of entries: copied as such (SciPy's
+    # general slicing takes several times longer), not viewed (a view would keep the
+    # whole block alive)
+    return sp.csc_matrix(
+        (m.data[a:b].copy(), m.indices[a:b].copy(), m.indptr[lo : hi + 1] - a),
+        shape=(m.shape[0], hi - lo),
+    )
 
 
 def _read_slice_task(root, key, entry, lo, hi):
