@@ -58,16 +58,14 @@ the updates can be added: ``v + sum_k u_k`` is the convex combination
 ``Delta = 0``: every local ascent is a global ascent. With ``sigma' = 1`` and one block,
 ``H = D`` and the steps are exactly sequential Prox-SDCA.
 
-Intercept (our choice). ``b`` is the weight of a constant feature of value
-``kappa = intercept_scale`` appended to every row, inside ``g``'s ridge part and outside
-its l1 part: ``b = kappa v_b``, ``v_b = (1/(lambda n)) sum_i kappa alpha_i``. It costs O(1)
-per step and keeps the dual unconstrained (an unpenalised intercept would add the
-constraint ``sum_i alpha_i = 0``, which single-coordinate steps cannot keep). The problem
-solved is ``P~(w, b) = P(w, b) + lambda b^2 / (2 kappa^2)``; the duality gap
-``P~(w, b) - D(alpha)`` certifies ``P~``, and for the unpenalised problem
-``P(w, b) - P* <= P~(w, b) - D(alpha) + lambda b*^2 / (2 kappa^2)`` (``b*`` an unpenalised
-optimum's intercept): a larger ``kappa`` shrinks the bias but raises ``|x_i|^2 + kappa^2``
-and so slows the rate (Theorem 1's ``R^2 / (lambda gamma)``).
+Intercept. ``b = c + kappa v_b``: an offset ``c`` plus the weight of a constant feature of
+value ``kappa = intercept_scale`` appended to every row, inside ``g``'s ridge part and outside
+its l1 part, ``v_b = (1/(lambda n)) sum_i kappa alpha_i``. It costs O(1) per step and keeps
+the dual unconstrained (an unpenalised intercept would add the constraint ``sum_i alpha_i =
+0``, which single-coordinate steps cannot keep). The problem solved is the proximal one
+``P(w, b) + lambda (b - c)^2 / (2 kappa^2)``; :class:`dl1.solvers.sdca.SDCASolver` moves
+``c`` to ``b`` after every round (the method of multipliers on that constraint), so at its
+fixed point the penalty vanishes and the intercept is unpenalised.
 
 Pure Lasso (``l2 = 0``): Sec. 3.1 adds the ridge ``lambda = epsilon / B^2`` with
 ``B >= |w*|_2`` (:func:`lasso_ridge`); an ``epsilon/2``-accurate solution of the ridged
@@ -263,9 +261,9 @@ def sdca_epoch(indptr, indices, data, y, sw, rows, alpha, v, vb, n, l1, l2, sigm
     offset : float
         A fixed intercept ``b`` added to every prediction: the steps are then those of
         ``phi_i(a) = s_i loss(y_i, a + b)`` (whose conjugate is ``loss*(u) - u b``, so the
-        Option-I step in terms of the prediction ``z = x.w + b`` is unchanged). The solver
-        holds ``b`` at its exact minimiser between rounds, an unbiased alternative to the
-        constant feature ``kappa``.
+        Option-I step in terms of the prediction ``z = x.w + b`` is unchanged): the centre
+        ``c`` of the intercept (module docstring), or a held intercept when
+        ``fit_intercept`` is False.
 
     Returns
     -------

@@ -250,6 +250,9 @@ class SDCASettings:
     n_passes: int
     n: int
     smoothing: float = 1.0
+    #: The intercept's feature value ``kappa`` (0: no intercept feature; the intercept
+    #: ``b`` passed to the task is then held fixed)
+    kappa: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,8 @@ class SDCAOutput:
     dv: np.ndarray
     progressive: float
     block_losses: tuple = ()
+    #: change of the intercept feature's dual coordinate ``v_b``
+    dvb: float = 0.0
 
 
 def sdca_round_task(
@@ -268,30 +273,34 @@ def sdca_round_task(
     alpha: np.ndarray,
     r_lo: int,
     v: np.ndarray,
+    vb: float,
     b: float,
     y: np.ndarray,
     sample_weight: np.ndarray,
     settings: SDCASettings,
     seed: int,
 ) -> SDCAOutput:
-    """Prox-SDCA's local passes on a partition's rows from the global ``(alpha, v)``
-    (``alpha``: the partition's rows, from row ``r_lo``) with the intercept ``b`` held.
-    The blocks share one local subproblem (each starts where the previous left ``v +
-    sigma' u``), so their changes add up to the partition's CoCoA+ update."""
+    """Prox-SDCA's local passes on a partition's rows from the global ``(alpha, v, v_b)``
+    (``alpha``: the partition's rows, from row ``r_lo``), predictions offset by ``b``
+    (with ``settings.kappa > 0``, plus the intercept feature ``kappa v_b``). The blocks
+    share one local subproblem (each starts where the previous left ``v + sigma' u``), so
+    their changes add up to the partition's CoCoA+ update."""
     v0 = np.asarray(v, dtype=np.float64)
     dv = np.zeros_like(v0)
+    dvb = 0.0
     d_alpha, progressive, by_block = [], 0.0, []
     s = settings
     for vis in visits(blocks, y, sample_weight, seed, n_passes=s.n_passes):
         r0, n_rows = vis.block.r0, vis.block.n_rows
         a = alpha[r0 - r_lo : r0 - r_lo + n_rows]
-        da, u, _, prog = sdca_epoch(
+        da, u, ub, prog = sdca_epoch(
             vis.block.indptr, vis.block.indices, vis.block.data, vis.y, vis.sw, vis.rows, a,
-            v0 + s.sigma_prime * dv, 0.0, s.n, s.l1, s.l2, s.sigma_prime, False, 0.0,
-            LOSS_CODES[s.loss], s.smoothing, b,
+            v0 + s.sigma_prime * dv, vb + s.sigma_prime * dvb, s.n, s.l1, s.l2,
+            s.sigma_prime, s.kappa > 0.0, s.kappa, LOSS_CODES[s.loss], s.smoothing, b,
         )  # fmt: skip
         d_alpha.append((r0, da))
         dv += u
+        dvb += ub
         progressive += prog
         by_block.append((vis.block.i, prog / max(1, vis.rows.shape[0])))
-    return SDCAOutput(d_alpha, dv, float(progressive), tuple(by_block))
+    return SDCAOutput(d_alpha, dv, float(progressive), tuple(by_block), float(dvb))
