@@ -355,3 +355,24 @@ def test_gap_from_stats_and_given_theta_agree():
     assert duality_gap(datafit, pen, y, z, w, xt, s=s, theta=theta) == ref
     absmax, excess = pen.xt_theta_stats(xt, N)
     assert duality_gap_from_stats(datafit, pen, y, z, w, absmax, excess, s=s) == ref
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_logistic_shift_sums_match_numpy(weighted):
+    """The intercept's Newton sums, computed in reused buffers, equal the NumPy formulas."""
+    from scipy.special import expit
+
+    from dl1.objective.datafits.logistic import _ShiftSums
+
+    rng = np.random.default_rng(4)
+    n = 500
+    y = np.where(rng.random(n) < 0.3, -1.0, 1.0)
+    z = 3.0 * rng.standard_normal(n)
+    s = rng.uniform(0.1, 2.0, n) if weighted else None
+    at = _ShiftSums(y, z, s)
+    for shift in (0.0, 0.7, -2.0):
+        w = np.ones(n) if s is None else s
+        m = -y * (z + shift)
+        q = expit(m)
+        want = (w @ np.logaddexp(0.0, m) / n, w @ (y * q), w @ q, w @ (q * (1 - q)))
+        np.testing.assert_allclose(at(shift), want, rtol=1e-13)
