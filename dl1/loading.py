@@ -29,6 +29,7 @@ from dl1.objective.datafits import (
 from dl1.runtime.worker import WORKER_BASELINE
 from dl1.solvers.base import DataHandles, Problem, RowData, WorkingSetBudget
 from dl1.store import Store, open_store
+from dl1.store.reader import csc_column_range
 from dl1.tasks.blocks import Block, BlockSource, assemble_block, identity, loaded
 from dl1.tasks.gram import GRAM_DENSE_MAX
 from dl1.tasks.passes import xt_theta_task
@@ -62,7 +63,7 @@ def as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray
     if isinstance(X, Store):
         y = X.read("y", split)
         sw = X.read("sample_weight", split) if X.entry(split)["has_sample_weight"] else None
-        return X.to_dask(split, "csc" if "csc" in X.entry(split)["formats"] else None), y, sw
+        return X.to_dask(split, X.column_format(split)), y, sw
     if isinstance(X, da.Array):
         if X.ndim != 2:
             raise ValidationError(f"X must be 2-D, got {X.ndim} dimensions")
@@ -270,7 +271,7 @@ def memory_floor(store: Store | None, split: str, streamed: bool, n_partitions: 
 
     if store is None:
         return DataFloor()
-    fmt = "csc" if "csc" in store.entry(split)["formats"] else store.entry(split)["formats"][0]
+    fmt = store.column_format(split)
     cb = store.col_bounds(split)
     per_block = store.block_nnz(split, fmt).sum(axis=0) * (store.dtype(split).itemsize + 4)
     per_block = per_block + 8 * (np.diff(cb) + 1)
@@ -282,7 +283,7 @@ def memory_floor(store: Store | None, split: str, streamed: bool, n_partitions: 
 
 def block_sources(store: Store, split: str, sw: np.ndarray, standardize: bool, center: bool):
     e = store.entry(split)
-    fmt = "csc" if "csc" in e["formats"] else e["formats"][0]
+    fmt = store.column_format(split)
     rb, cb = store.row_bounds(split), store.col_bounds(split)
     nnz = store.block_nnz(split, fmt)
     root = os.fspath(store.path)
@@ -323,7 +324,9 @@ def load_blocks(
         assert store is not None
         return block_sources(store, split, sw, standardize, center)
     stored = np.concatenate([[0], np.cumsum(Xd.chunks[1])]).astype(np.int64)
-    col_nnz = store.read("stats/col_nnz", split) if store is not None else None
+    col_nnz = None  # read only when a stored block is to be cut
+    if store is not None and len(stored) - 1 < n_partitions:
+        col_nnz = store.read("stats/col_nnz", split)
     cb = finer_bounds(stored, n_partitions, col_nnz)
     K = len(cb) - 1
     dl = Xd.to_delayed()
@@ -334,10 +337,10 @@ def load_blocks(
         if (cb[j], cb[j + 1]) != (stored[s], stored[s + 1]):  # a piece of stored block s
             lo, hi = int(cb[j] - stored[s]), int(cb[j + 1] - stored[s])
             if store is not None:
-                fmt = "csc" if "csc" in store.entry(split)["formats"] else None
+                fmt = store.column_format(split)
                 chunks = [store.column_piece(split, fmt, i, s, lo, hi) for i in range(len(chunks))]
             else:
-                chunks = [dask.delayed(column_range, pure=True)(c, lo, hi) for c in chunks]
+                chunks = [dask.delayed(csc_column_range, pure=True)(c, lo, hi) for c in chunks]
         tasks.append(
             dask.delayed(assemble_block, pure=True)(
                 j, int(cb[j]), sw, standardize, center, *chunks, verified=store is not None
@@ -373,11 +376,6 @@ def finer_bounds(
             cuts = lo + 1 + np.searchsorted(cum, cum[-1] * np.arange(1, pieces) / pieces)
         bounds += [c for c in np.unique(cuts).tolist() if bounds[-1] < c < hi] + [hi]
     return np.asarray(bounds, dtype=np.int64)
-
-
-def column_range(chunk: Any, lo: int, hi: int) -> sp.csc_matrix:
-    """Columns ``[lo, hi)`` of a chunk of X (a piece of a stored block, :func:`finer_bounds`)."""
-    return sp.csc_matrix(chunk)[:, lo:hi]
 
 
 def block_scale(block: Block | BlockSource) -> np.ndarray:

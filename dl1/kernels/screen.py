@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dl1.kernels.vectors import BLOCK
+
 
 @njit(nogil=True, cache=True)
 def csc_scan_screen(
@@ -77,7 +79,8 @@ def violation_scores(c, threshold, cols, col_sqnorm, support):  # pragma: no cov
     Returns
     -------
     absmax : float, ``max_t |c_t|``.
-    excess : float, ``sum_t (|c_t| - threshold)_+^2``, summed in blocks of 1024 terms.
+    excess : float, ``sum_t (|c_t| - threshold)_+^2``, summed in blocks of
+        :data:`~dl1.kernels.vectors.BLOCK` terms.
     """
     absmax = 0.0
     excess = 0.0
@@ -90,7 +93,7 @@ def violation_scores(c, threshold, cols, col_sqnorm, support):  # pragma: no cov
         e = a - threshold
         if e > 0.0:
             part += e * e
-        if (t + 1) % 1024 == 0:
+        if (t + 1) % BLOCK == 0:
             excess += part
             part = 0.0
         j = cols[t]

@@ -102,7 +102,6 @@ class SampleWiseSolver:
             cert = None
             if self._due(epoch + 1):
                 cert, z, b = self._certify(pb, state.w, state.b, self._dual_candidate(state))
-                state = self._refitted(state, b)
         res = make_result(pb, state.w, b, cert, converged, epoch, history)
         return res, WarmState(state.w, b, z)
 
@@ -123,11 +122,6 @@ class SampleWiseSolver:
         """A dual point the solver keeps (``theta`` convention of :mod:`dl1.objective.gap`),
         certified beside the one from the predictions (by default none)."""
         return None
-
-    def _refitted(self, state: Any, b: float) -> Any:
-        """The state after the certificate refitted the intercept to ``b`` (kept by the
-        solvers whose steps take the intercept as given; by default unchanged)."""
-        return state
 
     # -- shared ------------------------------------------------------------------------
     def _due(self, epoch: int) -> bool:

@@ -50,8 +50,8 @@ SDCA_LOSSES = ("squared", "logistic", "hinge", "smooth_hinge")
 
 @dataclass(frozen=True)
 class SDCAState:
-    """The dual variables (length n), ``v``, the model and its intercept (held in a
-    round)."""
+    """The dual variables (length n), ``v``, the model, and ``b``: the centre ``c`` of the
+    intercept (the round's subproblem has the intercept ``c + kappa v_b``)."""
 
     alpha: np.ndarray
     v: np.ndarray
@@ -74,7 +74,7 @@ class SDCASolver(SampleWiseSolver):
     intercept_scale : float
         With an intercept, the value ``kappa`` of its constant feature as a fraction of the
         largest row norm (module docstring). Measured on the hinge: 0.1 reached relative
-        gap 1e-6 in 120 rounds where 1 was at 1.3e-5 after 300 (``benchmarks/RESULTS.md``).
+        gap 1e-6 by round 150 where 1 was at 1.3e-5 after 300 (``benchmarks/RESULTS.md``).
     """
 
     name = "sdca"
@@ -146,12 +146,6 @@ class SDCASolver(SampleWiseSolver):
     def _dual_candidate(self, state: SDCAState) -> np.ndarray:
         """The dual variables themselves (``theta = alpha``)."""
         return state.alpha
-
-    def _refitted(self, state: SDCAState, b: float) -> SDCAState:
-        """Unchanged: the intercept moves by the multiplier updates of :meth:`_combine`;
-        the certificate's exact refit only certifies (holding the refitted intercept
-        between rounds, block coordinate descent on ``(w, b)``, stalled with the hinge)."""
-        return state
 
     def _epoch(self, pb: Problem, state: SDCAState, epoch: int) -> list[SDCAOutput]:
         ex, rows = pb.executor, pb.rows

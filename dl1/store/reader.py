@@ -253,18 +253,22 @@ def read_block_task(root, split, fmt, i, j, blk, shape, chunk_type):
     return _to_chunk(read_block_arrays(root, split, fmt, i, j, blk, shape), shape, fmt, chunk_type)
 
 
-def read_columns_task(root, split, fmt, i, j, blk, shape, lo, hi):
-    """Columns ``[lo, hi)`` of stored block ``(i, j)`` as CSC: a piece of a block, read
-    where the task runs (each piece by its own worker, not read once and shipped)."""
-    m = sp.csc_matrix(read_block_task(root, split, fmt, i, j, blk, shape, "scipy"))
+def csc_column_range(m: Any, lo: int, hi: int) -> sp.csc_matrix:
+    """Columns ``[lo, hi)`` of ``m`` (made CSC): one contiguous run of entries, copied as
+    such (SciPy's general slicing takes several times longer), not viewed (a view would
+    keep all of ``m`` alive)."""
+    m = sp.csc_matrix(m)
     a, b = int(m.indptr[lo]), int(m.indptr[hi])
-    # a column range of CSC is one contiguous run of entries: copied as such (SciPy's
-    # general slicing takes several times longer), not viewed (a view would keep the
-    # whole block alive)
     return sp.csc_matrix(
         (m.data[a:b].copy(), m.indices[a:b].copy(), m.indptr[lo : hi + 1] - a),
         shape=(m.shape[0], hi - lo),
     )
+
+
+def read_columns_task(root, split, fmt, i, j, blk, shape, lo, hi):
+    """Columns ``[lo, hi)`` of stored block ``(i, j)`` as CSC: a piece of a block, read
+    where the task runs (each piece by its own worker, not read once and shipped)."""
+    return csc_column_range(read_block_task(root, split, fmt, i, j, blk, shape, "scipy"), lo, hi)
 
 
 def _read_slice_task(root, key, entry, lo, hi):
@@ -331,6 +335,11 @@ class Store:
         e = self.entry(split)
         fmt = fmt or e["formats"][0]
         return np.array([[b["nnz"] for b in row] for row in e["blocks"][fmt]], dtype=np.int64)
+
+    def column_format(self, split: str = "train") -> str:
+        """The format the feature-wise solvers read: CSC when stored, else the first."""
+        formats = self.entry(split)["formats"]
+        return "csc" if "csc" in formats else formats[0]
 
     def _fmt(self, split: str, fmt: str | None) -> str:
         e = self.entry(split)
