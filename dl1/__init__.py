@@ -8,6 +8,7 @@ __version__ = "0.1.0"
 # worker after a streamed fit).
 _LAZY = {
     "ConvergenceWarning": "dl1.solvers.result",
+    "Dataset": "dl1.dataset",
     "InsecureClusterWarning": "dl1.runtime.exposure",
     "FitResult": "dl1.solvers.result",
     "Store": "dl1.store",
@@ -22,10 +23,12 @@ _LAZY = {
     "open_store": "dl1.store",
     "path": "dl1.penalised",
     "path_constrained": "dl1.constrained",
+    "persist": "dl1.dataset",
 }
 
 __all__ = [
     "ConvergenceWarning",
+    "Dataset",
     "InsecureClusterWarning",
     "FitResult",
     "Store",
@@ -40,6 +43,7 @@ __all__ = [
     "open_store",
     "path",
     "path_constrained",
+    "persist",
 ]
 
 

@@ -60,11 +60,11 @@ def fw_problem(
     Xd, yv, sw, store = inputs.X, inputs.y, inputs.sample_weight, inputs.store
     if sw.shape[0]:
         raise ValidationError(
-            "the store holds sample weights, which the constrained solver does not take "
-            "(use dl1.fit)"
+            "the constrained solver takes no sample weights (the store holds some, or X is a "
+            "Dataset view of some rows); use dl1.fit"
         )
     ex = executor_for(client)
-    if decide_stream(stream, store, split, ex):
+    if decide_stream(stream, store, split, ex, inputs.dataset):
         raise ValidationError(
             "the constrained solver needs the feature blocks in worker memory: every "
             "iteration scores a random sample of columns of every block, so out of core it "
@@ -73,10 +73,13 @@ def fw_problem(
             "memory limits); use dl1.fit or workers with more memory"
         )
     t0 = time.perf_counter()
-    blocks, cb = load_blocks(
-        ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, False
-    )
-    ex.wait(blocks)
+    if inputs.dataset is not None:
+        blocks, cb = inputs.dataset.feature_blocks(ex, sw, standardize, fit_intercept)
+    else:
+        blocks, cb = load_blocks(
+            ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, False
+        )
+        ex.wait(blocks)
     t_load = time.perf_counter() - t0
     prob = FWProblem(
         ex,

@@ -24,6 +24,7 @@ from dl1.objective.datafits import (
     Logistic,
     Quadratic,
     SmoothHinge,
+    SquaredHinge,
     normalize_sample_weight,
 )
 from dl1.runtime.worker import WORKER_BASELINE
@@ -35,7 +36,8 @@ from dl1.tasks.gram import GRAM_DENSE_MAX
 from dl1.tasks.passes import xt_theta_task
 from dl1.tasks.rows import RowSource, assemble_rows, row_sqnorm_max_task, rows_xt_task
 
-LOSSES = {"squared": Quadratic, "logistic": Logistic, "hinge": Hinge, "smooth_hinge": SmoothHinge}
+LOSSES = {"squared": Quadratic, "logistic": Logistic, "hinge": Hinge, "smooth_hinge": SmoothHinge,
+          "squared_hinge": SquaredHinge}
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Inputs:
     datafit: Any
     store: Store | None
     split: str
+    dataset: Any = None  # a dl1.Dataset whose held blocks the fit reads
 
     @property
     def weights(self) -> np.ndarray | None:
@@ -146,8 +149,15 @@ def check_store_columns(store: Store, split: str) -> None:
         )
 
 
-def read_inputs(X: Any, y: Any, sample_weight: Any, loss: str, split: str) -> Inputs:
-    """The validated :class:`Inputs` of a fit (``y`` and weights read from a store)."""
+def read_inputs(
+    X: Any, y: Any, sample_weight: Any, loss: str, split: str, *, y_optional: bool = False
+) -> Inputs:
+    """The validated :class:`Inputs` of a fit (``y`` and weights read from a store or from
+    a :class:`~dl1.dataset.Dataset`; ``y_optional``: an empty ``y`` when there is none)."""
+    from dl1.dataset import Dataset
+
+    if isinstance(X, Dataset):
+        return dataset_inputs(X, y, sample_weight, loss)
     store = open_store(X) if isinstance(X, (str, os.PathLike)) else X
     store = store if isinstance(store, Store) else None
     Xd, y_store, sw_store = as_dask(X if store is None else store, split)
@@ -159,16 +169,51 @@ def read_inputs(X: Any, y: Any, sample_weight: Any, loss: str, split: str) -> In
     if np.dtype(Xd.dtype) not in (np.float32, np.float64):
         raise ValidationError(f"X has dtype {Xd.dtype}; use float32 or float64")
     if y is None:
-        if y_store is None:
-            raise ValidationError("y is required unless X is a dl1 store")
         y = y_store
+    if y is None and not y_optional:
+        raise ValidationError("y is required unless X is a dl1 store")
     if store is not None:
         check_store_columns(store, split)
     datafit = LOSSES[loss]()
-    y = datafit.validate_y(as_vector(y, n, "y"))
-    check_squares(y, "y")
+    y = np.zeros(0) if y is None else checked_y(datafit, y, n)
     if sample_weight is None:
         sample_weight = sw_store
+    return Inputs(Xd, y, normalized_weights(sample_weight, n), datafit, store, split)
+
+
+def checked_y(datafit: Any, y: Any, n: int) -> np.ndarray:
+    """``y`` as n finite values the datafit accepts, its squares representable."""
+    y = datafit.validate_y(as_vector(y, n, "y"))
+    check_squares(y, "y")
+    return y
+
+
+def dataset_inputs(ds: Any, y: Any, sample_weight: Any, loss: str) -> Inputs:
+    """The :class:`Inputs` of a fit on a :class:`~dl1.dataset.Dataset` (or a view of its
+    rows): its held data, ``y`` (given for the view's rows, or the handle's), and weights
+    over all held rows, zero outside the view."""
+    ds._check_live()
+    held = ds._inputs
+    n = ds.n_total
+    if y is not None:
+        y_view = as_vector(y, ds.shape[0], "y")
+        y = y_view if ds.rows is None else np.zeros(n)
+        if ds.rows is not None:
+            y[ds.rows] = y_view
+    elif held.y.shape[0]:
+        y = held.y
+    else:
+        raise ValidationError("y is required: the Dataset was persisted without y")
+    if sample_weight is not None:
+        sample_weight = as_vector(sample_weight, ds.shape[0], "sample_weight")
+    datafit = LOSSES[loss]()
+    sw = normalized_weights(ds.row_weights(sample_weight), n)
+    return Inputs(held.X, checked_y(datafit, y, n), sw, datafit, held.store, held.split, ds)
+
+
+def normalized_weights(sample_weight: Any, n: int) -> np.ndarray:
+    """Sample weights checked (finite, non-negative) and normalised to sum to n; empty for
+    None."""
     sw = np.zeros(0)
     if sample_weight is not None:
         s = as_vector(sample_weight, n, "sample_weight")
@@ -181,7 +226,7 @@ def read_inputs(X: Any, y: Any, sample_weight: Any, loss: str, split: str) -> In
                 f"sample_weight sums to {float(s.sum()):.3g}, too small to be scaled to sum to "
                 f"n = {n} in float64; rescale it"
             )
-    return Inputs(Xd, y, sw, datafit, store, split)
+    return sw
 
 
 
@@ -231,14 +276,24 @@ def working_set_limits(
     return col_bytes, gather_budget(ex, streamed) * max(1, ex.n_workers)
 
 
-def decide_stream(stream: bool | None, store: Store | None, split: str, ex: Any) -> bool:
+def decide_stream(
+    stream: bool | None, store: Store | None, split: str, ex: Any, dataset: Any = None
+) -> bool:
     """Whether blocks are re-read from the store by every task instead of kept in memory.
 
     ``None`` (auto) streams when the blocks would take more than half of the memory the
     workers have for data: the sum over workers of ``memory_limit`` minus
-    :data:`WORKER_BASELINE` (in-process: half of the available RAM).
+    :data:`WORKER_BASELINE` (in-process: half of the available RAM). The blocks of a
+    ``dataset`` (:class:`~dl1.dataset.Dataset`) are in memory already.
     """
     if stream is False:
+        return False
+    if dataset is not None:
+        if stream:
+            raise ValidationError(
+                "stream=True reads blocks from the store: X is a Dataset, whose blocks are "
+                "held in memory; pass the store instead"
+            )
         return False
     if store is None:
         if stream:
@@ -422,6 +477,10 @@ def load_problem(
             raise ValidationError("standardize=True is not available with the sample-wise solvers")
         rows = load_rows(ex, inputs, n_partitions, streamed)
         blocks, col_bounds = [], np.array([0, inputs.X.shape[1]], dtype=np.int64)
+    elif inputs.dataset is not None:
+        blocks, col_bounds = inputs.dataset.feature_blocks(
+            ex, inputs.sample_weight, standardize, fit_intercept
+        )
     else:
         blocks, col_bounds = load_blocks(
             ex, inputs.X, inputs.sample_weight, standardize, fit_intercept, n_partitions,
@@ -449,6 +508,8 @@ def load_rows(ex: Any, inputs: Inputs, n_partitions: int, streamed: bool) -> Row
     the blocks of partition ``q`` on the worker of partition ``q``, or (``streamed``)
     sources read from the store by every task. A store's row blocks are its own (read as
     CSR when it has them); an in-memory X is split into one block per partition."""
+    if inputs.dataset is not None:
+        return inputs.dataset.row_blocks(ex)
     if streamed:
         blocks, rb = row_sources(inputs.store, inputs.split)
     else:

@@ -176,7 +176,7 @@ NON_NEGATIVE_INT = Interval(numbers.Integral, 0, None, closed="left")
 
 #: Parameters shared by every fitting entry point (the penalised and the constrained ones).
 COMMON = {
-    "loss": [Options(("squared", "logistic", "hinge", "smooth_hinge"))],
+    "loss": [Options(("squared", "logistic", "hinge", "smooth_hinge", "squared_hinge"))],
     "fit_intercept": ["boolean"],
     "standardize": ["boolean"],
     "n_partitions": [POSITIVE_INT],
@@ -208,6 +208,8 @@ PENALISED = {
     "solver": [is_solver_name],
     "screen": ["boolean"],
     "spread": ["boolean", Options(("cocoa",)), None],
+    "coef_init": ["array-like", None],
+    "intercept_init": [Interval(numbers.Real, None, None), None],
 }
 
 #: Parameters of the regularisation path (:func:`dl1.path`) beyond :data:`PENALISED`.

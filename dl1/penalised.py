@@ -80,10 +80,30 @@ def _set_up(
             "its curvature; use a sample-wise solver ('sdca', 'sgd', 'fobos', 'rda', "
             "'smidas') or loss='smooth_hinge'"
         )
+    check_dataset(inputs, client, settings["n_partitions"])
     ex = executor_for(client)
-    streamed = decide_stream(stream, inputs.store, inputs.split, ex)
+    streamed = decide_stream(stream, inputs.store, inputs.split, ex, inputs.dataset)
     ex = direct_calls(ex, solver, streamed)
     return load_problem(inputs, ex, streamed=streamed, layout=solver.layout, **settings)
+
+
+def check_dataset(inputs: Any, client: Any, n_partitions: int) -> None:
+    """Refuse a fit on a :class:`~dl1.dataset.Dataset` held by another cluster (or by this
+    process while the fit runs on a cluster), or placed for other partitions."""
+    ds = inputs.dataset
+    if ds is None:
+        return
+    if ds.client is not client:
+        where = lambda c: "this process" if c is None else repr(c)  # noqa: E731
+        raise ValidationError(
+            f"the Dataset is held by {where(ds.client)}, the fit would run on {where(client)}; "
+            "pass the Dataset's client (or persist the data on this one)"
+        )
+    if ds.n_partitions != n_partitions:
+        raise ValidationError(
+            f"the Dataset was persisted for n_partitions={ds.n_partitions}, the fit asks "
+            f"for {n_partitions}; use the same (or persist again)"
+        )
 
 
 def direct_calls(ex: Any, solver: Any, streamed: bool) -> Any:
@@ -120,6 +140,8 @@ def fit(
     split: str = "train",
     verbose: bool = False,
     callback: Any = None,
+    coef_init: Any = None,
+    intercept_init: float | None = None,
 ) -> FitResult:
     """Fit an L1 / elastic-net linear model, certified by its duality gap.
 
@@ -193,6 +215,9 @@ def fit(
     split : str
         Split of a store to fit on.
     verbose, callback : a line, or a call with the history entry, per round.
+    coef_init, intercept_init : array_like (p,) and float, optional
+        Warm start: the solve starts from these coefficients (in the input's scale) and
+        intercept, e.g. a previous fit's at a nearby alpha; the answer is certified the same.
 
     Returns
     -------
@@ -213,7 +238,10 @@ def fit(
     )  # fmt: skip
     ex = problem.executor
     t0 = time.perf_counter()
-    res, state = solver_obj.solve(problem)
+    warm = None
+    if coef_init is not None or intercept_init is not None:
+        warm = warm_state(problem, solver_obj, coef_init, intercept_init, standardize)
+    res, state = solver_obj.solve(problem, warm)
     solver_obj.release(problem, state)
     ex.close()
     res.load_seconds_ = t_load
@@ -221,6 +249,39 @@ def fit(
     if standardize:
         res.coef_ = res.coef_ * col_scales(ex, problem.blocks)
     return res
+
+
+def warm_state(
+    problem: Problem, solver: Any, coef: Any, intercept: float | None, standardize: bool
+) -> WarmState:
+    """The solver's state at ``coef`` (input scale; None: zeros) and ``intercept`` (None:
+    the intercept of ``w = 0``), with ``z = X w + b`` computed on the workers."""
+    from dl1.solvers.result import coef_by_block
+    from dl1.tasks.passes import matvec_task
+    from dl1.tasks.rows import rows_matvec_task
+
+    pb, ex = problem, problem.executor
+    w = np.zeros(pb.p) if coef is None else np.asarray(coef, dtype=np.float64).ravel()
+    if w.shape[0] != pb.p or not np.isfinite(w).all():
+        raise ValidationError(f"coef_init must be {pb.p} finite values (one per feature)")
+    b = pb.initial_intercept() if intercept is None else float(intercept)
+    b = b if pb.fit_intercept else 0.0
+    if pb.rows is not None:
+        parts = ex.gather([ex.submit_to(q, rows_matvec_task, [pb.rows.blocks[i] for i in part],
+                                        w, b) for q, part in enumerate(pb.rows.parts)])  # fmt: skip
+        z = np.concatenate([seg for part in parts for seg in part])
+    else:
+        scales = col_scales(ex, pb.blocks) if standardize else None
+        if scales is not None:  # the solver's scale: coef = w_solver * scale
+            if np.any((scales == 0) & (w != 0)):
+                raise ValidationError("coef_init is nonzero on a constant (unscaled) feature")
+            w = np.divide(w, scales, out=np.zeros_like(w), where=scales > 0)
+        z = np.full(pb.n, b)
+        for q, part in enumerate(pb.partitions):
+            pieces = coef_by_block(w, pb.col_bounds, part)
+            z += ex.gather([ex.submit_to(q, matvec_task, [pb.blocks[j] for j in part], pieces,
+                                         pb.n)])[0]  # fmt: skip
+    return solver.restore(pb, {"w": w, "z": z}, b)
 
 
 @coordinating
@@ -244,12 +305,13 @@ def alpha_max(
     """
     validate_params(PENALISED, locals(), "dl1.alpha_max()")
     inputs = read_inputs(X, y, sample_weight, loss, split)
+    check_dataset(inputs, client, inputs.dataset.n_partitions if inputs.dataset else 2)
     ex = executor_for(client)
-    streamed = decide_stream(stream, inputs.store, split, ex)
+    streamed = decide_stream(stream, inputs.store, split, ex, inputs.dataset)
+    n_parts = inputs.dataset.n_partitions if inputs.dataset else max(1, ex.n_workers)
     problem, _ = load_problem(
         inputs, ex, penalty=ElasticNet(1.0, l1_ratio), fit_intercept=fit_intercept,
-        standardize=standardize, tol=1.0, n_partitions=max(1, ex.n_workers), loss=loss,
-        streamed=streamed,
+        standardize=standardize, tol=1.0, n_partitions=n_parts, loss=loss, streamed=streamed,
     )  # fmt: skip
     return problem_alpha_max(problem, l1_ratio)
 

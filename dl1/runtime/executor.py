@@ -364,12 +364,25 @@ def coordinating(func: Callable) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         client = kwargs.get("client")
         if client is None:
-            client = kwargs["client"] = current_client()
+            held = held_by(args[0]) if args else NOT_HELD
+            client = kwargs["client"] = current_client() if held is NOT_HELD else held
         check_client(client)
         with low_latency(client), quiet_blas(client), as_current(client):
             return func(*args, **kwargs)
 
     return wrapper
+
+
+#: :func:`held_by` of an input that no cluster holds.
+NOT_HELD = object()
+
+
+def held_by(X: Any) -> Any:
+    """The client of a :class:`~dl1.dataset.Dataset` (None: held by this process), whose
+    fits run where its blocks are; :data:`NOT_HELD` for any other input."""
+    from dl1.dataset import Dataset
+
+    return X.client if isinstance(X, Dataset) else NOT_HELD
 
 
 def executor_for(client: Any):

@@ -152,11 +152,40 @@ def assemble_block(
             raise ValidationError(
                 f"feature block {j}, column {c0 + c}: {store_kernels.PROBLEMS[status]}"
             )
-    n = m.shape[0]
+    return with_constants(j, c0, indptr, indices, m.data, m.shape, sample_weight, standardize,
+                          center)
+
+
+def reweight_block(
+    block: Block, c0: int, sample_weight: np.ndarray, standardize: bool, center: bool
+) -> Block:
+    """``block`` (held without weights or scales, :mod:`dl1.dataset`) for a fit with
+    ``sample_weight`` and ``standardize``: the same arrays, not copied, with that fit's
+    column scales and weighted squared norms."""
+    shape = (block.n, block.ncols)
+    return with_constants(block.j, c0, block.indptr, block.indices, block.data, shape,
+                          sample_weight, standardize, center)
+
+
+def with_constants(
+    j: int,
+    c0: int,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    shape: tuple[int, int],
+    sample_weight: np.ndarray,
+    standardize: bool,
+    center: bool,
+) -> Block:
+    """The :class:`Block` of validated CSC arrays with its per-column constants: the scales
+    of standardisation (see :func:`assemble_block`) and the weighted squared norms, each
+    column's squares checked (:func:`check_column_squares`)."""
+    n = shape[0]
     scale = np.zeros(0)
     if standardize:
         wts = np.ones(n) if sample_weight.shape[0] == 0 else sample_weight
-        mw = sp.csc_matrix((m.data.astype(np.float64), indices, indptr), shape=m.shape)
+        mw = sp.csc_matrix((data.astype(np.float64), indices, indptr), shape=shape)
         mean = np.asarray(mw.T @ wts).ravel() / n
         sq = np.asarray(mw.multiply(mw).T @ wts).ravel() / n
         var = sq - mean**2 if center else sq
@@ -164,12 +193,12 @@ def assemble_block(
         scale = np.where(
             std > 1e-12 * np.sqrt(np.maximum(sq, 1e-300)), 1.0 / np.where(std > 0, std, 1.0), 0.0
         )
-    sqn = csc_col_sqnorms(indptr, indices, m.data, scale, sample_weight)
+    sqn = csc_col_sqnorms(indptr, indices, data, scale, sample_weight)
     raw = sqn
     if scale.shape[0] or sample_weight.shape[0]:
-        raw = csc_col_sqnorms(indptr, indices, m.data, NO_PROFILE, NO_PROFILE)
-    check_column_squares(j, c0, indptr, m.data, raw, sqn)
-    return Block(j, indptr, indices, m.data, scale, sqn, n)
+        raw = csc_col_sqnorms(indptr, indices, data, NO_PROFILE, NO_PROFILE)
+    check_column_squares(j, c0, indptr, data, raw, sqn)
+    return Block(j, indptr, indices, data, scale, sqn, n)
 
 
 #: Smallest squared norm of a nonzero column: below it the squares are subnormal or zero
