@@ -288,7 +288,7 @@ def demo(out: str | None, seed: int, workers: int) -> None:
 @click.option("--l1-ratio", type=click.FloatRange(0, 1), default=1.0, show_default=True)
 @click.option(
     "--loss",
-    type=click.Choice(["squared", "logistic", "hinge", "smooth_hinge"]),
+    type=click.Choice(["squared", "logistic", "hinge", "smooth_hinge", "squared_hinge"]),
     default="squared",
     show_default=True,
 )
@@ -479,7 +479,7 @@ def main() -> None:
 @click.option("--l1-ratio", type=click.FloatRange(0, 1), default=1.0, show_default=True)
 @click.option(
     "--loss",
-    type=click.Choice(["squared", "logistic", "hinge", "smooth_hinge"]),
+    type=click.Choice(["squared", "logistic", "hinge", "smooth_hinge", "squared_hinge"]),
     default="squared",
     show_default=True,
 )

@@ -16,6 +16,7 @@ METRICS = {
     "logistic": ("logloss", "accuracy"),
     "hinge": ("accuracy",),
     "smooth_hinge": ("accuracy",),
+    "squared_hinge": ("accuracy",),
 }
 _LABELS = {"test_mse": "test MSE", "test_logloss": "test log-loss", "test_acc": "test accuracy"}
 #: Coefficient paths drawn at most (the features of largest max |coef|).

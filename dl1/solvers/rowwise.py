@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dl1.errors import ValidationError
 from dl1.loading import rows_xt_theta
 from dl1.objective.datafits.quadratic import balanced
 from dl1.objective.gap import duality_gap_from_stats
@@ -34,6 +35,18 @@ def gap_at(pb: Problem, z: np.ndarray, w: np.ndarray, theta: np.ndarray) -> Cert
         pb.datafit, pb.penalty, pb.y, z, w, absmax, excess, s=pb.weights,
         intercept=pb.fit_intercept, theta=theta,
     ))  # fmt: skip
+
+
+def check_loss(solver: str, loss: str) -> None:
+    """Refuse a loss the sample-wise kernels have no step for (they name their losses in
+    :data:`dl1.kernels.lazy.LOSS_CODES`)."""
+    from dl1.kernels.lazy import LOSS_CODES
+
+    if loss not in LOSS_CODES:
+        raise ValidationError(
+            f"solver={solver!r} has no steps for loss={loss!r} (it takes "
+            f"{', '.join(map(repr, LOSS_CODES))}); use solver='ws' or 'cd'"
+        )
 
 
 class SampleWiseSolver:
@@ -82,6 +95,7 @@ class SampleWiseSolver:
     ]:
         """Epochs until the combined model is certified within ``problem.tol``."""
         pb = problem
+        check_loss(self.name, pb.loss)
         state = self._start(pb, warm)
         history: list[dict[str, Any]] = []
         t_start = time.perf_counter()

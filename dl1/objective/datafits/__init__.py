@@ -8,5 +8,8 @@ Each datafit exposes ``beta`` (bound on ``loss''``), ``validate_y``, ``value``, 
 from dl1.objective.datafits.hinge import Hinge, SmoothHinge
 from dl1.objective.datafits.logistic import Logistic
 from dl1.objective.datafits.quadratic import Quadratic, normalize_sample_weight
+from dl1.objective.datafits.squared_hinge import SquaredHinge
 
-__all__ = ["Hinge", "Logistic", "Quadratic", "SmoothHinge", "normalize_sample_weight"]
+__all__ = [
+    "Hinge", "Logistic", "Quadratic", "SmoothHinge", "SquaredHinge", "normalize_sample_weight",
+]
