@@ -2,6 +2,12 @@
 
 __version__ = "0.1.0"
 
+# numba's cache of the kernels goes to a user cache folder, never into the installed package
+# (before any kernel module is imported: numba places a kernel's cache when it is decorated).
+from dl1._numba_cache import configure as _configure_numba_cache
+
+_configure_numba_cache()
+
 # Everything loads on first use (PEP 562): a Dask worker unpickling a task function of
 # dl1.solvers imports only what the task needs, not dask.array and its optional
 # integrations (pandas, xarray: 66 MiB imported in a bare process, 42 MiB less RSS per
