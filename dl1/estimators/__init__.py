@@ -1,0 +1,8 @@
+"""scikit-learn estimators over :func:`dl1.fit`: :class:`Lasso`, :class:`ElasticNet`,
+:class:`LogisticRegression` and :class:`LinearSVC` (see :mod:`dl1.estimators.base` for what
+they share)."""
+
+from dl1.estimators.classification import LinearSVC, LogisticRegression
+from dl1.estimators.regression import ElasticNet, Lasso
+
+__all__ = ["ElasticNet", "Lasso", "LinearSVC", "LogisticRegression"]

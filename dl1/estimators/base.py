@@ -1,0 +1,278 @@
+"""What dl1's scikit-learn estimators share: parameters, input routing, the fit.
+
+An estimator is a thin shell over :func:`dl1.fit`: ``__init__`` stores its parameters
+untouched (scikit-learn's contract), ``fit`` validates them once against
+``_parameter_constraints`` (declared with :mod:`dl1.params`, the declarations
+:func:`dl1.fit` itself uses), routes the data and copies the :class:`~dl1.FitResult` into
+scikit-learn's attributes. Data in memory (NumPy, SciPy sparse, pandas, lists) is checked
+as scikit-learn checks it (:func:`sklearn.utils.validation.validate_data`); data out of core
+(a dask array, a dl1 store or its path, a :class:`dl1.Dataset`) goes to :func:`dl1.fit`
+untouched, and predictions on it are lazy dask arrays computed where the blocks are.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+import os
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, clone
+from sklearn.metrics import accuracy_score, r2_score
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import (
+    _check_feature_names,
+    _check_sample_weight,
+    check_is_fitted,
+    validate_data,
+)
+
+from dl1.params import (
+    NON_NEGATIVE_INT,
+    PENALISED,
+    POSITIVE,
+    RELATIVE_TOL,
+    UNIT,
+    predicate,
+    validate_params,
+)
+
+#: Parameters of :func:`dl1.fit` the estimators take under the same name.
+SHARED = ("fit_intercept", "standardize", "n_partitions", "stream", "screen", "solver",
+          "client", "max_epochs")  # fmt: skip
+
+
+@predicate("None, an int >= 0 or a numpy.random.RandomState")
+def is_random_state(value: Any) -> bool:
+    """scikit-learn's ``random_state`` (a Generator too): a seed or a random source."""
+    return (
+        value is None
+        or NON_NEGATIVE_INT(value)
+        or isinstance(value, (np.random.RandomState, np.random.Generator))
+    )
+
+
+#: Constraints of every estimator's parameters, from :data:`dl1.params.PENALISED` where the
+#: parameter is dl1.fit's (``max_iter`` is its ``max_rounds``).
+CONSTRAINTS: dict[str, list[Any]] = {
+    **{name: PENALISED[name] for name in SHARED},
+    "alpha": [POSITIVE],
+    "l1_ratio": [UNIT],
+    "C": [POSITIVE],
+    "tol": [RELATIVE_TOL],
+    "max_iter": PENALISED["max_rounds"],
+    "warm_start": ["boolean"],
+    "random_state": [is_random_state],
+}
+
+
+def is_out_of_core(X: Any) -> bool:
+    """A dask array, a dl1 store or its path, or a :class:`dl1.Dataset`: data passed to
+    :func:`dl1.fit` and to :mod:`dl1.predict` untouched."""
+    if isinstance(X, (str, os.PathLike)):
+        return True
+    if type(X).__module__.startswith("dask."):
+        return True
+    from dl1.store import Store
+
+    if isinstance(X, Store):
+        return True
+    try:
+        from dl1.dataset import Dataset
+    except ImportError:  # pragma: no cover - the module lands with the data handle
+        return False
+    return isinstance(X, Dataset)
+
+
+def stored_targets(X: Any, split: str) -> np.ndarray | None:
+    """The targets an out-of-core ``X`` carries (a Dataset's, a store's ``split``), or None."""
+    from dl1.store import Store, open_store
+
+    if isinstance(X, (str, os.PathLike)):
+        X = open_store(X)
+    if isinstance(X, Store):
+        return np.asarray(X.read("y", split))
+    y = getattr(X, "y", None)
+    return None if y is None or type(X).__module__.startswith("dask.") else np.asarray(y)
+
+
+def computed(a: Any) -> np.ndarray:
+    """A dask array computed (length-n vectors only), anything else as an ndarray."""
+    return np.asarray(a.compute() if hasattr(a, "compute") else a)
+
+
+class DL1Estimator(BaseEstimator):
+    """Base of dl1's estimators (not public): subclasses set ``_loss`` and the penalty
+    (:meth:`_alpha`, :meth:`_l1_ratio`), and how targets are checked (:meth:`_targets`)."""
+
+    _loss = "squared"
+    _parameter_constraints: dict[str, list[Any]] = {}
+
+    # -- parameters ------------------------------------------------------------------------
+    def _validate_params(self) -> None:
+        """Check every parameter against ``_parameter_constraints`` (dl1's declarations;
+        replaces scikit-learn's, which reads its own constraint types)."""
+        validate_params(self._parameter_constraints, self.get_params(deep=False),
+                        f"{type(self).__name__}")  # fmt: skip
+        self._check_combination()
+
+    def _check_combination(self) -> None:
+        """Constraints between parameters (none by default)."""
+
+    def _alpha(self, total_weight: float) -> float:
+        return float(self.alpha)
+
+    def _l1_ratio(self) -> float:
+        return 1.0
+
+    def _seed(self) -> int:
+        rs = self.random_state
+        if rs is None:
+            return 0
+        if isinstance(rs, numbers.Integral):
+            return int(rs)
+        return int(check_random_state(rs).randint(np.iinfo(np.int32).max)
+                   if isinstance(rs, np.random.RandomState)
+                   else rs.integers(np.iinfo(np.int32).max))  # fmt: skip
+
+    # -- fit --------------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> DL1Estimator:
+        """Fit the model, certified by its duality gap (:func:`dl1.fit`).
+
+        Parameters
+        ----------
+        X : array-like or sparse matrix (n_samples, n_features), dask array, dl1 store,
+            store path or dl1.Dataset
+            In memory: checked and converted to float64 as scikit-learn does; out of core:
+            passed to :func:`dl1.fit` untouched (its blocks never gathered).
+        y : array-like (n_samples,), optional
+            Targets; read from the store or Dataset when X is one and y is None.
+        sample_weight : array-like (n_samples,), optional
+
+        Returns
+        -------
+        self
+        """
+        from dl1.penalised import fit as dl1_fit
+
+        self._validate_params()
+        X, y, sample_weight, total = self._inputs(X, y, sample_weight)
+        kwargs = {name: getattr(self, name) for name in SHARED}
+        res = dl1_fit(
+            X, y, alpha=self._alpha(total), l1_ratio=self._l1_ratio(), loss=self._loss,
+            sample_weight=sample_weight, tol=self.tol, max_rounds=self.max_iter,
+            seed=self._seed(), **kwargs, **self._warm_start(dl1_fit),
+        )  # fmt: skip
+        self._set_result(res)
+        return self
+
+    def _inputs(self, X: Any, y: Any, sample_weight: Any) -> tuple[Any, Any, Any, float]:
+        """``(X, y, sample_weight, total weight)`` for :func:`dl1.fit`; sets
+        ``n_features_in_`` (and ``feature_names_in_`` for a DataFrame)."""
+        if is_out_of_core(X):
+            _check_feature_names(self, X, reset=True)
+            self.n_features_in_ = _n_features(X)
+            y = self._targets(None if y is None else computed(y), X)
+            if sample_weight is not None:
+                sample_weight = computed(sample_weight).astype(np.float64)
+                return X, y, sample_weight, float(sample_weight.sum())
+            own = getattr(X, "sample_weight", None)  # a Dataset's weights, read by dl1.fit
+            return X, y, None, float(_n_samples(X) if own is None else np.sum(own))
+        X, y = validate_data(self, X, y, accept_sparse=("csr", "csc"), dtype=np.float64,
+                             y_numeric=self._loss == "squared")  # fmt: skip
+        y = self._targets(y, None)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        return X, y, sample_weight, _total(sample_weight, X.shape[0])
+
+    def _targets(self, y: Any, source: Any) -> Any:
+        """Targets as :func:`dl1.fit` takes them (regressors: unchanged; None: those of the
+        out-of-core ``source``, read by dl1.fit)."""
+        return y
+
+    def _warm_start(self, dl1_fit: Any) -> dict[str, Any]:
+        """``coef_init`` / ``intercept_init`` from the previous fit when ``warm_start``."""
+        if not (self.warm_start and hasattr(self, "coef_")):
+            return {}
+        if "coef_init" not in inspect.signature(dl1_fit).parameters:
+            return {}  # pragma: no cover - until dl1.fit takes warm starts
+        coef = np.ravel(self.coef_)
+        if coef.shape[0] != self.n_features_in_:
+            return {}
+        b = float(np.ravel(self.intercept_)[0]) if self.fit_intercept else None
+        return {"coef_init": coef, "intercept_init": b}
+
+    def _set_result(self, res: Any) -> None:
+        self.result_ = res
+        self.coef_ = np.asarray(res.coef_, dtype=np.float64)
+        self.intercept_ = float(res.intercept_) if self.fit_intercept else 0.0
+        self.n_iter_ = int(res.n_rounds_)
+        self.dual_gap_ = float(res.dual_gap_)
+        self.gap_ = float(res.gap_)
+
+    # -- predictions ------------------------------------------------------------------------
+    def _coef_intercept(self) -> tuple[np.ndarray, float]:
+        return np.ravel(self.coef_), float(np.ravel(self.intercept_)[0])
+
+    def _decision(self, X: Any) -> Any:
+        """``X @ coef_ + intercept_``: an ndarray in memory, a lazy dask array out of core."""
+        from dl1.predict import decision_function
+
+        if not is_out_of_core(X):
+            return np.asarray(decision_function(self._validated(X), *self._coef_intercept()))
+        check_is_fitted(self)
+        return decision_function(X, *self._coef_intercept())
+
+    def _validated(self, X: Any) -> Any:
+        """In-memory X checked against the fit (features, names, finiteness), float64."""
+        check_is_fitted(self)
+        return validate_data(self, X, accept_sparse=("csr", "csc"), dtype=np.float64,
+                             reset=False)  # fmt: skip
+
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        """R^2 (regressors) or accuracy (classifiers) of the predictions on X; out of core,
+        y None means the store's or the Dataset's own targets (of the store's test split)."""
+        if not is_out_of_core(X):
+            return super().score(X, y, sample_weight)
+        y = stored_targets(X, "test") if y is None else computed(y)
+        pred = computed(self.predict(X))
+        sw = None if sample_weight is None else computed(sample_weight)
+        metric = r2_score if self._loss == "squared" else accuracy_score
+        return float(metric(y, pred, sample_weight=sw))
+
+    # -- scikit-learn protocol --------------------------------------------------------------
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    def __sklearn_clone__(self) -> DL1Estimator:
+        """A clone sharing the client (a cluster connection is not copied)."""
+        params = {k: v if k == "client" else clone(v, safe=False)
+                  for k, v in self.get_params(deep=False).items()}  # fmt: skip
+        return type(self)(**params)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the client (a live connection): unpickled, it predicts in
+        process or on the current client."""
+        state = dict(super().__getstate__())
+        state["client"] = None
+        return state
+
+
+def _n_features(X: Any) -> int:
+    from dl1.predict import as_input
+
+    return int(as_input(X, "train").shape[1])
+
+
+def _n_samples(X: Any) -> int:
+    from dl1.predict import as_input
+
+    return int(as_input(X, "train").shape[0])
+
+
+def _total(sample_weight: np.ndarray | None, n: int) -> float:
+    """The weight the classifiers' ``alpha = 1 / (C * total)`` divides by."""
+    return float(n if sample_weight is None else np.sum(sample_weight))

@@ -1,0 +1,281 @@
+"""Binary L1 / elastic-net classifiers: logistic regression and linear SVMs, fitted by
+:func:`dl1.fit` with scikit-learn's parametrisation.
+
+scikit-learn minimises ``C sum_i s_i loss_i + penalty(w)``; dl1 minimises ``(1 / sum_i s_i)
+sum_i s_i loss_i + alpha penalty(w)``. Dividing the first by ``C sum_i s_i`` gives the second
+with ``alpha = 1 / (C sum_i s_i)`` (``1 / (n C)`` unweighted): the same minimiser. Any two
+labels (strings, ints, bools) are mapped to -1 / +1 (``classes_[1]`` is +1) and back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.base import ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
+
+from dl1.errors import ValidationError
+from dl1.estimators.base import (
+    CONSTRAINTS,
+    SHARED,
+    DL1Estimator,
+    is_out_of_core,
+    stored_targets,
+)
+from dl1.params import UNIT, InvalidParameterError, Options
+
+
+class _Classifier(ClassifierMixin, DL1Estimator):
+    """Binary classifier: labels, ``alpha`` from ``C``, the penalty from ``penalty`` and
+    ``l1_ratio``; ``coef_`` of shape (1, n_features) and ``intercept_`` (1,) as
+    scikit-learn's linear classifiers."""
+
+    def _alpha(self, total_weight: float) -> float:
+        return 1.0 / (float(self.C) * total_weight)
+
+    def _l1_ratio(self) -> float:
+        return 1.0 if self.penalty == "l1" else float(self.l1_ratio)
+
+    def _check_combination(self) -> None:
+        if self.penalty == "elasticnet" and self.l1_ratio is None:
+            raise InvalidParameterError(
+                f"{type(self).__name__}: penalty='elasticnet' needs l1_ratio (in [0, 1])"
+            )
+        if self.penalty == "l1" and self.l1_ratio not in (None, 1, 1.0):
+            raise InvalidParameterError(
+                f"{type(self).__name__}: l1_ratio={self.l1_ratio!r} is only used with "
+                "penalty='elasticnet' (penalty='l1' is l1_ratio=1)"
+            )
+
+    def _targets(self, y: Any, source: Any) -> Any:
+        """Labels as -1.0 / +1.0, ``classes_`` set; None (out of core, y not given): the
+        source's own labels, which must already be -1 / +1 (not relabelled out of core)."""
+        if y is None:
+            labels = stored_targets(source, "train")
+            if labels is None:
+                raise ValidationError("y is required unless X is a dl1 store or Dataset")
+            bad = np.flatnonzero((labels != 1) & (labels != -1))
+            if bad.size:
+                i = int(bad[0])
+                raise ValidationError(
+                    f"the labels stored with X must be -1 or +1 (y[{i}] = {labels[i]!r}); pass "
+                    "y to relabel them, or write the store with labels in {-1, +1}"
+                )
+            self.classes_ = self._classes(labels)
+            return None
+        y = np.asarray(y)
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y.ravel()
+        check_classification_targets(y)
+        self.classes_ = self._classes(y)
+        return np.where(y == self.classes_[1], 1.0, -1.0)
+
+    def _classes(self, y: np.ndarray) -> np.ndarray:
+        classes = np.unique(y)
+        if classes.shape[0] < 2:
+            raise ValueError(
+                "This solver needs samples of at least 2 classes in the data, but the data "
+                f"contains only one class: {classes[0]!r}"
+            )
+        if classes.shape[0] > 2:
+            raise ValueError(
+                f"{type(self).__name__} is a binary classifier: y has {classes.shape[0]} "
+                f"classes ({', '.join(map(repr, classes[:5].tolist()))}"
+                f"{', ...' if classes.shape[0] > 5 else ''}); use "
+                "sklearn.multiclass.OneVsRestClassifier for more"
+            )
+        return classes
+
+    def _set_result(self, res: Any) -> None:
+        super()._set_result(res)
+        self.coef_ = self.coef_.reshape(1, -1)
+        self.intercept_ = np.array([self.intercept_])
+
+    def decision_function(self, X: Any) -> Any:
+        """Signed distance to the hyperplane, > 0 for ``classes_[1]``: an ndarray in memory,
+        a lazy dask array out of core."""
+        return self._decision(X)
+
+    def predict(self, X: Any) -> Any:
+        """``classes_[1]`` where the decision function is > 0, else ``classes_[0]`` (lazy,
+        blockwise, for out-of-core X)."""
+        d = self._decision(X)
+        classes = self.classes_
+        if isinstance(d, np.ndarray):
+            return classes[(d > 0).astype(np.intp)]
+        return d.map_blocks(lambda b: classes[(b > 0).astype(np.intp)], dtype=classes.dtype)
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
+
+def _constraints(**extra: list[Any]) -> dict[str, list[Any]]:
+    names = ("C", "tol", "max_iter", "warm_start", "random_state", *SHARED)
+    return {**{name: CONSTRAINTS[name] for name in names}, "l1_ratio": [UNIT, None],
+            "penalty": [Options(("l1", "elasticnet"))], **extra}  # fmt: skip
+
+
+class LogisticRegression(_Classifier):
+    """Binary logistic regression with an L1 or elastic-net penalty, certified by its
+    duality gap.
+
+    Minimises ``C sum_i s_i log(1 + exp(-y_i (x_i w + b))) + penalty(w)`` (scikit-learn's
+    ``LogisticRegression``, intercept unpenalised), with ``penalty(w) = ||w||_1`` or
+    ``l1_ratio ||w||_1 + (1 - l1_ratio) / 2 ||w||^2``: dl1.fit's logistic loss with
+    ``alpha = 1 / (C sum_i s_i)``.
+
+    Parameters
+    ----------
+    penalty : {"l1", "elasticnet"}, default="l1"
+    C : float, default=1.0
+        Inverse penalty strength (> 0).
+    l1_ratio : float in [0, 1], optional
+        The L1 part of the elastic net (``penalty="elasticnet"`` only, where it is
+        required).
+    fit_intercept, tol, max_iter, warm_start, random_state, solver, client, n_partitions,
+    stream, standardize, screen, max_epochs
+        As :class:`dl1.Lasso`.
+
+    Attributes
+    ----------
+    classes_ : ndarray (2,)
+    coef_ : ndarray (1, n_features)
+    intercept_ : ndarray (1,)
+    n_iter_, dual_gap_, gap_, n_features_in_, feature_names_in_, result_
+        As :class:`dl1.Lasso`.
+    """
+
+    _loss = "logistic"
+    _parameter_constraints = _constraints()
+
+    def __init__(
+        self,
+        penalty: str = "l1",
+        *,
+        C: float = 1.0,
+        l1_ratio: float | None = None,
+        fit_intercept: bool = True,
+        tol: float = 1e-4,
+        max_iter: int = 1000,
+        warm_start: bool = False,
+        random_state: Any = None,
+        solver: Any = "ws",
+        client: Any = None,
+        n_partitions: int = 2,
+        stream: bool | None = None,
+        standardize: bool = False,
+        screen: bool = False,
+        max_epochs: int | None = None,
+    ) -> None:
+        self.penalty = penalty
+        self.C = C
+        self.l1_ratio = l1_ratio
+        self.fit_intercept = fit_intercept
+        self.tol = tol
+        self.max_iter = max_iter
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.solver = solver
+        self.client = client
+        self.n_partitions = n_partitions
+        self.stream = stream
+        self.standardize = standardize
+        self.screen = screen
+        self.max_epochs = max_epochs
+
+    def predict_proba(self, X: Any) -> Any:
+        """Probabilities of ``classes_`` (n, 2); lazy for out-of-core X."""
+        from dl1.predict import predict_proba
+
+        if not is_out_of_core(X):
+            return np.asarray(predict_proba(self._validated(X), *self._coef_intercept()))
+        check_is_fitted(self)
+        return predict_proba(X, *self._coef_intercept())
+
+    def predict_log_proba(self, X: Any) -> Any:
+        """Log of :meth:`predict_proba`, computed stably from the decision function."""
+        d = self._decision(X)
+        if isinstance(d, np.ndarray):
+            return -np.logaddexp(0.0, -np.multiply.outer(d, [-1.0, 1.0]))
+        import dask.array as da
+
+        return -da.logaddexp(0.0, -da.stack([-d, d], axis=1))
+
+
+class LinearSVC(_Classifier):
+    """Binary linear support vector classifier with an L1 or elastic-net penalty,
+    certified by its duality gap.
+
+    Minimises ``C sum_i s_i loss(y_i (x_i w + b)) + penalty(w)`` with the squared hinge
+    ``max(0, 1 - m)^2`` (default, as scikit-learn's ``LinearSVC``; smooth: the working-set
+    solver) or the hinge ``max(0, 1 - m)`` (not smooth: Prox-SDCA through ``solver="auto"``,
+    which converges slowly on a pure L1 penalty; prefer ``penalty="elasticnet"``). Unlike
+    liblinear, the intercept is not penalised: with ``fit_intercept=False`` the minimiser
+    is ``sklearn.svm.LinearSVC(penalty="l1", dual=False, fit_intercept=False)``'s.
+
+    Parameters
+    ----------
+    penalty : {"l1", "elasticnet"}, default="l1"
+    loss : {"squared_hinge", "hinge"}, default="squared_hinge"
+    C : float, default=1.0
+    l1_ratio : float in [0, 1], optional
+        As :class:`LogisticRegression`.
+    solver : str or solver object, default="auto"
+        ``"ws"`` for the squared hinge, ``"sdca"`` for the hinge (:func:`dl1.fit`).
+    fit_intercept, tol, max_iter, warm_start, random_state, client, n_partitions, stream,
+    standardize, screen, max_epochs
+        As :class:`dl1.Lasso`.
+
+    Attributes
+    ----------
+    classes_, coef_, intercept_, n_iter_, dual_gap_, gap_, n_features_in_,
+    feature_names_in_, result_
+        As :class:`LogisticRegression`.
+    """
+
+    _parameter_constraints = _constraints(loss=[Options(("squared_hinge", "hinge"))])
+
+    def __init__(
+        self,
+        penalty: str = "l1",
+        loss: str = "squared_hinge",
+        *,
+        C: float = 1.0,
+        l1_ratio: float | None = None,
+        fit_intercept: bool = True,
+        tol: float = 1e-4,
+        max_iter: int = 1000,
+        warm_start: bool = False,
+        random_state: Any = None,
+        solver: Any = "auto",
+        client: Any = None,
+        n_partitions: int = 2,
+        stream: bool | None = None,
+        standardize: bool = False,
+        screen: bool = False,
+        max_epochs: int | None = None,
+    ) -> None:
+        self.penalty = penalty
+        self.loss = loss
+        self.C = C
+        self.l1_ratio = l1_ratio
+        self.fit_intercept = fit_intercept
+        self.tol = tol
+        self.max_iter = max_iter
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.solver = solver
+        self.client = client
+        self.n_partitions = n_partitions
+        self.stream = stream
+        self.standardize = standardize
+        self.screen = screen
+        self.max_epochs = max_epochs
+
+    @property
+    def _loss(self) -> str:  # type: ignore[override]
+        return self.loss
