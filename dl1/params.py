@@ -213,10 +213,17 @@ PENALISED = {
 }
 
 #: Parameters of the regularisation path (:func:`dl1.path`) beyond :data:`PENALISED`.
+@predicate("a scikit-learn splitter or an iterable of (train, test) index arrays")
+def is_cv_splitter(value: Any) -> bool:
+    return hasattr(value, "split") or (isinstance(value, Iterable) and not isinstance(value, str))
+
+
 PATH = {
     **PENALISED,
     "n_alphas": [POSITIVE_INT],
     "eps": [Interval(numbers.Real, 0, 1, closed="neither")],
+    "cv": [Interval(numbers.Integral, 2, None, closed="left"), is_cv_splitter, None],
+    "scoring": [Options(("mse", "accuracy", "neg_log_loss")), None],
 }
 
 

@@ -1,0 +1,202 @@
+"""Cross-validated choice of alpha: one warm-started path per fold, on a data handle.
+
+Folds are row masks, not copies: a fold's path runs on a view of a
+:class:`~dl1.dataset.Dataset` whose held-out rows weigh zero, so that its objective is the
+one of the training rows (weights are normalised to sum to n, so the mean loss is the mean
+over the training rows). The solver keeps ``z = X w + b`` for every row, the held-out ones
+included, so each alpha's held-out predictions come with its solution, without another pass.
+On a cluster the folds' paths run side by side (one coordinating thread each).
+
+The choice follows scikit-learn's ``LassoCV`` (least mean error over the folds, the first
+such alpha of the grid) and adds glmnet's one-standard-error rule: the largest alpha whose
+mean error is within one standard error (over the folds) of the least.
+"""
+
+from __future__ import annotations
+
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dl1.errors import ValidationError
+from dl1.objective.penalties.elastic_net import ElasticNet
+from dl1.paths.loop import AlphaStep, walk
+from dl1.solvers.result import ConvergenceWarning
+
+#: Held-out metrics, by name: ``(function of (y, z, weights), larger_is_better)``.
+SCORINGS = ("mse", "accuracy", "neg_log_loss")
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One split of the rows (indices into the data the cross-validation was given)."""
+
+    train: np.ndarray
+    test: np.ndarray
+
+
+@dataclass(frozen=True)
+class CVResult:
+    """A cross-validation's held-out errors and the alphas it chose.
+
+    Attributes
+    ----------
+    alphas : ndarray (n_folds, n_alphas)
+        Each fold's grid, decreasing (the same on every fold for the regressors; for the
+        classifiers' ``C`` grid, ``1 / (C * n_train)`` differs by fold).
+    scores : ndarray (n_alphas, n_folds)
+        The held-out metric ``scoring`` per alpha and fold (``mse_path_`` for the squared
+        loss).
+    scoring : str
+        ``"mse"`` (lower is better), ``"accuracy"`` or ``"neg_log_loss"`` (higher is better).
+    best : int
+        Grid index of the best mean score (the first such, as scikit-learn).
+    best_1se : int
+        Grid index of the largest alpha whose mean error is within one standard error of
+        the best (glmnet's ``lambda.1se``).
+    """
+
+    alphas: np.ndarray
+    scores: np.ndarray
+    scoring: str
+    best: int
+    best_1se: int
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.scores.mean(axis=1)
+
+    @property
+    def standard_error(self) -> np.ndarray:
+        k = self.scores.shape[1]
+        return self.scores.std(axis=1, ddof=1) / np.sqrt(k) if k > 1 else np.zeros(len(self.mean))
+
+
+def make_folds(cv: Any, n: int, y: np.ndarray | None, classifier: bool) -> list[Fold]:
+    """The folds of ``cv`` (an int, a scikit-learn splitter or an iterable of
+    ``(train, test)``), as scikit-learn's ``check_cv`` makes them (stratified for
+    classifiers given an int)."""
+    from sklearn.model_selection import check_cv
+
+    splitter = check_cv(5 if cv is None else cv, y, classifier=classifier)
+    X_stub = np.zeros((n, 1))
+    folds = [Fold(np.asarray(tr, np.int64), np.asarray(te, np.int64))
+             for tr, te in splitter.split(X_stub, y)]  # fmt: skip
+    if len(folds) < 2 and not isinstance(cv, (list, tuple)):
+        raise ValidationError(f"cross-validation needs at least 2 folds, got {len(folds)}")
+    for k, f in enumerate(folds):
+        if f.train.size == 0 or f.test.size == 0:
+            raise ValidationError(f"fold {k} has an empty training or test set")
+    return folds
+
+
+def choose(scores: np.ndarray, scoring: str) -> tuple[int, int]:
+    """(best, best_1se) grid indices from held-out ``scores`` (n_alphas, n_folds)."""
+    err = scores if scoring == "mse" else -scores
+    mean = err.mean(axis=1)
+    k = err.shape[1]
+    se = err.std(axis=1, ddof=1) / np.sqrt(k) if k > 1 else np.zeros_like(mean)
+    finite = np.where(np.isfinite(mean), mean, np.inf)
+    best = int(np.argmin(finite))
+    within = np.flatnonzero(finite <= finite[best] + se[best])
+    return best, int(within.min())  # the grid decreases: the first is the largest alpha
+
+
+def held_out_score(scoring: str, y: np.ndarray, z: np.ndarray, w: np.ndarray | None) -> float:
+    """The held-out metric of predictions ``z`` (decision values) for targets ``y``."""
+    if scoring == "mse":
+        e = (y - z) ** 2
+    elif scoring == "accuracy":
+        e = (y * z > 0).astype(np.float64)
+    else:  # neg_log_loss of the logistic model's probabilities
+        e = -np.logaddexp(0.0, -y * z)
+    return float(np.average(e, weights=w))
+
+
+def fold_scores(
+    view: Any,
+    test_rows: np.ndarray,
+    grid: np.ndarray,
+    *,
+    run: Any,
+    scoring: str,
+    test_weight: np.ndarray | None,
+) -> tuple[np.ndarray, list[int]]:
+    """The held-out scores of one fold's path on ``grid``, and the alphas not certified:
+    ``run(view, grid, on_alpha)`` walks the path on the training view; each alpha's ``z``
+    gives the held-out rows' decision values (``test_rows`` index the handle's rows)."""
+    y = view._inputs.y  # the held targets, all rows
+    out = np.full(grid.shape[0], np.nan)
+    uncertified: list[int] = []
+
+    def on_alpha(step: AlphaStep) -> None:
+        out[step.k] = held_out_score(scoring, y[test_rows], step.state.z[test_rows], test_weight)
+        if not step.result.converged_:
+            uncertified.append(step.k)
+
+    run(view, grid, on_alpha)
+    return out, uncertified
+
+
+def path_runner(problem_for: Any, *, l1_ratio: float) -> Any:
+    """``run(view, grid, on_alpha, weights)`` for :func:`cross_validate`: the solver and
+    problem of ``problem_for(view, weights)`` walked along ``grid``."""
+
+    def run(view: Any, grid: np.ndarray, on_alpha: Any, weights: Any) -> None:
+        solver, problem = problem_for(view, weights)
+        try:
+            walk(solver, problem, grid, lambda a: ElasticNet(a, l1_ratio), on_alpha)
+        finally:
+            problem.executor.close()
+
+    return run
+
+
+def cross_validate(
+    ds: Any,
+    folds: list[Fold],
+    grids: np.ndarray,
+    *,
+    run: Any,
+    scoring: str,
+    sample_weight: np.ndarray | None,
+    concurrent: bool,
+) -> CVResult:
+    """Every fold's path on a view of ``ds`` (its training rows), side by side when
+    ``concurrent``; ``grids[k]`` is fold ``k``'s alpha grid, ``sample_weight`` the weights
+    of ``ds``'s rows (None: none)."""
+    base = np.arange(ds.shape[0]) if ds.rows is None else ds.rows
+
+    def one(k: int) -> tuple[np.ndarray, list[int]]:
+        f = folds[k]
+        w = None if sample_weight is None else sample_weight[f.test]
+        view = ds[f.train]
+        train_w = None if sample_weight is None else sample_weight[f.train]
+        return fold_scores(
+            view, base[f.test], grids[k], run=lambda v, g, cb: run(v, g, cb, train_w),
+            scoring=scoring, test_weight=w,
+        )  # fmt: skip
+
+    # Each path silences its alphas' warnings (collected and reported below, from this
+    # thread): with threads, one filter set for all of them, restored once at the end.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        if concurrent and len(folds) > 1:
+            with ThreadPoolExecutor(len(folds), thread_name_prefix="dl1-cv") as pool:
+                per_fold = list(pool.map(one, range(len(folds))))
+        else:
+            per_fold = [one(k) for k in range(len(folds))]
+    for k, (_, bad) in enumerate(per_fold):
+        if bad:
+            warnings.warn(
+                f"cross-validation fold {k}: {len(bad)} alpha(s) not certified (first: "
+                f"alpha[{bad[0]}] = {grids[k][bad[0]]:.6g}); raise max_iter or tol",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+    scores = np.column_stack([sc for sc, _ in per_fold])
+    best, best_1se = choose(scores, scoring)
+    return CVResult(np.asarray(grids, np.float64), scores, scoring, best, best_1se)
