@@ -221,7 +221,7 @@ def _fit_and_report(
         f"{res.coef_.shape[0]:,}, intercept {res.intercept_:.6g}"
     )
     if "test" in store.splits:
-        pred = client.compute(decision_function(store, res.coef_, res.intercept_, "test"))
+        pred = client.compute(decision_function(store, res.coef_, res.intercept_, split="test"))
         pred = pred.result()
         y_test = store.read("y", "test")
         if loss == "squared":

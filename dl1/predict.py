@@ -1,52 +1,266 @@
-"""Predictions of a fitted linear model on a (possibly out-of-core) dask array."""
+"""Predictions of a fitted linear model, in memory or blockwise on a (possibly out-of-core)
+dask array, store or :class:`dl1.Dataset`.
+
+Shared by :class:`dl1.FitResult`, :class:`dl1.paths.PathResult` and the estimators. On a dask
+input nothing is gathered: every row block's decision values are summed on the workers from
+the column blocks holding a nonzero coefficient, and each such block's coefficients travel
+once, as (indices, values), so the graph grows with the support, not with the width.
+"""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-import dask
-import dask.array as da
 import numpy as np
+import scipy.sparse as sp
 
-from dl1.store import Store, open_store
+from dl1.errors import ValidationError
 
-
-def _block_dot(chunk: Any, width: int, idx: np.ndarray, vals: np.ndarray) -> np.ndarray:
-    if hasattr(chunk, "to_scipy_sparse"):
-        chunk = chunk.to_scipy_sparse()
-    coef = np.zeros(width)
-    coef[idx] = vals
-    return np.asarray(chunk @ coef).ravel()
+#: Losses whose predictions are labels in {-1, +1}.
+CLASSIFICATION_LOSSES = ("logistic", "hinge", "smooth_hinge", "squared_hinge")
+#: Every loss a linear model of dl1 may have.
+LOSSES = ("squared", *CLASSIFICATION_LOSSES)
 
 
-def decision_function(X: Any, coef: np.ndarray, intercept: float, split: str = "test") -> da.Array:
-    """``X @ coef + intercept`` as a lazy dask array, block by block (chunks stay on workers).
+def decision_function(X: Any, coef: Any, intercept: Any, *, split: str = "test") -> Any:
+    """``X @ coef + intercept``.
 
-    ``X`` is a dask array, a Store or a store path (``split`` chooses the split).
+    Parameters
+    ----------
+    X : array-like, sparse matrix, dask array, Store, store path or Dataset
+        In memory (ndarray, scipy.sparse, pydata sparse, pandas DataFrame, list of lists);
+        or a dask array (chunks scipy.sparse, pydata sparse COO/GCXS or dense, any
+        chunking), a :class:`dl1.Store` or its path (``split`` chooses the split) or a
+        :class:`dl1.Dataset` (anything with a dask array ``.X``).
+    coef : array-like (p,)
+    intercept : float
+    split : str
+        The split of a store to predict on.
+
+    Returns
+    -------
+    ndarray (n,) for an in-memory ``X``, else a lazy float64 dask array (n,) computed
+    blockwise where the blocks are.
+
+    Raises
+    ------
+    ValidationError
+        ``X`` has not ``len(coef)`` features (checked first; both counts are named), or
+        ``coef`` / ``intercept`` are not a vector and a scalar.
     """
+    coef = _coef(coef)
+    b = _scalar(intercept)
+    X = as_input(X, split)
+    check_n_features(X, coef.shape[0])
+    if not _is_dask(X):
+        return np.asarray(X @ coef, dtype=np.float64).ravel() + b
+    return _dask_decision(X, coef, b)
+
+
+def predict(X: Any, coef: Any, intercept: Any, loss: str, *, split: str = "test") -> Any:
+    """Decision values (``loss="squared"``) or labels -1.0 / +1.0 (classification losses,
+    ``+1`` where the decision value is ``>= 0``), in the container kind
+    :func:`decision_function` returns."""
+    _check_loss(loss)
+    d = decision_function(X, coef, intercept, split=split)
+    if loss == "squared":
+        return d
+    if _is_dask(d):
+        return d.map_blocks(_labels, dtype=np.float64)
+    return _labels(d)
+
+
+def predict_proba(X: Any, coef: Any, intercept: Any, *, split: str = "test") -> Any:
+    """Class probabilities ``[P(y = -1), P(y = +1)]`` (n, 2) of the logistic model,
+    computed as scikit-learn's binary ``LogisticRegression.predict_proba``."""
+    d = decision_function(X, coef, intercept, split=split)
+    if _is_dask(d):
+        return d.map_blocks(_proba, dtype=np.float64, new_axis=1, chunks=(d.chunks[0], (2,)))
+    return _proba(d)
+
+
+def score(
+    X: Any,
+    y: Any,
+    coef: Any,
+    intercept: Any,
+    loss: str,
+    *,
+    sample_weight: Any = None,
+    split: str = "test",
+) -> float:
+    """R^2 (as :func:`sklearn.metrics.r2_score`) for ``loss="squared"``, accuracy
+    otherwise (``y`` in {-1, +1}).
+
+    ``y=None`` takes the targets of ``X``: a store's ``y`` of ``split``, or a Dataset's
+    ``y``. Lazy predictions are computed on the current Dask scheduler or client.
+    """
+    from sklearn.metrics import accuracy_score, r2_score
+
+    _check_loss(loss)
+    y = _targets(X, y, split)
+    pred = predict(X, coef, intercept, loss, split=split)
+    if _is_dask(pred):
+        import dask
+
+        (pred,) = dask.compute(pred)
+    if y.shape[0] != pred.shape[0]:
+        raise ValidationError(f"y has {y.shape[0]} values, X has {pred.shape[0]} rows")
+    sw = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).ravel()
+    if loss == "squared":
+        return float(r2_score(y, pred, sample_weight=sw))
+    bad = ~np.isin(y, (-1.0, 1.0))
+    if bad.any():
+        raise ValidationError(
+            f"y holds {y[bad][0]!r}: accuracy of a dl1 {loss} model needs labels in "
+            "{-1, +1} (an estimator maps its classes_ to them)"
+        )
+    return float(accuracy_score(y, pred, sample_weight=sw))
+
+
+def as_input(X: Any, split: str = "test") -> Any:
+    """``X`` as what the predictions use: a dask array for a dask array, store, store
+    path or Dataset; a CSR matrix or float ndarray (validated, finite) in memory."""
+    import dask.array as da
+
+    from dl1.store import Store, open_store
+
     if isinstance(X, (str, os.PathLike)):
         X = open_store(X)
     if isinstance(X, Store):
-        X = X.to_dask(split)
-    if not isinstance(X, da.Array):  # in memory already (scipy.sparse or ndarray)
-        return da.from_array(np.asarray(X @ coef).ravel() + float(intercept))
+        return X.to_dask(split)
+    if isinstance(X, da.Array):
+        if X.ndim != 2:
+            raise ValidationError(f"X must be 2-D, got a dask array of shape {X.shape}")
+        return X
+    if isinstance(getattr(X, "X", None), da.Array) and hasattr(X, "shape"):
+        return as_input(X.X, split)  # a dl1.Dataset
+    return _in_memory(X)
+
+
+def check_n_features(X: Any, n_features: int) -> None:
+    """Raise :class:`ValidationError` unless ``X`` has ``n_features`` columns."""
+    p = X.shape[1]
+    if p != n_features:
+        raise ValidationError(
+            f"X has {p} features, but coef is expecting {n_features} features as input"
+        )
+
+
+def _in_memory(X: Any) -> Any:
+    from sklearn.utils import check_array
+
+    if not sp.issparse(X) and hasattr(X, "to_scipy_sparse"):  # pydata sparse COO / GCXS
+        X = X.to_scipy_sparse()
+    return check_array(X, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32))
+
+
+def _is_dask(X: Any) -> bool:
+    return type(X).__module__.startswith("dask.")
+
+
+def _coef(coef: Any) -> np.ndarray:
+    c = np.asarray(coef, dtype=np.float64)
+    if c.ndim != 1:
+        raise ValidationError(f"coef must be a vector, got shape {c.shape}")
+    return c
+
+
+def _scalar(x: Any) -> float:
+    a = np.asarray(x, dtype=np.float64)
+    if a.size != 1:
+        raise ValidationError(f"intercept must be a scalar, got shape {a.shape}")
+    return float(a.reshape(-1)[0])
+
+
+def _check_loss(loss: str) -> None:
+    if loss not in LOSSES:
+        raise ValidationError(f"loss must be one of {LOSSES}, got {loss!r}")
+
+
+def _labels(d: np.ndarray) -> np.ndarray:
+    return np.where(d >= 0, 1.0, -1.0)
+
+
+def _proba(d: np.ndarray) -> np.ndarray:
+    from scipy.special import expit
+
+    p = expit(d)
+    return np.stack([1 - p, p], axis=1)
+
+
+def _targets(X: Any, y: Any, split: str) -> np.ndarray:
+    from dl1.store import Store, open_store
+
+    if y is None:
+        if isinstance(X, (str, os.PathLike)):
+            X = open_store(X)
+        if isinstance(X, Store):
+            y = X.read("y", split)
+        elif getattr(X, "y", None) is not None and hasattr(X, "X"):
+            y = X.y
+        else:
+            raise ValidationError("y is required unless X is a store or a Dataset with y")
+    if _is_dask(y):
+        y = y.compute()
+    return np.asarray(y, dtype=np.float64).ravel()
+
+
+def _block_dot(chunk: Any, nz: tuple[np.ndarray, np.ndarray], width: int) -> np.ndarray:
+    """``chunk @ w`` for the block's coefficients ``nz`` = (local indices, values)."""
+    if not sp.issparse(chunk) and hasattr(chunk, "to_scipy_sparse"):  # pydata COO / GCXS
+        chunk = chunk.to_scipy_sparse()
+    idx, vals = nz
+    if sp.issparse(chunk) and chunk.format == "csc":  # only the support's columns are read
+        return np.asarray(chunk[:, idx] @ vals, dtype=np.float64).ravel()
+    w = np.zeros(width)
+    w[idx] = vals
+    return np.asarray(chunk @ w, dtype=np.float64).ravel()
+
+
+def _row_total(b: float, n: int, *parts: np.ndarray) -> np.ndarray:
+    out = np.full(n, b)
+    for part in parts:
+        out += part
+    return out
+
+
+def _row_count(chunk: Any) -> int:
+    return int(chunk.shape[0])
+
+
+def _dask_decision(X: Any, coef: np.ndarray, b: float) -> Any:
+    import dask
+    import dask.array as da
+
     cb = np.concatenate([[0], np.cumsum(X.chunks[1])]).astype(np.int64)
-    dl = X.to_delayed()
-    # each block's nonzero coefficients travel as (indices, values): the graph grows with
-    # the support, not with the width of the blocks it touches
     nz = np.flatnonzero(coef)
     owner = np.searchsorted(cb, nz, side="right") - 1
+    # one graph key per touched column block holds its coefficients, shared by its row blocks
     by_block = {
-        int(j): (nz[owner == j] - cb[j], np.asarray(coef, dtype=np.float64)[nz[owner == j]])
+        int(j): dask.delayed((nz[owner == j] - cb[j], coef[nz[owner == j]]), pure=True)
         for j in np.unique(owner)
     }
+    blocks = X.to_delayed()
     rows = []
     for i, n_i in enumerate(X.chunks[0]):
         parts = [
-            dask.delayed(_block_dot)(dl[i, j], int(cb[j + 1] - cb[j]), *by_block[j])
-            for j in sorted(by_block)
+            dask.delayed(_block_dot, pure=True)(blocks[i, j], w, int(cb[j + 1] - cb[j]))
+            for j, w in by_block.items()
         ]
-        total = dask.delayed(sum)(parts, np.full(n_i, float(intercept)))
+        known = not np.isnan(n_i)
+        n = int(n_i) if known else dask.delayed(_row_count, pure=True)(blocks[i, 0])
+        total = dask.delayed(_row_total, pure=True)(b, n, *parts)
         rows.append(da.from_delayed(total, shape=(n_i,), dtype=np.float64))
     return da.concatenate(rows) if rows else da.zeros(0)
+
+
+__all__ = [
+    "CLASSIFICATION_LOSSES",
+    "LOSSES",
+    "decision_function",
+    "predict",
+    "predict_proba",
+    "score",
+]

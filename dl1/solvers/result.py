@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -11,8 +12,28 @@ import numpy as np
 from dl1.tasks.passes import coef_parts
 
 
-class ConvergenceWarning(UserWarning):
-    """The solver stopped at its round limit before reaching the requested gap."""
+def __getattr__(name: str) -> Any:
+    # scikit-learn (and pandas with it) loads on first use of the warning: a worker
+    # importing this module for a task stays without them
+    if name == "ConvergenceWarning":
+        return convergence_warning()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def convergence_warning() -> type[UserWarning]:
+    """``dl1.ConvergenceWarning``, made on first use (one class per process)."""
+    from sklearn.exceptions import ConvergenceWarning as SklearnConvergenceWarning
+
+    class ConvergenceWarning(SklearnConvergenceWarning):
+        """The solver stopped at its round limit before reaching the requested gap.
+
+        A subclass of scikit-learn's ``ConvergenceWarning`` (a ``UserWarning``): filters
+        and tools set on scikit-learn's warning apply to dl1's.
+        """
+
+    ConvergenceWarning.__qualname__ = "ConvergenceWarning"  # pickled by name, as a module global
+    return ConvergenceWarning
 
 
 @dataclass
@@ -162,7 +183,7 @@ def make_result(
         warnings.warn(
             f"dl1 did not converge: relative duality gap {rel:.3e} > tol {problem.tol:.3e} "
             f"after {rounds} rounds (alpha={penalty.alpha:.6g}); raise max_rounds or tol",
-            ConvergenceWarning,
+            convergence_warning(),
             stacklevel=4,
         )
     return res
