@@ -176,6 +176,8 @@ class DL1Estimator(BaseEstimator):
             y = self._targets(None if y is None else computed(y), X)
             if sample_weight is not None:
                 sample_weight = computed(sample_weight).astype(np.float64)
+                if y is not None:
+                    self._check_weighted_targets(y, sample_weight)
                 return X, y, sample_weight, float(sample_weight.sum())
             own = getattr(X, "sample_weight", None)  # a Dataset's weights, read by dl1.fit
             return X, y, None, float(_n_samples(X) if own is None else np.sum(own))
@@ -184,12 +186,16 @@ class DL1Estimator(BaseEstimator):
         y = self._targets(y, None)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+            self._check_weighted_targets(y, sample_weight)
         return X, y, sample_weight, _total(sample_weight, X.shape[0])
 
     def _targets(self, y: Any, source: Any) -> Any:
         """Targets as :func:`dl1.fit` takes them (regressors: unchanged; None: those of the
         out-of-core ``source``, read by dl1.fit)."""
         return y
+
+    def _check_weighted_targets(self, y: Any, sample_weight: np.ndarray) -> None:
+        """Targets that weights leave unusable are refused (classifiers: both classes)."""
 
     def _warm_start(self, dl1_fit: Any) -> dict[str, Any]:
         """``coef_init`` / ``intercept_init`` from the previous fit when ``warm_start``."""

@@ -72,6 +72,14 @@ class _Classifier(ClassifierMixin, DL1Estimator):
         self.classes_ = self._classes(y)
         return np.where(y == self.classes_[1], 1.0, -1.0)
 
+    def _check_weighted_targets(self, y: Any, sample_weight: np.ndarray) -> None:
+        for label in (-1.0, 1.0):
+            if not np.any(sample_weight[y == label] > 0):
+                raise ValueError(
+                    "only one class has positive sample_weight (class "
+                    f"{self.classes_[int(label > 0)]!r} has none): a binary classifier needs both"
+                )
+
     def _classes(self, y: np.ndarray) -> np.ndarray:
         classes = np.unique(y)
         if classes.shape[0] < 2:
@@ -81,8 +89,8 @@ class _Classifier(ClassifierMixin, DL1Estimator):
             )
         if classes.shape[0] > 2:
             raise ValueError(
-                f"{type(self).__name__} is a binary classifier: y has {classes.shape[0]} "
-                f"classes ({', '.join(map(repr, classes[:5].tolist()))}"
+                f"Only binary classification is supported. {type(self).__name__}: y has "
+                f"{classes.shape[0]} classes ({', '.join(map(repr, classes[:5].tolist()))}"
                 f"{', ...' if classes.shape[0] > 5 else ''}); use "
                 "sklearn.multiclass.OneVsRestClassifier for more"
             )
