@@ -50,7 +50,8 @@ def test_a_registered_solver_serves_fit_path_and_estimators(monkeypatch):
     ws = dl1.path(X, y, n_alphas=6, eps=0.1, tol=1e-10)
     assert path.converged_.all()
     np.testing.assert_allclose(path.coefs_.toarray(), ws.coefs_.toarray(), atol=1e-5)
-    est = dl1.estimators.Lasso(alpha=alpha, solver="shuffled-cd", **kw).fit(X, y)
+    est = dl1.estimators.Lasso(alpha=alpha, solver="shuffled-cd", tol=1e-10,
+                               max_iter=20_000).fit(X, y)
     np.testing.assert_allclose(est.coef_, ref.coef_, atol=1e-6)
     with pytest.raises(ValueError, match="'solver' parameter of dl1.fit"):
         dl1.fit(X, y, alpha=alpha, solver="no-such-solver")
