@@ -126,7 +126,7 @@ class Dataset:
         """The rows ``key`` (indices, a boolean mask or a slice; also ``(rows, slice(None))``)
         as a view sharing the blocks: nothing is copied or read."""
         if isinstance(key, tuple):
-            if len(key) != 2 or key[1] != slice(None):
+            if len(key) != 2 or not (key[1] is Ellipsis or key[1] == slice(None)):
                 raise IndexError("a Dataset selects rows only: ds[rows] or ds[rows, :]")
             key = key[0]
         n = self.shape[0]
@@ -202,33 +202,25 @@ class Dataset:
         return self._shared["rows"]
 
     # -- predictions ----------------------------------------------------------------------
-    def decision_function(self, coef: np.ndarray, intercept: float) -> Any:
-        """``X @ coef + intercept`` on this view's rows, computed from the held blocks (no
-        read of the store): a lazy dask array on a cluster, an ndarray in this process."""
-        import dask
-        import dask.array as da
-
+    def decision_function(self, coef: np.ndarray, intercept: float) -> np.ndarray:
+        """``X @ coef + intercept`` on this view's rows, from the held blocks (no read of the
+        store), computed where they are: n values, like ``y``, which the client holds too."""
+        from dl1.runtime.watchdog import watched_result
         from dl1.solvers.result import coef_by_block
-        from dl1.tasks.passes import matvec_task
 
         self._check_live()
         coef = np.asarray(coef, dtype=np.float64).ravel()
         if coef.shape[0] != self.shape[1]:
             raise ValidationError(f"X has {self.shape[1]} features, the model {coef.shape[0]}")
-        blocks = list(range(len(self._blocks)))
-        parts = coef_by_block(coef, self.col_bounds, blocks)
-        used = [j for j in blocks if parts[j][0].shape[0]]
-        n = self.n_total
+        every = list(range(len(self._blocks)))
+        parts = coef_by_block(coef, self.col_bounds, every)
+        used = [j for j in every if parts[j][0].shape[0]]
+        args = ([self._blocks[j] for j in used], [parts[j] for j in used], self.n_total,
+                float(intercept), self.rows)  # fmt: skip
         if self.client is None:
-            z = np.full(n, float(intercept))
-            if used:
-                z += matvec_task([self._blocks[j] for j in used], [parts[j] for j in used], n)
-            return z if self.rows is None else z[self.rows]
-        total = dask.delayed(_matvec_rows, pure=True)(
-            [self._blocks[j] for j in used], [parts[j] for j in used], n, float(intercept),
-            self.rows,
-        )  # fmt: skip
-        return da.from_delayed(total, shape=(self.shape[0],), dtype=np.float64)
+            return _matvec_rows(*args)
+        future = self.client.submit(_matvec_rows, *args, pure=False)
+        return watched_result(self.client, future, "predictions on a Dataset")
 
     # -- lifetime -------------------------------------------------------------------------
     def release(self) -> None:

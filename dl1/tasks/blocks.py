@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from dask.sizeof import sizeof
 
 from dl1.errors import ValidationError
 from dl1.kernels import store as store_kernels
@@ -29,6 +30,8 @@ class Block:
     col_scale: np.ndarray  # empty: no scaling
     col_sqnorm: np.ndarray  # ||x_j * col_scale_j||_s^2
     n: int
+    #: the CSC arrays belong to another held block (:func:`reweight_block`)
+    shares_arrays: bool = False
 
     @property
     def ncols(self) -> int:
@@ -37,6 +40,15 @@ class Block:
     @property
     def nbytes(self) -> int:
         return self.indptr.nbytes + self.indices.nbytes + self.data.nbytes
+
+
+@sizeof.register(Block)
+def _block_sizeof(block: Block) -> int:
+    """What a held block takes, for Dask's memory accounting (spilling, the dashboard);
+    Dask's default for an object, ``sys.getsizeof``, would count a few hundred bytes. A
+    block sharing another's arrays counts its own constants only."""
+    own = block.col_scale.nbytes + block.col_sqnorm.nbytes
+    return own if block.shares_arrays else own + block.nbytes
 
 
 @dataclass(frozen=True)
@@ -163,8 +175,10 @@ def reweight_block(
     ``sample_weight`` and ``standardize``: the same arrays, not copied, with that fit's
     column scales and weighted squared norms."""
     shape = (block.n, block.ncols)
-    return with_constants(block.j, c0, block.indptr, block.indices, block.data, shape,
-                          sample_weight, standardize, center)
+    out = with_constants(block.j, c0, block.indptr, block.indices, block.data, shape,
+                         sample_weight, standardize, center)
+    out.shares_arrays = True
+    return out
 
 
 def with_constants(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from dask.sizeof import sizeof
 
 from dl1.errors import ValidationError
 from dl1.kernels import store as store_kernels
@@ -37,6 +38,12 @@ class RowBlock:
     @property
     def nbytes(self) -> int:
         return self.indptr.nbytes + self.indices.nbytes + self.data.nbytes
+
+
+@sizeof.register(RowBlock)
+def _row_block_sizeof(block: RowBlock) -> int:
+    """What a held row block takes, for Dask's memory accounting."""
+    return block.nbytes
 
 
 @dataclass(frozen=True)
