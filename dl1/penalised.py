@@ -3,19 +3,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
 import time
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from dl1.errors import ValidationError
 from dl1.loading import (
-    as_vector,
     col_scales,
     decide_stream,
     load_problem,
@@ -26,7 +23,6 @@ from dl1.loading import (
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.params import PATH, PENALISED, validate_params
 from dl1.paths.checkpoint import PathCheckpoint
-from dl1.paths.cv import SCORINGS, CVResult, cross_validate, make_folds, path_runner
 from dl1.paths.evaluation import (
     alpha_grid,
     crc,
@@ -423,7 +419,9 @@ def path(
             random_order=random_order, seed=seed, X_test=X_test, y_test=y_test,
             verbose=verbose, callback=callback,
         )  # fmt: skip
-        with handle(X, y, sample_weight, client, n_partitions, split) as ds:
+        from dl1.cross_validation import cross_validated, handle
+
+        with handle(X, y, client, n_partitions, split) as ds:
             cvres = cross_validated(ds, cv=cv, scoring=scoring, sample_weight=sample_weight,
                                     **settings)  # fmt: skip
             res = path(ds, sample_weight=sample_weight, n_partitions=ds.n_partitions,
@@ -531,90 +529,3 @@ def _report(step: AlphaStep, rec: dict[str, Any], tol: float, verbose: bool, cal
               f"gap {res.gap_:.2e}  passes {rec['passes']}")  # fmt: skip
     if callback is not None:
         callback(step.k, step.alpha, res)
-
-
-@contextlib.contextmanager
-def handle(
-    X: Any, y: Any, sample_weight: Any, client: Any, n_partitions: int, split: str
-) -> Iterator[Any]:
-    """``X`` as a :class:`~dl1.dataset.Dataset`: itself if it is one (given no ``y``), or
-    one persisted here and released at the end."""
-    from dl1.dataset import Dataset, persist
-
-    if isinstance(X, Dataset):
-        if y is not None:
-            raise ValidationError("y comes with the Dataset; pass y to dl1.persist")
-        yield X
-        return
-    ds = persist(X, y, client=client, n_partitions=n_partitions, split=split)
-    try:
-        yield ds
-    finally:
-        ds.release()
-
-
-def cross_validated(
-    ds: Any,
-    *,
-    cv: Any,
-    scoring: str | None,
-    sample_weight: Any,
-    client: Any,
-    loss: str,
-    l1_ratio: float,
-    alphas: Any = None,
-    n_alphas: int = 100,
-    eps: float = 1e-3,
-    alpha_scale: Any = None,
-    **settings: Any,
-) -> CVResult:
-    """Cross-validation of a path's grid on the data handle ``ds`` (see
-    :mod:`dl1.paths.cv`). The grid is ``alphas``, or ``n_alphas`` from the whole data's
-    ``alpha_max`` down to ``eps`` times it, on every fold; ``alpha_scale(train_weight_sum)``
-    (the classifiers' ``1 / (C n)``), when given, turns ``alphas`` (then ``C`` values,
-    increasing) into each fold's alphas."""
-    scoring = scoring or ("mse" if loss == "squared" else "accuracy")
-    if scoring not in SCORINGS or (scoring == "mse") != (loss == "squared"):
-        raise ValidationError(f"scoring={scoring!r} does not go with loss={loss!r}")
-    n = ds.shape[0]
-    sw = None if sample_weight is None else as_vector(sample_weight, n, "sample_weight")
-    y = ds.y
-    folds = make_folds(cv, n, y, classifier=loss != "squared")
-    fit_keys = ("fit_intercept", "standardize", "tol", "max_rounds", "screen", "solver",
-                "random_order", "seed")  # fmt: skip
-    opts = {k: settings[k] for k in fit_keys if k in settings}
-    if alpha_scale is not None:
-        grids = np.array([alpha_scale(_weight_sum(sw, f.train)) / np.asarray(alphas, np.float64)
-                          for f in folds])  # fmt: skip
-    else:
-        if alphas is None:
-            amax = alpha_max(ds, l1_ratio=l1_ratio, loss=loss, sample_weight=sw, client=client,
-                             fit_intercept=opts.get("fit_intercept", True),
-                             standardize=opts.get("standardize", False))  # fmt: skip
-            alphas = alpha_grid(amax, n_alphas, eps)
-        grid = np.sort(np.asarray(alphas, np.float64).ravel())[::-1]
-        grids = np.tile(grid, (len(folds), 1))
-
-    def problem_for(view: Any, weights: Any) -> tuple[Any, Problem]:
-        inputs = read_inputs(view, None, weights, loss, "train")
-        solver_obj = make_solver(
-            opts.get("solver", "ws"), max_rounds=opts.get("max_rounds"),
-            datafit=inputs.datafit, random_order=opts.get("random_order", False),
-            seed=opts.get("seed", 0), screen=opts.get("screen", False), tight_inner=True,
-        )  # fmt: skip
-        problem, _ = _set_up(
-            inputs, client, False, solver_obj, penalty=ElasticNet(1.0, l1_ratio),
-            fit_intercept=opts.get("fit_intercept", True),
-            standardize=opts.get("standardize", False), tol=opts.get("tol", 1e-4),
-            n_partitions=view.n_partitions, loss=loss,
-        )  # fmt: skip
-        return solver_obj, problem
-
-    return cross_validate(
-        ds, folds, grids, run=path_runner(problem_for, l1_ratio=l1_ratio), scoring=scoring,
-        sample_weight=sw, concurrent=client is not None,
-    )  # fmt: skip
-
-
-def _weight_sum(sw: np.ndarray | None, rows: np.ndarray) -> float:
-    return float(rows.shape[0]) if sw is None else float(sw[rows].sum())

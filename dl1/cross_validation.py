@@ -1,0 +1,241 @@
+"""Cross-validated fits: the functional core of the CV estimators and of ``dl1.path(cv=)``.
+
+:func:`fit_cv` cross-validates a grid of alphas (and of ``l1_ratio`` values) with one
+warm-started path per fold on a data handle (:mod:`dl1.paths.cv`), chooses, and refits on
+all rows at the choice, reading the store once in all (the handle is made here unless ``X``
+is one). The grid, as scikit-learn's ``LassoCV``: ``n_alphas`` values from the whole data's
+``alpha_max`` down to ``eps`` times it; the classifiers cross-validate ``C`` values, whose
+alpha ``1 / (C * training weight)`` differs by fold as in scikit-learn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dl1.errors import ValidationError
+from dl1.loading import as_vector, read_inputs
+from dl1.objective.penalties.elastic_net import ElasticNet
+from dl1.params import PATH, validate_params
+from dl1.paths.cv import SCORINGS, CVResult, cross_validate, make_folds, path_runner
+from dl1.paths.evaluation import alpha_grid
+from dl1.penalised import _set_up, alpha_max, fit, make_solver
+from dl1.runtime.executor import coordinating
+from dl1.solvers.base import Problem
+from dl1.solvers.result import FitResult
+
+
+@dataclass(frozen=True)
+class CrossValidatedFit:
+    """What :func:`fit_cv` returns.
+
+    Attributes
+    ----------
+    cv : list of CVResult
+        One per ``l1_ratio`` (in the order given): the folds' held-out scores per alpha.
+    best : int
+        Index in ``cv`` (and in ``l1_ratios``) of the chosen ``l1_ratio``.
+    l1_ratios : ndarray
+    alpha, alpha_1se : float
+        The chosen alpha (best mean held-out score) and glmnet's one-standard-error alpha,
+        on the whole data's scale (for the classifiers' ``C`` grid: ``1 / (C_ * weight)``).
+    index, index_1se : int
+        Their grid indices.
+    fit : FitResult or None
+        The refit on all rows at ``alpha`` (None with ``refit=False``).
+    """
+
+    cv: list[CVResult]
+    best: int
+    l1_ratios: np.ndarray
+    alpha: float
+    alpha_1se: float
+    index: int
+    index_1se: int
+    fit: FitResult | None
+
+    @property
+    def l1_ratio(self) -> float:
+        return float(self.l1_ratios[self.best])
+
+
+@contextlib.contextmanager
+def handle(X: Any, y: Any, client: Any, n_partitions: int, split: str) -> Iterator[Any]:
+    """``X`` as a :class:`~dl1.dataset.Dataset`: itself if it is one (given no ``y``), or
+    one persisted here and released at the end."""
+    from dl1.dataset import Dataset, persist
+
+    if isinstance(X, Dataset):
+        if y is not None:
+            raise ValidationError("y comes with the Dataset; pass y to dl1.persist")
+        yield X
+        return
+    ds = persist(X, y, client=client, n_partitions=n_partitions, split=split)
+    try:
+        yield ds
+    finally:
+        ds.release()
+
+
+def cross_validated(
+    ds: Any,
+    *,
+    cv: Any,
+    scoring: str | None,
+    sample_weight: Any,
+    client: Any,
+    loss: str,
+    l1_ratio: float,
+    alphas: Any = None,
+    n_alphas: int = 100,
+    eps: float = 1e-3,
+    Cs: Any = None,
+    **settings: Any,
+) -> CVResult:
+    """Cross-validation of one grid on the data handle ``ds`` (:mod:`dl1.paths.cv`): the
+    grid is ``alphas``, or ``n_alphas`` from the whole data's ``alpha_max`` down to ``eps``
+    times it, the same on every fold; or, given ``Cs`` (increasing), each fold's
+    ``1 / (C * training weight)``."""
+    scoring = scoring or ("mse" if loss == "squared" else "accuracy")
+    if scoring not in SCORINGS or (scoring == "mse") != (loss == "squared"):
+        raise ValidationError(f"scoring={scoring!r} does not go with loss={loss!r}")
+    n = ds.shape[0]
+    sw = None if sample_weight is None else as_vector(sample_weight, n, "sample_weight")
+    folds = make_folds(cv, n, ds.y, classifier=loss != "squared")
+    keys = ("fit_intercept", "standardize", "tol", "max_rounds", "screen", "solver",
+            "random_order", "seed")  # fmt: skip
+    opts = {"fit_intercept": True, "standardize": False, "tol": 1e-4, "max_rounds": None,
+            "screen": False, "solver": "ws", "random_order": False, "seed": 0,
+            **{k: settings[k] for k in keys if k in settings}}  # fmt: skip
+    if Cs is not None:
+        Cs = np.asarray(Cs, np.float64)
+        grids = np.array([1.0 / (Cs * _weight_sum(sw, f.train)) for f in folds])
+    else:
+        if alphas is None:
+            amax = alpha_max(ds, l1_ratio=l1_ratio, loss=loss, sample_weight=sw, client=client,
+                             fit_intercept=opts["fit_intercept"],
+                             standardize=opts["standardize"])  # fmt: skip
+            alphas = alpha_grid(amax, n_alphas, eps)
+        grid = np.sort(np.asarray(alphas, np.float64).ravel())[::-1]
+        grids = np.tile(grid, (len(folds), 1))
+
+    def problem_for(view: Any, weights: Any) -> tuple[Any, Problem]:
+        inputs = read_inputs(view, None, weights, loss, "train")
+        solver = make_solver(
+            opts["solver"], max_rounds=opts["max_rounds"], datafit=inputs.datafit,
+            random_order=opts["random_order"], seed=opts["seed"], screen=opts["screen"],
+            tight_inner=True,
+        )  # fmt: skip
+        problem, _ = _set_up(
+            inputs, client, False, solver, penalty=ElasticNet(1.0, l1_ratio),
+            fit_intercept=opts["fit_intercept"], standardize=opts["standardize"],
+            tol=opts["tol"], n_partitions=view.n_partitions, loss=loss,
+        )  # fmt: skip
+        return solver, problem
+
+    return cross_validate(
+        ds, folds, grids, run=path_runner(problem_for, l1_ratio=l1_ratio), scoring=scoring,
+        sample_weight=sw, concurrent=client is not None,
+    )  # fmt: skip
+
+
+def _weight_sum(sw: np.ndarray | None, rows: np.ndarray) -> float:
+    return float(rows.shape[0]) if sw is None else float(sw[rows].sum())
+
+
+@coordinating
+def fit_cv(
+    X: Any,
+    y: Any = None,
+    *,
+    cv: Any = 5,
+    l1_ratio: Any = 1.0,
+    alphas: Any = None,
+    n_alphas: int = 100,
+    eps: float = 1e-3,
+    Cs: Any = None,
+    loss: str = "squared",
+    scoring: str | None = None,
+    sample_weight: Any = None,
+    fit_intercept: bool = True,
+    standardize: bool = False,
+    tol: float = 1e-4,
+    max_rounds: int | None = None,
+    n_partitions: int = 2,
+    solver: Any = "ws",
+    screen: bool = True,
+    random_order: bool = False,
+    seed: int = 0,
+    refit: bool = True,
+    client: Any = None,
+    split: str = "train",
+) -> CrossValidatedFit:
+    """Choose alpha (and ``l1_ratio``) by cross-validation, then refit on all rows.
+
+    Parameters
+    ----------
+    X, y, loss, sample_weight, fit_intercept, standardize, tol, max_rounds, n_partitions,
+    solver, screen, random_order, seed, client, split
+        As in :func:`dl1.fit` (``screen``: gap-safe screening along each fold's path). ``X``
+        may be a :class:`~dl1.dataset.Dataset` (then ``y`` comes with it); otherwise one is
+        made for the folds and the refit, and released at the end.
+    cv : int, scikit-learn splitter or iterable of (train, test)
+        The folds (an int: ``KFold``, stratified for the classification losses, as
+        scikit-learn's ``check_cv``).
+    l1_ratio : float or sequence of floats
+        Each is cross-validated on its own grid; the best mean score over all is chosen.
+    alphas, n_alphas, eps
+        The grid: ``alphas``, or ``n_alphas`` from ``alpha_max`` down to ``eps`` times it.
+    Cs : sequence of floats, optional
+        The classifiers' grid instead: ``C`` values (``alpha = 1 / (C * weight)``).
+    scoring : {"mse", "accuracy", "neg_log_loss"}, optional
+        Held-out metric (default "mse" for the squared loss, "accuracy" otherwise).
+    refit : bool
+        Refit on all rows at the chosen alpha.
+
+    Returns
+    -------
+    CrossValidatedFit
+    """
+    validate_params({k: v for k, v in PATH.items() if k != "l1_ratio"}, locals(), "dl1.fit_cv()")
+    ratios = np.atleast_1d(np.asarray(l1_ratio, dtype=np.float64))
+    if ratios.ndim != 1 or ratios.size == 0 or np.any((ratios < 0) | (ratios > 1)):
+        raise ValidationError(f"l1_ratio must be in [0, 1] (one value or several); got {l1_ratio}")
+    settings = dict(fit_intercept=fit_intercept, standardize=standardize, tol=tol,
+                    max_rounds=max_rounds, solver=solver, screen=screen,
+                    random_order=random_order, seed=seed)  # fmt: skip
+    with handle(X, y, client, n_partitions, split) as ds:
+        sw = sample_weight if sample_weight is not None else ds.sample_weight
+        results = [
+            cross_validated(ds, cv=cv, scoring=scoring, sample_weight=sw, client=client,
+                            loss=loss, l1_ratio=float(r), alphas=alphas, n_alphas=n_alphas,
+                            eps=eps, Cs=Cs, **settings)  # fmt: skip
+            for r in ratios
+        ]
+        best = _best_ratio(results)
+        chosen = results[best]
+        total = float(ds.shape[0] if sw is None else np.sum(sw))
+        if Cs is not None:  # the whole data's alpha of the chosen C (and its 1-se C)
+            Cs_sorted = np.asarray(Cs, np.float64)
+            alpha, alpha_1se = (1.0 / (Cs_sorted[k] * total) for k in (chosen.best,
+                                                                        chosen.best_1se))
+        else:
+            alpha, alpha_1se = (float(chosen.alphas[0][k]) for k in (chosen.best,
+                                                                     chosen.best_1se))
+        res = None
+        if refit:
+            res = fit(ds, alpha=alpha, l1_ratio=float(ratios[best]), loss=loss,
+                      sample_weight=sample_weight, client=client, n_partitions=ds.n_partitions,
+                      **{k: v for k, v in settings.items() if k != "screen"})  # fmt: skip
+    return CrossValidatedFit(results, best, ratios, float(alpha), float(alpha_1se), chosen.best,
+                             chosen.best_1se, res)  # fmt: skip
+
+
+def _best_ratio(results: list[CVResult]) -> int:
+    """The ``l1_ratio`` whose best mean score is best (the first such, as scikit-learn)."""
+    sign = 1.0 if results[0].scoring == "mse" else -1.0
+    return int(np.argmin([sign * r.mean[r.best] for r in results]))
