@@ -236,11 +236,9 @@ class DL1Estimator(BaseEstimator):
         return validate_data(self, X, accept_sparse=("csr", "csc"), dtype=np.float64,
                              reset=False)  # fmt: skip
 
-    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
-        """R^2 (regressors) or accuracy (classifiers) of the predictions on X; out of core,
-        y None means the store's or the Dataset's own targets (of the store's test split)."""
-        if not is_out_of_core(X):
-            return super().score(X, y, sample_weight)
+    def _score_out_of_core(self, X: Any, y: Any, sample_weight: Any) -> float:
+        """R^2 (regressors) or accuracy (classifiers) of the lazy predictions on X, gathered
+        (length n); y None: the store's (test split) or the Dataset's own targets."""
         y = stored_targets(X, "test") if y is None else computed(y)
         pred = computed(self.predict(X))
         sw = None if sample_weight is None else computed(sample_weight)

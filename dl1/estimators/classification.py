@@ -77,7 +77,8 @@ class _Classifier(ClassifierMixin, DL1Estimator):
             if not np.any(sample_weight[y == label] > 0):
                 raise ValueError(
                     "only one class has positive sample_weight (class "
-                    f"{self.classes_[int(label > 0)]!r} has none): a binary classifier needs both"
+                    f"{self.classes_[int(label > 0)].item()!r} has none): a binary classifier "
+                    "needs both"
                 )
 
     def _classes(self, y: np.ndarray) -> np.ndarray:
@@ -85,7 +86,7 @@ class _Classifier(ClassifierMixin, DL1Estimator):
         if classes.shape[0] < 2:
             raise ValueError(
                 "This solver needs samples of at least 2 classes in the data, but the data "
-                f"contains only one class: {classes[0]!r}"
+                f"contains only one class: {classes[0].item()!r}"
             )
         if classes.shape[0] > 2:
             raise ValueError(
@@ -100,6 +101,12 @@ class _Classifier(ClassifierMixin, DL1Estimator):
         super()._set_result(res)
         self.coef_ = self.coef_.reshape(1, -1)
         self.intercept_ = np.array([self.intercept_])
+
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        """Accuracy of :meth:`predict` on X (out of core, y None: X's own labels)."""
+        if is_out_of_core(X):
+            return self._score_out_of_core(X, y, sample_weight)
+        return super().score(X, y, sample_weight)
 
     def decision_function(self, X: Any) -> Any:
         """Signed distance to the hyperplane, > 0 for ``classes_[1]``: an ndarray in memory,

@@ -6,7 +6,7 @@ from typing import Any
 
 from sklearn.base import RegressorMixin
 
-from dl1.estimators.base import CONSTRAINTS, SHARED, DL1Estimator
+from dl1.estimators.base import CONSTRAINTS, SHARED, DL1Estimator, is_out_of_core
 
 
 def _constraints(*names: str) -> dict[str, list[Any]]:
@@ -20,6 +20,12 @@ class _Regressor(RegressorMixin, DL1Estimator):
         """``X @ coef_ + intercept_``: an ndarray for X in memory, a lazy dask array computed
         blockwise for a dask array, store (its test split) or Dataset."""
         return self._decision(X)
+
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        """R^2 of :meth:`predict` on X (out of core, y None: X's own targets)."""
+        if is_out_of_core(X):
+            return self._score_out_of_core(X, y, sample_weight)
+        return super().score(X, y, sample_weight)
 
 
 class Lasso(_Regressor):

@@ -1,0 +1,269 @@
+"""dl1's estimators in scikit-learn workflows, against scikit-learn's own estimators."""
+
+from __future__ import annotations
+
+import pickle
+
+import dask
+import dask.array as da
+import joblib
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+from sklearn import linear_model, svm
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+import dl1
+from dl1.errors import ValidationError
+from dl1.estimators import ElasticNet, Lasso, LinearSVC, LogisticRegression
+from dl1.params import InvalidParameterError
+
+
+@pytest.fixture(autouse=True)
+def in_process():
+    """No current Dask client unless a test passes one (dl1 then runs in this process)."""
+    with dask.config.set(scheduler="sync"):
+        yield
+
+
+def regression(n=80, p=12, seed=0, sparse=False):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, p, density=0.5, format="csr", random_state=rng) if sparse else \
+        rng.standard_normal((n, p))
+    w = np.where(rng.random(p) < 0.5, rng.standard_normal(p), 0.0)
+    return X, X @ w + 0.5 + 0.1 * rng.standard_normal(n)
+
+
+def classification(n=80, p=6, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    return X, np.where(X[:, 0] - 0.5 * X[:, 1] + 0.5 * rng.standard_normal(n) > 0.3, 1, -1)
+
+
+# -- the objective is scikit-learn's -----------------------------------------------------------
+@pytest.mark.parametrize("weighted", [False, True])
+def test_regressors_equal_sklearns(weighted):
+    """Pass: coef_ and intercept_ equal scikit-learn's Lasso / ElasticNet (tol 1e-12) to
+    1e-8, with and without sample weights, and dual_gap_ is the absolute gap (gap_ * P(0))."""
+    X, y = regression()
+    sw = np.random.default_rng(1).uniform(0.2, 3, X.shape[0]) if weighted else None
+    for ours, ref in [
+        (Lasso(alpha=0.05, tol=1e-12), linear_model.Lasso(alpha=0.05)),
+        (ElasticNet(alpha=0.05, l1_ratio=0.3, tol=1e-14),
+         linear_model.ElasticNet(alpha=0.05, l1_ratio=0.3)),
+    ]:
+        ours.fit(X, y, sample_weight=sw)
+        ref.set_params(tol=1e-14, max_iter=1_000_000).fit(X, y, sample_weight=sw)
+        np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-8)
+        assert ours.intercept_ == pytest.approx(ref.intercept_, abs=1e-8)
+        assert ours.dual_gap_ == pytest.approx(ours.gap_ * ours.result_.p0_, rel=1e-9)
+        np.testing.assert_allclose(ours.predict(X), ref.predict(X), atol=1e-8)
+        assert ours.score(X, y, sw) == pytest.approx(ref.score(X, y, sw), abs=1e-10)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_logistic_regression_equals_sklearns_saga(weighted):
+    """Pass: LogisticRegression(C) equals scikit-learn's L1 LogisticRegression (saga, intercept
+    unpenalised, tol 1e-12) to 1e-6, weighted too (alpha = 1 / (C sum s)); predict_proba
+    equals scikit-learn's."""
+    X, y = classification()
+    sw = np.random.default_rng(2).uniform(0.2, 3, X.shape[0]) if weighted else None
+    ours = LogisticRegression(C=0.3, tol=1e-12).fit(X, y, sample_weight=sw)
+    ref = linear_model.LogisticRegression(l1_ratio=1.0, C=0.3, solver="saga", tol=1e-12,
+                                          max_iter=100_000).fit(X, y, sample_weight=sw)
+    assert 0 < np.count_nonzero(ours.coef_) < X.shape[1]
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-6)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=1e-6)
+    np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X), atol=1e-6)
+    np.testing.assert_allclose(np.exp(ours.predict_log_proba(X)), ours.predict_proba(X))
+
+
+def test_linear_svc_equals_liblinear_without_intercept_and_elastic_net_is_dl1_fit():
+    """Pass: LinearSVC (squared hinge, L1, no intercept) equals liblinear's L1 LinearSVC to
+    1e-6; LinearSVC(loss="hinge", penalty="elasticnet") equals dl1.fit's hinge fit (solver
+    auto) bit for bit; l1_ratio without penalty="elasticnet", or missing with it, is refused."""
+    X, y = classification(seed=3)
+    ours = LinearSVC(C=0.2, fit_intercept=False, tol=1e-12).fit(X, y)
+    ref = svm.LinearSVC(penalty="l1", dual=False, C=0.2, fit_intercept=False, tol=1e-10,
+                        max_iter=100_000).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-6)
+    hinge = LinearSVC("elasticnet", "hinge", C=0.2, l1_ratio=0.5, tol=1e-3).fit(X, y)
+    res = dl1.fit(X, y.astype(float), alpha=1 / (0.2 * len(y)), l1_ratio=0.5, loss="hinge",
+                  solver="auto", tol=1e-3)
+    np.testing.assert_array_equal(hinge.coef_.ravel(), res.coef_)
+    with pytest.raises(InvalidParameterError, match="l1_ratio=0.5 is only used"):
+        LinearSVC(l1_ratio=0.5).fit(X, y)
+    with pytest.raises(InvalidParameterError, match="needs l1_ratio"):
+        LogisticRegression(penalty="elasticnet").fit(X, y)
+
+
+@pytest.mark.parametrize("labels", [("no", "yes"), (0, 1), (False, True), (3, 7)])
+def test_any_two_labels_give_the_same_model(labels):
+    """Pass: labels as strings, {0, 1}, bools or other ints give the -1/+1 fit's coefficients
+    exactly, classes_ sorted, predictions in the original labels (classes_[1] where the
+    decision is > 0)."""
+    X, y = classification(seed=4)
+    y_lab = np.where(y > 0, labels[1], labels[0])
+    base = LogisticRegression(C=1.0, tol=1e-10).fit(X, y)
+    clf = LogisticRegression(C=1.0, tol=1e-10).fit(X, y_lab.tolist())
+    np.testing.assert_array_equal(clf.classes_, np.array(labels))
+    np.testing.assert_array_equal(clf.coef_, base.coef_)
+    expected = np.where(clf.decision_function(X) > 0, labels[1], labels[0])
+    np.testing.assert_array_equal(clf.predict(X), expected)
+    assert clf.score(X, y_lab) == base.score(X, y)
+
+
+def test_one_class_more_than_two_and_unknown_parameters_are_refused():
+    X, y = classification()
+    with pytest.raises(ValueError, match="only one class: 'a'"):
+        LinearSVC().fit(X, np.full(len(y), "a"))
+    with pytest.raises(ValueError, match="Only binary classification is supported.*3 classes"):
+        LogisticRegression().fit(X, np.arange(len(y)) % 3)
+    with pytest.raises(ValueError, match="Invalid parameter 'l1_ratio' for estimator Lasso"):
+        Lasso().set_params(l1_ratio=0.5)
+    with pytest.raises(InvalidParameterError, match="'alpha' parameter of Lasso must be"):
+        Lasso(alpha=-1.0).fit(*regression())
+    with pytest.raises(InvalidParameterError, match="'max_iter' parameter of ElasticNet"):
+        ElasticNet(max_iter=-2).fit(*regression())
+
+
+# -- scikit-learn's tools ------------------------------------------------------------------------
+def test_grid_search_and_cross_val_score_agree_with_sklearn():
+    """Pass: GridSearchCV over alpha (5 folds) picks scikit-learn's Lasso's alpha with the
+    same mean test scores to 1e-8; cross_val_score equals scikit-learn's to 1e-8."""
+    X, y = regression(n=100, seed=5)
+    grid = {"alpha": [0.3, 0.1, 0.03, 0.01, 0.003]}
+    cv = KFold(5, shuffle=True, random_state=0)
+    ours = GridSearchCV(Lasso(tol=1e-12), grid, cv=cv).fit(X, y)
+    ref = GridSearchCV(linear_model.Lasso(tol=1e-12, max_iter=100_000), grid, cv=cv).fit(X, y)
+    assert ours.best_params_ == ref.best_params_
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"],
+                               ref.cv_results_["mean_test_score"], atol=1e-8)
+    np.testing.assert_allclose(cross_val_score(ElasticNet(0.1, tol=1e-12), X, y, cv=cv),
+                               cross_val_score(linear_model.ElasticNet(0.1, tol=1e-12), X, y,
+                                               cv=cv), atol=1e-8)
+
+
+def test_pipeline_with_a_scaler_on_sparse_input_equals_sklearns():
+    """Pass: StandardScaler(with_mean=False) then Lasso on CSR input gives scikit-learn's
+    pipeline's predictions to 1e-8."""
+    X, y = regression(sparse=True, seed=6)
+    ours = make_pipeline(StandardScaler(with_mean=False), Lasso(0.05, tol=1e-12)).fit(X, y)
+    ref = make_pipeline(StandardScaler(with_mean=False),
+                        linear_model.Lasso(0.05, tol=1e-12, max_iter=100_000)).fit(X, y)
+    np.testing.assert_allclose(ours.predict(X), ref.predict(X), atol=1e-8)
+
+
+def test_pandas_input_sets_feature_names_and_int_input_is_float():
+    """Pass: a DataFrame fit records feature_names_in_ and equals the NumPy fit; an int
+    array fits as its float64 copy; a refit on NumPy forgets the names."""
+    X, y = regression(seed=7)
+    df = pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])])
+    est = Lasso(0.05).fit(df, pd.Series(y))
+    np.testing.assert_array_equal(est.feature_names_in_, df.columns)
+    np.testing.assert_array_equal(est.coef_, Lasso(0.05).fit(X, y).coef_)
+    Xi = np.round(3 * X).astype(np.int64)
+    np.testing.assert_array_equal(est.fit(Xi, y).coef_, Lasso(0.05).fit(Xi.astype(float), y).coef_)
+    assert not hasattr(est, "feature_names_in_")
+
+
+def test_warm_start_starts_from_the_previous_solution():
+    """Pass: refitting with warm_start=True on the same data is certified at round 0 (the
+    previous solution already meets tol) with the same coefficients; without it, it is not."""
+    X, y = regression(seed=8)
+    est = Lasso(0.02, tol=1e-10, warm_start=True).fit(X, y)
+    first = est.coef_.copy()
+    assert est.n_iter_ > 0
+    assert est.fit(X, y).n_iter_ == 0
+    np.testing.assert_allclose(est.coef_, first, atol=1e-12)
+    assert est.set_params(warm_start=False).fit(X, y).n_iter_ > 0
+
+
+def test_clone_and_pickle_round_trips():
+    """Pass: clone keeps the parameters and drops the fit; pickle and joblib round trips
+    predict identically and keep every fitted attribute."""
+    X, y = classification(seed=9)
+    est = LogisticRegression(C=0.5, tol=1e-8).fit(X, y)
+    c = clone(est)
+    assert c.get_params() == est.get_params() and not hasattr(c, "coef_")
+    for copy in (pickle.loads(pickle.dumps(est)), joblib.load(_dumped(est))):
+        np.testing.assert_array_equal(copy.predict_proba(X), est.predict_proba(X))
+        np.testing.assert_array_equal(copy.classes_, est.classes_)
+        assert copy.result_.gap_ == est.result_.gap_
+
+
+def _dumped(est, path=None):
+    import io
+
+    buf = io.BytesIO()
+    joblib.dump(est, buf)
+    buf.seek(0)
+    return buf
+
+
+def test_a_client_is_shared_by_clone_and_left_out_of_pickles(local_cluster):
+    """Pass: an estimator fitted with client= on a 2-process LocalCluster (tasks ran there)
+    equals the in-process fit; clone shares the client; its pickle has no client and
+    predicts identically in this process."""
+    from distributed import get_task_stream
+
+    X, y = regression(seed=10, sparse=True)
+    with get_task_stream(client=local_cluster) as stream:
+        est = Lasso(0.02, tol=1e-10, client=local_cluster).fit(X, y)
+    assert len(stream.data) > 0
+    np.testing.assert_array_equal(est.coef_, Lasso(0.02, tol=1e-10).fit(X, y).coef_)
+    assert clone(est).client is local_cluster
+    copy = pickle.loads(pickle.dumps(est))
+    assert copy.client is None and est.client is local_cluster
+    np.testing.assert_array_equal(copy.predict(X), est.predict(X))
+
+
+# -- out of core ---------------------------------------------------------------------------------
+def test_dask_input_fits_as_in_memory_and_predicts_lazily():
+    """Pass: on a dask array of CSR chunks (3 x 2 chunks) the fit equals the in-memory one;
+    predict, decision_function and predict_proba are lazy dask arrays equal to the in-memory
+    predictions; labels stay the estimator's; score takes dask y."""
+    X, y = classification(n=90, seed=11)
+    Xs = sp.csr_matrix(X)
+    Xd = da.from_array(Xs, chunks=(30, 3), asarray=False)
+    y_lab = np.where(y > 0, "pos", "neg")
+    ours = LogisticRegression(C=0.5, tol=1e-10).fit(Xd, y_lab)
+    mem = LogisticRegression(C=0.5, tol=1e-10).fit(Xs, y_lab)
+    np.testing.assert_allclose(ours.coef_, mem.coef_, atol=1e-12)
+    assert ours.n_features_in_ == X.shape[1]
+    for method in ("predict", "decision_function", "predict_proba"):
+        lazy = getattr(ours, method)(Xd)
+        assert isinstance(lazy, da.Array), method
+        expected = getattr(ours, method)(Xs)
+        if method == "predict":
+            np.testing.assert_array_equal(lazy.compute(), expected)
+        else:
+            np.testing.assert_allclose(lazy.compute(), expected, rtol=1e-12, atol=1e-14)
+    assert ours.score(Xd, da.from_array(y_lab, chunks=30)) == mem.score(Xs, y_lab)
+    reg = Lasso(0.02, tol=1e-10).fit(Xd, da.from_array(X[:, 0], chunks=30))
+    assert isinstance(reg.predict(Xd), da.Array)
+
+
+def test_stores_fit_with_their_own_labels_and_refuse_to_relabel(tmp_path):
+    """Pass: a classifier fitted on a store path with labels -1/+1 (y read by dl1.fit) equals
+    the in-memory fit, has classes_ [-1, 1] and predicts lazily on the store's test split;
+    a store whose labels are 0/1 is refused with a message saying how to fix it."""
+    X, y = classification(n=60, seed=12)
+    Xs = sp.csr_matrix(X)
+    dl1.from_scipy(Xs, y.astype(float), tmp_path / "pm.zarr", X_test=Xs[:20],
+                   y_test=y[:20].astype(float))
+    est = LogisticRegression(C=0.5, tol=1e-10).fit(str(tmp_path / "pm.zarr"))
+    np.testing.assert_array_equal(est.classes_, [-1.0, 1.0])
+    np.testing.assert_allclose(est.coef_, LogisticRegression(C=0.5, tol=1e-10).fit(X, y).coef_,
+                               atol=1e-12)
+    lazy = est.predict(str(tmp_path / "pm.zarr"))
+    assert isinstance(lazy, da.Array)
+    np.testing.assert_array_equal(lazy.compute(), est.predict(Xs[:20]))
+    assert est.score(str(tmp_path / "pm.zarr")) == est.score(Xs[:20], y[:20])
+    dl1.from_scipy(Xs, (y > 0).astype(float), tmp_path / "01.zarr")
+    with pytest.raises(ValidationError, match="must be -1 or \\+1.*pass y"):
+        LogisticRegression().fit(tmp_path / "01.zarr")
