@@ -112,7 +112,7 @@ def cross_validated(
             "screen": False, "solver": "ws", "random_order": False, "seed": 0,
             **{k: settings[k] for k in keys if k in settings}}  # fmt: skip
     if Cs is not None:
-        Cs = np.asarray(Cs, np.float64)
+        Cs = np.sort(np.asarray(Cs, np.float64))
         grids = np.array([1.0 / (Cs * _weight_sum(sw, f.train)) for f in folds])
     else:
         if alphas is None:
@@ -220,7 +220,7 @@ def fit_cv(
         chosen = results[best]
         total = float(ds.shape[0] if sw is None else np.sum(sw))
         if Cs is not None:  # the whole data's alpha of the chosen C (and its 1-se C)
-            Cs_sorted = np.asarray(Cs, np.float64)
+            Cs_sorted = np.sort(np.asarray(Cs, np.float64))
             alpha, alpha_1se = (1.0 / (Cs_sorted[k] * total) for k in (chosen.best,
                                                                         chosen.best_1se))
         else:

@@ -3,6 +3,15 @@
 they share)."""
 
 from dl1.estimators.classification import LinearSVC, LogisticRegression
+from dl1.estimators.cv import ElasticNetCV, LassoCV, LogisticRegressionCV
 from dl1.estimators.regression import ElasticNet, Lasso
 
-__all__ = ["ElasticNet", "Lasso", "LinearSVC", "LogisticRegression"]
+__all__ = [
+    "ElasticNet",
+    "ElasticNetCV",
+    "Lasso",
+    "LassoCV",
+    "LinearSVC",
+    "LogisticRegression",
+    "LogisticRegressionCV",
+]
