@@ -54,3 +54,8 @@ class WorkerMemoryError(Dl1Error, MemoryError):
 class MemoryStallError(ClusterStalledError, WorkerMemoryError):
     """The cluster stalled with workers paused or restarted for memory: both a stall and a
     memory error, so that either ``except`` catches it."""
+
+
+class ModelFileError(Dl1Error, ValueError):
+    """A saved model's files are missing, malformed or inconsistent; the message names the
+    file and the field."""

@@ -256,9 +256,42 @@ def _dask_decision(X: Any, coef: np.ndarray, b: float) -> Any:
     return da.concatenate(rows) if rows else da.zeros(0)
 
 
+class LinearPredictor:
+    """Predictions of a record holding ``coef_``, ``intercept_`` and ``loss`` (a fitted
+    model of dl1): the functions of this module bound to it."""
+
+    coef_: np.ndarray
+    intercept_: float
+    loss: str
+
+    def decision_function(self, X: Any, *, split: str = "test") -> Any:
+        """``X @ coef_ + intercept_`` (see :func:`dl1.predict.decision_function`)."""
+        return decision_function(X, self.coef_, self.intercept_, split=split)
+
+    def predict(self, X: Any, *, split: str = "test") -> Any:
+        """Values (squared loss) or labels -1.0 / +1.0 (see :func:`dl1.predict.predict`)."""
+        return predict(X, self.coef_, self.intercept_, self.loss, split=split)
+
+    def predict_proba(self, X: Any, *, split: str = "test") -> Any:
+        """``[P(y = -1), P(y = +1)]`` per row, for the logistic loss only."""
+        if self.loss != "logistic":
+            raise ValidationError(f"predict_proba needs the logistic loss, this model's is "
+                                  f"{self.loss!r}")  # fmt: skip
+        return predict_proba(X, self.coef_, self.intercept_, split=split)
+
+    def score(
+        self, X: Any, y: Any = None, *, sample_weight: Any = None, split: str = "test"
+    ) -> float:
+        """R^2 (squared loss) or accuracy; ``y=None`` takes a store's or Dataset's targets
+        (see :func:`dl1.predict.score`)."""
+        return score(X, y, self.coef_, self.intercept_, self.loss,
+                     sample_weight=sample_weight, split=split)  # fmt: skip
+
+
 __all__ = [
     "CLASSIFICATION_LOSSES",
     "LOSSES",
+    "LinearPredictor",
     "decision_function",
     "predict",
     "predict_proba",

@@ -21,6 +21,8 @@ METRICS = {
 _LABELS = {"test_mse": "test MSE", "test_logloss": "test log-loss", "test_acc": "test accuracy"}
 #: Coefficient paths drawn at most (the features of largest max |coef|).
 MAX_PATHS = 50
+#: A float ``alpha`` names the grid alpha within this relative tolerance.
+ALPHA_RTOL = 1e-12
 
 
 @dataclass(repr=False, eq=False)
@@ -59,6 +61,15 @@ class PathResult:
         holds the penalised Lasso alpha each solution corresponds to (see
         :class:`dl1.solvers.fw_problem.FWResult`), ``gaps_`` the relative FW gaps, and the figures
         are drawn against delta.
+    fit_intercept : bool or None
+        Whether intercepts were fitted (None: not recorded).
+    n_samples_ : int or None
+        Rows of the training data (None: not recorded).
+
+    A path predicts and scores at one of its alphas (:meth:`predict`, :meth:`score`,
+    :meth:`decision_function`; ``alpha=None`` is the chosen alpha, :attr:`chosen_alpha_`),
+    gives the model of one alpha (:meth:`model`, :meth:`at`), saves itself (:meth:`save`,
+    read back by :func:`dl1.load_model`) and converts to scikit-learn (:meth:`to_sklearn`).
     """
 
     alphas_: np.ndarray
@@ -78,6 +89,8 @@ class PathResult:
     test_accuracy_: np.ndarray | None = None
     extra_: list[dict[str, Any] | None] | None = None
     deltas_: np.ndarray | None = None
+    fit_intercept: bool | None = None
+    n_samples_: int | None = None
 
     def __post_init__(self) -> None:
         if self.loss not in METRICS:
@@ -193,6 +206,118 @@ class PathResult:
         """Constrained paths: the delta of least validation error (None otherwise)."""
         k = self.best_index_
         return None if k is None or self.deltas_ is None else float(self.deltas_[k])
+
+    @property
+    def n_features_in_(self) -> int:
+        """Features of the training data."""
+        return int(self.coefs_.shape[0])
+
+    @property
+    def chosen_index_(self) -> int | None:
+        """Index of the alpha used when none is given: cross-validation's choice
+        (``alpha_``, when the path has one), else the alpha of least test error
+        (:attr:`best_index_`); None if the path has neither."""
+        cv_alpha = getattr(self, "alpha_", None)
+        if cv_alpha is not None:
+            return self.index_of(cv_alpha)
+        return self.best_index_
+
+    @property
+    def chosen_alpha_(self) -> float | None:
+        """The alpha of :attr:`chosen_index_` (None if the path has no chosen alpha)."""
+        k = self.chosen_index_
+        return None if k is None else float(self.alphas_[k])
+
+    def index_of(self, alpha: float | None = None) -> int:
+        """Index of grid alpha ``alpha`` (to relative tolerance 1e-12), or of the chosen
+        alpha for None.
+
+        Raises
+        ------
+        ValueError
+            ``alpha`` is not on the grid (the message gives the nearest grid alphas), or is
+            None on a path without a chosen alpha.
+        """
+        if alpha is None:
+            k = self.chosen_index_
+            if k is None:
+                raise ValueError(
+                    "this path has no chosen alpha (no test data, no cross-validation): "
+                    "pass alpha= (one of alphas_) or use at(k)"
+                )
+            return k
+        a = float(alpha)
+        dist = np.abs(self.alphas_ - a)
+        hits = np.flatnonzero(dist <= ALPHA_RTOL * abs(a))
+        if hits.size:
+            return int(hits[0])
+        near = self.alphas_[np.argsort(dist, kind="stable")[:2]]
+        raise ValueError(
+            f"alpha={a!r} is not on the path's grid (to rtol {ALPHA_RTOL:g}); nearest: "
+            + ", ".join(repr(float(x)) for x in near)
+        )
+
+    def at(self, k: int) -> Any:
+        """The model of the ``k``-th alpha: a :class:`dl1.FitResult` (it predicts, scores,
+        saves and converts to scikit-learn); the certificate values a path does not keep
+        (absolute gap, objectives) are NaN."""
+        from dl1.solvers.result import FitResult
+
+        n = self.n_alphas
+        if not -n <= k < n:
+            raise IndexError(f"alpha index {k} out of range for a path of {n} alphas")
+        k = k % n
+        nan = float("nan")
+        return FitResult(
+            coef_=self.coefs_[:, [k]].toarray().ravel(), intercept_=float(self.intercepts_[k]),
+            gap_=float(self.gaps_[k]), dual_gap_=nan, primal_=nan, dual_=nan, p0_=nan,
+            converged_=bool(self.converged_[k]), n_rounds_=int(self.rounds_[k]),
+            alpha=float(self.alphas_[k]), l1_ratio=self.l1_ratio, loss=self.loss, tol=self.tol,
+            n_partitions=0, passes_=float(self.passes_[k]),
+            fit_intercept=True if self.fit_intercept is None else self.fit_intercept,
+            n_samples_=self.n_samples_,
+        )  # fmt: skip
+
+    def model(self, alpha: float | None = None) -> Any:
+        """The model (:class:`dl1.FitResult`) of grid alpha ``alpha``, or of the chosen
+        alpha for None (see :meth:`index_of`)."""
+        return self.at(self.index_of(alpha))
+
+    def decision_function(self, X: Any, alpha: float | None = None, *, split: str = "test"):
+        """``X @ coef + intercept`` of the model of ``alpha`` (None: the chosen alpha)."""
+        return self.model(alpha).decision_function(X, split=split)
+
+    def predict(self, X: Any, alpha: float | None = None, *, split: str = "test") -> Any:
+        """Values or labels -1 / +1 of the model of ``alpha`` (None: the chosen alpha)."""
+        return self.model(alpha).predict(X, split=split)
+
+    def predict_proba(self, X: Any, alpha: float | None = None, *, split: str = "test"):
+        """Class probabilities of the logistic model of ``alpha`` (None: the chosen alpha)."""
+        return self.model(alpha).predict_proba(X, split=split)
+
+    def score(
+        self,
+        X: Any,
+        y: Any = None,
+        alpha: float | None = None,
+        *,
+        sample_weight: Any = None,
+        split: str = "test",
+    ) -> float:
+        """R^2 or accuracy of the model of ``alpha`` (None: the chosen alpha); ``y=None``
+        takes a store's or Dataset's targets."""
+        return self.model(alpha).score(X, y, sample_weight=sample_weight, split=split)
+
+    def to_sklearn(self, alpha: float | None = None) -> Any:
+        """The scikit-learn estimator of the model of ``alpha`` (None: the chosen alpha)."""
+        return self.model(alpha).to_sklearn()
+
+    def save(self, path: Any, *, overwrite: bool = False) -> Any:
+        """Write the path to the directory ``path`` (JSON and ``.npy``, no pickle), read
+        back by :func:`dl1.load_model`; see :func:`dl1.models.save_model`."""
+        from dl1.models import save_model
+
+        return save_model(self, path, overwrite=overwrite)
 
     def _metric_columns(self) -> list[tuple[str, np.ndarray]]:
         cols = [("test_mse", self.test_mse_)]

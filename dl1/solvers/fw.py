@@ -269,6 +269,7 @@ class FWRun:
             tol=tol, n_iter_=n_iter, n_full_passes_=self.n_full, dot_products_=self.scored,
             nnz_visited_=self.visited, kappa_=prob.kappa,
             columns_fetched_=prob.n_fetched - self.fetched0, history_=self.history,
+            n_samples_=int(prob.n), n_features_in_=int(prob.p),
         )  # fmt: skip
         res.solve_seconds_ = time.perf_counter() - self.t_start
         return res

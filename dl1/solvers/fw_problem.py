@@ -129,6 +129,8 @@ class FWResult:
     history_ : list of dict
         Per iteration: objective, gap estimate (or exact gap), support size, the vertex
         (column) chosen, step, seconds.
+    n_samples_, n_features_in_ : int or None
+        Rows and features of the training data (as in :class:`dl1.FitResult`).
     """
 
     coef_: np.ndarray
@@ -158,6 +160,8 @@ class FWResult:
     load_seconds_: float = float("nan")
     solve_seconds_: float = float("nan")
     streamed_: bool = False
+    n_samples_: int | None = None
+    n_features_in_: int | None = None
 
     @property
     def n_active_(self) -> int:

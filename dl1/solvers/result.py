@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dl1.predict import LinearPredictor
 from dl1.tasks.passes import coef_parts
 
 
@@ -37,8 +38,13 @@ def convergence_warning() -> type[UserWarning]:
 
 
 @dataclass
-class FitResult:
-    """Result of :func:`dl1.fit`.
+class FitResult(LinearPredictor):
+    """Result of :func:`dl1.fit`: a fitted linear model with its certificate.
+
+    It predicts and scores (:meth:`predict`, :meth:`decision_function`, :meth:`score`,
+    :meth:`predict_proba` for the logistic loss; in memory, or lazily on a dask array,
+    store or Dataset), saves itself (:meth:`save`, read back by :func:`dl1.load_model`)
+    and converts to the equivalent scikit-learn estimator (:meth:`to_sklearn`).
 
     Attributes
     ----------
@@ -70,6 +76,12 @@ class FitResult:
         Time to read the feature blocks into worker memory, and to solve afterwards.
     streamed_ : bool
         Out-of-core mode: blocks were read from the store by every task that used them.
+    fit_intercept : bool
+        Whether the intercept was fitted (else ``intercept_`` is 0).
+    n_samples_ : int or None
+        Rows of the training data (None if unknown).
+    n_features_in_ : int
+        Features seen in the fit (``len(coef_)``).
     """
 
     coef_: np.ndarray
@@ -92,6 +104,29 @@ class FitResult:
     load_seconds_: float = float("nan")
     solve_seconds_: float = float("nan")
     streamed_: bool = False
+    fit_intercept: bool = True
+    n_samples_: int | None = None
+    n_features_in_: int | None = None
+
+    def __post_init__(self) -> None:
+        p = int(np.shape(self.coef_)[0])
+        if self.n_features_in_ is None:
+            self.n_features_in_ = p
+        elif self.n_features_in_ != p:
+            raise ValueError(f"n_features_in_={self.n_features_in_}, but coef_ has {p} values")
+
+    def save(self, path: Any, *, overwrite: bool = False) -> Any:
+        """Write the model to the directory ``path`` (JSON and ``.npy``, no pickle), read
+        back by :func:`dl1.load_model`; see :func:`dl1.models.save_model`."""
+        from dl1.models import save_model
+
+        return save_model(self, path, overwrite=overwrite)
+
+    def to_sklearn(self) -> Any:
+        """The equivalent fitted scikit-learn estimator; see :func:`dl1.models.to_sklearn`."""
+        from dl1.models import to_sklearn
+
+        return to_sklearn(self)
 
     @property
     def overhead_fraction_(self) -> float:
@@ -177,6 +212,9 @@ def make_result(
         tol=problem.tol,
         n_partitions=len(problem.partitions),
         history_=history,
+        fit_intercept=bool(problem.fit_intercept),
+        n_samples_=int(problem.n),
+        n_features_in_=int(problem.p),
         **extra,
     )
     if not converged:

@@ -1,0 +1,553 @@
+"""Fitted models of dl1 saved and loaded without pickle, and converted to scikit-learn.
+
+A saved model is a directory::
+
+    MODEL/
+      model.json      format name and version, dl1 version, kind ("fit" or "path"), loss,
+                      alpha(s), l1_ratio, tol, gaps, converged flags, intercept(s), n_samples,
+                      n_features; every float as a ``float.hex`` string (exact, NaN included)
+      coef.npy        float64 (p,)                      kind "fit"
+      coefs_data.npy, coefs_indices.npy, coefs_indptr.npy
+                      float64 / int64 / int64: the CSC matrix ``coefs_`` (p, n_alphas), kind "path"
+
+It is written in a temporary directory beside ``MODEL`` and renamed into place, so a killed
+writer leaves no half model; an existing path is replaced only with ``overwrite=True`` and
+only if it is a saved model (nothing else a user wrote is deleted). Loading treats the files
+as untrusted: the JSON is size-limited and checked as a schema (types, ranges, lengths), the
+arrays' headers (dtype, shape, order, file size) are checked before they are read, with
+``allow_pickle=False``, and their values after (finite, indices in range). A loaded model
+predicts bit for bit as the saved one. Not saved: histories, timings, screening masks and a
+path's per-alpha ``extra_`` records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from dl1 import __version__
+from dl1.errors import ModelFileError
+from dl1.predict import LOSSES
+from dl1.store.manifest import FieldChecker, check_inside
+
+FORMAT_NAME = "dl1-model"
+FORMAT_VERSION = 1
+MODEL_JSON = "model.json"
+#: model.json larger than this is refused unread (a path of 10,000 alphas takes ~2 MiB).
+MAX_JSON_BYTES = 16 << 20
+#: Float scalars of a fit, as (JSON key, FitResult attribute).
+FIT_FLOATS = (
+    ("alpha", "alpha"),
+    ("intercept", "intercept_"),
+    ("gap", "gap_"),
+    ("dual_gap", "dual_gap_"),
+    ("primal", "primal_"),
+    ("dual", "dual_"),
+    ("p0", "p0_"),
+    ("passes", "passes_"),
+)
+FIT_INTS = (("n_rounds", "n_rounds_"), ("n_partitions", "n_partitions"))
+#: Per-alpha vectors of a path, as (JSON key, PathResult attribute, kind, optional).
+PATH_VECTORS = (
+    ("alphas", "alphas_", "float", False),
+    ("intercepts", "intercepts_", "float", False),
+    ("gaps", "gaps_", "float", False),
+    ("converged", "converged_", "bool", False),
+    ("n_active", "n_active_", "int", False),
+    ("passes", "passes_", "float", False),
+    ("seconds", "seconds_", "float", False),
+    ("rounds", "rounds_", "int", False),
+    ("test_mse", "test_mse_", "float", True),
+    ("test_logloss", "test_logloss_", "float", True),
+    ("test_accuracy", "test_accuracy_", "float", True),
+    ("deltas", "deltas_", "float", True),
+)
+ARRAYS = {
+    "fit": {"coef": "<f8"},
+    "path": {"coefs_data": "<f8", "coefs_indices": "<i8", "coefs_indptr": "<i8"},
+}
+
+
+# -- saving -----------------------------------------------------------------------------------
+def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+    """Write a :class:`dl1.FitResult` or :class:`dl1.paths.PathResult` to the directory
+    ``path`` (JSON and ``.npy``; the module docstring gives the layout).
+
+    Parameters
+    ----------
+    model : FitResult or PathResult
+    path : str or PathLike
+        The directory to create.
+    overwrite : bool
+        Replace ``path`` if it holds a saved model. Anything else at ``path`` is never
+        replaced.
+
+    Returns
+    -------
+    Path
+        The directory written.
+
+    Raises
+    ------
+    FileExistsError
+        ``path`` exists and ``overwrite`` is False, or it is not a saved model.
+    """
+    from dl1.paths.result import PathResult
+
+    if isinstance(model, PathResult):
+        meta, arrays = _path_content(model)
+    else:
+        meta, arrays = _fit_content(model)
+    meta = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "dl1_version": __version__,
+        **meta,
+    }
+    return _write_dir(Path(path), meta, arrays, overwrite)
+
+
+def _hex(x: Any) -> str:
+    return float(x).hex()
+
+
+def _common(model: Any, kind: str) -> dict[str, Any]:
+    n = model.n_samples_
+    return {
+        "kind": kind,
+        "loss": str(model.loss),
+        "l1_ratio": _hex(model.l1_ratio),
+        "tol": _hex(model.tol),
+        "fit_intercept": None if model.fit_intercept is None else bool(model.fit_intercept),
+        "n_samples": None if n is None else int(n),
+        "n_features": int(model.n_features_in_),
+    }
+
+
+def _fit_content(res: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    meta = _common(res, "fit")
+    for key, attr in FIT_FLOATS:
+        meta[key] = _hex(getattr(res, attr))
+    for key, attr in FIT_INTS:
+        meta[key] = int(getattr(res, attr))
+    meta["converged"] = bool(res.converged_)
+    return meta, {"coef": np.ascontiguousarray(res.coef_, dtype="<f8")}
+
+
+def _path_content(res: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    meta = _common(res, "path")
+    meta["n_alphas"] = res.n_alphas
+    for key, attr, kind, _ in PATH_VECTORS:
+        v = getattr(res, attr)
+        meta[key] = None if v is None else [_to_json(x, kind) for x in v.tolist()]
+    C = res.coefs_.copy()
+    C.sort_indices()
+    arrays = {
+        "coefs_data": np.ascontiguousarray(C.data, dtype="<f8"),
+        "coefs_indices": np.ascontiguousarray(C.indices, dtype="<i8"),
+        "coefs_indptr": np.ascontiguousarray(C.indptr, dtype="<i8"),
+    }
+    return meta, arrays
+
+
+def _to_json(x: Any, kind: str) -> Any:
+    return _hex(x) if kind == "float" else bool(x) if kind == "bool" else int(x)
+
+
+def _write_dir(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], overwrite: bool):
+    exists = os.path.lexists(path)
+    if exists and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True to replace a saved model")
+    if exists and not _is_saved_model(path):
+        raise FileExistsError(
+            f"{path} exists and is not a saved dl1 model (a directory holding only "
+            f"{MODEL_JSON} and its arrays): it is not replaced, even with overwrite=True"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        for name, a in arrays.items():
+            with open(tmp / f"{name}.npy", "wb") as fh:
+                np.save(fh, a, allow_pickle=False)
+                _sync(fh)
+        with open(tmp / MODEL_JSON, "w", encoding="utf-8") as fh:
+            json.dump(meta, fh, indent=1, allow_nan=False)
+            _sync(fh)
+        _fsync_dir(tmp)
+        _move_into_place(tmp, path, exists)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _move_into_place(tmp: Path, path: Path, exists: bool) -> None:
+    if not exists:
+        os.rename(tmp, path)  # fails if something appeared at path meanwhile (not empty)
+        return
+    old = path.parent / f".{path.name}.{uuid.uuid4().hex}.old"
+    os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    shutil.rmtree(old)
+
+
+def _is_saved_model(path: Path) -> bool:
+    """A real directory holding only what :func:`save_model` writes, with its format name."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    known = {MODEL_JSON} | {f"{n}.npy" for names in ARRAYS.values() for n in names}
+    if not {p.name for p in path.iterdir()} <= known:
+        return False
+    try:
+        return _read_json(path / MODEL_JSON).get("format") == FORMAT_NAME
+    except (ModelFileError, AttributeError):
+        return False
+
+
+def _sync(fh: Any) -> None:
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- loading ----------------------------------------------------------------------------------
+def load_model(path: str | os.PathLike) -> Any:
+    """Read a model written by :meth:`dl1.FitResult.save` or
+    :meth:`dl1.paths.PathResult.save`, checking its files as untrusted input.
+
+    Returns
+    -------
+    FitResult or PathResult
+        It predicts bit for bit as the saved model.
+
+    Raises
+    ------
+    ModelFileError
+        A file is missing, too large, malformed, of another format version, or
+        inconsistent; the message names the file and the field.
+    """
+    path = Path(path).absolute()
+    if not path.is_dir():
+        raise ModelFileError(f"{path} is not a directory holding a saved dl1 model")
+    ck = FieldChecker(f"model at {path}", ModelFileError, f"{MODEL_JSON} field")
+    meta = ck.obj(_read_json(path / MODEL_JSON), "(root)")
+    if ck.key(meta, "format", "(root)") != FORMAT_NAME:
+        ck.fail("format", f"is not {FORMAT_NAME!r}", meta["format"])
+    version = ck.integer(ck.key(meta, "format_version", "(root)"), "format_version")
+    if version != FORMAT_VERSION:
+        ck.fail(
+            "format_version",
+            f"is {version}: this dl1 ({__version__}) reads version "
+            f"{FORMAT_VERSION} (the model was saved by dl1 {meta.get('dl1_version')!r})",
+        )
+    kind = ck.key(meta, "kind", "(root)")
+    if kind not in ARRAYS:
+        ck.fail("kind", f"is not one of {sorted(ARRAYS)}", kind)
+    common = _check_common(ck, meta)
+    return (
+        _load_fit(ck, path, meta, common) if kind == "fit" else _load_path(ck, path, meta, common)
+    )
+
+
+def _read_json(f: Path) -> Any:
+    try:
+        size = f.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise ModelFileError(f"{f} holds {size} bytes, more than {MAX_JSON_BYTES} (refused)")
+        with open(f, "rb") as fh:
+            text = fh.read(MAX_JSON_BYTES + 1)
+        if len(text) > MAX_JSON_BYTES:
+            raise ModelFileError(f"{f} is larger than {MAX_JSON_BYTES} bytes (refused)")
+        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+    except OSError as e:
+        raise ModelFileError(f"{f} is missing or unreadable: {e}") from e
+    except (ValueError, RecursionError) as e:
+        if isinstance(e, ModelFileError):
+            raise
+        raise ModelFileError(f"{f} is not valid JSON: {e}") from e
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (floats are float.hex strings)")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = [k for k, _ in pairs]
+        raise ValueError(f"duplicate key {next(k for k in seen if seen.count(k) > 1)!r}")
+    return out
+
+
+def _float(
+    ck: FieldChecker,
+    meta: dict[str, Any],
+    key: str,
+    *,
+    finite: bool = False,
+    lo: float | None = None,
+    hi: float | None = None,
+) -> float:
+    return _float_value(ck, ck.key(meta, key, "(root)"), key, finite=finite, lo=lo, hi=hi)
+
+
+def _float_value(
+    ck: FieldChecker,
+    v: Any,
+    field: str,
+    *,
+    finite: bool = False,
+    lo: float | None = None,
+    hi: float | None = None,
+) -> float:
+    if not isinstance(v, str):
+        ck.fail(field, "is not a float.hex string", v)
+    try:
+        x = float.fromhex(v)
+    except (ValueError, OverflowError):
+        ck.fail(field, "is not a float.hex string", v)
+    if (finite or lo is not None or hi is not None) and not np.isfinite(x):
+        ck.fail(field, "is not finite", v)
+    if (lo is not None and x < lo) or (hi is not None and x > hi):
+        ck.fail(field, f"is out of range [{lo}, {hi}]", x)
+    return x
+
+
+def _bool(ck: FieldChecker, v: Any, field: str) -> bool:
+    if not isinstance(v, bool):
+        ck.fail(field, "is not true or false", v)
+    return v
+
+
+def _check_common(ck: FieldChecker, meta: dict[str, Any]) -> dict[str, Any]:
+    loss = ck.key(meta, "loss", "(root)")
+    if loss not in LOSSES:
+        ck.fail("loss", f"is not one of {LOSSES}", loss)
+    fi = ck.key(meta, "fit_intercept", "(root)")
+    n = ck.key(meta, "n_samples", "(root)")
+    return {
+        "loss": loss,
+        "l1_ratio": _float(ck, meta, "l1_ratio", lo=0.0, hi=1.0),
+        "tol": _float(ck, meta, "tol"),
+        "fit_intercept": None if fi is None else _bool(ck, fi, "fit_intercept"),
+        "n_samples_": None if n is None else ck.integer(n, "n_samples", 1),
+        "p": ck.integer(ck.key(meta, "n_features", "(root)"), "n_features"),
+    }
+
+
+def _load_fit(ck: FieldChecker, path: Path, meta: dict[str, Any], common: dict[str, Any]):
+    from dl1.solvers.result import FitResult
+
+    kw: dict[str, Any] = {}
+    for key, attr in FIT_FLOATS:
+        kw[attr] = _float(ck, meta, key)
+    _float(ck, meta, "alpha", lo=0.0)
+    _float(ck, meta, "intercept", finite=True)
+    for key, attr in FIT_INTS:
+        kw[attr] = ck.integer(ck.key(meta, key, "(root)"), key)
+    p = common.pop("p")
+    coef = _read_npy(path, "coef", "<f8", (p,))
+    _finite(path, "coef", coef)
+    fi = common.pop("fit_intercept")
+    return FitResult(
+        coef_=coef,
+        converged_=_bool(ck, ck.key(meta, "converged", "(root)"), "converged"),
+        fit_intercept=True if fi is None else fi,
+        n_features_in_=p,
+        **common,
+        **kw,
+    )
+
+
+def _load_path(ck: FieldChecker, path: Path, meta: dict[str, Any], common: dict[str, Any]):
+    from dl1.paths.result import METRICS, PathResult
+
+    if common["loss"] not in METRICS:
+        ck.fail("loss", f"has no path metrics (one of {sorted(METRICS)})", common["loss"])
+    n = ck.integer(ck.key(meta, "n_alphas", "(root)"), "n_alphas")
+    kw: dict[str, Any] = {}
+    for key, attr, kind, optional in PATH_VECTORS:
+        v = ck.key(meta, key, "(root)")
+        kw[attr] = None if v is None and optional else _vector(ck, v, key, kind, n)
+    for key in ("alphas", "intercepts"):
+        bad = np.flatnonzero(
+            ~np.isfinite(kw[f"{key}_"]) | (kw[f"{key}_"] < 0 if key == "alphas" else False)
+        )
+        if bad.size:
+            ck.fail(
+                f"{key}[{bad[0]}]",
+                "is not finite" + (" and >= 0" if key == "alphas" else ""),
+                meta[key][bad[0]],
+            )
+    p = common.pop("p")
+    coefs = _read_coefs(path, p, n)
+    return PathResult(coefs_=coefs, **kw, **common)
+
+
+def _vector(ck: FieldChecker, v: Any, field: str, kind: str, n: int) -> np.ndarray:
+    v = ck.seq(v, field, n)
+    if kind == "float":
+        return np.array(
+            [_float_value(ck, x, f"{field}[{k}]") for k, x in enumerate(v)], dtype=np.float64
+        )
+    if kind == "bool":
+        return np.array([_bool(ck, x, f"{field}[{k}]") for k, x in enumerate(v)], dtype=bool)
+    return np.array([ck.integer(x, f"{field}[{k}]") for k, x in enumerate(v)], dtype=np.int64)
+
+
+def _read_coefs(path: Path, p: int, n: int) -> sp.csc_matrix:
+    indptr = _read_npy(path, "coefs_indptr", "<i8", (n + 1,))
+    nnz = int(indptr[-1])
+    if indptr[0] != 0 or (np.diff(indptr) < 0).any() or nnz > p * n:
+        raise ModelFileError(
+            f"model at {path}: coefs_indptr.npy does not run up from 0 "
+            f"to at most p * n_alphas = {p * n}"
+        )
+    indices = _read_npy(path, "coefs_indices", "<i8", (nnz,))
+    data = _read_npy(path, "coefs_data", "<f8", (nnz,))
+    if nnz and (indices.min() < 0 or indices.max() >= p):
+        raise ModelFileError(f"model at {path}: coefs_indices.npy holds indices outside [0, {p})")
+    _finite(path, "coefs_data", data)
+    C = sp.csc_matrix((data, indices, indptr), shape=(p, n))
+    if not C.has_canonical_format:
+        raise ModelFileError(
+            f"model at {path}: coefs_indices.npy is not strictly increasing within each column"
+        )
+    return C
+
+
+def _read_npy(path: Path, name: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """An array file checked before it is read: plain file inside the model, the expected
+    dtype, shape and C order, and exactly the bytes they imply."""
+    f = path / f"{name}.npy"
+    where = f"model at {path}: {f.name}"
+    check_inside(path, f, f.name, ModelFileError)
+    try:
+        with open(f, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read_header = {
+                (1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0,
+            }.get(version)
+            if read_header is None:
+                raise ModelFileError(f"{where} has .npy version {version}, not 1.0 or 2.0")
+            got_shape, fortran, got_dtype = read_header(fh)
+            if got_dtype.str != dtype or got_dtype.hasobject:
+                raise ModelFileError(f"{where} has dtype {got_dtype.str}, expected {dtype}")
+            if got_shape != shape or fortran:
+                raise ModelFileError(
+                    f"{where} has shape {got_shape}"
+                    f"{' (Fortran order)' if fortran else ''}, expected {shape}"
+                )
+            expected = fh.tell() + int(np.prod(shape)) * got_dtype.itemsize
+            size = os.fstat(fh.fileno()).st_size
+            if size != expected:
+                raise ModelFileError(f"{where} holds {size} bytes, its header implies {expected}")
+            fh.seek(0)
+            return np.load(fh, allow_pickle=False)
+    except OSError as e:
+        raise ModelFileError(f"{where} is missing or unreadable: {e}") from e
+    except ValueError as e:
+        if isinstance(e, ModelFileError):
+            raise
+        raise ModelFileError(f"{where} is not a valid .npy file: {e}") from e
+
+
+def _finite(path: Path, name: str, a: np.ndarray) -> None:
+    bad = np.flatnonzero(~np.isfinite(a))
+    if bad.size:
+        raise ModelFileError(
+            f"model at {path}: {name}.npy holds {a[bad[0]]} at position {bad[0]} "
+            f"({bad.size} non-finite values)"
+        )
+
+
+# -- scikit-learn -----------------------------------------------------------------------------
+def to_sklearn(res: Any) -> Any:
+    """The fitted scikit-learn estimator equivalent to a :class:`dl1.FitResult`.
+
+    - ``"squared"``: :class:`sklearn.linear_model.Lasso` (``l1_ratio == 1``) or
+      :class:`~sklearn.linear_model.ElasticNet`, same ``alpha`` and ``l1_ratio``: the same
+      objective.
+    - ``"logistic"``: :class:`~sklearn.linear_model.LogisticRegression` with
+      ``C = 1 / (n_samples * alpha)``, ``l1_ratio`` and ``solver="saga"``: the same objective
+      without sample weights (with weights ``w``, dl1's is ``C = 1 / (alpha * sum(w))``).
+    - ``"hinge"``, ``"squared_hinge"``: :class:`~sklearn.linear_model.SGDClassifier` with
+      that loss, ``penalty="elasticnet"``, ``alpha`` and ``l1_ratio``: the same objective.
+      ``"smooth_hinge"`` has no scikit-learn loss: it becomes the hinge SGDClassifier, whose
+      predictions are dl1's but whose objective is not.
+
+    ``coef_``, ``intercept_``, ``n_features_in_``, ``n_iter_`` (dl1's rounds) and, for the
+    classifiers, ``classes_ = [-1.0, 1.0]`` are set, so that ``predict``,
+    ``decision_function``, ``score`` (and ``predict_proba``) work, pickle with joblib and
+    convert with skops or ONNX tools. Labels agree with dl1's except at a decision value of
+    exactly 0 (scikit-learn: -1, dl1: +1).
+    """
+    from sklearn import linear_model as lm
+
+    coef = np.array(res.coef_, dtype=np.float64)
+    b = float(res.intercept_)
+    fit_intercept = bool(res.fit_intercept)
+    if res.loss == "squared":
+        if res.l1_ratio == 1.0:
+            est = lm.Lasso(alpha=res.alpha, fit_intercept=fit_intercept, tol=res.tol)
+        else:
+            est = lm.ElasticNet(
+                alpha=res.alpha, l1_ratio=res.l1_ratio, fit_intercept=fit_intercept, tol=res.tol
+            )
+        est.coef_, est.intercept_ = coef, b
+        est.dual_gap_, est.n_iter_ = res.dual_gap_, int(res.n_rounds_)
+    else:
+        est = _classifier(res, lm, fit_intercept)
+        est.coef_, est.intercept_ = coef[None, :], np.array([b])
+        est.classes_ = np.array([-1.0, 1.0])
+        est.n_iter_ = np.array([int(res.n_rounds_)], dtype=np.int32)
+    est.n_features_in_ = coef.shape[0]
+    return est
+
+
+def _classifier(res: Any, lm: Any, fit_intercept: bool) -> Any:
+    if res.loss == "logistic":
+        if not res.n_samples_ or res.alpha <= 0:
+            raise ValueError("the logistic model needs n_samples_ and alpha > 0 for C")
+        return lm.LogisticRegression(
+            C=1.0 / (res.n_samples_ * res.alpha),
+            l1_ratio=res.l1_ratio,
+            solver="saga",
+            fit_intercept=fit_intercept,
+            tol=res.tol,
+        )
+    loss = "squared_hinge" if res.loss == "squared_hinge" else "hinge"
+    est = lm.SGDClassifier(
+        loss=loss,
+        penalty="elasticnet",
+        alpha=res.alpha,
+        l1_ratio=res.l1_ratio,
+        fit_intercept=fit_intercept,
+        tol=res.tol,
+    )
+    est.t_ = 1.0
+    return est
+
+
+__all__ = ["FORMAT_VERSION", "load_model", "save_model", "to_sklearn"]
