@@ -109,8 +109,8 @@ def held_out_score(scoring: str, y: np.ndarray, z: np.ndarray, w: np.ndarray | N
     """The held-out metric of predictions ``z`` (decision values) for targets ``y``."""
     if scoring == "mse":
         e = (y - z) ** 2
-    elif scoring == "accuracy":
-        e = (y * z > 0).astype(np.float64)
+    elif scoring == "accuracy":  # z > 0 predicts +1, otherwise -1 (z = 0 included)
+        e = ((z > 0) == (y > 0)).astype(np.float64)
     else:  # neg_log_loss of the logistic model's probabilities
         e = -np.logaddexp(0.0, -y * z)
     return float(np.average(e, weights=w))
