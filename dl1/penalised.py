@@ -246,6 +246,7 @@ def fit(
     ex.close()
     res.load_seconds_ = t_load
     res.solve_seconds_ = time.perf_counter() - t0
+    res.n_samples_ = n_samples(inputs, problem)
     if standardize:
         res.coef_ = res.coef_ * col_scales(ex, problem.blocks)
     return res
@@ -482,7 +483,14 @@ def path(
          reproducible=ck is not None)  # fmt: skip
     ex.close()
     d = ck.load() if ck is not None else records_as_arrays(records, problem.p)
-    return PathResult.from_checkpoint_arrays(d, alphas=grid, l1_ratio=l1_ratio, loss=loss, tol=tol)
+    res = PathResult.from_checkpoint_arrays(d, alphas=grid, l1_ratio=l1_ratio, loss=loss, tol=tol)
+    res.fit_intercept, res.n_samples_ = fit_intercept, n_samples(inputs, problem)
+    return res
+
+
+def n_samples(inputs: Any, problem: Problem) -> int:
+    """Rows of the data fitted: a Dataset view's own (its problem holds all rows)."""
+    return problem.n if inputs.dataset is None else int(inputs.dataset.shape[0])
 
 
 def _grid(problem: Problem, alphas: Any, n_alphas: int, eps: float, l1_ratio: float) -> np.ndarray:

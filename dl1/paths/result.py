@@ -65,6 +65,10 @@ class PathResult:
         Whether intercepts were fitted (None: not recorded).
     n_samples_ : int or None
         Rows of the training data (None: not recorded).
+    cv_ : dl1.paths.cv.CVResult or None
+        ``dl1.path(cv=...)``: the folds' held-out scores per alpha (``cv_.scores``, the
+        ``mse_path_`` of the squared loss) and the choice, also as :attr:`alpha_` and
+        :attr:`alpha_1se_` (glmnet's one-standard-error alpha).
 
     A path predicts and scores at one of its alphas (:meth:`predict`, :meth:`score`,
     :meth:`decision_function`; ``alpha=None`` is the chosen alpha, :attr:`chosen_alpha_`),
@@ -91,6 +95,7 @@ class PathResult:
     deltas_: np.ndarray | None = None
     fit_intercept: bool | None = None
     n_samples_: int | None = None
+    cv_: Any = None
 
     def __post_init__(self) -> None:
         if self.loss not in METRICS:
@@ -215,12 +220,21 @@ class PathResult:
     @property
     def chosen_index_(self) -> int | None:
         """Index of the alpha used when none is given: cross-validation's choice
-        (``alpha_``, when the path has one), else the alpha of least test error
-        (:attr:`best_index_`); None if the path has neither."""
-        cv_alpha = getattr(self, "alpha_", None)
-        if cv_alpha is not None:
-            return self.index_of(cv_alpha)
+        (:attr:`alpha_`, when the path was cross-validated), else the alpha of least test
+        error (:attr:`best_index_`); None if the path has neither."""
+        if self.cv_ is not None:
+            return int(self.cv_.best)
         return self.best_index_
+
+    @property
+    def alpha_(self) -> float | None:
+        """Cross-validation's chosen alpha (``dl1.path(cv=...)``; None without ``cv``)."""
+        return None if self.cv_ is None else float(self.alphas_[self.cv_.best])
+
+    @property
+    def alpha_1se_(self) -> float | None:
+        """glmnet's one-standard-error alpha of the cross-validation (None without it)."""
+        return None if self.cv_ is None else float(self.alphas_[self.cv_.best_1se])
 
     @property
     def chosen_alpha_(self) -> float | None:
