@@ -11,6 +11,7 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
+from dl1.chunks import as_csc, as_csr
 from dl1.errors import ValidationError
 from dl1.kernels import store as store_kernels
 from dl1.store import Store, StoreWriter, open_store
@@ -52,7 +53,7 @@ def open(  # noqa: A001 - the library's entry point, like zarr.open
 
 
 def _canonical_csr(X: Any) -> sp.csr_matrix:
-    X = sp.csr_matrix(X) if sp.issparse(X) else sp.csr_matrix(np.asarray(X))
+    X = as_csr(X)
     if not X.has_canonical_format:
         # Duplicates in scipy mean "sum"; sorting and summing on a copy keeps the meaning.
         X = X.copy()
@@ -129,13 +130,7 @@ def from_scipy(
 
 
 def _chunk_to_csc(chunk: Any) -> sp.csc_matrix:
-    if sp.issparse(chunk):
-        m = chunk
-    elif hasattr(chunk, "to_scipy_sparse"):  # pydata sparse
-        m = chunk.to_scipy_sparse()
-    else:
-        m = sp.csc_matrix(np.asarray(chunk))
-    m = sp.csc_matrix(m)
+    m = as_csc(chunk)
     if not m.has_canonical_format:
         m = m.copy()
         m.sum_duplicates()

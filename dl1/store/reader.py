@@ -16,6 +16,7 @@ import zarr
 from dask.base import tokenize
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
+from dl1.chunks import as_csc
 from dl1.errors import IncompleteStoreError, StoreCorruptError, StoreError
 from dl1.kernels import store as store_kernels
 from dl1.store.format import (
@@ -254,10 +255,10 @@ def read_block_task(root, split, fmt, i, j, blk, shape, chunk_type):
 
 
 def csc_column_range(m: Any, lo: int, hi: int) -> sp.csc_matrix:
-    """Columns ``[lo, hi)`` of ``m`` (made CSC): one contiguous run of entries, copied as
-    such (SciPy's general slicing takes several times longer), not viewed (a view would
-    keep all of ``m`` alive)."""
-    m = sp.csc_matrix(m)
+    """Columns ``[lo, hi)`` of ``m`` (a chunk of any kind, made CSC): one contiguous run of
+    entries, copied as such (SciPy's general slicing takes several times longer), not
+    viewed (a view would keep all of ``m`` alive)."""
+    m = as_csc(m)
     a, b = int(m.indptr[lo]), int(m.indptr[hi])
     return sp.csc_matrix(
         (m.data[a:b].copy(), m.indices[a:b].copy(), m.indptr[lo : hi + 1] - a),

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 from dask.sizeof import sizeof
 
+from dl1.chunks import as_csc
 from dl1.errors import ValidationError
 from dl1.kernels import store as store_kernels
 from dl1.kernels.linalg import csc_col_sqnorms
@@ -116,19 +117,6 @@ def loaded(block: Block | BlockSource) -> Block:
     return block.load() if isinstance(block, BlockSource) else block
 
 
-def _to_csc(chunk) -> sp.csc_matrix:
-    if sp.issparse(chunk):
-        m = chunk
-    elif hasattr(chunk, "to_scipy_sparse"):  # pydata sparse
-        m = chunk.to_scipy_sparse()
-    else:
-        m = np.asarray(chunk)
-        if m.ndim != 2:
-            raise ValidationError(f"a chunk of X has {m.ndim} dimensions, expected 2")
-        m = sp.csc_matrix(m)
-    return sp.csc_matrix(m)
-
-
 def assemble_block(
     j: int,
     c0: int,
@@ -147,7 +135,7 @@ def assemble_block(
     ``1 / std_j`` (weighted; centred when ``center``, i.e. with an intercept, else the root
     mean square); constant columns get scale 0 and stay out of the model.
     """
-    mats = [_to_csc(c) for c in row_chunks]
+    mats = [as_csc(c) for c in row_chunks]
     m = mats[0] if len(mats) == 1 else sp.vstack(mats, format="csc")
     if m.dtype not in (np.float32, np.float64):
         raise ValidationError(

@@ -11,6 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 from dask.sizeof import sizeof
 
+from dl1.chunks import as_csr
 from dl1.errors import ValidationError
 from dl1.kernels import store as store_kernels
 from dl1.kernels.linalg import csc_col_sqnorms
@@ -102,21 +103,10 @@ def loaded_rows(block: RowBlock | RowSource) -> RowBlock:
     return block.load() if isinstance(block, RowSource) else block
 
 
-def _as_sparse(chunk) -> sp.spmatrix:
-    if sp.issparse(chunk):
-        return chunk
-    if hasattr(chunk, "to_scipy_sparse"):  # pydata sparse
-        return chunk.to_scipy_sparse()
-    m = np.asarray(chunk)
-    if m.ndim != 2:
-        raise ValidationError(f"a chunk of X has {m.ndim} dimensions, expected 2")
-    return sp.csr_matrix(m)
-
-
 def assemble_rows(i: int, r0: int, *col_chunks, verified: bool = False) -> RowBlock:
     """Row block ``i`` (first row ``r0``) from its chunks in column order, as one canonical
     CSR matrix, checked (index pointer, indices, finiteness) unless read from a dl1 store."""
-    m = sp.hstack([_as_sparse(c) for c in col_chunks], format="csr")
+    m = sp.hstack([as_csr(c) for c in col_chunks], format="csr")
     if m.dtype not in (np.float32, np.float64):
         raise ValidationError(f"row block {i} has dtype {m.dtype}; X must be float32 or float64")
     if not m.has_canonical_format:
