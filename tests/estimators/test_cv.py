@@ -97,18 +97,31 @@ def test_path_with_cv_chooses_as_lasso_cv(in_process):
     assert res.converged_.all() and res.coefs_.shape == (X.shape[1], 15)
 
 
+#: At the default tol (relative gap 1e-4 on every fold and alpha) the weighted and the
+#: repeated-rows fits of these checks differ by more than their rtol of 1e-7, as
+#: LogisticRegression's (tests/estimators/test_check_estimator.py); at a tight tol they
+#: agree (test_sample_weight_equivalence_of_cv_at_a_tight_tol).
+TOLERANCE = "default tol=1e-4 (relative duality gap) against the check's rtol=1e-7"
+SAMPLE_WEIGHT_CHECKS = ("check_sample_weight_equivalence_on_dense_data",
+                        "check_sample_weight_equivalence_on_sparse_data")  # fmt: skip
+
+
 @parametrize_with_checks(
     [dl1.LassoCV(alphas=4, cv=3), dl1.ElasticNetCV(alphas=4, cv=3),
      dl1.LogisticRegressionCV(Cs=3, cv=3)],  # small grids: the checks fit hundreds of times
-    expected_failed_checks=lambda est: {
-        # see tests/estimators/test_check_estimator.py: default tol=1e-4 against rtol=1e-7
-        "check_sample_weight_equivalence_on_dense_data": "tolerance, as LogisticRegression",
-        "check_sample_weight_equivalence_on_sparse_data": "tolerance, as LogisticRegression",
-    } if isinstance(est, dl1.LogisticRegressionCV) else {},
+    expected_failed_checks=lambda est: dict.fromkeys(SAMPLE_WEIGHT_CHECKS, TOLERANCE),
 )  # fmt: skip
 def test_cv_estimators_pass_scikit_learn_checks(estimator, check):
     with dask.config.set(scheduler="sync"):
         check(estimator)
+
+
+@pytest.mark.parametrize("check", SAMPLE_WEIGHT_CHECKS)
+def test_sample_weight_equivalence_of_cv_at_a_tight_tol(in_process, check):
+    """Pass: the checks listed as failing at the default tol pass at tol=1e-11."""
+    from sklearn.utils import estimator_checks
+
+    getattr(estimator_checks, check)("LassoCV", dl1.LassoCV(alphas=4, cv=3, tol=1e-11))
 
 
 # -- on a cluster ---------------------------------------------------------------------------
