@@ -3,12 +3,12 @@
 The commands and the code are read from README.md, so these tests follow the README.
 """
 
+import csv
 import os
 import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -78,3 +78,148 @@ def test_example_quickstart_runs(tmp_path):
     )
     rows = [line for line in done.stdout.splitlines() if line.startswith("alpha_max/")]
     assert len(rows) == 3 and all("certified: True" in line for line in rows)
+
+
+# ---------------------------------------------------------------- numba's cache location
+
+# prints where numba caches dl1's kernels, in this process and in a LocalCluster's worker,
+# after compiling one kernel (its index file is looked for there)
+CACHE_PROBE = """
+import os, sys
+if "--numba-first" in sys.argv:
+    import numba  # as pydata sparse does, before dl1
+import dl1
+from dl1.kernels.cd import soft_threshold
+from distributed import Client, LocalCluster
+
+if __name__ == "__main__":
+    assert soft_threshold(2.0, 0.5) == 1.5
+    import numba
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        (worker,) = client.run(lambda: __import__("numba").config.CACHE_DIR).values()
+    print(numba.config.CACHE_DIR)
+    print(worker)
+"""
+
+
+def cache_dirs(tmp_path: Path, *args: str, **env: str) -> list[str]:
+    script = tmp_path / "probe.py"
+    script.write_text(CACHE_PROBE)
+    env = clean_env(**env)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    done = run([sys.executable, str(script), *args], cwd=tmp_path, env=env, timeout=300)
+    return done.stdout.split()
+
+
+def numba_index_files(where: Path) -> list[Path]:
+    return [*where.rglob("cd.soft_threshold-*.nbi")]
+
+
+@pytest.mark.parametrize("numba_first", [False, True])
+def test_numba_cache_in_the_user_cache_folder(tmp_path, numba_first):
+    xdg = tmp_path / "xdg"
+    dirs = cache_dirs(tmp_path, *["--numba-first"] * numba_first, XDG_CACHE_HOME=str(xdg))
+    assert dirs == [str(xdg / "dl1" / "numba")] * 2
+    assert numba_index_files(xdg / "dl1" / "numba")
+    assert not numba_index_files(ROOT / "dl1"), "numba's cache went into the package"
+
+
+def test_numba_cache_in_a_private_temp_folder_when_home_is_not_writable(tmp_path):
+    not_a_dir = tmp_path / "home"
+    not_a_dir.write_text("")  # refused even to root: a folder cannot be made in a file
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"HOME": str(not_a_dir), "XDG_CACHE_HOME": "", "TMPDIR": str(tmp)}
+    dirs = cache_dirs(tmp_path, **env)
+    expected = tmp / f"dl1-numba-{os.getuid()}"
+    assert dirs == [str(expected)] * 2
+    assert numba_index_files(expected) and expected.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_numba_cache_folder_set_by_the_user_is_kept(tmp_path):
+    mine = tmp_path / "mine"
+    assert cache_dirs(tmp_path, NUMBA_CACHE_DIR=str(mine)) == [str(mine)] * 2
+    assert numba_index_files(mine)
+
+
+def test_a_folder_others_can_write_is_not_used(tmp_path, monkeypatch):
+    from dl1 import _numba_cache
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert not _numba_cache._private_writable(shared)
+    (tmp_path / "file").write_text("")
+    assert not _numba_cache._private_writable(tmp_path / "file" / "sub")
+    assert _numba_cache._private_writable(tmp_path / "new" / "sub")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _numba_cache.candidate_dirs()[0] == tmp_path / "xdg" / "dl1" / "numba"
+
+
+# ---------------------------------------------------------------- set-up commands in sequence
+
+# what stands for the test suite at the end of README's test command: the command, the
+# package imported from elsewhere than the checkout, and the store kernels that once vanished
+QUICK_CHECK = (
+    'dl1 --help > /dev/null && (cd / && python -c "import dl1, dl1.kernels.store") '
+    '&& dl1 generate "$DL1_CHECK_DIR/s.zarr" --preset small > /dev/null '
+    '&& dl1 info "$DL1_CHECK_DIR/s.zarr"'
+)
+
+
+def setup_commands() -> list[str]:
+    """README's set-up commands, the test suite replaced by :data:`QUICK_CHECK`."""
+    blocks = fenced_blocks(readme_section("Set-up on a fresh machine"), "bash")
+    assert len(blocks) == 2 and "python -m pytest -q" in blocks[1], blocks
+    return [blocks[0], blocks[1].replace("python -m pytest -q", QUICK_CHECK)]
+
+
+def copy_checkout(dst: Path) -> Path:
+    """The checkout's files as git sees them (tracked or not ignored), without .venv etc."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        src = ROOT / name
+        if src.is_file():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / name)
+    return dst
+
+
+def unrecorded_files(site: Path) -> list[Path]:
+    """Files under ``site/dl1`` that dl1's installation RECORD does not list (an uninstall
+    leaves them behind)."""
+    (record,) = site.glob("dl1-*.dist-info/RECORD")
+    with record.open() as f:
+        recorded = {(site / row[0]).resolve() for row in csv.reader(f)}
+    return [p for p in (site / "dl1").rglob("*") if p.is_file() and p.resolve() not in recorded]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("git") is None, reason="copies the checkout with git")
+def test_readme_setup_commands_in_sequence(tmp_path):
+    """Both README commands, one after the other in one checkout and one .venv."""
+    checkout = copy_checkout(tmp_path / "dl1")
+    pip_cache = run([sys.executable, "-m", "pip", "cache", "dir"]).stdout.strip()
+    env = clean_env(
+        XDG_CACHE_HOME=str(tmp_path / "cache"),
+        PIP_CACHE_DIR=pip_cache,
+        DL1_CHECK_DIR=str(tmp_path),
+    )
+    install, tests = setup_commands()
+
+    done = run(["bash", "-c", f"set -eo pipefail; {install}"], cwd=checkout, env=env, timeout=1200)
+    assert "certified at tol" in done.stdout, done.stdout
+    (site,) = (checkout / ".venv" / "lib").glob("python3.*/site-packages")
+    assert not [*(site / "dl1").rglob("*.nb[ic]")], "numba's cache went into the package"
+    assert unrecorded_files(site) == []
+    assert [*(tmp_path / "cache" / "dl1" / "numba").rglob("*.nbi")], "no kernel was cached"
+
+    done = run(["bash", "-c", f"set -eo pipefail; {tests}"], cwd=checkout, env=env, timeout=1200)
+    assert "nnz" in done.stdout and "blocks" in done.stdout, done.stdout
+    assert not (site / "dl1").exists(), "the regular install left files behind"
