@@ -70,6 +70,7 @@ def test_readme_quickstart_runs_as_a_script(tmp_path):
     assert set(tmp_path.iterdir()) > {script}, "the quickstart wrote nothing"
 
 
+@pytest.mark.slow
 def test_example_quickstart_runs(tmp_path):
     done = run(
         [sys.executable, str(ROOT / "examples" / "quickstart.py"), str(tmp_path)],
