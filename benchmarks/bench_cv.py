@@ -19,11 +19,29 @@ RSS; for dl1 the client's plus the workers'.
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
+import queue
 import time
 import warnings
 
 import numpy as np
-from bench_fit import _load, _peak_mb, in_child, preset_data
+from bench_fit import _load, _peak_mb, preset_data
+
+
+def in_child(target, *args, limit=None):
+    """``target(*args, q)`` in a spawned process; None if it runs past ``limit`` seconds
+    (then killed)."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=target, args=(*args, q))
+    p.start()
+    try:
+        out = q.get(timeout=limit)
+    except queue.Empty:
+        p.kill()
+        out = None
+    p.join()
+    return out
 
 
 def _run_dl1(path, grid, folds, tol, q):
@@ -80,6 +98,7 @@ def main(argv=None) -> None:
     ap.add_argument("--tol", type=float, default=1e-6, help="dl1: relative gap of every alpha")
     ap.add_argument("--peer-tol", type=float, default=1e-6)
     ap.add_argument("--peers", nargs="*", default=["celer", "sklearn"])
+    ap.add_argument("--time-limit", type=float, default=1800.0, help="seconds per peer")
     args = ap.parse_args(argv)
 
     from dl1.paths.evaluation import alpha_grid
@@ -96,7 +115,12 @@ def main(argv=None) -> None:
             if name == "dl1":
                 out = in_child(_run_dl1, str(path), grid, args.folds, args.tol)
             else:
-                out = in_child(_run_peer, name, str(path), grid, args.folds, args.peer_tol)
+                out = in_child(_run_peer, name, str(path), grid, args.folds, args.peer_tol,
+                               limit=args.time_limit)  # fmt: skip
+                if out is None:
+                    print(f"  {name:8s} stopped after {args.time_limit:.0f} s", flush=True)
+                    rows[name] = (float("inf"), np.nan, None, np.nan, [], np.nan)
+                    continue
             rows[name] = out
             dt, alpha, mse, mem, bad, a1se = out
             diff = np.abs(mse - rows["dl1"][2]).max() / np.abs(rows["dl1"][2]).max()
@@ -107,7 +131,8 @@ def main(argv=None) -> None:
                 print(f"    {msg}")
         t = rows["dl1"][0]
         print("  ratios (peer / dl1): " + ", ".join(
-            f"{k} {v[0] / t:.2f}" for k, v in rows.items() if k != "dl1"))  # fmt: skip
+            f"{k} {v[0] / t:.2f}" if np.isfinite(v[0]) else f"{k} > {args.time_limit / t:.2f}"
+            for k, v in rows.items() if k != "dl1"))  # fmt: skip
 
 
 if __name__ == "__main__":

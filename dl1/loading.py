@@ -18,6 +18,7 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
+from dl1.chunks import as_csc, is_pydata_sparse
 from dl1.errors import ValidationError
 from dl1.objective.datafits import (
     Hinge,
@@ -73,18 +74,18 @@ def as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray
         if any(np.isnan(c) for cs in X.chunks for c in cs):
             raise ValidationError("X has unknown chunk sizes; call X.compute_chunk_sizes()")
         return X, None, None
-    if sp.issparse(X) or isinstance(X, np.ndarray):
+    if sp.issparse(X) or isinstance(X, np.ndarray) or is_pydata_sparse(X):
         if X.ndim != 2:
             raise ValidationError(
                 f"X must be 2-D (samples x features); got an array of shape {X.shape}"
                 + (" (one feature: X.reshape(-1, 1))" if X.ndim == 1 else "")
             )
         n, p = X.shape
-        X = sp.csc_matrix(X) if sp.issparse(X) else np.asarray(X)
+        X = np.asarray(X) if isinstance(X, np.ndarray) else as_csc(X)
         return da.from_array(X, chunks=(n, max(1, -(-p // 4))), asarray=False), None, None
     raise ValidationError(
-        f"X must be a dask array, a dl1 Store or store path, a scipy.sparse matrix or a "
-        f"NumPy array; got {type(X).__name__}"
+        f"X must be a dask array, a dl1 Store or store path, a dl1 Dataset, a scipy.sparse "
+        f"or pydata sparse matrix or a NumPy array; got {type(X).__name__}"
     )
 
 

@@ -201,10 +201,16 @@ def test_path_without_a_chosen_alpha(data):
 
 def test_cross_validated_alpha_is_the_chosen_one(paths):
     """A path with cross-validation's ``alpha_`` uses it when no alpha is given."""
+    from dl1.paths.cv import CVResult
+
     path = paths["squared"]
-    cv = PathResult(**{f: getattr(path, f) for f in path.__dataclass_fields__})
     k = 1 if path.best_index_ != 1 else 2
-    cv.alpha_ = float(path.alphas_[k])
+    n = path.alphas_.shape[0]
+    scores = np.ones((n, 3))
+    cvres = CVResult(np.tile(path.alphas_, (3, 1)), scores, "mse", best=k, best_1se=0)
+    fields = {f: getattr(path, f) for f in path.__dataclass_fields__ if f != "cv_"}
+    cv = PathResult(**fields, cv_=cvres)
+    assert cv.alpha_ == path.alphas_[k] and cv.alpha_1se_ == path.alphas_[0]
     assert cv.chosen_index_ == k != path.best_index_
     np.testing.assert_array_equal(cv.coefs_[:, k].toarray().ravel(), cv.model().coef_)
 

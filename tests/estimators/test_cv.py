@@ -98,9 +98,9 @@ def test_path_with_cv_chooses_as_lasso_cv(in_process):
 
 
 #: At the default tol (relative gap 1e-4 on every fold and alpha) the weighted and the
-#: repeated-rows fits of these checks differ by more than their rtol of 1e-7, as
-#: LogisticRegression's (tests/estimators/test_check_estimator.py); at a tight tol they
-#: agree (test_sample_weight_equivalence_of_cv_at_a_tight_tol).
+#: repeated-rows fits of LassoCV's and ElasticNetCV's checks differ by more than their rtol
+#: of 1e-7, as LogisticRegression's (tests/estimators/test_check_estimator.py); at a tight
+#: tol they agree (test_sample_weight_equivalence_of_cv_at_a_tight_tol).
 TOLERANCE = "default tol=1e-4 (relative duality gap) against the check's rtol=1e-7"
 SAMPLE_WEIGHT_CHECKS = ("check_sample_weight_equivalence_on_dense_data",
                         "check_sample_weight_equivalence_on_sparse_data")  # fmt: skip
@@ -108,8 +108,13 @@ SAMPLE_WEIGHT_CHECKS = ("check_sample_weight_equivalence_on_dense_data",
 
 @parametrize_with_checks(
     [dl1.LassoCV(alphas=4, cv=3), dl1.ElasticNetCV(alphas=4, cv=3),
-     dl1.LogisticRegressionCV(Cs=3, cv=3)],  # small grids: the checks fit hundreds of times
-    expected_failed_checks=lambda est: dict.fromkeys(SAMPLE_WEIGHT_CHECKS, TOLERANCE),
+     # moderate Cs: on the checks' tiny separable data sets C = 1e4 (Cs=3's largest) drives
+     # the logistic fits to their round limit, minutes per check
+     dl1.LogisticRegressionCV(Cs=[0.01, 0.1, 1.0], cv=3)],  # small grids: hundreds of fits
+    expected_failed_checks=lambda est: (
+        {} if isinstance(est, dl1.LogisticRegressionCV)
+        else dict.fromkeys(SAMPLE_WEIGHT_CHECKS, TOLERANCE)
+    ),
 )  # fmt: skip
 def test_cv_estimators_pass_scikit_learn_checks(estimator, check):
     with dask.config.set(scheduler="sync"):
