@@ -75,9 +75,9 @@ def _run_peer(name, path, grid, folds, tol, q):
 
         m = LassoCV(alphas=grid, cv=KFold(folds), tol=tol, max_iter=100_000)
     elif name == "celer":
-        from celer import LassoCV
-
-        m = LassoCV(alphas=grid, cv=KFold(folds), tol=tol, max_iter=1000, max_epochs=100_000)
+        # celer's LassoCV passes scikit-learn < 1.9 arguments (n_alphas) and fails with
+        # 1.9: its Lasso, warm-started along the grid on each fold, is what it runs
+        m = _FoldPaths(grid, KFold(folds), tol)
     else:
         raise ValueError(name)
     with warnings.catch_warnings():
@@ -86,6 +86,29 @@ def _run_peer(name, path, grid, folds, tol, q):
         m.fit(X, y)
         dt = time.perf_counter() - t0
     q.put((dt, float(m.alpha_), np.asarray(m.mse_path_), _peak_mb(), [], float("nan")))
+
+
+class _FoldPaths:
+    """celer's ``Lasso`` warm-started along ``grid`` on each fold's training rows, held-out
+    MSE per alpha, the least mean chosen, then a refit (what ``LassoCV`` does)."""
+
+    def __init__(self, grid, cv, tol):
+        self.grid, self.cv, self.tol = grid, cv, tol
+
+    def fit(self, X, y):
+        from celer import Lasso
+
+        mse = np.zeros((len(self.grid), self.cv.get_n_splits()))
+        for f, (tr, te) in enumerate(self.cv.split(X)):
+            m = Lasso(alpha=self.grid[0], tol=self.tol, max_iter=1000, max_epochs=100_000,
+                      warm_start=True)  # fmt: skip
+            for k, alpha in enumerate(self.grid):
+                m.set_params(alpha=alpha).fit(X[tr], y[tr])
+                mse[k, f] = np.mean((y[te] - m.predict(X[te])) ** 2)
+        self.mse_path_ = mse
+        self.alpha_ = float(self.grid[int(np.argmin(mse.mean(axis=1)))])
+        Lasso(alpha=self.alpha_, tol=self.tol, max_iter=1000, max_epochs=100_000).fit(X, y)
+        return self
 
 
 def main(argv=None) -> None:

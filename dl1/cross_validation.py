@@ -167,7 +167,7 @@ def fit_cv(
     max_rounds: int | None = None,
     n_partitions: int = 2,
     solver: Any = "ws",
-    screen: bool = True,
+    screen: bool = False,
     random_order: bool = False,
     seed: int = 0,
     refit: bool = True,

@@ -32,7 +32,8 @@ def decision_function(X: Any, coef: Any, intercept: Any, *, split: str = "test")
         In memory (ndarray, scipy.sparse, pydata sparse, pandas DataFrame, list of lists);
         or a dask array (chunks scipy.sparse, pydata sparse COO/GCXS or dense, any
         chunking), a :class:`dl1.Store` or its path (``split`` chooses the split) or a
-        :class:`dl1.Dataset` (anything with a dask array ``.X``).
+        :class:`dl1.Dataset`, predicted from the blocks it holds (an ndarray: the n values
+        are computed on its cluster at once).
     coef : array-like (p,)
     intercept : float
     split : str
@@ -51,6 +52,10 @@ def decision_function(X: Any, coef: Any, intercept: Any, *, split: str = "test")
     """
     coef = _coef(coef)
     b = _scalar(intercept)
+    from dl1.dataset import Dataset
+
+    if isinstance(X, Dataset):  # from the blocks it holds: no read of the store
+        return X.decision_function(coef, b)
     X = as_input(X, split)
     check_n_features(X, coef.shape[0])
     if not _is_dask(X):
