@@ -54,7 +54,6 @@ class Dataset:
                  n_partitions: int, rows: np.ndarray | None = None) -> None:  # fmt: skip
         self._inputs = inputs
         self._blocks = blocks
-        self._row_data: Any = None
         self.col_bounds = col_bounds
         self.client = client
         self.n_partitions = n_partitions
@@ -144,7 +143,6 @@ class Dataset:
         view = Dataset(self._inputs, self._blocks, self.col_bounds, self.client,
                        self.n_partitions, rows)  # fmt: skip
         view._shared = self._shared
-        view._row_data = self._row_data
         return view
 
     def row_weights(self, sample_weight: np.ndarray | None) -> np.ndarray | None:

@@ -12,7 +12,7 @@ from sklearn.linear_model import ElasticNet, Lasso
 
 import dl1
 from dl1.errors import ValidationError
-from tests.helpers import random_csr
+from tests.helpers import random_csr, store_reads
 
 
 def _problem(n=240, p=60, seed=0):
@@ -118,17 +118,6 @@ def test_predictions_from_the_held_blocks_match_numpy():
 # -- on a cluster ---------------------------------------------------------------------------
 
 
-def _store_reads(events) -> int:
-    """Tasks of a task stream that read blocks from a store (dl1's reader tasks)."""
-    def name(key):
-        return key[0] if isinstance(key, tuple) else key
-
-    return sum(
-        1 for e in events
-        if str(name(e["key"])).startswith(("dl1-train-", "read_columns_task", "read_block_task"))
-    )  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def small_store(tmp_path_factory):
     from dl1.datasets import make_e2006_like
@@ -144,7 +133,7 @@ def test_a_handle_reads_each_block_once_for_many_fits(local_cluster, small_store
     with get_task_stream(client) as loading:
         ds = dl1.persist(store, client=client)
     n_row_blocks = len(store.row_bounds("train")) - 1
-    assert _store_reads(loading.data) == n_row_blocks * (len(ds.col_bounds) - 1)
+    assert store_reads(loading.data) == n_row_blocks * (len(ds.col_bounds) - 1)
     amax = dl1.alpha_max(ds)
     with get_task_stream(client) as fitting:
         alphas = amax * np.geomspace(0.5, 0.05, 10)
@@ -153,7 +142,7 @@ def test_a_handle_reads_each_block_once_for_many_fits(local_cluster, small_store
         half = dl1.fit(ds[rows], alpha=alphas[3], tol=1e-6)
         path = dl1.path(ds, alphas=alphas[:4], tol=1e-6)
         z = ds[rows].decision_function(fits[0].coef_, fits[0].intercept_)
-    assert _store_reads(fitting.data) == 0
+    assert store_reads(fitting.data) == 0
     Xd = store.to_dask("train")  # the reference reads the store, after the count
     X_mem = sp.csr_matrix(client.compute(Xd).result())
     np.testing.assert_allclose(z, X_mem[rows] @ fits[0].coef_ + fits[0].intercept_, rtol=1e-10)

@@ -17,7 +17,7 @@ from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import dl1
-from tests.helpers import random_csr
+from tests.helpers import random_csr, store_reads
 
 
 def _regression(n=240, p=50, seed=0):
@@ -132,14 +132,6 @@ def test_sample_weight_equivalence_of_cv_at_a_tight_tol(in_process, check):
 # -- on a cluster ---------------------------------------------------------------------------
 
 
-def _store_reads(events) -> int:
-    def name(key):
-        return str(key[0] if isinstance(key, tuple) else key)
-
-    return sum(1 for e in events
-               if name(e["key"]).startswith(("dl1-train-", "read_columns_task")))  # fmt: skip
-
-
 def _block_reads(store) -> int:
     """Reads of one load: every row block of every loaded block (a store with fewer
     feature blocks than partitions is read in pieces, :func:`dl1.loading.finer_bounds`)."""
@@ -176,7 +168,7 @@ def test_cv_on_a_cluster_reads_once_and_runs_folds_side_by_side(local_cluster, s
     monkeypatch.setattr(cvmod, "fold_scores", timed)
     with get_task_stream(local_cluster) as ts:
         est = dl1.LassoCV(alphas=6, eps=0.05, cv=3, tol=1e-6, client=local_cluster).fit(store)
-    assert _store_reads(ts.data) == _block_reads(store)  # each stored block (or piece) once
+    assert store_reads(ts.data) == _block_reads(store)  # each stored block (or piece) once
     assert len(spans) == 3
     (a0, a1), (b0, b1) = sorted(spans)[:2]
     assert b0 < a1, "the folds' paths ran one after the other"
@@ -199,13 +191,13 @@ def test_grid_search_on_a_handle_reads_each_block_once(local_cluster, store, mon
 
     with get_task_stream(local_cluster) as loading:
         ds = dl1.persist(store, client=local_cluster)
-    n_read = _store_reads(loading.data)
+    n_read = store_reads(loading.data)
     amax = dl1.alpha_max(ds)
     grid = {"alpha": list(amax * np.geomspace(0.5, 0.02, 10))}
     with get_task_stream(local_cluster) as searching:
         search = GridSearchCV(dl1.Lasso(tol=1e-5, client=local_cluster), grid, cv=3).fit(ds)
     assert n_read == _block_reads(store)
-    assert _store_reads(searching.data) == 0 and not local_reads
+    assert store_reads(searching.data) == 0 and not local_reads
     assert search.best_estimator_.dual_gap_ <= 1e-5 * search.best_estimator_.result_.p0_
     assert len(search.cv_results_["mean_test_score"]) == 10
     ds.release()

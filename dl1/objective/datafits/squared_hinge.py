@@ -17,7 +17,8 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dl1.objective.datafits.quadratic import balanced, optional_weights, validate_labels
+from dl1.objective.datafits.hinge import SmoothHinge
+from dl1.objective.datafits.quadratic import optional_weights, validate_labels
 
 _C_ROUNDING = 1e-12
 #: Safeguarded Newton steps of the intercept's 1-D problem at most (its derivative is
@@ -114,20 +115,9 @@ class SquaredHinge:
             db = nxt
         return db
 
-    def dual_point(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None,
-                   intercept: bool = False) -> NDArray[np.float64]:  # fmt: skip
-        """``theta = s * y * c(y z)``; with ``intercept``, at the refitted intercept and with
-        the heavier label side shrunk so that ``sum_i theta_i = 0`` (``c`` stays ``>= 0``)."""
-        y, z = np.asarray(y, np.float64), np.asarray(z, np.float64)
-        s = optional_weights(s, y.shape[0])
-        if intercept:
-            z = z + self.intercept_update(y, z, s)
-        theta = y * self._c(y * z)
-        if s is not None:
-            theta = theta * s
-        if intercept:
-            theta = balanced(theta)
-        return theta
+    #: ``theta = s * y * c(y z)``, balanced with an intercept: the margin losses' rule,
+    #: written once (:meth:`SmoothHinge.dual_point`); here ``c = 2 (1 - m)_+ >= 0``.
+    dual_point = SmoothHinge.dual_point
 
     def conjugate(self, y: ArrayLike, theta: ArrayLike, s: ArrayLike | None = None) -> float:
         """``F^*(-theta / n) = -(1/n) sum_i s_i (c_i - c_i^2 / 4)``, ``c_i = y_i theta_i /
