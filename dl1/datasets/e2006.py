@@ -37,7 +37,8 @@ alike, with values ``±U(0.5, 1.5)`` (random signs).
   that ``var_pilot(X w*) = snr * pi^2 / 3``, i.e. ``snr`` is the ratio of the variance of the
   logit to that of the logistic noise: classes are learnable (the Bayes accuracy grows with
   ``snr``) but labels are not a deterministic function of ``x``; ``b = -median_pilot(X w*)``
-  balances the classes.
+  balances the classes, or, for a preset's ``positive_fraction`` other than 1/2, ``b`` solves
+  ``mean_pilot(sigmoid(X w* + b)) = positive_fraction`` (imbalanced classes).
 
 Rows are generated in batches of ``batch_rows`` rows; batch ``k`` of a split is drawn from
 ``SeedSequence(seed, spawn_key=(split_id, k))`` and always generated in full (the last batch
@@ -59,6 +60,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
+from scipy.optimize import brentq
+from scipy.special import expit
 
 from dl1.store import Store, StoreWriter, open_store
 
@@ -98,6 +101,10 @@ class E2006Preset:
         Rows generated per batch (fixes the random streams: changing it changes the data).
     pilot_rows : int
         Rows of the pilot sample estimating ``var(X w*)`` (rounded up to whole batches).
+    task : {"regression", "classification"}
+        The labels :func:`make_e2006_like` writes unless told otherwise.
+    positive_fraction : float
+        Classification: expected fraction of ``+1`` labels, in (0, 1).
     """
 
     name: str
@@ -112,6 +119,8 @@ class E2006Preset:
     n_informative: int = 200
     batch_rows: int = 512
     pilot_rows: int = 2048
+    task: str = "regression"
+    positive_fraction: float = 0.5
 
     @property
     def density(self) -> float:
@@ -176,6 +185,21 @@ PRESETS: dict[str, E2006Preset] = {
         row_sigma=0.8,
         batch_rows=8192,
         pilot_rows=8192,
+    ),
+    # Short documents with imbalanced labels: L1 logistic regression on about 850,000 x
+    # 400,000 with ~14 words per row (11.9M nonzeros) and 10% positive labels, the shape of a
+    # short-text classification corpus.
+    "shortclf": E2006Preset(
+        "shortclf",
+        n_train=842_000,
+        n_test=42_100,
+        n_features=400_000,
+        row_nnz=14.15,
+        row_sigma=0.8,
+        batch_rows=8192,
+        pilot_rows=8192,
+        task="classification",
+        positive_fraction=0.1,
     ),
 }
 
@@ -463,8 +487,16 @@ def _make_plan(pr: E2006Preset, seed: int, task: str, snr: float, dtype: np.dtyp
     else:
         scale = math.sqrt(snr * math.pi**2 / 3.0 / var)
         plan.coef *= scale
-        plan.intercept = -scale * plan.pilot["median_xw"]
+        plan.intercept = _intercept(scale * xw, pr.positive_fraction)
     return plan
+
+
+def _intercept(logits: np.ndarray, positive_fraction: float) -> float:
+    """``b`` with ``mean(sigmoid(logits + b)) = positive_fraction`` (``-median`` for 1/2)."""
+    if positive_fraction == 0.5:
+        return -float(np.median(logits))
+    lo, hi = -float(logits.max()) - 50.0, -float(logits.min()) + 50.0
+    return float(brentq(lambda b: expit(logits + b).mean() - positive_fraction, lo, hi))
 
 
 def _preset(preset: str | E2006Preset) -> E2006Preset:
@@ -489,7 +521,7 @@ def make_e2006_like(
     *,
     seed: int = 0,
     row_multiplier: int = 1,
-    task: str = "regression",
+    task: str | None = None,
     snr: float = 3.0,
     test_fraction: float | None = None,
     overwrite: bool = False,
@@ -509,16 +541,18 @@ def make_e2006_like(
     ----------
     path : str or PathLike
         Where to write the store (must not exist, unless ``overwrite``).
-    preset : {"small", "tfidf", "log1p", "tall", "short"} or E2006Preset
+    preset : {"small", "tfidf", "log1p", "tall", "short", "shortclf"} or E2006Preset
         ``"small"``: 2,000 x 50,000, 200 nonzeros per row (tests).
         ``"tfidf"``: 16,087 x 150,360, 1,200 per row (E2006-tfidf shape, ~19M nnz).
         ``"log1p"``: 16,087 x 4,272,227, 5,800 per row (E2006-log1p shape, ~93M nnz).
+        ``"shortclf"``: 842,000 x 400,000, ~14 per row, classification, 10% positive.
     seed : int
         Non-negative seed of every random stream.
     row_multiplier : int
         Make the train and test splits ``row_multiplier`` times taller (same distribution).
-    task : {"regression", "classification"}
-        Real ``y = X w* + noise``, or labels in {-1, +1} from a logistic model.
+    task : {"regression", "classification"}, optional
+        Real ``y = X w* + noise``, or labels in {-1, +1} from a logistic model (default: the
+        preset's ``task``).
     snr : float
         Regression: ``var(X w*) / sigma^2``. Classification: ``var(x . w*)`` over the
         variance ``pi^2 / 3`` of the logistic noise. ``var(X w*)`` is estimated on a pilot
@@ -562,9 +596,11 @@ def make_e2006_like(
     ------
     ValueError
         Unknown preset or task, ``row_multiplier`` not a positive integer, ``snr`` not
-        positive, ``test_fraction`` outside [0, 1), negative seed.
+        positive, ``test_fraction`` outside [0, 1), negative seed, a preset's
+        ``positive_fraction`` outside (0, 1).
     """
     pr = _preset(preset)
+    task = pr.task if task is None else task
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     k = _check_int("row_multiplier", row_multiplier, 1)
@@ -584,6 +620,8 @@ def make_e2006_like(
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     if pr.batch_rows < 1 or pr.n_train < 1:
         raise ValueError("preset needs batch_rows >= 1 and n_train >= 1")
+    if not 0.0 < pr.positive_fraction < 1.0:
+        raise ValueError(f"positive_fraction must be in (0, 1), got {pr.positive_fraction!r}")
 
     plan = _make_plan(pr, seed, task, snr, dtype)
     idx = np.flatnonzero(plan.coef)

@@ -75,9 +75,16 @@ def test_preset_parameters():
     tall, short = PRESETS["tall"], PRESETS["short"]
     assert (tall.n_train, tall.n_features, tall.row_nnz) == (2_000_000, 260_941, 88.5)
     assert (short.n_train, short.n_features, short.row_nnz) == (200_000, 230_000, 16.0)
+    clf = PRESETS["shortclf"]
+    assert (clf.n_train, clf.n_features) == (842_000, 400_000)
+    assert clf.expected_nnz == pytest.approx(11.9e6, rel=0.01)
+    assert (clf.task, clf.positive_fraction) == ("classification", 0.1)
+    for pr in PRESETS.values():
+        if pr.name != "shortclf":
+            assert (pr.task, pr.positive_fraction) == ("regression", 0.5)
 
 
-@pytest.mark.parametrize("preset", ["small", TFIDF_SHRUNK, "tall", "short"])
+@pytest.mark.parametrize("preset", ["small", TFIDF_SHRUNK, "tall", "short", "shortclf"])
 def test_model_calibration(preset):
     """The calibrated number of draws gives row_nnz expected nonzeros per row; the rank law
     is a decreasing distribution."""
@@ -297,6 +304,28 @@ def test_classification(tmp_path, seed):
     assert set(np.unique(y_test).tolist()) == {-1.0, 1.0}
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_imbalanced_classification(tmp_path, seed):
+    """The ``shortclf`` preset (shrunk to 16,384 rows) writes labels by default, with the
+    preset's expected fraction of +1: the pilot's mean of sigmoid(x . w* + b), within 4
+    standard errors of the pilot's and the sample's means; its intercept is set for that
+    fraction, not at the median of the logits."""
+    pr = dataclasses.replace(PRESETS["shortclf"], n_train=16_384, n_test=0)
+    store = make_e2006_like(tmp_path / "c", pr, seed=seed)
+    assert store.attrs["task"] == "classification"
+    y = store.read("y")
+    assert set(np.unique(y).tolist()) == {-1.0, 1.0}
+    w, b = true_coef(store)
+    s = 1.0 / (1.0 + np.exp(-(_X(store) @ w + b)))
+    se = math.sqrt(s.var() / s.shape[0] + s.var() / store.attrs["pilot"]["rows"])
+    assert abs(s.mean() - pr.positive_fraction) < 4 * se
+    se_y = math.sqrt(pr.positive_fraction * (1 - pr.positive_fraction) / y.shape[0])
+    assert abs((y == 1).mean() - pr.positive_fraction) < 4 * (se + se_y)
+    pilot = store.attrs["pilot"]
+    scale = math.sqrt(store.attrs["snr"] * math.pi**2 / 3 / pilot["var_xw"])
+    assert b < -scale * pilot["median_xw"] - 1.0  # below the balancing intercept
+
+
 # ------------------------------------------------------------------- options & errors
 def test_options(tmp_path):
     store = make_e2006_like(
@@ -339,6 +368,11 @@ def test_options(tmp_path):
         ({"snr": float("nan")}, "snr must be a positive"),
         ({"test_fraction": 1.0}, "test_fraction must be in"),
         ({"dtype": np.int32}, "dtype must be float32 or float64"),
+        (
+            {"preset": dataclasses.replace(PRESETS["small"], positive_fraction=1.0)},
+            "positive_fraction must be in",
+        ),
+        ({"preset": dataclasses.replace(PRESETS["small"], task="ranking")}, "task must be one"),
     ],
 )
 def test_invalid_arguments(tmp_path, kwargs, match):
