@@ -23,8 +23,9 @@ from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.params import PATH, validate_params
 from dl1.paths.cv import SCORINGS, CVResult, cross_validate, make_folds, path_runner
 from dl1.paths.evaluation import alpha_grid
-from dl1.penalised import _set_up, alpha_max, fit, make_solver
-from dl1.runtime.executor import coordinating
+from dl1.penalised import _set_up, alpha_max, check_call, fit, make_solver
+from dl1.runtime import one_piece
+from dl1.runtime.executor import coordinating, executor_for
 from dl1.solvers.base import Problem
 from dl1.solvers.result import FitResult
 
@@ -123,24 +124,58 @@ def cross_validated(
         grid = np.sort(np.asarray(alphas, np.float64).ravel())[::-1]
         grids = np.tile(grid, (len(folds), 1))
 
-    def problem_for(view: Any, weights: Any) -> tuple[Any, Problem]:
-        inputs = read_inputs(view, None, weights, loss, "train")
+    fold_run = FoldRun(loss, l1_ratio, opts)
+    ex = executor_for(client)
+    in_one_piece = None
+    if one_piece.chosen(ex, ds.held_bytes, None):
+        recipe, blocks = ds.shipped()
+
+        def in_one_piece(jobs: list[Any]) -> list[Any]:
+            shipments = [one_piece.Shipment("fold", None, {"job": j, "fold_run": fold_run}, recipe)
+                         for j in jobs]  # fmt: skip
+            return one_piece.run_many(ex, shipments, blocks, spread=True)
+
+    return cross_validate(
+        ds, folds, grids, run=fold_run.runner(client), scoring=scoring, sample_weight=sw,
+        concurrent=client is not None, in_one_piece=in_one_piece,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FoldRun:
+    """How each fold's path is solved: the loss, the penalty mix and the solver's settings
+    (a plain record: it travels with the folds solved in one piece)."""
+
+    loss: str
+    l1_ratio: float
+    opts: dict[str, Any]
+
+    def problem_for(self, view: Any, weights: Any, client: Any) -> tuple[Any, Problem]:
+        """The solver and the loaded problem of the training view ``view``."""
+        opts = self.opts
+        inputs = read_inputs(view, None, weights, self.loss, "train")
         solver = make_solver(
             opts["solver"], max_rounds=opts["max_rounds"], datafit=inputs.datafit,
             random_order=opts["random_order"], seed=opts["seed"], screen=opts["screen"],
             tight_inner=True,
         )  # fmt: skip
+        check_call(inputs, client, solver, self.loss, view.n_partitions)
         problem, _ = _set_up(
-            inputs, client, False, solver, penalty=ElasticNet(1.0, l1_ratio),
+            inputs, executor_for(client), False, solver, penalty=ElasticNet(1.0, self.l1_ratio),
             fit_intercept=opts["fit_intercept"], standardize=opts["standardize"],
-            tol=opts["tol"], n_partitions=view.n_partitions, loss=loss,
+            tol=opts["tol"], n_partitions=view.n_partitions, loss=self.loss,
         )  # fmt: skip
         return solver, problem
 
-    return cross_validate(
-        ds, folds, grids, run=path_runner(problem_for, l1_ratio=l1_ratio), scoring=scoring,
-        sample_weight=sw, concurrent=client is not None,
-    )  # fmt: skip
+    def runner(self, client: Any) -> Any:
+        """The fold runner of :func:`dl1.paths.cv.cross_validate` on ``client``."""
+        return path_runner(lambda v, w: self.problem_for(v, w, client), l1_ratio=self.l1_ratio)
+
+
+def fold_in_process(X: Any, *, client: Any, job: Any, fold_run: FoldRun) -> Any:
+    """One fold's held-out scores computed in this process on handle ``X`` (the task of a
+    fold solved in one piece, :mod:`dl1.runtime.one_piece`)."""
+    return job.scores(X, fold_run.runner(client))
 
 
 def _weight_sum(sw: np.ndarray | None, rows: np.ndarray) -> float:

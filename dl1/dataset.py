@@ -19,7 +19,7 @@ workers then drop the blocks (Dask forgets a key once no client holds it).
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -199,6 +199,25 @@ class Dataset:
             self._shared["rows"] = RowData(blocks, rb, parts, float(max(sq, default=0.0)))
         return self._shared["rows"]
 
+    # -- one piece (dl1.runtime.one_piece) ------------------------------------------------
+    def held_bytes(self) -> float:
+        """Bytes of the held blocks in memory, as Dask counts them (``sizeof``)."""
+        self._check_live()
+        if self.client is None:
+            from dask.sizeof import sizeof
+
+            return float(sum(sizeof(b) for b in self._blocks))
+        got = self.client.nbytes(keys=[b.key for b in self._blocks], summary=False)
+        return float(sum(got.values()))
+
+    def shipped(self) -> tuple[HandleRecipe, list[Any]]:
+        """This view as a recipe another process rebuilds around the held blocks, and the
+        blocks (futures: the dependencies of the task that ships it)."""
+        self._check_live()
+        return HandleRecipe(self._inputs, self.col_bounds, self.n_partitions, self.rows), list(
+            self._blocks
+        )
+
     # -- predictions ----------------------------------------------------------------------
     def decision_function(self, coef: np.ndarray, intercept: float) -> np.ndarray:
         """``X @ coef + intercept`` on this view's rows, from the held blocks (no read of the
@@ -239,6 +258,21 @@ class Dataset:
             "a dl1 Dataset holds blocks in the workers' memory and cannot be pickled; pass "
             "the store (or the array) and persist it where it is used"
         )
+
+
+class HandleRecipe(NamedTuple):
+    """A :class:`Dataset` view without its blocks: what a one-piece task receives
+    (:mod:`dl1.runtime.one_piece`), rebuilt there as a handle of that process."""
+
+    inputs: Any
+    col_bounds: np.ndarray
+    n_partitions: int
+    rows: np.ndarray | None
+
+    def local(self, blocks: list[Any]) -> Dataset:
+        """The handle over ``blocks`` (the held blocks, now in this process)."""
+        return Dataset(self.inputs, list(blocks), self.col_bounds, None, self.n_partitions,
+                       self.rows)  # fmt: skip
 
 
 def _matvec_rows(blocks: list[Any], parts: list[Any], n: int, intercept: float,

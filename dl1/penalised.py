@@ -34,7 +34,9 @@ from dl1.paths.evaluation import (
 )
 from dl1.paths.loop import AlphaStep, walk
 from dl1.paths.result import PathResult
+from dl1.runtime import one_piece
 from dl1.runtime.executor import coordinating, executor_for
+from dl1.runtime.one_piece import excluded
 from dl1.runtime.rpc import rpc_executor
 from dl1.solvers.auto import choose_solver
 from dl1.solvers.base import Problem, WarmState, solver_class
@@ -69,22 +71,26 @@ def make_solver(
 
 
 def _set_up(
-    inputs: Any, client: Any, stream: bool | None, solver: Any, **settings: Any
+    inputs: Any, ex: Any, stream: bool | None, solver: Any, **settings: Any
 ) -> tuple[Problem, float]:
-    """The executor of ``client`` (with direct calls where ``solver`` gains from them), the
-    out-of-core decision, and the loaded problem with its loading seconds. A non-smooth
-    loss is refused before any work for the solvers that need a curvature bound."""
-    if solver.layout == "columns" and not np.isfinite(inputs.datafit.beta):
-        raise ValidationError(
-            f"loss={settings['loss']!r} is not smooth: solver={solver.name!r} needs a bound on "
-            "its curvature; use a sample-wise solver ('sdca', 'sgd', 'fobos', 'rda', "
-            "'smidas') or loss='smooth_hinge'"
-        )
-    check_dataset(inputs, client, settings["n_partitions"])
-    ex = executor_for(client)
+    """The out-of-core decision on executor ``ex`` (given direct calls where ``solver``
+    gains from them), and the loaded problem with its loading seconds."""
     streamed = decide_stream(stream, inputs.store, inputs.split, ex, inputs.dataset)
     ex = direct_calls(ex, solver, streamed)
     return load_problem(inputs, ex, streamed=streamed, layout=solver.layout, **settings)
+
+
+def check_call(inputs: Any, client: Any, solver: Any, loss: str, n_partitions: int) -> None:
+    """Refuse before any work a non-smooth loss for the solvers that need a curvature
+    bound, and a data handle of another cluster or partitioning."""
+    smooths = getattr(solver, "smooths", False)  # it smooths the loss itself
+    if solver.layout == "columns" and not smooths and not np.isfinite(inputs.datafit.beta):
+        raise ValidationError(
+            f"loss={loss!r} is not smooth: solver={solver.name!r} needs a bound on "
+            "its curvature; use 'smoothing' or a sample-wise solver ('sdca', 'sgd', 'fobos', "
+            "'rda', 'smidas'), or loss='smooth_hinge'"
+        )
+    check_dataset(inputs, client, n_partitions)
 
 
 def check_dataset(inputs: Any, client: Any, n_partitions: int) -> None:
@@ -223,7 +229,8 @@ def fit(
     -------
     FitResult
     """
-    validate_params(PENALISED, locals(), "dl1.fit()")
+    call = dict(locals())
+    validate_params(PENALISED, call, "dl1.fit()")
     inputs = read_inputs(X, y, sample_weight, loss, split)
     solver_obj = make_solver(
         solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=inputs.datafit,
@@ -231,8 +238,13 @@ def fit(
         random_order=random_order, seed=seed, screen=screen, spread=spread, verbose=verbose,
         callback=callback,
     )  # fmt: skip
+    check_call(inputs, client, solver_obj, loss, n_partitions)
+    ex = executor_for(client)
+    refusal = excluded(stream=stream, verbose=verbose, callback=callback)
+    if one_piece.chosen(ex, lambda: one_piece.data_bytes(X, inputs), refusal):
+        return one_piece.ship(ex, "fit", X, inputs, call)
     problem, t_load = _set_up(
-        inputs, client, stream, solver_obj, penalty=ElasticNet(alpha, l1_ratio),
+        inputs, ex, stream, solver_obj, penalty=ElasticNet(alpha, l1_ratio),
         fit_intercept=fit_intercept, standardize=standardize, tol=tol,
         n_partitions=n_partitions, loss=loss,
     )  # fmt: skip
@@ -409,7 +421,8 @@ def path(
     -------
     dl1.paths.PathResult
     """
-    validate_params(PATH, locals(), "dl1.path()")
+    call = dict(locals())
+    validate_params(PATH, call, "dl1.path()")
     if cv is not None:
         if checkpoint is not None:
             raise ValidationError("checkpoint is not available with cv")
@@ -438,8 +451,13 @@ def path(
         # subproblem is solved to the target gap at once (one pass per alpha, not two)
         tight_inner=True,
     )  # fmt: skip
+    check_call(inputs, client, solver_obj, loss, n_partitions)
+    ex = executor_for(client)
+    refusal = excluded(stream=stream, checkpoint=checkpoint, verbose=verbose, callback=callback)
+    if one_piece.chosen(ex, lambda: one_piece.data_bytes(X, inputs), refusal):
+        return one_piece.ship(ex, "path", X, inputs, call)
     problem, _ = _set_up(
-        inputs, client, stream, solver_obj, penalty=ElasticNet(1.0, l1_ratio),
+        inputs, ex, stream, solver_obj, penalty=ElasticNet(1.0, l1_ratio),
         fit_intercept=fit_intercept, standardize=standardize, tol=tol,
         n_partitions=n_partitions, loss=loss,
     )  # fmt: skip

@@ -155,6 +155,37 @@ def path_runner(problem_for: Any, *, l1_ratio: float) -> Any:
     return run
 
 
+@dataclass(frozen=True)
+class FoldJob:
+    """One fold's path as it travels (to a worker, for a fold solved in one piece): the
+    training rows (of the handle cross-validated), the held-out rows (of the data it
+    holds), the grid, the metric and the two sets of weights."""
+
+    train: np.ndarray
+    test_rows: np.ndarray
+    grid: np.ndarray
+    scoring: str
+    train_weight: np.ndarray | None
+    test_weight: np.ndarray | None
+
+    def scores(self, ds: Any, run: Any) -> tuple[np.ndarray, list[int]]:
+        """:func:`fold_scores` of this fold on handle ``ds`` walked by ``run``."""
+        return fold_scores(
+            ds[self.train], self.test_rows, self.grid,
+            run=lambda v, g, cb: run(v, g, cb, self.train_weight), scoring=self.scoring,
+            test_weight=self.test_weight,
+        )  # fmt: skip
+
+
+def fold_jobs(ds: Any, folds: list[Fold], grids: np.ndarray, scoring: str,
+              sample_weight: np.ndarray | None) -> list[FoldJob]:  # fmt: skip
+    """The jobs of ``folds`` on ``ds`` (``sample_weight``: of ``ds``'s rows, or None)."""
+    base = np.arange(ds.shape[0]) if ds.rows is None else ds.rows
+    pick = lambda rows: None if sample_weight is None else sample_weight[rows]  # noqa: E731
+    return [FoldJob(f.train, base[f.test], grids[k], scoring, pick(f.train), pick(f.test))
+            for k, f in enumerate(folds)]  # fmt: skip
+
+
 def cross_validate(
     ds: Any,
     folds: list[Fold],
@@ -164,31 +195,24 @@ def cross_validate(
     scoring: str,
     sample_weight: np.ndarray | None,
     concurrent: bool,
+    in_one_piece: Any = None,
 ) -> CVResult:
     """Every fold's path on a view of ``ds`` (its training rows), side by side when
     ``concurrent``; ``grids[k]`` is fold ``k``'s alpha grid, ``sample_weight`` the weights
-    of ``ds``'s rows (None: none)."""
-    base = np.arange(ds.shape[0]) if ds.rows is None else ds.rows
-
-    def one(k: int) -> tuple[np.ndarray, list[int]]:
-        f = folds[k]
-        w = None if sample_weight is None else sample_weight[f.test]
-        view = ds[f.train]
-        train_w = None if sample_weight is None else sample_weight[f.train]
-        return fold_scores(
-            view, base[f.test], grids[k], run=lambda v, g, cb: run(v, g, cb, train_w),
-            scoring=scoring, test_weight=w,
-        )  # fmt: skip
-
+    of ``ds``'s rows (None: none). ``in_one_piece(jobs)``, if given, solves the folds'
+    jobs instead, each as one task (:mod:`dl1.runtime.one_piece`)."""
+    jobs = fold_jobs(ds, folds, grids, scoring, sample_weight)
     # Each path silences its alphas' warnings (collected and reported below, from this
     # thread): with threads, one filter set for all of them, restored once at the end.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        if concurrent and len(folds) > 1:
+        if in_one_piece is not None:
+            per_fold = in_one_piece(jobs)
+        elif concurrent and len(folds) > 1:
             with ThreadPoolExecutor(len(folds), thread_name_prefix="dl1-cv") as pool:
-                per_fold = list(pool.map(one, range(len(folds))))
+                per_fold = list(pool.map(lambda j: j.scores(ds, run), jobs))
         else:
-            per_fold = [one(k) for k in range(len(folds))]
+            per_fold = [j.scores(ds, run) for j in jobs]
     for k, (_, bad) in enumerate(per_fold):
         if bad:
             warnings.warn(

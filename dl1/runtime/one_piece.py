@@ -1,0 +1,220 @@
+"""One piece when it fits: a whole solve (a fit, a path, a cross-validation fold) run as one
+task on one worker, by the in-process solver, when its data fits that worker with room.
+
+A distributed solve pays a round trip per step of every round (a pass, a subproblem, a
+choice of working set); on data that fits one worker those round trips are most of a fit's
+time (``benchmarks/RESULTS.md``). Here the coordinator ships the call once (the data as the
+caller gave it: a store is read by the worker itself, a data handle's blocks are the task's
+dependencies) and only waits, under the watchdog, for the answer; a worker lost mid-task
+is survived as any task is (the scheduler runs it again elsewhere).
+
+The rule (:func:`chosen`, :func:`fits`): a cluster, the data's size known (a store's blocks from its
+manifest, a :class:`~dl1.dataset.Dataset`'s held blocks, an in-memory array, a dense dask
+array) and at most ``dl1.one-piece-fraction`` (Dask configuration, default 0.25) of a
+worker's memory for data (its ``memory_limit``, else the host's memory shared by the
+workers, less its measured baseline); not when the caller asked for what only the
+coordinating process can do (``stream=True``, a checkpoint, ``verbose`` lines, a callback).
+``dl1.one-piece`` (Dask configuration): ``"auto"`` (default, the rule), ``True`` (whenever
+the call can be shipped, whatever the size) or ``False`` (never).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import dask
+import numpy as np
+import scipy.sparse as sp
+
+from dl1.errors import ValidationError
+
+ONE_PIECE_KEY = "dl1.one-piece"
+FRACTION_KEY = "dl1.one-piece-fraction"
+DEFAULT_FRACTION = 0.25
+
+
+def setting() -> bool | str:
+    """``dl1.one-piece`` from Dask's configuration: ``"auto"``, ``True`` or ``False``."""
+    value = dask.config.get(ONE_PIECE_KEY, "auto")
+    if isinstance(value, str) and value.lower() in ("true", "false", "auto"):
+        value = {"true": True, "false": False}.get(value.lower(), "auto")
+    if value not in (True, False, "auto"):
+        raise ValidationError(f"{ONE_PIECE_KEY} must be 'auto', True or False; got {value!r}")
+    return value
+
+
+def fraction() -> float:
+    """``dl1.one-piece-fraction``: the share of a worker's memory for data a solve in one
+    piece may take with its data (the rest is for the solver's own arrays and caches)."""
+    value = dask.config.get(FRACTION_KEY, DEFAULT_FRACTION)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0.0 < value <= 1.0:
+        raise ValidationError(f"{FRACTION_KEY} must be in (0, 1]; got {value!r}")
+    return value
+
+
+def data_bytes(X: Any, inputs: Any) -> float | None:
+    """Bytes the data of a solve takes in memory, or None when it cannot be known without
+    reading it (a dask array of sparse chunks)."""
+    if inputs.dataset is not None:
+        return inputs.dataset.held_bytes()
+    if inputs.store is not None:
+        from dl1.loading import block_memory
+
+        return float(block_memory(inputs.store, inputs.split))
+    if sp.issparse(X):
+        return float(sum(getattr(X, a).nbytes for a in ("data", "indices", "indptr")
+                         if hasattr(X, a)) or X.nnz * (X.dtype.itemsize + 8))  # fmt: skip
+    if isinstance(X, np.ndarray):
+        return float(X.nbytes)
+    meta = getattr(inputs.X, "_meta", None)
+    if isinstance(meta, np.ndarray):  # dense chunks: the size is the shape's
+        return float(inputs.X.nbytes)
+    if hasattr(X, "nbytes") and not hasattr(X, "dask"):  # pydata sparse in memory
+        return float(X.nbytes)
+    return None
+
+
+class Refusal(NamedTuple):
+    """Why a call stays distributed (for the logs and the tests)."""
+
+    reason: str
+
+
+def excluded(*, stream: Any, checkpoint: Any = None, verbose: bool = False,
+             callback: Any = None) -> Refusal | None:  # fmt: skip
+    """What the caller asked for that only the coordinating process can do."""
+    if stream:
+        return Refusal("stream=True reads blocks task by task")
+    if checkpoint is not None:
+        return Refusal("a checkpoint is written by the coordinating process")
+    if verbose or callback is not None:
+        return Refusal("verbose lines and callbacks run in the calling process")
+    return None
+
+
+def fits(ex: Any, nbytes: float | None) -> bool:
+    """The size rule: ``nbytes`` known and at most :func:`fraction` of the smallest room of
+    ``ex``'s workers."""
+    if nbytes is None or not ex.workers:
+        return False
+    return nbytes <= fraction() * min(room(ex).values())
+
+
+def room(ex: Any) -> dict[str, float]:
+    """Each worker's memory for data: its limit (else the host's memory shared by the
+    workers) less its measured baseline."""
+    import psutil
+
+    from dl1.runtime.worker import WORKER_BASELINE
+
+    share = psutil.virtual_memory().total / max(1, ex.n_workers)
+    return {
+        a: float((ex.limits.get(a) or share) - ex.baselines.get(a, WORKER_BASELINE))
+        for a in ex.workers
+    }
+
+
+class Caught(NamedTuple):
+    """A warning raised in the worker, re-raised in the calling process."""
+
+    category: type
+    message: str
+
+
+class Answer(NamedTuple):
+    """What the task returns: the entry's result, its warnings and its seconds."""
+
+    result: Any
+    caught: list[Caught]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Shipment:
+    """A call of an entry point, as it travels to the worker: the data as the caller gave
+    it (``X``), or, for a data handle, its recipe (``dataset``; its blocks travel as the
+    task's dependencies)."""
+
+    entry: str
+    X: Any
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    dataset: Any = None
+
+
+def chosen(ex: Any, nbytes: Callable[[], float | None], refusal: Refusal | None) -> bool:
+    """Whether a solve whose data takes ``nbytes()`` bytes runs in one piece on ``ex``."""
+    from dl1.runtime.executor import DistributedExecutor
+
+    mode = setting()
+    if not isinstance(ex, DistributedExecutor) or mode is False or refusal is not None:
+        return False
+    return mode is True or fits(ex, nbytes())
+
+
+def ship(ex: Any, entry: str, X: Any, inputs: Any, call: dict[str, Any]) -> Any:
+    """The answer of entry point ``entry`` called with ``X`` and ``call`` (its other
+    arguments; ``client`` is dropped), computed in one piece on ``ex``'s cluster."""
+    kwargs = {k: v for k, v in call.items() if k not in ("X", "client")}
+    if inputs.dataset is None:
+        return run_many(ex, [Shipment(entry, X, kwargs)], [])[0]
+    recipe, blocks = inputs.dataset.shipped()
+    return run_many(ex, [Shipment(entry, None, kwargs, recipe)], blocks)[0]
+
+
+def run_many(ex: Any, shipments: list[Shipment], blocks: list[Any], *,
+             spread: bool = False) -> list[Any]:  # fmt: skip
+    """Each of ``shipments`` run as one task (``spread``: the k-th on the k-th worker, or
+    another if it is lost, so that independent solves run side by side), all waited for
+    at once by ``ex``'s watchdog; the workers' warnings re-raised here, once each."""
+    futures = []
+    for k, shipment in enumerate(shipments):
+        where = {}
+        if spread and ex.workers:
+            where = {"workers": [ex.workers[k % len(ex.workers)]], "allow_other_workers": True}
+        futures.append(ex.client.submit(in_worker, shipment, blocks, pure=False, **where))
+    try:
+        answers = ex.gather(futures)
+    finally:
+        for f in futures:
+            f.release()
+    caught = [c for a in answers for c in a.caught]
+    for c in dict.fromkeys(caught):
+        warnings.warn(c.message, c.category, stacklevel=4)
+    return [a.result for a in answers]
+
+
+#: Warnings of the libraries beneath (not of the solve) stay in the worker's log.
+QUIET = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+
+def in_worker(shipment: Shipment, blocks: list[Any]) -> Answer:
+    """The task: the entry point called in this process (no cluster: the in-process solver),
+    its warnings recorded to travel back."""
+    t0 = time.perf_counter()
+    X = shipment.X if shipment.dataset is None else shipment.dataset.local(blocks)
+    with dask.config.set({"scheduler": "sync", ONE_PIECE_KEY: False}):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = entry(shipment.entry)(X, client=None, **shipment.kwargs)
+    got = [Caught(w.category, str(w.message)) for w in caught if not issubclass(w.category, QUIET)]
+    return Answer(result, got, time.perf_counter() - t0)
+
+
+def entry(name: str) -> Any:
+    """The entry point a shipment names: ``fit``, ``path`` or ``fold`` (one cross-validation
+    fold's held-out scores)."""
+    if name == "fold":
+        from dl1.cross_validation import fold_in_process
+
+        return fold_in_process
+    from dl1 import penalised
+
+    return {"fit": penalised.fit, "path": penalised.path}[name]
