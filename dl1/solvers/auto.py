@@ -8,8 +8,10 @@ faster than every sample-wise solver in every case, by 1.3x (Prox-SDCA at tol 1e
 (Prox-SDCA at alpha_max/1000): its passes certify and select at once, and its subproblems
 are solved on the few columns that matter. So:
 
-* a loss that is not smooth (the hinge) has no feature-wise solver: ``"sdca"``, the
-  sample-wise solver with a certificate that converges (its own dual variables);
+* a loss that is not smooth (the hinge): ``"smoothing"``, the working-set solver on a
+  smoothed hinge, then exact LP working sets (pure L1) or continuation in the smoothing
+  (:mod:`dl1.solvers.smoothing`), certified by the hinge's gap (Prox-SDCA's certificate and
+  the online solvers stopped at relative gaps 0.2-0.9 on a 300 x 100 L1 problem);
 * every other problem: ``"ws"``, whatever its shape, row length, sparsity, tolerance or
   cluster size, until a measurement says otherwise.
 """
@@ -22,4 +24,4 @@ from typing import Any
 
 def choose_solver(datafit: Any) -> str:
     """The registered solver name ``solver="auto"`` means for a problem with ``datafit``."""
-    return "ws" if math.isfinite(datafit.beta) else "sdca"
+    return "ws" if math.isfinite(datafit.beta) else "smoothing"

@@ -8,6 +8,7 @@ from dl1.solvers.rda import RDASolver
 from dl1.solvers.sdca import SDCASolver
 from dl1.solvers.sgd import FobosSolver, StochasticGradientSolver
 from dl1.solvers.smidas import SMIDASSolver
+from dl1.solvers.smoothing import SmoothingSolver
 from dl1.solvers.ws import WorkingSetSolver
 
 SOLVERS: dict[str, type] = {
@@ -18,4 +19,5 @@ SOLVERS: dict[str, type] = {
     RDASolver.name: RDASolver,
     SDCASolver.name: SDCASolver,
     SMIDASSolver.name: SMIDASSolver,
+    SmoothingSolver.name: SmoothingSolver,
 }

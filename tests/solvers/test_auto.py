@@ -13,15 +13,15 @@ from dl1.solvers.auto import choose_solver
 
 @pytest.mark.parametrize(
     ("datafit", "expected"),
-    [(Quadratic(), "ws"), (Logistic(), "ws"), (SmoothHinge(), "ws"), (Hinge(), "sdca")],
+    [(Quadratic(), "ws"), (Logistic(), "ws"), (SmoothHinge(), "ws"), (Hinge(), "smoothing")],
 )
 def test_rule(datafit, expected):
-    """Pass: smooth losses go to the working-set solver, the hinge to Prox-SDCA (the rule
-    the module documents, from the measurements in benchmarks/RESULTS.md)."""
+    """Pass: smooth losses go to the working-set solver, the hinge to the smoothing solver
+    (the rule the module documents, from the measurements in benchmarks/RESULTS.md)."""
     assert choose_solver(datafit) == expected
 
 
-@pytest.mark.parametrize(("loss", "expected"), [("squared", "ws"), ("hinge", "sdca")])
+@pytest.mark.parametrize(("loss", "expected"), [("squared", "ws"), ("hinge", "smoothing")])
 def test_fit_path_and_estimator_take_auto(loss, expected):
     """Pass: dl1.fit(solver="auto") gives the chosen solver's result exactly (same
     coefficients as naming it), dl1.path and the estimators accept "auto"."""
