@@ -251,12 +251,15 @@ class SmoothingSolver:
         handles = pb.handles or (ex.submit(identity, pb.y), ex.submit(identity, pb.sample_weight))
         threshold = pb.n * pb.penalty.alpha_l1
         t0 = time.perf_counter()
+        ws = np.zeros(0, np.int64)
         for _ in range(self.max_rounds):
             if point.cert.gap <= target:
                 break
             support = np.flatnonzero(point.w)
             ws_size = max(self.ws_start, 2 * support.shape[0])
-            ws = choose_working_set(support, point.per_block, pb.col_bounds, ws_size)
+            last, ws = ws, choose_working_set(support, point.per_block, pb.col_bounds, ws_size)
+            if np.array_equal(ws, last):  # the LP's own optimum: its rounding is the limit
+                break
             groups += self._extract(pb, groups, ws)
             (out,) = ex.gather([ex.submit(
                 hinge_lp_task, [g.handle for g in groups], [g.ids for g in groups], ws,
