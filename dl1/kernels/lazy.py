@@ -209,6 +209,18 @@ def lazy_pass(indptr, indices, data, y, sw, rows, eta, w, b, fit_intercept, l1, 
 
 
 @njit(nogil=True, cache=True)
+def rows_loss(indptr, indices, data, y, sw, w, b, loss, gamma):
+    """``sum_i sw_i loss(y_i, x_i . w + b)`` over the CSR rows (no temporary of length n)."""
+    total = 0.0
+    for r in range(indptr.shape[0] - 1):
+        z = b
+        for q in range(indptr[r], indptr[r + 1]):
+            z += data[q] * w[indices[q]]
+        total += sw[r] * loss_value(loss, y[r], z, gamma)
+    return total
+
+
+@njit(nogil=True, cache=True)
 def dense_pass(indptr, indices, data, y, sw, rows, eta, w, b, fit_intercept, l1, l2, form,
                loss, gamma):
     """:func:`lazy_pass` with the regularisation step applied to every weight at every

@@ -105,6 +105,17 @@ def rda_weights(G, t, l1, l2, gamma_rda, rho=0.0, Gb=0.0, gamma_b=1.0):
     return w, float(rda_intercept(Gb, float(t), gamma_b))
 
 
+def rda_state(w, b, t, l1, l2, gamma_rda, rho=0.0, gamma_b=1.0):
+    """The state ``(G, G_b)`` whose weights after ``t`` steps are ``(w, b)`` (Eq. (6)
+    inverted coordinate by coordinate; zeros when ``t = 0``): a warm start."""
+    w = np.asarray(w, dtype=np.float64)
+    if t <= 0:
+        return np.zeros_like(w), 0.0
+    st = math.sqrt(t)
+    G = -t * (w * (l2 + gamma_rda / st) + np.sign(w) * (l1 + gamma_rda * rho / st))
+    return G, -float(b) * gamma_b * st
+
+
 @njit(nogil=True, cache=True)
 def rda_pass(indptr, indices, data, y, sw, rows, G, Gb, t, w, fit_intercept, l1, l2,
              gamma_rda, rho, gamma_b, loss, gamma):

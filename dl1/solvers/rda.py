@@ -11,6 +11,10 @@ The state of the method is the sum of all loss gradients ``G`` and the step coun
 coordinator adds the partitions' gradient sums and steps: their dual averages are pooled
 (``gbar = sum_k G_k / sum_k t_k``), and with one partition an epoch is sequential RDA. The
 loop and the certificate are :class:`dl1.solvers.rowwise.SampleWiseSolver`'s.
+
+``rda_gamma`` needs no tuning: by default it is calibrated before the first epoch on a
+sample of rows (:mod:`dl1.solvers.calibration`, after Bottou's SGD); a given value is used
+as it is.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from dl1.kernels.rda import rda_weights
+from dl1.kernels.rda import rda_state, rda_weights
 from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.calibration import FACTORS
 from dl1.solvers.rowwise import SampleWiseSolver
-from dl1.tasks.stochastic import RDAOutput, RDASettings, rda_epoch_task
+from dl1.tasks.stochastic import RDAOutput, RDASettings, RDATrial, rda_epoch_task
 
 
 @dataclass(frozen=True)
@@ -48,16 +53,27 @@ class RDASolver(SampleWiseSolver):
         As :class:`~dl1.solvers.rowwise.SampleWiseSolver`.
     rda_gamma : float, optional
         ``beta_t = rda_gamma sqrt(t)`` (Eq. (8)); the paper's best is ``L / D`` (bounds of
-        the gradients and of ``||w*||``), rarely known. Default: ``beta max_i ||x_i||^2 /
-        sqrt(n)``, which makes the step given to each gradient, ``1 / (rda_gamma sqrt(t))``,
-        the SGD solver's ``eta0 / sqrt(1 + t / n)`` once ``t >> n``. Also used with a ridge
-        part, where the paper allows ``beta_t = 0``: with a small ridge that makes the first
-        iterates ``-gbar / l2`` huge.
+        the gradients and of ``||w*||``), rarely known. Default (None): calibrated before
+        the first epoch on a sample of rows (:mod:`dl1.solvers.calibration`: one pass over
+        the sample for each of ``gamma_b / 2^k``, ``k = -2 .. 4``, the lowest regularised
+        objective on the sample wins; at most half an epoch's steps), with ``gamma_b =
+        beta max_i ||x_i||^2 / sqrt(n)``, which makes the step given to each gradient,
+        ``1 / (gamma_b sqrt(t))``, the SGD solver's base ``eta0 / sqrt(1 + t / n)`` once
+        ``t >> n``. A value skips the calibration. The value used is
+        ``history_[0]["rda_gamma"]``. Also used with a ridge part, where the paper allows
+        ``beta_t = 0``: with a small ridge that makes the first iterates ``-gbar / l2`` huge.
     rho : float
         Sparsity-enhancing weight of ``rho ||w||_1`` in ``h`` (0: plain l1-RDA).
+
+    Examples
+    --------
+    >>> from dl1.solvers.rda import RDASolver
+    >>> calibrated = RDASolver(max_epochs=50)  # rda_gamma from a sample of rows
+    >>> fixed = RDASolver(max_epochs=50, rda_gamma=5.0)  # no calibration
     """
 
     name = "rda"
+    rate_parameter = "rda_gamma"
 
     def __init__(
         self,
@@ -76,27 +92,35 @@ class RDASolver(SampleWiseSolver):
         self.rda_gamma = rda_gamma
         self.rho = rho
 
-    def _settings(self, pb: Problem) -> RDASettings:
-        gamma = self.rda_gamma
-        if gamma is None:
-            # a step of 1 / (gamma sqrt(t)) per gradient: SGD's schedule eta0 / sqrt(1 + t/n)
-            # with eta0 = 1 / (beta max ||x_i||^2) (see dl1.solvers.sgd) once t >> n
-            gamma = self._curvature(pb) * max(pb.rows.row_sqnorm_max, 1e-300) / math.sqrt(pb.n)
+    def _base_rate(self, pb: Problem) -> float:
+        """``beta max_i ||x_i||^2 / sqrt(n)``: a step of ``1 / (gamma sqrt(t))`` per
+        gradient, SGD's schedule ``eta0 / sqrt(1 + t / n)`` with its base ``eta0`` (see
+        :mod:`dl1.solvers.sgd`) once ``t >> n``."""
+        return self._curvature(pb) * max(pb.rows.row_sqnorm_max, 1e-300) / math.sqrt(pb.n)
+
+    def _candidates(self, pb: Problem) -> list[float]:
+        """``gamma`` is the inverse of a step: the base divided by the ladder's factors."""
+        return [self._base_rate(pb) / f for f in FACTORS]
+
+    def _trial(self, pb: Problem, state: RDAState) -> RDATrial:
+        return RDATrial(state.settings, state.w, state.b, state.t)
+
+    def _settings(self, pb: Problem, gamma: float | None) -> RDASettings:
+        gamma = self._base_rate(pb) if gamma is None else gamma
         return RDASettings(pb.loss, pb.penalty.alpha_l1, pb.penalty.alpha_l2, pb.fit_intercept,
                            float(gamma), float(self.rho), 1.0)  # fmt: skip
 
-    def _start(self, pb: Problem, warm: WarmState | None) -> RDAState:
+    def _start(self, pb: Problem, warm: WarmState | None, rate: float | None = None) -> (
+        RDAState
+    ):
         """From zero, or from the dual average whose weights are ``warm``'s after ``n``
         steps (Eq. (6) inverted coordinate by coordinate)."""
-        st = self._settings(pb)
+        st = self._settings(pb, rate)
         if warm is None:
             return RDAState(np.zeros(pb.p), 0.0, 0.0, np.zeros(pb.p), 0.0, st)
         t = float(pb.n)
-        w = np.asarray(warm.coef, dtype=np.float64)
-        scale = st.l2 + st.gamma / math.sqrt(t)
-        threshold = st.l1 + st.gamma * st.rho / math.sqrt(t)
-        G = -t * (w * scale + np.sign(w) * threshold)
-        Gb = -float(warm.intercept) * st.gamma_b * math.sqrt(t) if pb.fit_intercept else 0.0
+        b = float(warm.intercept) if pb.fit_intercept else 0.0
+        G, Gb = rda_state(warm.coef, b, t, st.l1, st.l2, st.gamma, st.rho, st.gamma_b)
         w, b = rda_weights(G, t, st.l1, st.l2, st.gamma, st.rho, Gb, st.gamma_b)
         return RDAState(G, Gb, t, w, b, st)
 

@@ -9,6 +9,11 @@ dual updates). Then the certificate: ``z = X w``, the intercept refitted exactly
 duality gap of the penalised problem at the combined model, which is what is returned:
 how the partitions are combined changes the iterates, never what the certificate says
 about them. ``max_epochs`` bounds the passes; reaching it warns with the gap.
+
+Before the first epoch, a solver with a step parameter (``rate_parameter``) left at None
+calibrates it on a sample of rows (:mod:`dl1.solvers.calibration`); the value used is the
+first history entry's ``rate_parameter`` key, the calibration's record its
+``"calibration"``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dl1.loading import rows_xt_theta
 from dl1.objective.datafits.quadratic import balanced
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.calibration import FACTORS, Calibration, CalibrationSettings, calibrate
 from dl1.solvers.result import Certificate, FitResult, make_result
 from dl1.tasks.rows import rows_matvec_task
 
@@ -72,6 +78,10 @@ class SampleWiseSolver:
     layout = "rows"
     direct_calls = False
     name = ""
+    #: The step parameter calibrated when left at None ("": none to calibrate).
+    rate_parameter = ""
+    #: The sample and cost bound of the calibration.
+    calibration = CalibrationSettings()
 
     def __init__(
         self,
@@ -96,13 +106,15 @@ class SampleWiseSolver:
         """Epochs until the combined model is certified within ``problem.tol``."""
         pb = problem
         check_loss(self.name, pb.loss)
-        state = self._start(pb, warm)
+        rate, calibration = self._rate(pb, warm)
+        state = self._start(pb, warm, rate)
         history: list[dict[str, Any]] = []
         t_start = time.perf_counter()
         epoch, converged = 0, False
         cert, z, b = self._certify(pb, state.w, state.b, self._dual_candidate(state))
         for epoch in range(self.max_epochs + 1):
-            entry = self._entry(epoch, cert, pb, state.w, t_start)
+            entry = self._entry(epoch, cert, pb, state.w, t_start,
+                                self._rate_record(rate, calibration) if epoch == 0 else {})
             history.append(entry)
             converged = entry["gap"] <= pb.tol
             if converged or epoch == self.max_epochs:
@@ -120,8 +132,18 @@ class SampleWiseSolver:
         return res, WarmState(state.w, b, z)
 
     # -- what a solver defines ---------------------------------------------------------
-    def _start(self, pb: Problem, warm: WarmState | None) -> Any:
-        """The state an epoch starts from (with ``w`` and ``b``), from ``warm`` or zero."""
+    def _start(self, pb: Problem, warm: WarmState | None, rate: float | None = None) -> Any:
+        """The state an epoch starts from (with ``w`` and ``b``), from ``warm`` or zero,
+        with the step parameter ``rate``."""
+        raise NotImplementedError
+
+    def _base_rate(self, pb: Problem) -> float:
+        """The step parameter the calibration's candidates are multiples of."""
+        raise NotImplementedError
+
+    def _trial(self, pb: Problem, state: Any) -> Any:
+        """The pass the calibration runs on its sample, from ``state``
+        (:mod:`dl1.tasks.stochastic`'s ``*Trial``)."""
         raise NotImplementedError
 
     def _epoch(self, pb: Problem, state: Any, epoch: int) -> list[Any]:
@@ -138,6 +160,30 @@ class SampleWiseSolver:
         return None
 
     # -- shared ------------------------------------------------------------------------
+    def _candidates(self, pb: Problem) -> list[float]:
+        """The calibration's candidates: the base step times :data:`FACTORS`."""
+        return [self._base_rate(pb) * f for f in FACTORS]
+
+    def _rate(self, pb: Problem, warm: WarmState | None) -> tuple[
+        float | None, Calibration | None
+    ]:
+        """The step parameter: the one given, or calibrated on a sample of rows."""
+        if not self.rate_parameter:
+            return None, None
+        given = getattr(self, self.rate_parameter)
+        if given is not None:
+            return float(given), None
+        candidates = self._candidates(pb)
+        trial = self._trial(pb, self._start(pb, warm, candidates[0]))
+        cal = calibrate(pb, self.rate_parameter, candidates, trial, self.seed, self.calibration)
+        return cal.value, cal
+
+    def _rate_record(self, rate: float | None, cal: Calibration | None) -> dict[str, Any]:
+        """The first history entry's record of the step parameter and its calibration."""
+        if rate is None:
+            return {}
+        return {self.rate_parameter: rate} | ({} if cal is None else {"calibration": cal})
+
     def _due(self, epoch: int) -> bool:
         """Whether the model after ``epoch`` epochs is certified."""
         if epoch >= self.max_epochs:
@@ -192,7 +238,7 @@ class SampleWiseSolver:
         return beta if np.isfinite(beta) else 1.0
 
     def _entry(self, epoch: int, cert: Certificate | None, pb: Problem, w: np.ndarray,
-               t_start: float) -> dict[str, Any]:  # fmt: skip
+               t_start: float, extra: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
         entry = {
             "round": epoch,
             "epoch": epoch,
@@ -200,7 +246,7 @@ class SampleWiseSolver:
             "gap": np.nan if cert is None else pb.relative_gap(cert.gap),
             "nnz": int(np.count_nonzero(w)),
             "seconds": time.perf_counter() - t_start,
-        }
+        } | extra
         if self.verbose:
             print(f"epoch {epoch:4d}  objective {entry['objective']:.10g}  gap "
                   f"{entry['gap']:.3e}  nnz {entry['nnz']}")  # fmt: skip

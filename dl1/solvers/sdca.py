@@ -125,9 +125,11 @@ class SDCASolver(SampleWiseSolver):
                 stacklevel=6,
             )
 
-    def _start(self, pb: Problem, warm: WarmState | None) -> SDCAState:
+    def _start(self, pb: Problem, warm: WarmState | None, rate: float | None = None) -> (
+        SDCAState
+    ):
         """From ``alpha = 0``, or from the dual point of ``warm``'s predictions (the
-        optimum's relation ``alpha_i = -s_i loss'(y_i, z_i)``)."""
+        optimum's relation ``alpha_i = -s_i loss'(y_i, z_i)``; no step: ``rate`` unused)."""
         st = self._settings(pb)
         if warm is None:
             return SDCAState(np.zeros(pb.n), np.zeros(pb.p), np.zeros(pb.p),

@@ -10,6 +10,10 @@ Each partition runs one pass of lazy SGD / FoBoS steps (Lipton & Elkan 2015;
 averages the partitions' models weighted by their rows (parameter mixing: Mann et al.
 2009, Zinkevich et al. 2010); with one partition an epoch is plain sequential SGD. The
 loop and the certificate are :class:`dl1.solvers.rowwise.SampleWiseSolver`'s.
+
+The first step ``eta0`` needs no tuning: by default it is calibrated before the first epoch
+on a sample of rows (:mod:`dl1.solvers.calibration`, after Bottou's SGD), among multiples
+of ``1 / (beta max_i ||x_i||^2)``; a given ``eta0`` is used as it is.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import numpy as np
 
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.rowwise import SampleWiseSolver
-from dl1.tasks.stochastic import SGDOutput, SGDSettings, sgd_epoch_task
+from dl1.tasks.stochastic import SGDOutput, SGDSettings, SGDTrial, sgd_epoch_task
 
 LEARNING_RATES = ("constant", "invsqrt", "inverse")
 
@@ -47,12 +51,24 @@ class StochasticGradientSolver(SampleWiseSolver):
         ``eta_t = eta0 / sqrt(1 + t / n)``, ``eta0``, or ``eta0 / (1 + t / n)`` (``t`` counts
         steps over all epochs, ``n`` is the number of samples).
     eta0 : float, optional
-        First step; default ``1 / (beta * max_i ||x_i||^2)``, the largest step that cannot
-        overshoot one example's loss (``beta`` bounds the loss's curvature).
+        First step. Default (None): calibrated before the first epoch on a sample of rows
+        (:mod:`dl1.solvers.calibration`: one pass over the sample for each of
+        ``eta_b * 2^k``, ``k = -2 .. 4``, with ``eta_b = 1 / (beta max_i ||x_i||^2)`` the
+        largest step that cannot overshoot one example's loss, ``beta`` bounding its
+        curvature; the lowest regularised objective on the sample wins), at most half an
+        epoch's steps. A value skips the calibration. The step used is
+        ``history_[0]["eta0"]``, the calibration's record ``history_[0]["calibration"]``.
+
+    Examples
+    --------
+    >>> from dl1.solvers.sgd import StochasticGradientSolver
+    >>> calibrated = StochasticGradientSolver(max_epochs=50)  # eta0 from a sample of rows
+    >>> fixed = StochasticGradientSolver(max_epochs=50, eta0=0.01)  # no calibration
     """
 
     name = "sgd"
     form = "sgd"
+    rate_parameter = "eta0"
 
     def __init__(
         self,
@@ -75,15 +91,30 @@ class StochasticGradientSolver(SampleWiseSolver):
         self.learning_rate = learning_rate
         self.eta0 = eta0
 
-    def _start(self, pb: Problem, warm: WarmState | None) -> SGDState:
+    def _start(self, pb: Problem, warm: WarmState | None, rate: float | None = None) -> (
+        SGDState
+    ):
         w = np.zeros(pb.p) if warm is None else np.array(warm.coef, dtype=np.float64)
         b = pb.initial_intercept() if warm is None else float(warm.intercept)
-        return SGDState(w, b, 0, self._settings(pb))
+        return SGDState(w, b, 0, self._settings(pb, rate))
 
-    def _settings(self, pb: Problem) -> SGDSettings:
-        eta0 = self.eta0
-        if eta0 is None:
-            eta0 = 1.0 / (self._curvature(pb) * max(pb.rows.row_sqnorm_max, 1e-300))
+    def _base_rate(self, pb: Problem) -> float:
+        """``1 / (beta max_i ||x_i||^2)``: no step overshoots one example's loss."""
+        return 1.0 / (self._curvature(pb) * max(pb.rows.row_sqnorm_max, 1e-300))
+
+    def _candidates(self, pb: Problem) -> list[float]:
+        """The base step's multiples, held below ``0.5 / l2`` in the SGD form (its ridge
+        factor ``1 - eta l2`` stays positive)."""
+        cands = super()._candidates(pb)
+        if self.form == "sgd" and pb.penalty.alpha_l2 > 0:
+            cands = [min(c, 0.5 / pb.penalty.alpha_l2) for c in cands]
+        return cands
+
+    def _trial(self, pb: Problem, state: SGDState) -> SGDTrial:
+        return SGDTrial(state.settings, state.w, state.b)
+
+    def _settings(self, pb: Problem, eta0: float | None) -> SGDSettings:
+        eta0 = self._base_rate(pb) if eta0 is None else eta0
         if self.form == "sgd" and eta0 * pb.penalty.alpha_l2 >= 1.0:
             eta0 = 0.5 / pb.penalty.alpha_l2  # keeps the ridge factor 1 - eta l2 positive
         return SGDSettings(

@@ -6,19 +6,22 @@ its turn comes), and calls the solver's kernel on the block: lazy SGD / FoBoS
 (:mod:`dl1.kernels.lazy`), l1-RDA (:mod:`dl1.kernels.rda`), SMIDAS
 (:mod:`dl1.kernels.smidas`) or Prox-SDCA (:mod:`dl1.kernels.sdca`). Each returns what the
 coordinator combines, and the progressive validation loss of its rows (the weighted sum of
-each example's loss at the prediction made before its step).
+each example's loss at the prediction made before its step). Before the first epoch, the
+step calibration (:mod:`dl1.solvers.calibration`) runs the same epochs on a sample of the
+partition's rows (:func:`calibration_task`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+import scipy.sparse as sp
 
-from dl1.kernels.lazy import FORM_CODES, LOSS_CODES, lazy_pass
-from dl1.kernels.rda import rda_pass
+from dl1.kernels.lazy import FORM_CODES, LOSS_CODES, lazy_pass, rows_loss
+from dl1.kernels.rda import rda_pass, rda_state, rda_weights
 from dl1.kernels.sdca import sdca_epoch
 from dl1.kernels.smidas import smidas_pass
 from dl1.tasks.rows import RowBlock, RowSource, loaded_rows
@@ -304,3 +307,118 @@ def sdca_round_task(
         progressive += prog
         by_block.append((vis.block.i, prog / max(1, vis.rows.shape[0])))
     return SDCAOutput(d_alpha, dv, float(progressive), tuple(by_block), float(dvb))
+
+
+# ------------------------------------------------------------------ step calibration
+@dataclass(frozen=True)
+class SGDTrial:
+    """One SGD / FoBoS pass from ``(w, b)`` with ``eta0`` set to a candidate."""
+
+    settings: SGDSettings
+    w: np.ndarray
+    b: float
+
+    def run(self, block: RowBlock, y: np.ndarray, sw: np.ndarray, value: float, seed: int,
+            n_rows: int) -> tuple[np.ndarray, float]:  # fmt: skip
+        out = sgd_epoch_task([block], self.w, self.b, y, sw,
+                             replace(self.settings, eta0=value), 0, seed)  # fmt: skip
+        return out.w, out.b
+
+
+@dataclass(frozen=True)
+class RDATrial:
+    """One l1-RDA pass with ``gamma`` set to a candidate, from the state whose weights are
+    ``(w, b)`` after ``t`` steps (``t = 0``: from zero). The sample stands for the
+    partition's ``n_rows`` rows: ``gamma`` is scaled by ``sqrt((t + n_rows) / (t + m))`` so
+    that the sample's last step, ``1 / (gamma sqrt(t))``, is the epoch's."""
+
+    settings: RDASettings
+    w: np.ndarray
+    b: float
+    t: float
+
+    def run(self, block: RowBlock, y: np.ndarray, sw: np.ndarray, value: float, seed: int,
+            n_rows: int) -> tuple[np.ndarray, float]:  # fmt: skip
+        scale = np.sqrt((self.t + n_rows) / (self.t + block.n_rows))
+        st = replace(self.settings, gamma=value * scale)
+        G, Gb = rda_state(self.w, self.b, self.t, st.l1, st.l2, st.gamma, st.rho, st.gamma_b)
+        out = rda_epoch_task([block], G, Gb, self.t, y, sw, st, seed)
+        return rda_weights(G + out.dG, self.t + out.steps, st.l1, st.l2, st.gamma, st.rho,
+                           Gb + out.dGb, st.gamma_b)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SMIDASTrial:
+    """One SMIDAS pass from ``(theta, b)`` with ``eta`` set to a candidate."""
+
+    settings: SMIDASSettings
+    theta: np.ndarray
+    b: float
+
+    def run(self, block: RowBlock, y: np.ndarray, sw: np.ndarray, value: float, seed: int,
+            n_rows: int) -> tuple[np.ndarray, float]:  # fmt: skip
+        from dl1.solvers.smidas import link_inverse
+
+        out = smidas_epoch_task([block], self.theta, self.b, y, sw,
+                                replace(self.settings, eta=value), seed)  # fmt: skip
+        return link_inverse(out.theta, self.settings.p), out.b
+
+
+@dataclass(frozen=True)
+class CalibrationOutput:
+    """A partition's part of a calibration: per candidate, ``sum sw * loss`` over its sample
+    and the penalty of its model; the rows sampled."""
+
+    losses: np.ndarray
+    penalties: np.ndarray
+    rows: int
+
+
+def sample_rows(
+    blocks: list[RowBlock | RowSource], y: np.ndarray, sample_weight: np.ndarray, m: int,
+    rng: np.random.Generator,
+) -> tuple[RowBlock, np.ndarray, np.ndarray]:  # fmt: skip
+    """``m`` of the partition's rows drawn without replacement, as one row block (first row
+    0) with their targets and sample weights; only the blocks holding drawn rows are read."""
+    sizes = np.array([blk.n_rows for blk in blocks], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    picks = np.sort(rng.choice(int(starts[-1]), size=m, replace=False))
+    mats, rows = [], []
+    for k, source in enumerate(blocks):
+        local = picks[(picks >= starts[k]) & (picks < starts[k + 1])] - starts[k]
+        if local.size:
+            blk = loaded_rows(source)
+            mats.append(sp.csr_matrix((blk.data, blk.indices, blk.indptr),
+                                      shape=(blk.n_rows, blk.p))[local])  # fmt: skip
+            rows.append(blk.r0 + local)
+            del blk  # out of core: freed before the next block is read
+    X = sp.vstack(mats, format="csr")
+    r = np.concatenate(rows)
+    sw = np.ones(m) if sample_weight.shape[0] == 0 else sample_weight[r]
+    sq = np.asarray(X.multiply(X).sum(axis=1)).ravel()
+    block = RowBlock(-1, 0, X.indptr.astype(np.int64), X.indices.astype(np.int32),
+                     X.data.astype(np.float64), X.shape[1], float(sq.max(initial=0.0)))
+    return block, y[r], sw
+
+
+def calibration_task(
+    blocks: list[RowBlock | RowSource], y: np.ndarray, sample_weight: np.ndarray, m: int,
+    trial: SGDTrial | RDATrial | SMIDASTrial, candidates: list[float], seed: int,
+) -> CalibrationOutput:  # fmt: skip
+    """One pass of ``trial`` over ``m`` sampled rows of the partition per candidate (the
+    same rows, in the same order), each model's loss on the sample and its penalty: the
+    partition's part of :func:`dl1.solvers.calibration.calibrate`. A diverging candidate
+    gives inf or NaN."""
+    block, ys, sw = sample_rows(blocks, y, sample_weight, m, np.random.default_rng(seed))
+    n_rows = sum(blk.n_rows for blk in blocks)
+    st = trial.settings
+    smoothing = st.gamma if isinstance(st, SGDSettings) else st.smoothing
+    l2 = 0.0 if isinstance(st, SMIDASSettings) else st.l2
+    losses, penalties = np.empty(len(candidates)), np.empty(len(candidates))
+    with np.errstate(all="ignore"):  # a diverging candidate overflows: its objective is inf
+        for k, value in enumerate(candidates):
+            w, b = trial.run(block, ys, sw, value, seed, n_rows)
+            losses[k] = rows_loss(block.indptr, block.indices, block.data, ys, sw, w, b,
+                                  LOSS_CODES[st.loss], smoothing)  # fmt: skip
+            penalties[k] = st.l1 * np.abs(w).sum() + 0.5 * l2 * (w @ w)
+    return CalibrationOutput(losses, penalties, block.n_rows)

@@ -51,13 +51,15 @@ def test_certificate_bounds_the_distance_to_the_optimum(solver, loss, l1_ratio):
 def test_one_partition_is_sequential_lazy_sgd():
     """Pass: with one partition and one row block, an epoch of the solver is exactly one
     lazy pass of the kernel in the solver's row order, from w = 0 and the intercept of
-    w = 0 (then refitted for the certificate): same weights to 1e-12."""
+    w = 0 (then refitted for the certificate), with the step the solver calibrated and
+    recorded: same weights to 1e-12."""
     X, y = regression(n=200, p=30, seed=2)
     alpha = dl1.alpha_max(X, y) / 4
     res = fit_quietly(X, y, alpha=alpha, solver="fobos", max_epochs=1, n_partitions=1,
                       fit_intercept=False, tol=1e-12, seed=3)
-    settings = SGDSettings("fobos", "squared", alpha, 0.0, False,
-                           1.0 / X.multiply(X).sum(axis=1).max(), "invsqrt", 1.0 / 200)
+    eta0 = res.history_[0]["eta0"]
+    assert eta0 == res.history_[0]["calibration"].value
+    settings = SGDSettings("fobos", "squared", alpha, 0.0, False, eta0, "invsqrt", 1.0 / 200)
     rng = np.random.default_rng(3 * 1_000_003)
     rng.permutation(1)  # the block order
     rows = rng.permutation(200).astype(np.int64)
@@ -207,13 +209,13 @@ def test_stream_order_certify_at_the_end_and_losses_per_block():
     np.testing.assert_array_equal(end.coef_, every.coef_)
     assert [np.isnan(h["gap"]) for h in end.history_] == [False, True, True, False]
     assert end.gap_ == every.gap_
-    settings = SGDSettings("sgd", "squared", alpha, 0.0, False,
-                           1.0 / X.multiply(X).sum(axis=1).max(), "invsqrt", 1.0 / 300)
+    first = fit_quietly(Xd, y, solver=StochasticGradientSolver(max_epochs=1, shuffle=False), **kw)
+    settings = SGDSettings("sgd", "squared", alpha, 0.0, False, first.history_[0]["eta0"],
+                           "invsqrt", 1.0 / 300)
     w = np.zeros(30)
     lazy_pass(X.indptr, X.indices.astype(np.int32), X.data, y, np.ones(300),
               np.arange(300, dtype=np.int64), learning_rates(settings, 0, 300), w, 0.0, False,
               alpha, 0.0, FORM_CODES["sgd"], LOSS_CODES["squared"], 1.0)
-    first = fit_quietly(Xd, y, solver=StochasticGradientSolver(max_epochs=1, shuffle=False), **kw)
     np.testing.assert_allclose(first.coef_, w, rtol=0, atol=1e-12)
     by_block = every.history_[0]["progressive_loss_by_block"]
     assert [i for i, _ in by_block] == [0, 1, 2]
