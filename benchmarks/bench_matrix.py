@@ -1,0 +1,636 @@
+"""Issue 31's benchmark matrix: dl1 against celer, skglm, scikit-learn, Snap ML and liblinear.
+
+For every preset, loss and kind, every solver computes the same answer:
+
+- loss ``squared``: the Lasso ``1/(2n) ||y - X w - b||^2 + alpha ||w||_1``; ``logistic``: L1
+  logistic regression ``(1/n) sum_i log(1 + exp(-y_i (x_i w + b))) + alpha ||w||_1``, labels
+  in {-1, +1}; both with an unpenalised intercept ``b``;
+- kind ``fit``: one alpha, ``alpha_max / --ratio`` (default 20); ``path``: ``--n-alphas``
+  (default 100) alphas from ``alpha_max`` down to ``--eps * alpha_max``, warm-started from one
+  alpha to the next where the solver can be (scikit-learn, celer, skglm; liblinear and Snap ML
+  start every alpha cold);
+
+each to relative duality gap 1e-6, certified by one NumPy computation for every solver
+(:func:`rel_gap`, dl1's datafits and :func:`dl1.objective.gap.duality_gap`): the gap at the
+dual point ``-n grad F(X w + b)`` taken at the best intercept shift, balanced
+(``sum theta = 0``) and rescaled into the L1 dual ball, divided by ``P(0)`` (the objective at
+``w = 0`` with the intercept fitted). For the squared loss that is scikit-learn's Lasso gap;
+for the logistic loss the Fenchel gap of L1 logistic regression. Peers whose intercept is a
+penalised constant feature (Snap ML, liblinear; celer's L1 logistic regression, which has no
+intercept, gets a constant column of ``INTERCEPT_SCALING``, 1e5-1e6) have their intercept refitted
+exactly for their ``w`` before the check (not timed).
+
+Solvers: ``dl1`` on a LocalCluster of ``--workers`` single-threaded worker processes (its
+store read from disk in every timed run, after one untimed warm-up run of the same kind),
+``dl1-inproc`` the same in the calling process (``client=None``); the peers get ``X`` in
+memory (loading not timed, one untimed warm-up fit on a few rows to compile numba code).
+Squared: celer, skglm, scikit-learn's ``Lasso``, Snap ML; logistic: celer, skglm,
+liblinear (scikit-learn's ``LogisticRegression(solver="liblinear")``, at most 1,000
+iterations: tighter tols than 1e-6 can stall it), Snap ML. Peers start
+at tolerances meant to reach 1e-6 (``PEER_TOL``); a fit (or a path's alpha) that the check
+does not certify is redone once with a 100x tighter tol (that time counts for a path's
+alpha; a fit's reported times are all at the final tol); a peer still short is marked ✗.
+Paths stop after ``--time-limit`` seconds per solver. Times are medians of ``--repeat``
+runs (``--path-repeat`` for paths); peak memory is the high-water RSS of each process over a
+job (dl1 on the cluster: the coordinator and each worker).
+
+Every solver runs in child processes, one per (solver, preset, loss); results are printed
+as markdown tables (times, speed-ups, memory) and written to ``--json``.
+
+    python benchmarks/bench_matrix.py --presets small short tfidf log1p shortclf \\
+        --losses squared logistic --kinds fit path --repeat 3 --json bench-out/matrix.json
+    python benchmarks/bench_matrix.py --quick   # every cell on tiny data, a few minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing as mp
+import queue
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+TARGET = 1e-6
+PRESETS = ("small", "short", "tfidf", "log1p", "shortclf")
+PEERS = {
+    "squared": ("celer", "skglm", "sklearn", "snapml"),
+    "logistic": ("celer", "skglm", "liblinear", "snapml"),
+}
+DL1 = ("dl1", "dl1-inproc")
+#: Each peer's first tol for a relative gap of 1e-6 (its own stopping rule's equivalent):
+#: scikit-learn and celer's Lasso stop on gap <= tol ||y - mean y||^2 / n = 2 tol P(0);
+#: celer's logistic on gap <= tol n log 2 (its sum, >= n P(0)); skglm on a KKT violation;
+#: liblinear and Snap ML on their own progress measures.
+PEER_TOL = {
+    ("sklearn", "squared"): 5e-7,
+    ("celer", "squared"): 5e-7,
+    ("skglm", "squared"): 1e-6,
+    ("snapml", "squared"): 1e-6,
+    ("celer", "logistic"): 3e-7,
+    ("skglm", "logistic"): 1e-6,
+    ("liblinear", "logistic"): 1e-6,
+    ("snapml", "logistic"): 1e-6,
+}
+RETRY_FACTOR = 100.0
+#: The constant feature standing for the intercept of the peers that penalise it: large, so
+#: that its penalty (``alpha |b| / scaling``) does not bias ``w`` beyond a gap of 1e-6 (at 100
+#: the gap stalls near 1e-3, at 1e4 near 1e-5); liblinear's at 1e6 takes ~100x longer.
+INTERCEPT_SCALING = {"snapml": 1e6, "celer": 1e6, "liblinear": 1e5}
+#: Peers whose intercept is refitted exactly before the check (see the module docstring).
+REFIT_INTERCEPT = {"snapml", "liblinear", ("celer", "logistic")}
+WARM_STARTED = {"sklearn", "celer", "skglm"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One cell of the matrix for one solver: a fit at ``alphas[0]`` or a path on ``alphas``."""
+
+    preset: str
+    loss: str
+    kind: str
+    store: str
+    alphas: tuple[float, ...]
+    p0: float
+    repeat: int
+    time_limit: float
+    warmup: int = 1
+
+
+# ----------------------------------------------------------------------------- the check
+def _datafit(loss: str):
+    from dl1.objective.datafits import Logistic, Quadratic
+
+    return Logistic() if loss == "logistic" else Quadratic()
+
+
+def p_zero(y: np.ndarray, loss: str) -> float:
+    """``P(0)``: the objective at ``w = 0`` with the intercept fitted."""
+    df = _datafit(loss)
+    return float(df.value(y, np.full(y.shape[0], df.initial_intercept(y))))
+
+
+def alpha_max(X: sp.spmatrix, y: np.ndarray, loss: str) -> float:
+    """The smallest alpha whose solution is ``w = 0`` (with the intercept fitted)."""
+    theta = _datafit(loss).dual_point(y, np.zeros(y.shape[0]), None, True)
+    return float(np.abs(X.T @ theta).max() / X.shape[0])
+
+
+def rel_gap(X, y, loss: str, coef: np.ndarray, b: float, alpha: float, p0: float) -> float:
+    """Relative duality gap ``gap / P(0)`` of ``(coef, b)``, in NumPy on the full data."""
+    from dl1.objective.gap import duality_gap
+    from dl1.objective.penalties.elastic_net import ElasticNet
+
+    df = _datafit(loss)
+    z = X @ coef + b
+    theta = df.dual_point(y, z, None, True)
+    _, _, gap = duality_gap(df, ElasticNet(alpha), y, z, coef, X.T @ theta, theta=theta)
+    return float(gap / p0)
+
+
+def refit_intercept(X, y, loss: str, coef: np.ndarray) -> float:
+    """The best intercept for ``coef`` (mean residual; Newton steps on the log-loss)."""
+    z = X @ coef
+    if loss == "squared":
+        return float(np.mean(y - z))
+    df = _datafit(loss)
+    b = df.initial_intercept(y)
+    return float(b + df.intercept_update(y, z + b, None, max_iter=50))
+
+
+def _sparse(coef: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    idx = np.flatnonzero(coef)
+    return idx, coef[idx]
+
+
+def _dense(sparse: tuple[np.ndarray, np.ndarray], p: int) -> np.ndarray:
+    out = np.zeros(p)
+    out[sparse[0]] = sparse[1]
+    return out
+
+
+# ----------------------------------------------------------------------- process helpers
+def _peak_mb() -> float:
+    """High-water RSS of this process since the last :func:`_reset_peak`, in MB."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _reset_peak() -> None:
+    """Restart the high-water RSS from the current RSS (Linux ``clear_refs``)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:  # not Linux, or not allowed: the peak then covers the whole process
+        pass
+
+
+def _load(store: str) -> tuple[sp.csc_matrix, np.ndarray]:
+    import dl1
+
+    st = dl1.open_store(store)
+    return sp.csc_matrix(st.to_dask().compute(scheduler="sync")), st.read("y")
+
+
+def run_children(target, jobs: list[Job], *args) -> list[dict[str, Any]]:
+    """Run ``target(jobs, *args, q)`` in a spawned child; one record per job, an error
+    record for every job the child did not report (it raised or died)."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=target, args=(jobs, *args, q))
+    p.start()
+    out: dict[int, dict[str, Any]] = {}
+    while len(out) < len(jobs):
+        try:
+            k, rec = q.get(timeout=5.0)
+        except queue.Empty:
+            if not p.is_alive():
+                break
+            continue
+        out[k] = rec
+    p.join(timeout=60)
+    if p.is_alive():
+        p.kill()
+    return [out.get(k, {"error": f"child exited with code {p.exitcode}"}) for k in range(len(jobs))]
+
+
+def _guard(q, k: int, fn, *args) -> None:
+    try:
+        q.put((k, fn(*args)))
+    except Exception:  # reported in the table; the child goes on with its next job
+        q.put((k, {"error": traceback.format_exc(limit=3).strip().splitlines()[-1]}))
+
+
+# ------------------------------------------------------------------------------- dl1
+def _dl1_child(jobs: list[Job], mode: str, n_workers: int, q) -> None:
+    if mode == "inproc":
+        for k, job in enumerate(jobs):
+            _guard(q, k, _dl1_job, job, None)
+        return
+    from distributed import Client, LocalCluster
+
+    import dl1
+
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                           host="127.0.0.1", dashboard_address=None)  # fmt: skip
+    client = Client(cluster)
+    try:
+        dl1.runtime.executor.DistributedExecutor(client)  # workers' numba warm-up
+        for k, job in enumerate(jobs):
+            _guard(q, k, _dl1_job, job, client)
+    finally:
+        try:  # on a busy machine the nannies may time out closing: the results are sent
+            client.close()
+            cluster.close(timeout=60)
+        except Exception:
+            pass
+
+
+def _dl1_run(job: Job, client: Any, alphas) -> tuple[float, Any]:
+    import dl1
+
+    t0 = time.perf_counter()
+    if job.kind == "fit":
+        res = dl1.fit(job.store, alpha=alphas[0], tol=TARGET, loss=job.loss, client=client)
+    else:
+        res = dl1.path(job.store, alphas=np.asarray(alphas), tol=TARGET, loss=job.loss,
+                       client=client)  # fmt: skip
+    return time.perf_counter() - t0, res
+
+
+def _dl1_job(job: Job, client: Any) -> dict[str, Any]:
+    _reset_peak()
+    if client is not None:
+        client.run(_reset_peak)
+    # warm-up: the same fit; for a path, a fit at its 10th alpha (one per worker: a solve
+    # that runs in one task compiles its kernels in the worker that first runs it)
+    warm = job.alphas if job.kind == "fit" else job.alphas[min(9, len(job.alphas) - 1) :][:1]
+    for _ in range(job.warmup):
+        _dl1_run(dataclasses.replace(job, kind="fit"), client, warm)
+    times, details = [], []
+    for _ in range(job.repeat):
+        dt, res = _dl1_run(job, client, job.alphas)
+        times.append(dt)
+        if job.kind == "fit":
+            details.append({"load_s": res.load_seconds_, "solve_s": res.solve_seconds_,
+                            "rounds": res.n_rounds_,
+                            "overhead": float(res.overhead_fraction_)})  # fmt: skip
+        else:
+            details.append({"passes": float(np.sum(res.passes_))})
+    peaks = [_peak_mb()]
+    if client is not None:
+        peaks += list(client.run(_peak_mb).values())
+    if job.kind == "fit":
+        sols = [(_sparse(np.asarray(res.coef_, dtype=np.float64)), float(res.intercept_))]
+    else:
+        coefs = res.coefs_.tocsc()
+        sols = [
+            (_sparse(coefs[:, k].toarray().ravel()), float(res.intercepts_[k]))
+            for k in range(len(job.alphas))
+        ]
+    return {"times": times, "solutions": sols, "peaks_mb": peaks, "details": details}
+
+
+# ------------------------------------------------------------------------------ peers
+class Peer:
+    """A peer solver for one loss: cold or warm-started fits returning ``(coef, b)``."""
+
+    def __init__(self, name: str, loss: str, warm: bool) -> None:
+        self.name, self.loss, self.warm = name, loss, warm and name in WARM_STARTED
+        self.model: Any = None
+        self.refit = name in REFIT_INTERCEPT or (name, loss) in REFIT_INTERCEPT
+        self.augment = (name, loss) == ("celer", "logistic")
+
+    def prepare(self, X: sp.csc_matrix) -> Any:
+        """The matrix this peer is given (celer's logistic: a constant column appended)."""
+        if not self.augment:
+            return X
+        ones = sp.csc_matrix(np.full((X.shape[0], 1), INTERCEPT_SCALING[self.name]))
+        return sp.hstack([X, ones], format="csc")
+
+    def _make(self, alpha: float, tol: float, n: int) -> Any:
+        name, loss, warm = self.name, self.loss, self.warm
+        if name == "sklearn":
+            from sklearn.linear_model import Lasso
+
+            return Lasso(alpha=alpha, tol=tol, max_iter=100_000, warm_start=warm)
+        if name == "celer" and loss == "squared":
+            from celer import Lasso
+
+            return Lasso(alpha=alpha, tol=tol, max_iter=1000, max_epochs=100_000, warm_start=warm)
+        if name == "celer":
+            from celer import LogisticRegression
+
+            return LogisticRegression(C=1.0 / (alpha * n), tol=tol, fit_intercept=False,
+                                      max_iter=1000, max_epochs=100_000,
+                                      warm_start=warm)  # fmt: skip
+        if name == "skglm" and loss == "squared":
+            from skglm import Lasso
+
+            return Lasso(alpha=alpha, tol=tol, max_iter=1000, max_epochs=100_000, warm_start=warm)
+        if name == "skglm":
+            from skglm import SparseLogisticRegression
+
+            return SparseLogisticRegression(alpha=alpha, tol=tol, max_iter=1000,
+                                            max_epochs=100_000, warm_start=warm)  # fmt: skip
+        if name == "liblinear":
+            from sklearn.linear_model import LogisticRegression
+
+            return LogisticRegression(C=1.0 / (alpha * n), l1_ratio=1.0, solver="liblinear",
+                                      tol=tol, intercept_scaling=INTERCEPT_SCALING[name],
+                                      max_iter=1000)  # fmt: skip
+        if name == "snapml":
+            # Snap ML minimises a sum of losses (1/2 of squares) + regularizer ||w||_1
+            from snapml import LinearRegression, LogisticRegression
+
+            cls = LinearRegression if loss == "squared" else LogisticRegression
+            return cls(regularizer=alpha * n, penalty="l1", dual=False, fit_intercept=True,
+                       intercept_scaling=INTERCEPT_SCALING[name], tol=tol,
+                       max_iter=100_000)  # fmt: skip
+        raise ValueError(f"no peer {name!r} for loss {loss!r}")
+
+    def fit(self, Xp, X, y, alpha: float, tol: float) -> tuple[np.ndarray, float, float]:
+        """``(coef, b, seconds)``; warm-started from the previous fit when ``self.warm``."""
+        n = X.shape[0]
+        if self.model is None or not self.warm:
+            self.model = self._make(alpha, tol, n)
+        elif self.name == "celer" and self.loss == "logistic":
+            self.model.set_params(C=1.0 / (alpha * n), tol=tol)
+        else:
+            self.model.set_params(alpha=alpha, tol=tol)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t0 = time.perf_counter()
+            self.model.fit(Xp, y)
+            dt = time.perf_counter() - t0
+        coef = np.asarray(self.model.coef_, dtype=np.float64).ravel()[: X.shape[1]].copy()
+        if self.refit:
+            b = refit_intercept(X, y, self.loss, coef)
+        else:
+            b = float(np.ravel(self.model.intercept_)[0])
+        return coef, b, dt
+
+
+def _peer_child(jobs: list[Job], name: str, q) -> None:
+    data: dict[str, Any] = {}
+    for k, job in enumerate(jobs):
+        if job.store not in data:
+            data.clear()
+            X, y = _load(job.store)
+            data[job.store] = (X, y)
+        _guard(q, k, _peer_job, name, job, *data[job.store])
+
+
+def _peer_job(name: str, job: Job, X, y) -> dict[str, Any]:
+    _reset_peak()
+    peer = Peer(name, job.loss, warm=job.kind == "path")
+    Xp = peer.prepare(X)
+    m = min(X.shape[0], 500)  # warm-up on a few rows: numba compilation, imports
+    Peer(name, job.loss, warm=False).fit(Xp[:m], X[:m], y[:m], job.alphas[0], 1e-3)
+    tol0 = PEER_TOL[(name, job.loss)]
+
+    def gap(coef, b, alpha):
+        return rel_gap(X, y, job.loss, coef, b, alpha, job.p0)
+
+    if job.kind == "fit":
+        return _peer_fit(peer, job, Xp, X, y, tol0, gap)
+    times, sols, gaps, tols = [], [], [], []
+    for _ in range(job.repeat):
+        peer = Peer(name, job.loss, warm=True)
+        t_total, sols, gaps, tols = 0.0, [], [], []
+        for alpha in job.alphas:
+            tol = tol0
+            coef, b, dt = peer.fit(Xp, X, y, alpha, tol)
+            t_total += dt
+            g = gap(coef, b, alpha)
+            if g > TARGET and t_total <= job.time_limit:
+                tol = tol0 / RETRY_FACTOR
+                coef, b, dt = peer.fit(Xp, X, y, alpha, tol)
+                t_total += dt
+                g = gap(coef, b, alpha)
+            sols.append((_sparse(coef), b))
+            gaps.append(g)
+            tols.append(tol)
+            if t_total > job.time_limit:
+                break
+        times.append(t_total)
+    return {"times": times, "solutions": sols, "gaps": gaps, "tols": tols,
+            "peaks_mb": [_peak_mb()]}  # fmt: skip
+
+
+def _peer_fit(peer: Peer, job: Job, Xp, X, y, tol0: float, gap) -> dict[str, Any]:
+    alpha = job.alphas[0]
+    tol = tol0
+    coef, b, dt = peer.fit(Xp, X, y, alpha, tol)
+    if gap(coef, b, alpha) > TARGET:
+        tol = tol0 / RETRY_FACTOR
+        coef, b, dt = peer.fit(Xp, X, y, alpha, tol)
+    times = [dt]
+    for _ in range(job.repeat - 1):
+        coef, b, dt = peer.fit(Xp, X, y, alpha, tol)
+        times.append(dt)
+    return {"times": times, "solutions": [(_sparse(coef), b)], "tols": [tol],
+            "peaks_mb": [_peak_mb()]}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------- data
+def quick_preset(name: str):
+    """A tiny version of a preset (a few hundred rows) for ``--quick``."""
+    from dl1.datasets import PRESETS as GEN
+
+    pr = GEN[name]
+    p = min(pr.n_features, 3000)
+    return dataclasses.replace(pr, name=f"{name}-quick", n_train=300, n_test=0, n_features=p,
+                               row_nnz=min(pr.row_nnz, 30.0), batch_rows=128,
+                               pilot_rows=512)  # fmt: skip
+
+
+def store_for(preset: str, loss: str, data_dir: Path, quick: bool) -> Path:
+    """The store of ``preset`` for ``loss`` (generated once): the preset's own labels, or
+    ``{preset}-clf.zarr`` with classification labels for the logistic loss on a regression
+    preset."""
+    from dl1.datasets import PRESETS as GEN
+    from dl1.datasets import make_e2006_like
+
+    pr = quick_preset(preset) if quick else GEN[preset]
+    task = "classification" if loss == "logistic" else pr.task
+    name = pr.name if task == pr.task else f"{pr.name}-{'clf' if loss == 'logistic' else 'reg'}"
+    path = data_dir / f"{name}.zarr"
+    if not (path / "dl1-manifest.json").exists():
+        print(f"generating {name} -> {path}", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        make_e2006_like(path, preset=pr, seed=0, task=task, overwrite=True)
+        print(f"  {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    return path
+
+
+# ---------------------------------------------------------------------------- the matrix
+def certify(rec: dict[str, Any], job: Job, X, y) -> None:
+    """Add the check's gaps, ``certified`` and nonzeros to a solver's record."""
+    if "error" in rec:
+        return
+    if "gaps" not in rec:
+        rec["gaps"] = [
+            rel_gap(X, y, job.loss, _dense(c, X.shape[1]), b, a, job.p0)
+            for (c, b), a in zip(rec["solutions"], job.alphas, strict=False)
+        ]
+    rec["alphas_done"] = len(rec["solutions"])
+    rec["max_gap"] = max(rec["gaps"])
+    rec["certified"] = rec["alphas_done"] == len(job.alphas) and rec["max_gap"] <= TARGET * 1.0001
+    rec["mean_nnz"] = float(np.mean([len(c[0]) for c, _ in rec["solutions"]]))
+    rec["median_s"] = float(statistics.median(rec["times"]))
+    del rec["solutions"]
+
+
+def _cells(args, data_dir: Path):
+    """Per (preset, loss): its store, the jobs of every kind, and the data's shape."""
+    from dl1.paths.evaluation import alpha_grid
+
+    path_repeat = args.repeat if args.path_repeat is None else args.path_repeat
+    for preset in args.presets:
+        for loss in args.losses:
+            path = store_for(preset, loss, data_dir, args.quick)
+            X, y = _load(str(path))
+            amax, p0 = alpha_max(X, y, loss), p_zero(y, loss)
+            jobs = []
+            for kind in args.kinds:
+                alphas = ((amax / args.ratio,) if kind == "fit"
+                          else tuple(alpha_grid(amax, args.n_alphas, args.eps)))  # fmt: skip
+                repeat = args.repeat if kind == "fit" else path_repeat
+                jobs.append(Job(preset, loss, kind, str(path), alphas, p0, repeat,
+                                args.time_limit, args.warmup))  # fmt: skip
+            shape = {"n": X.shape[0], "p": X.shape[1], "nnz": int(X.nnz),
+                     "positive": float(np.mean(y > 0)) if loss == "logistic" else None}  # fmt: skip
+            print(f"{preset}/{loss}: {X.shape[0]:,} x {X.shape[1]:,}, nnz {X.nnz:,}, "
+                  f"alpha_max {amax:.4g}", file=sys.stderr, flush=True)  # fmt: skip
+            yield jobs, shape, (X, y)
+
+
+def run_group(cells: list, solvers: list[str], workers: int) -> list[dict[str, Any]]:
+    """Every solver on the jobs of ``cells``, one child process per solver."""
+    records = []
+    for solver in solvers:
+        mine = [(job, shape, data) for jobs, shape, data in cells for job in jobs
+                if solver in DL1 or solver in PEERS[job.loss]]  # fmt: skip
+        if not mine:
+            continue
+        jobs = [job for job, _, _ in mine]
+        t0 = time.perf_counter()
+        if solver in DL1:
+            mode = "cluster" if solver == "dl1" else "inproc"
+            recs = run_children(_dl1_child, jobs, mode, workers)
+        else:
+            recs = run_children(_peer_child, jobs, solver)
+        for (job, shape, (X, y)), rec in zip(mine, recs, strict=True):
+            certify(rec, job, X, y)
+            rec.update(preset=job.preset, loss=job.loss, kind=job.kind, solver=solver,
+                       alpha=job.alphas[0] if job.kind == "fit" else None,
+                       n_alphas=len(job.alphas), **shape)  # fmt: skip
+            records.append(rec)
+            print(f"  {job.preset}/{job.loss} {job.kind:4s} {solver:10s} {_cell(rec)}"
+                  f"  ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)  # fmt: skip
+    return records
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=PRESETS)
+    ap.add_argument("--losses", nargs="+", default=["squared", "logistic"],
+                    choices=["squared", "logistic"])  # fmt: skip
+    ap.add_argument("--kinds", nargs="+", default=["fit", "path"], choices=["fit", "path"])
+    ap.add_argument("--solvers", nargs="+", default=None,
+                    help="a subset of: dl1 dl1-inproc celer skglm sklearn liblinear snapml")
+    ap.add_argument("--data-dir", default="bench-out")
+    ap.add_argument("--ratio", type=float, default=20.0, help="fit: alpha = alpha_max / ratio")
+    ap.add_argument("--n-alphas", type=int, default=100)
+    ap.add_argument("--eps", type=float, default=1e-2)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per fit (median reported)")
+    ap.add_argument("--path-repeat", type=int, default=None, help="runs per path (--repeat)")
+    ap.add_argument("--warmup", type=int, default=2,
+                    help="dl1's untimed warm-up fits per job (each worker runs a first fit)")
+    ap.add_argument("--time-limit", type=float, default=3600.0, help="seconds per peer path")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--json", default=None, help="write every record here")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny versions of the presets, 5 alphas, 1 run, one child process "
+                    "per solver for the whole matrix: a smoke test")  # fmt: skip
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.n_alphas, args.repeat, args.path_repeat, args.warmup = 5, 1, 1, 1
+        args.time_limit = min(args.time_limit, 60.0)
+        if args.data_dir == "bench-out":
+            args.data_dir = tempfile.mkdtemp(prefix="dl1-bench-quick-")
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    solvers = [s for s in (*DL1, *PEERS["squared"], "liblinear")
+               if not args.solvers or s in args.solvers]  # fmt: skip
+
+    records: list[dict[str, Any]] = []
+    t_start = time.perf_counter()
+    if args.quick:  # everything in memory, one child per solver
+        records += run_group(list(_cells(args, data_dir)), solvers, args.workers)
+    else:  # one (preset, loss) at a time: one data set in memory
+        for cell in _cells(args, data_dir):
+            records += run_group([cell], solvers, args.workers)
+            del cell
+    print(tables(records))
+    print(f"\n(matrix in {time.perf_counter() - t_start:.0f} s)")
+    if args.json:
+        settings = {k: v for k, v in vars(args).items() if k != "json"}
+        settings.update(target=TARGET, peer_tol={f"{a}/{b}": t for (a, b), t in PEER_TOL.items()},
+                        retry_factor=RETRY_FACTOR, intercept_scaling=INTERCEPT_SCALING)  # fmt: skip
+        Path(args.json).write_text(json.dumps({"settings": settings, "records": records},
+                                              indent=1, default=float))  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ tables
+def _cell(rec: dict[str, Any] | None) -> str:
+    if rec is None:
+        return "—"
+    if "error" in rec:
+        return f"error: {rec['error'][:60]}"
+    s = f"{rec['median_s']:.2f}"
+    if rec["alphas_done"] < rec["n_alphas"]:
+        return f"> {s} ({rec['alphas_done']}/{rec['n_alphas']} alphas) ✗"
+    return s if rec["certified"] else f"{s} ✗ ({rec['max_gap']:.1e})"
+
+
+def _mem(rec: dict[str, Any] | None) -> str:
+    if rec is None or "error" in rec:
+        return "—"
+    peaks = rec["peaks_mb"]
+    if len(peaks) == 1:
+        return f"{peaks[0]:.0f}"
+    return f"{peaks[0]:.0f} + " + " + ".join(f"{m:.0f}" for m in peaks[1:])
+
+
+def tables(records: list[dict[str, Any]]) -> str:
+    """Markdown: seconds (✗: not certified at 1e-6) and speed-ups; peak MB per process."""
+    peers = ("celer", "skglm", "sklearn", "liblinear", "snapml")
+    cells: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for rec in records:
+        cells.setdefault((rec["preset"], rec["loss"], rec["kind"]), {})[rec["solver"]] = rec
+    head = ["preset", "loss", "kind", "dl1 (cluster)", "dl1 (in process)", *peers,
+            "fastest certified peer", "speed-up (cluster)", "speed-up (in process)"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    mem = ["| " + " | ".join(head[:3] + ["dl1 (coordinator + workers)", "dl1 (in process)",
+                                         *peers]) + " |", "|" + "---|" * 10]  # fmt: skip
+    for (preset, loss, kind), row in cells.items():
+        ok = {s: r for s, r in row.items() if s in peers and r.get("certified")}
+        best = min(ok, key=lambda s: ok[s]["median_s"]) if ok else None
+
+        def speed(solver: str, row=row, ok=ok, best=best) -> str:
+            r = row.get(solver)
+            if best is None or r is None or "error" in r:
+                return "n/a"
+            return f"{ok[best]['median_s'] / r['median_s']:.2f}x"
+
+        lines.append("| " + " | ".join([
+            preset, loss, kind, _cell(row.get("dl1")), _cell(row.get("dl1-inproc")),
+            *(_cell(row.get(p)) for p in peers), best or "none",
+            speed("dl1"), speed("dl1-inproc")]) + " |")  # fmt: skip
+        mem.append("| " + " | ".join([preset, loss, kind, _mem(row.get("dl1")),
+                                      _mem(row.get("dl1-inproc")),
+                                      *(_mem(row.get(p)) for p in peers)]) + " |")  # fmt: skip
+    return (
+        "Seconds (median; ✗: not certified at relative gap 1e-6 by the check, with its gap;"
+        " speed-up: the fastest certified peer's seconds / dl1's)\n\n" + "\n".join(lines)
+        + "\n\nPeak memory per process, MB\n\n" + "\n".join(mem)
+    )
+
+
+if __name__ == "__main__":
+    main()
