@@ -531,16 +531,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--losses", nargs="+", default=["squared", "logistic"],
                     choices=["squared", "logistic"])  # fmt: skip
     ap.add_argument("--kinds", nargs="+", default=["fit", "path"], choices=["fit", "path"])
-    ap.add_argument("--solvers", nargs="+", default=None,
-                    help="a subset of: dl1 dl1-inproc celer skglm sklearn liblinear snapml")
+    ap.add_argument(
+        "--solvers",
+        nargs="+",
+        default=None,
+        help="a subset of: dl1 dl1-inproc celer skglm sklearn liblinear snapml",
+    )
     ap.add_argument("--data-dir", default="bench-out")
     ap.add_argument("--ratio", type=float, default=20.0, help="fit: alpha = alpha_max / ratio")
     ap.add_argument("--n-alphas", type=int, default=100)
     ap.add_argument("--eps", type=float, default=1e-2)
     ap.add_argument("--repeat", type=int, default=3, help="runs per fit (median reported)")
     ap.add_argument("--path-repeat", type=int, default=None, help="runs per path (--repeat)")
-    ap.add_argument("--warmup", type=int, default=2,
-                    help="dl1's untimed warm-up fits per job (each worker runs a first fit)")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="dl1's untimed warm-up fits per job (each worker runs a first fit)",
+    )
     ap.add_argument("--time-limit", type=float, default=3600.0, help="seconds per peer path")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", default=None, help="write every record here")
@@ -627,8 +635,10 @@ def tables(records: list[dict[str, Any]]) -> str:
                                       *(_mem(row.get(p)) for p in peers)]) + " |")  # fmt: skip
     return (
         "Seconds (median; ✗: not certified at relative gap 1e-6 by the check, with its gap;"
-        " speed-up: the fastest certified peer's seconds / dl1's)\n\n" + "\n".join(lines)
-        + "\n\nPeak memory per process, MB\n\n" + "\n".join(mem)
+        " speed-up: the fastest certified peer's seconds / dl1's)\n\n"
+        + "\n".join(lines)
+        + "\n\nPeak memory per process, MB\n\n"
+        + "\n".join(mem)
     )
 
 
