@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dl1.errors import ValidationError
+from dl1.runtime.watchdog import stall_timeout
 
 ONE_PIECE_KEY = "dl1.one-piece"
 FRACTION_KEY = "dl1.one-piece-fraction"
@@ -169,26 +170,50 @@ def ship(ex: Any, entry: str, X: Any, inputs: Any, call: dict[str, Any]) -> Any:
     return run_many(ex, [Shipment(entry, None, kwargs, recipe)], blocks)[0]
 
 
+#: Times a shipment lost with its worker is sent again (as Dask's ``allowed-failures``).
+RESENDS = 3
+
+
 def run_many(ex: Any, shipments: list[Shipment], blocks: list[Any], *,
              spread: bool = False) -> list[Any]:  # fmt: skip
     """Each of ``shipments`` run as one task (``spread``: the k-th on the k-th worker, or
     another if it is lost, so that independent solves run side by side), all waited for
-    at once by ``ex``'s watchdog; the workers' warnings re-raised here, once each."""
-    futures = []
-    for k, shipment in enumerate(shipments):
-        where = {}
-        if spread and ex.workers:
-            where = {"workers": [ex.workers[k % len(ex.workers)]], "allow_other_workers": True}
-        futures.append(ex.client.submit(in_worker, shipment, blocks, pure=False, **where))
-    try:
-        answers = ex.gather(futures)
-    finally:
-        for f in futures:
-            f.release()
+    at once by ``ex``'s watchdog; the workers' warnings re-raised here, once each.
+
+    A shipment travels as scattered data, not in the task's graph (which the scheduler
+    would hold and warns about past 10 MiB); scattered data is not recomputable, so a
+    shipment lost with its worker is sent again, at most :data:`RESENDS` times.
+    """
+    from distributed.client import FutureCancelledError
+
+    for attempt in range(RESENDS + 1):
+        try:
+            answers = _run_once(ex, shipments, blocks, spread)
+            break
+        except FutureCancelledError:
+            if attempt == RESENDS:
+                raise
     caught = [c for a in answers for c in a.caught]
     for c in dict.fromkeys(caught):
         warnings.warn(c.message, c.category, stacklevel=4)
     return [a.result for a in answers]
+
+
+def _run_once(ex: Any, shipments: list[Shipment], blocks: list[Any], spread: bool) -> list[Any]:
+    workers = ex.workers if spread else []
+    futures, sent = [], []
+    try:
+        for k, shipment in enumerate(shipments):
+            where = {}
+            if workers:
+                where = {"workers": [workers[k % len(workers)]], "allow_other_workers": True}
+            sent.append(ex.client.scatter(shipment, hash=False, timeout=stall_timeout(),
+                                          **({"workers": where["workers"]} if where else {})))
+            futures.append(ex.client.submit(in_worker, sent[-1], blocks, pure=False, **where))
+        return ex.gather(futures)
+    finally:
+        for f in futures + sent:
+            f.release()
 
 
 #: Warnings of the libraries beneath (not of the solve) stay in the worker's log.

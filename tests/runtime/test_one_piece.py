@@ -1,0 +1,165 @@
+"""One piece when it fits (dl1.runtime.one_piece): a fit, a path or a cross-validation fold
+whose data fits a worker runs as one task there, with the distributed solve's answer; the
+rule and its overrides; warnings come back; a worker lost mid-task is survived."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import warnings
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster, get_task_stream
+
+import dl1
+from dl1.errors import ValidationError
+from tests.helpers import random_csr
+
+ONE = "dl1.one-piece"
+
+
+def _regression(n=400, p=120, seed=0):
+    rng = np.random.default_rng(seed)
+    X = random_csr(n, p, 0.1, seed)
+    w = np.zeros(p)
+    w[:8] = rng.standard_normal(8)
+    return X, X @ w + 0.1 * rng.standard_normal(n)
+
+
+def _classification(n=400, p=120, seed=1):
+    X, z = _regression(n, p, seed)
+    return X, np.where(z > np.median(z), 1.0, -1.0)
+
+
+def _pieces(stream) -> list[dict]:
+    """The one-piece tasks of a Dask task stream."""
+    return [e for e in stream if str(e["key"]).startswith("in_worker")]
+
+
+def _solve(client, mode, fn, *args, **kwargs):
+    """``fn(*args, client=client, **kwargs)`` with ``dl1.one-piece`` = ``mode``, and the
+    one-piece tasks it ran."""
+    with dask.config.set({ONE: mode}), get_task_stream(client) as ts:
+        out = fn(*args, client=client, **kwargs)
+    return out, _pieces(ts.data)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_a_fit_that_fits_runs_as_one_task_with_the_distributed_answer(local_cluster, loss):
+    X, y = _regression() if loss == "squared" else _classification()
+    kw = dict(alpha=dl1.alpha_max(X, y, loss=loss) / 10, loss=loss, tol=1e-8)
+    one, tasks = _solve(local_cluster, "auto", dl1.fit, X, y, **kw)
+    dist, none = _solve(local_cluster, False, dl1.fit, X, y, **kw)
+    assert len(tasks) == 1 and not none
+    assert one.converged_ and dist.converged_
+    # both certified at 1e-8 of P(0): the coefficients agree to the certificate's accuracy
+    scale = np.abs(dist.coef_).max()
+    np.testing.assert_allclose(one.coef_, dist.coef_, atol=1e-3 * scale)
+    assert abs(one.primal_ - dist.primal_) <= 2e-8 * one.p0_
+
+
+def test_a_store_is_read_by_the_worker_and_a_path_matches(local_cluster, tmp_path):
+    from dl1.datasets import make_e2006_like
+
+    store = make_e2006_like(tmp_path / "s.zarr", preset="small", seed=5)
+    kw = dict(n_alphas=8, eps=0.05, tol=1e-7)
+    one, tasks = _solve(local_cluster, "auto", dl1.path, store, **kw)
+    dist, _ = _solve(local_cluster, False, dl1.path, store, **kw)
+    assert len(tasks) == 1
+    np.testing.assert_array_equal(one.alphas_, dist.alphas_)
+    assert one.converged_.all() and dist.converged_.all()
+    a, b = one.coefs_.toarray(), dist.coefs_.toarray()
+    np.testing.assert_allclose(a, b, atol=1e-3 * np.abs(b).max())
+
+
+def test_folds_run_side_by_side_on_different_workers(local_cluster):
+    X, y = _regression(n=600, seed=3)
+    with dl1.persist(X, y, client=local_cluster) as ds:
+        one, tasks = _solve(local_cluster, "auto", dl1.fit_cv, ds, cv=4, n_alphas=12, tol=1e-8)
+        dist, none = _solve(local_cluster, False, dl1.fit_cv, ds, cv=4, n_alphas=12, tol=1e-8)
+    folds = [t for t in tasks if t["worker"]]
+    assert len(tasks) == 4 + 1 and not none  # four folds and the refit
+    assert len({t["worker"] for t in folds}) == 2
+    np.testing.assert_allclose(one.cv[0].scores, dist.cv[0].scores, rtol=1e-5)
+    assert one.alpha == dist.alpha
+
+
+def test_the_rule_and_its_overrides(local_cluster):
+    X, y = _regression()
+    kw = dict(alpha=0.01, tol=1e-6)
+    with dask.config.set({"dl1.one-piece-fraction": 1e-12}):
+        _, auto = _solve(local_cluster, "auto", dl1.fit, X, y, **kw)
+        _, forced = _solve(local_cluster, True, dl1.fit, X, y, **kw)
+    assert not auto and len(forced) == 1
+    # what only the calling process can do keeps the solve distributed
+    for extra in (dict(verbose=True), dict(callback=lambda h: None)):
+        _, tasks = _solve(local_cluster, True, dl1.fit, X, y, **kw, **extra)
+        assert not tasks, extra
+    with dask.config.set({ONE: "sometimes"}), pytest.raises(ValidationError, match=ONE):
+        dl1.fit(X, y, client=local_cluster, **kw)
+    with dask.config.set({"dl1.one-piece-fraction": 2.0}), pytest.raises(ValidationError):
+        dl1.fit(X, y, client=local_cluster, **kw)
+
+
+def test_a_dask_array_of_sparse_chunks_has_no_known_size(local_cluster):
+    import dask.array as da
+
+    X, y = _regression()
+    Xd = da.from_array(X.tocsc(), chunks=(400, 40), asarray=False)
+    _, auto = _solve(local_cluster, "auto", dl1.fit, Xd, y, alpha=0.01)
+    res, forced = _solve(local_cluster, True, dl1.fit, Xd, y, alpha=0.01)
+    assert not auto and len(forced) == 1 and res.converged_
+
+
+def test_the_workers_warnings_reach_the_caller(local_cluster):
+    X, y = _regression()
+    with dask.config.set({ONE: True}), pytest.warns(dl1.ConvergenceWarning, match="gap"):
+        res = dl1.fit(X, y, alpha=1e-3, tol=1e-10, solver="sgd", max_epochs=2,
+                      client=local_cluster)  # fmt: skip
+    assert not res.converged_
+
+
+def test_an_error_in_the_worker_is_raised_here(local_cluster):
+    X, y = _regression()
+    with dask.config.set({ONE: True}), pytest.raises(ValidationError, match="coef_init"):
+        dl1.fit(X, y, alpha=0.01, coef_init=np.ones(3), client=local_cluster)
+
+
+def test_a_worker_lost_mid_task_is_survived():
+    """The worker running the one piece is killed: the scheduler runs the task again on
+    the other worker (its nanny restarts the first), and the answer is the same."""
+    X, y = _regression(n=3000, p=3000, seed=7)
+    kw = dict(n_alphas=60, eps=1e-3, tol=1e-9)
+    ref = dl1.path(X, y, client=None, **kw)
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                     dashboard_address=None) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):  # fmt: skip
+        killed = []
+
+        def kill_the_runner():
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not killed:
+                busy = [w for w, keys in client.processing().items()
+                        if any(str(k).startswith("in_worker") for k in keys)]  # fmt: skip
+                if busy:
+                    time.sleep(0.3)  # inside the solve
+                    killed.append(busy[0])
+                    with contextlib.suppress(Exception):  # the worker dies before answering
+                        client.run(os._exit, 1, workers=busy[:1])
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_the_runner, daemon=True)
+        killer.start()
+        with dask.config.set({ONE: True}), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the killed worker's comm
+            res = dl1.path(X, y, client=client, **kw)
+        killer.join(5)
+    assert killed, "the one-piece task was never seen running"
+    assert res.converged_.all()
+    np.testing.assert_array_equal(res.coefs_.toarray(), ref.coefs_.toarray())
