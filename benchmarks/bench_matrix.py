@@ -225,7 +225,7 @@ def _dl1_child(jobs: list[Job], mode: str, n_workers: int, q) -> None:
     import dl1
 
     cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", dashboard_address=None)  # fmt: skip
+                           host="127.0.0.1", dashboard_address=":0")  # fmt: skip
     client = Client(cluster)
     try:
         dl1.runtime.executor.DistributedExecutor(client)  # workers' numba warm-up
@@ -454,6 +454,13 @@ def store_for(preset: str, loss: str, data_dir: Path, quick: bool) -> Path:
         t0 = time.perf_counter()
         make_e2006_like(path, preset=pr, seed=0, task=task, overwrite=True)
         print(f"  {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    import dl1
+
+    attrs = dl1.open_store(path).attrs
+    want = {"preset": pr.name, "seed": 0, "task": task, "row_multiplier": 1, "dtype": "<f8"}
+    got = {k: attrs.get(k) for k in want}
+    if got != want:
+        raise SystemExit(f"{path} holds {got}, not {want}: move it away or use --data-dir")
     return path
 
 
