@@ -31,7 +31,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from dl1.errors import ValidationError
-from dl1.runtime.watchdog import stall_timeout
 
 ONE_PIECE_KEY = "dl1.one-piece"
 FRACTION_KEY = "dl1.one-piece-fraction"
@@ -207,13 +206,19 @@ def _run_once(ex: Any, shipments: list[Shipment], blocks: list[Any], spread: boo
             where = {}
             if workers:
                 where = {"workers": [workers[k % len(workers)]], "allow_other_workers": True}
-            sent.append(ex.client.scatter(shipment, hash=False, timeout=stall_timeout(),
-                                          **({"workers": where["workers"]} if where else {})))
+            sent.append(_scatter(ex, shipment, where.get("workers")))
             futures.append(ex.client.submit(in_worker, sent[-1], blocks, pure=False, **where))
         return ex.gather(futures)
     finally:
         for f in futures + sent:
             f.release()
+
+
+def _scatter(ex: Any, shipment: Shipment, workers: list[str] | None) -> Any:
+    """``shipment`` scattered (to ``workers`` if given), waited for by the watchdog: a
+    cluster whose workers cannot take it (all paused, all lost) is a stall, not a hang."""
+    coro = ex.client.scatter(shipment, hash=False, workers=workers, asynchronous=True)
+    return ex.watch.run_on_loop(coro, lambda: f"a {shipment.entry} sent to a worker")
 
 
 #: Warnings of the libraries beneath (not of the solve) stay in the worker's log.

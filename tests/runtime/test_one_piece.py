@@ -163,3 +163,28 @@ def test_a_worker_lost_mid_task_is_survived():
     assert killed, "the one-piece task was never seen running"
     assert res.converged_.all()
     np.testing.assert_array_equal(res.coefs_.toarray(), ref.coefs_.toarray())
+
+
+def test_paused_workers_stall_a_one_piece_fit_within_the_timeout():
+    """Both workers paused for memory before the fit: the one-piece task never starts, and
+    the watchdog raises ClusterStalledError within the stall timeout (plus polling slack)."""
+    from dl1.errors import ClusterStalledError
+    from tests.reliability.faults import nanny_cluster
+    from tests.reliability.test_watchdog import SLACK_S, STALL_S, _free, _hog, _statuses
+
+    X, y = _regression()
+    with nanny_cluster(2, memory_limit=600 * 2**20) as (_, client):
+        dl1.fit(X, y, alpha=0.01, client=client)  # loads dl1 on the workers
+        client.run(_hog, 0.88)
+        deadline = time.monotonic() + 30
+        while _statuses(client) != {"paused"}:
+            assert time.monotonic() < deadline, "the workers did not pause"
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        with (
+            dask.config.set({ONE: True, "dl1.stall-timeout": STALL_S}),
+            pytest.raises(ClusterStalledError, match="paused"),
+        ):
+            dl1.fit(X, y, alpha=0.01, client=client)
+        assert time.monotonic() - t0 < STALL_S + SLACK_S
+        client.run(_free)
