@@ -8,10 +8,10 @@ faster than every sample-wise solver in every case, by 1.3x (Prox-SDCA at tol 1e
 (Prox-SDCA at alpha_max/1000): its passes certify and select at once, and its subproblems
 are solved on the few columns that matter. So:
 
-* a loss that is not smooth (the hinge): ``"smoothing"``, the working-set solver on a
-  smoothed hinge, then exact LP working sets (pure L1) or continuation in the smoothing
-  (:mod:`dl1.solvers.smoothing`), certified by the hinge's gap (Prox-SDCA's certificate and
-  the online solvers stopped at relative gaps 0.2-0.9 on a 300 x 100 L1 problem);
+* a loss that is not smooth (the hinge): ``"smoothing"``, exact LP working sets (pure L1)
+  or the working-set solver on smoothed hinges with continuation (elastic net)
+  (:mod:`dl1.solvers.smoothing`), certified by the hinge's gap (Prox-SDCA and the online
+  solvers stopped at relative gaps 0.4-0.9 on a 300 x 100 L1 problem);
 * every other problem: ``"ws"``, whatever its shape, row length, sparsity, tolerance or
   cluster size, until a measurement says otherwise.
 """

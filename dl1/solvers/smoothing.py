@@ -1,33 +1,32 @@
-"""The hinge loss certified at ``tol``: smoothing, then exact working sets.
+"""The hinge loss certified at ``tol``: exact LP working sets, or smoothing with
+continuation.
 
-The hinge is not smooth, so the working-set solver cannot take it directly; it takes the
-smoothed hinge ``SmoothHinge(gamma)`` (:mod:`dl1.objective.datafits.hinge`), which lies
-between the hinge minus ``gamma / 2`` and the hinge. :class:`SmoothingSolver` solves the
-smoothed problem and certifies every point it reaches by the hinge's own duality gap: the
-hinge objective at ``(w, b)`` (the intercept refitted for the hinge) against the hinge dual
-at a dual point feasible for it (``c = y theta / s`` in ``[0, 1]``, ``sum theta = 0`` with an
-intercept, rescaled for the L1 part from a pass over every column).
+The hinge is not smooth, so the working-set solver cannot take it as it is.
+:class:`SmoothingSolver` certifies every point it reaches by the hinge's own duality gap:
+the hinge objective at ``(w, b)`` (the intercept refitted for the hinge) against the hinge
+dual at a dual point feasible for it (``c = y theta / s`` in ``[0, 1]``, ``sum theta = 0``
+with an intercept, rescaled for the L1 part from a pass over every column).
 
-1. **Smoothing.** The first stage solves ``SmoothHinge(gamma_start)`` by the working-set
-   solver to ``tol P0 / 2``. Its dual point is feasible for the hinge and, with the same
-   ``theta``, the hinge gap exceeds the smoothed one by
-   ``(1/n) sum_i s_i [(hinge - smooth)(m_i) - gamma kappa^2 c_i^2 / 2]`` (``kappa`` the
-   rescaling), between 0 and ``gamma / 2``.
-2. **Pure L1 (``l1_ratio = 1``): exact working sets.** The problem is a linear program.
-   From the smoothed solution's support and worst violators, each round solves the LP
-   restricted to the working set exactly (:func:`dl1.tasks.hinge_lp.hinge_lp_task`, HiGHS
-   on the gathered columns), whose multipliers are the hinge's dual point; one pass over
-   every column certifies it and finds the violators that join (support plus violators, up
-   to ``max(ws_start, 2 |support|)``, the working-set solver's rule). A round adds every
-   feature whose constraint the LP's dual point violates, so the rounds end at the
-   optimum.
-3. **Elastic net (``l1_ratio < 1``): continuation.** Further smoothed stages with ``gamma``
-   decreasing geometrically, each warm-started from the last, until the hinge gap is
-   within ``tol``. Each stage is solved to ``tol P0 / 2``, so ``gamma <= tol P0``
-   (``gamma_min``) certifies for sure; before that, the excess measured at a stage (about
-   proportional to ``gamma``) predicts the ``gamma`` whose excess is ``tol P0 / 2``: the
-   next ``gamma`` is that prediction within ``[max(gamma_min, shrink gamma), gamma / 2]``,
-   so stages are at most ``1 + log2(gamma_start / gamma_min)``.
+1. **Pure L1 (``l1_ratio = 1``): exact working sets.** The problem is a linear program
+   (Zhu et al.'s 1-norm SVM). Each round solves the LP restricted to a working set exactly
+   (:func:`dl1.tasks.hinge_lp.hinge_lp_task`, HiGHS on the columns gathered on one
+   worker); its multipliers are the hinge's dual point, and one pass over every column
+   certifies it and ranks the violators. The next working set is the support plus the
+   worst violators, up to ``max(ws_start, 2 |support|)`` features (the working-set
+   solver's rule); the first is chosen at the start point (``w = 0``, or a path's previous
+   alpha) by the hinge's subgradient dual point. Every round adds the features whose
+   constraints the LP's dual point violates most, so the rounds end at the optimum.
+2. **Elastic net (``l1_ratio < 1``, a QP): smoothing with continuation.** The working-set
+   solver solves ``SmoothHinge(gamma)`` (between the hinge minus ``gamma / 2`` and the
+   hinge), for ``gamma`` decreasing from ``gamma_start``, each stage warm-started from the
+   last and solved to ``tol P0 / 2``. The smoothed dual point is feasible for the hinge and,
+   with the same ``theta``, the hinge gap exceeds the smoothed one by ``(1/n) sum_i s_i
+   [(hinge - smooth)(m_i) - gamma kappa^2 c_i^2 / 2]`` (``kappa`` the rescaling), between 0
+   and ``gamma / 2``: ``gamma <= tol P0`` (``gamma_min``) certifies for sure. Before that,
+   the excess measured at a stage (about proportional to ``gamma``) predicts the ``gamma``
+   whose excess is ``tol P0 / 2``: the next ``gamma`` is that prediction within
+   ``[max(gamma_min, shrink gamma), gamma / 2]``, so stages are at most ``1 +
+   log2(gamma_start / gamma_min)``.
 
 Other (smooth) losses go to the working-set solver unchanged.
 """
@@ -37,11 +36,12 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from dl1.errors import ValidationError
 from dl1.objective.datafits.hinge import Hinge, SmoothHinge
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
@@ -53,13 +53,6 @@ from dl1.solvers.ws import WorkingSetSolver, WorkingSetState
 from dl1.tasks.blocks import identity
 from dl1.tasks.columns import extract_task
 from dl1.tasks.hinge_lp import hinge_lp_task
-
-
-@dataclass(frozen=True)
-class SmoothingState(WorkingSetState):
-    """A :class:`WorkingSetState` with the ``gamma`` the last smoothed stage solved at."""
-
-    gamma: float = 1.0
 
 
 class Point(NamedTuple):
@@ -80,14 +73,14 @@ class Point(NamedTuple):
 
 
 class SmoothingSolver:
-    """The hinge by smoothing, then exact LP working sets (pure L1) or continuation in
+    """The hinge by exact LP working sets (pure L1) or smoothing with continuation in
     ``gamma`` (elastic net), certified by the hinge's duality gap (see the module
     docstring). Other losses go to the working-set solver.
 
     Parameters
     ----------
     max_rounds : int
-        Rounds at most: of each smoothed stage, and of LP working sets.
+        Rounds at most: LP working sets, or those of each smoothed stage.
     gamma_start : float
         ``gamma`` of the first smoothed stage (1: the smoothed hinge's default).
     shrink : float
@@ -118,6 +111,10 @@ class SmoothingSolver:
         verbose: bool = False,
         callback: Any = None,
     ) -> None:
+        if not (gamma_start > 0.0 and 0.0 < shrink < 1.0):
+            raise ValidationError(
+                f"gamma_start = {gamma_start!r} must be > 0 and shrink = {shrink!r} in (0, 1)"
+            )
         self.max_rounds = max_rounds
         self.gamma_start = gamma_start
         self.shrink = shrink
@@ -146,36 +143,26 @@ class SmoothingSolver:
     def solve(
         self, problem: Problem, warm: WarmState | None = None
     ) -> tuple[FitResult, WorkingSetState]:
-        """Smooth, then LP working sets or continuation, until the hinge gap is within
+        """LP working sets (pure L1) or smoothed stages, until the hinge gap is within
         ``problem.tol``."""
         if not isinstance(problem.datafit, Hinge):
             return self.inner.solve(problem, warm)
         target = problem.tol * problem.p_zero
         history: list[dict[str, Any]] = []
-        gamma = self._first_gamma(warm, target)
-        point, state = self._stage(problem, gamma, 0.5 * target, warm, history)
-        if point.cert.gap > target:
-            if problem.penalty.alpha_l2 == 0.0:
-                point = self._lp_rounds(problem, point, state, history)
-            else:
-                point, state, gamma = self._continue(problem, point, state, gamma, history)
+        if problem.penalty.alpha_l2 == 0.0:
+            point, groups = self._lp_rounds(problem, self._start(problem, warm), history)
+            state = WorkingSetState(point.w, point.b, point.z, groups=tuple(groups))
+        else:
+            gamma = max(self.gamma_start, target)
+            point, state = self._stage(problem, gamma, 0.5 * target, warm, history)
+            point, state = self._continue(problem, point, state, gamma, history)
         res = make_result(
             problem, point.w, point.b, point.cert, point.cert.gap <= target,
             len(history) - 1, history,
         )  # fmt: skip
-        return res, SmoothingState(
-            point.w, point.b, point.z, groups=state.groups, gram_prefix=state.gram_prefix,
-            gram_key=state.gram_key, gamma=gamma,
-        )  # fmt: skip
+        return res, replace(state, coef=point.w, intercept=point.b, z=point.z, last_scan=None)
 
     # -- smoothed stages -------------------------------------------------------------------
-    def _first_gamma(self, warm: WarmState | None, target: float) -> float:
-        """``gamma_start``; along a path, ``1 / shrink`` times where the last alpha ended."""
-        gamma = self.gamma_start
-        if isinstance(warm, SmoothingState):
-            gamma = min(gamma, warm.gamma / self.shrink)
-        return max(gamma, target, np.finfo(float).tiny)
-
     def _stage(
         self, problem: Problem, gamma: float, target: float, warm: WarmState | None,
         history: list[dict[str, Any]],
@@ -204,7 +191,7 @@ class SmoothingSolver:
     def _continue(
         self, problem: Problem, point: Point, state: WorkingSetState, gamma: float,
         history: list[dict[str, Any]],
-    ) -> tuple[Point, WorkingSetState, float]:  # fmt: skip
+    ) -> tuple[Point, WorkingSetState]:  # fmt: skip
         """Smoothed stages of decreasing ``gamma`` until the hinge gap is within tol."""
         target = problem.tol * problem.p_zero
         gamma_min = max(target, np.finfo(float).tiny)
@@ -214,7 +201,7 @@ class SmoothingSolver:
             predicted = gamma * 0.5 * target / point.excess if point.excess > 0 else 0.0
             gamma = max(gamma_min, self.shrink * gamma, min(0.5 * gamma, predicted))
             point, state = self._stage(problem, gamma, 0.5 * target, state, history)
-        return point, state, gamma
+        return point, state
 
     def max_stages(self, gamma: float, gamma_min: float) -> int:
         """Continuation stages at most: ``gamma`` at least halves each time."""
@@ -239,18 +226,33 @@ class SmoothingSolver:
         return Point(w, b + db, z, cert, per_block)
 
     # -- exact working sets (pure L1) ------------------------------------------------------
+    def _start(self, problem: Problem, warm: WarmState | None) -> Point:
+        """The warm start (or ``w = 0`` with its intercept) certified by the hinge's own
+        dual point, from a pass that also ranks the violators."""
+        pb = problem
+        if warm is None:
+            w, b = np.zeros(pb.p), pb.initial_intercept()
+            z = np.full(pb.n, b)
+        else:
+            w, b, z = np.asarray(warm.coef, np.float64), float(warm.intercept), warm.z
+        theta = pb.datafit.dual_point(pb.y, z, pb.weights, pb.fit_intercept)
+        ws_size = max(self.ws_start, 2 * int(np.count_nonzero(w)))
+        scans = scan_pass(pb, theta, pb.n * pb.penalty.alpha_l1, w, ws_size,
+                          [None] * len(pb.blocks), None)  # fmt: skip
+        return self._certify(pb, w, b, z, theta, [blk for part in scans for blk in part.blocks])
+
     def _lp_rounds(
-        self, problem: Problem, point: Point, state: WorkingSetState,
-        history: list[dict[str, Any]],
-    ) -> Point:  # fmt: skip
+        self, problem: Problem, point: Point, history: list[dict[str, Any]]
+    ) -> tuple[Point, list[CachedGroup]]:
         """LP working sets from ``point`` until the hinge gap is within tol (or
-        ``max_rounds``)."""
+        ``max_rounds``); also the column groups the workers cache."""
         pb, ex = problem, problem.executor
         target = pb.tol * pb.p_zero
-        groups = list(state.groups)
+        groups: list[CachedGroup] = []
         handles = pb.handles or (ex.submit(identity, pb.y), ex.submit(identity, pb.sample_weight))
         threshold = pb.n * pb.penalty.alpha_l1
         t0 = time.perf_counter()
+        self._record(pb, point, history, np.zeros(0), 0.0, t0)
         ws = np.zeros(0, np.int64)
         for _ in range(self.max_rounds):
             if point.cert.gap <= target:
@@ -272,7 +274,7 @@ class SmoothingSolver:
             per_block = [blk for part in scans for blk in part.blocks]
             point = self._certify(pb, w, out.intercept, out.z, out.theta, per_block)
             self._record(pb, point, history, ws, out.seconds, t0)
-        return point
+        return point, groups
 
     @staticmethod
     def _extract(problem: Problem, groups: list[CachedGroup], ws: np.ndarray) -> (
@@ -313,7 +315,8 @@ class SmoothingSolver:
     def restore(
         self, problem: Problem, arrays: dict[str, np.ndarray], intercept: float
     ) -> WarmState:
-        """The state a checkpoint saved: the point (each stage makes its own first pass)."""
+        """The state a checkpoint saved: the point (each solve starts at ``gamma_start`` and
+        makes its own first pass, so a resumed path repeats the interrupted one)."""
         return WarmState(arrays["w"], intercept, arrays["z"])
 
     def release(self, problem: Problem, state: WarmState | None) -> None:

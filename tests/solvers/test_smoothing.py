@@ -201,3 +201,34 @@ def test_smooth_losses_go_to_the_working_set_solver():
     kw = dict(loss="logistic", alpha=dl1.alpha_max(X, y, loss="logistic") / 5, tol=1e-8)
     np.testing.assert_array_equal(dl1.fit(X, y, solver="smoothing", **kw).coef_,
                                   dl1.fit(X, y, solver="ws", **kw).coef_)
+
+
+def test_a_checkpointed_path_resumes_bit_for_bit(tmp_path):
+    """Pass: a hinge path interrupted after its third alpha (an exception from the
+    callback) resumes from its checkpoint to the uninterrupted path's coefficients,
+    intercepts and gaps exactly."""
+    X, y = data(n=150, p=40, seed=10)
+    kw = dict(loss="hinge", n_alphas=6, eps=0.1, tol=1e-6, solver="smoothing")
+    reference = dl1.path(X, y, **kw)
+
+    def stop(k, alpha, res):
+        if k == 2:
+            raise KeyboardInterrupt
+
+    ck = tmp_path / "ck.zarr"
+    with pytest.raises(KeyboardInterrupt):
+        dl1.path(X, y, checkpoint=ck, callback=stop, **kw)
+    resumed = dl1.path(X, y, checkpoint=ck, **kw)
+    assert (resumed.coefs_ != reference.coefs_).nnz == 0
+    np.testing.assert_array_equal(resumed.intercepts_, reference.intercepts_)
+    np.testing.assert_array_equal(resumed.gaps_, reference.gaps_)
+
+
+def test_bad_settings_are_refused():
+    """Pass: a non-positive gamma_start or a shrink outside (0, 1) is refused, naming it."""
+    from dl1.solvers.smoothing import SmoothingSolver
+
+    with pytest.raises(dl1.errors.ValidationError, match="gamma_start"):
+        SmoothingSolver(gamma_start=0.0)
+    with pytest.raises(dl1.errors.ValidationError, match="shrink"):
+        SmoothingSolver(shrink=1.0)
