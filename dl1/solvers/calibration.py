@@ -10,12 +10,13 @@ solve's start with each candidate (the same row order for all), and evaluates th
 regularised objective of each result on the sample. The coordinator adds the partitions'
 figures and keeps the candidate with the lowest objective.
 
-Cost: ``len(FACTORS)`` passes over ``m`` rows plus one evaluation pass per candidate, with
-``m = min(sample_rows, n * budget / len(FACTORS))``: at most ``budget`` epochs of kernel
-steps (default half an epoch), far less once ``n`` exceeds a few ten thousand rows (with
-the default 2,000 rows, 14,000 steps). Out of core, the blocks holding sampled rows are
-read once. The record (:class:`Calibration`) is the first history entry's
-``"calibration"``.
+Cost: ``len(FACTORS)`` (9) passes over ``m`` sampled rows, each followed by one pass of
+predictions over them, with ``m = min(sample_rows, max(min_rows, budget n / 9))``: at most
+``budget`` epochs of kernel steps (default half an epoch, plus as many predictions) once
+``n >= 9 min_rows / budget`` (1,800 rows by default; smaller data samples ``min_rows``
+rows), and a vanishing fraction on large data (at most 2,000 rows: 18,000 steps whatever
+``n``). Out of core, the blocks holding sampled rows are read once. The record
+(:class:`Calibration`) is the first history entry's ``"calibration"``.
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ FACTORS = tuple(2.0**k for k in range(-2, 7))
 
 @dataclass(frozen=True)
 class CalibrationSettings:
-    """How the step is calibrated: rows sampled at most, and the cost bound in epochs."""
+    """How the step is calibrated: rows sampled at most, the cost bound in epochs, and the
+    rows sampled at least (all of them when there are fewer)."""
 
     sample_rows: int = 2000
     budget: float = 0.5
+    min_rows: int = 100
 
 
 class Calibration(NamedTuple):
@@ -55,8 +58,9 @@ class Calibration(NamedTuple):
 
 def sample_size(n: int, n_candidates: int, settings: CalibrationSettings) -> int:
     """Rows sampled: ``sample_rows``, fewer when the passes would cost more than ``budget``
-    epochs (at least one row a candidate)."""
-    return max(1, min(n, settings.sample_rows, int(settings.budget * n / n_candidates)))
+    epochs, but at least ``min_rows`` (and at most ``n``)."""
+    m = max(settings.min_rows, int(settings.budget * n / n_candidates))
+    return max(1, min(n, settings.sample_rows, m))
 
 
 def partition_shares(sizes: list[int], m: int) -> list[int]:

@@ -55,9 +55,9 @@ class RDASolver(SampleWiseSolver):
         ``beta_t = rda_gamma sqrt(t)`` (Eq. (8)); the paper's best is ``L / D`` (bounds of
         the gradients and of ``||w*||``), rarely known. Default (None): calibrated before
         the first epoch on a sample of rows (:mod:`dl1.solvers.calibration`: one pass over
-        the sample for each of ``gamma_b / 2^k``, ``k = -2 .. 4``, the lowest regularised
-        objective on the sample wins; at most half an epoch's steps), with ``gamma_b =
-        beta max_i ||x_i||^2 / sqrt(n)``, which makes the step given to each gradient,
+        the sample for each of ``gamma_b / 2^k``, ``k = -2 .. 6``, the lowest regularised
+        objective on the sample wins; at most half an epoch's steps from 1,800 rows), with
+        ``gamma_b = beta max_i ||x_i||^2 / sqrt(n)``, which makes the step given to each gradient,
         ``1 / (gamma_b sqrt(t))``, the SGD solver's base ``eta0 / sqrt(1 + t / n)`` once
         ``t >> n``. A value skips the calibration. The value used is
         ``history_[0]["rda_gamma"]``. Also used with a ridge part, where the paper allows

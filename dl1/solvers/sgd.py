@@ -53,10 +53,10 @@ class StochasticGradientSolver(SampleWiseSolver):
     eta0 : float, optional
         First step. Default (None): calibrated before the first epoch on a sample of rows
         (:mod:`dl1.solvers.calibration`: one pass over the sample for each of
-        ``eta_b * 2^k``, ``k = -2 .. 4``, with ``eta_b = 1 / (beta max_i ||x_i||^2)`` the
+        ``eta_b * 2^k``, ``k = -2 .. 6``, with ``eta_b = 1 / (beta max_i ||x_i||^2)`` the
         largest step that cannot overshoot one example's loss, ``beta`` bounding its
         curvature; the lowest regularised objective on the sample wins), at most half an
-        epoch's steps. A value skips the calibration. The step used is
+        epoch's steps from 1,800 rows. A value skips the calibration. The step used is
         ``history_[0]["eta0"]``, the calibration's record ``history_[0]["calibration"]``.
 
     Examples

@@ -29,6 +29,7 @@ import numpy as np
 from dl1.errors import ValidationError
 from dl1.kernels.smidas import smidas_p
 from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.calibration import FACTORS
 from dl1.solvers.rowwise import SampleWiseSolver
 from dl1.tasks.stochastic import SMIDASOutput, SMIDASSettings, SMIDASTrial, smidas_epoch_task
 
@@ -76,9 +77,9 @@ class SMIDASSolver(SampleWiseSolver):
     eta : float, optional
         The constant step. Default (None): calibrated before the first epoch on a sample
         of rows (:mod:`dl1.solvers.calibration`: one pass over the sample for each of
-        ``eta_b * 2^k``, ``k = -2 .. 4``, with ``eta_b = 1 / (beta max_i ||x_i||^2)``; the
-        lowest regularised objective on the sample wins), at most half an epoch's steps.
-        A value skips the calibration. The step used is
+        ``eta_b * 2^k``, ``k = 0 .. 6``, with ``eta_b = 1 / (beta max_i ||x_i||^2)``; the
+        lowest regularised objective on the sample wins), at most half an epoch's steps
+        from 1,800 rows. A value skips the calibration. The step used is
         ``history_[0]["eta"]``.
 
     Examples
@@ -110,6 +111,12 @@ class SMIDASSolver(SampleWiseSolver):
         """``1 / (beta max_i ||x_i||^2)``, SGD's base step (the link is 1-homogeneous, so
         the step scales with the data as SGD's)."""
         return 1.0 / (self._curvature(pb) * max(pb.rows.row_sqnorm_max, 1e-300))
+
+    def _candidates(self, pb: Problem) -> list[float]:
+        """The base step times the ladder's factors from 1: on a short sample, steps below
+        the base leave ``w`` near 0 and can look best (the hinge) while the run needs more
+        (measured: the base step or larger was best after 20-50 epochs in every case)."""
+        return [self._base_rate(pb) * f for f in FACTORS if f >= 1.0]
 
     def _trial(self, pb: Problem, state: SMIDASState) -> SMIDASTrial:
         return SMIDASTrial(state.settings, state.theta, state.b)

@@ -94,9 +94,10 @@ def test_smidas_objective_within_its_certificate_and_theorem_3(loss):
     is calibrated) exceeds the working-set optimum by at most its reported gap, and by at
     most Theorem 3's bound for that step (any eta: case (13), ``eta (p-1) rho^2 e / 2 +
     ||w*||_1^2 / (eta T)`` with ``rho = 1`` for the logistic loss; case (14), ``(1 / (1 -
-    c) - 1) P(0) + ||w*||_1^2 / (eta T (1 - c))`` with ``c = eta (p-1) rho e / 2``, ``rho = 2`` for the squared loss), on data
-    scaled to the theorem's ``|x_ij| <= 1``. The theorem bounds a random iterate in
-    expectation; the last one is returned, as in the paper's experiments."""
+    c) - 1) P(0) + ||w*||_1^2 / (eta T (1 - c))`` with ``c = eta (p-1) rho e / 2``,
+    ``rho = 2`` for the squared loss), on data scaled to the theorem's ``|x_ij| <= 1``.
+    The theorem bounds a random iterate in expectation; the last one is returned, as in
+    the paper's experiments."""
     from dl1.kernels.smidas import smidas_eta, smidas_eta_smooth, smidas_p
     from dl1.solvers.smidas import SMIDASSolver
 
@@ -210,7 +211,7 @@ def test_online_solvers_take_the_hinge(solver):
     """Pass: the online solvers fit the hinge (a subgradient step; the loss's curvature is
     unbounded, its slope is not): the gap falls at least 10-fold from w = 0 in 20 epochs,
     2-fold for SMIDAS (with the p-norm link its first epochs on this small problem move
-    little whatever the step: 2.2-fold for its base step, 2.5-fold calibrated)."""
+    little whatever the step: 2.2-fold for its calibrated step, 2.5-fold at best)."""
     X, y = data("logistic", seed=9)
     l1_ratio = 1.0 if solver == "smidas" else 0.5
     kw = dict(l1_ratio=l1_ratio, loss="hinge")
