@@ -13,17 +13,21 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import expit, xlogy
 
 from dl1.errors import ValidationError
-from dl1.objective.datafits.quadratic import balanced, optional_weights, validate_labels
+from dl1.kernels.margins import LOGISTIC, intercept_root, margin_shift_sums
+from dl1.objective.datafits.margin import MarginLoss, as_vector, kernel_weights
+from dl1.objective.datafits.quadratic import optional_weights, validate_labels
 
 _ARMIJO = 1e-4
 _MAX_HALVINGS = 40
-_T_ROUNDING = 1e-12
+#: Relative change of ``F`` below its rounding (a sum of n terms): not evidence against a
+#: Newton step. Near the optimum the decrease ``~grad^2 / hess`` is below it, and an Armijo
+#: test on rounding noise would pass at a random tiny step instead of the Newton step.
+_VALUE_ROUNDING = 1e-12
 
 
-class Logistic:
+class Logistic(MarginLoss):
     """Logistic loss ``loss(y, z) = log(1 + exp(-y z))`` with ``y`` in ``{-1, +1}``.
 
     All methods take length-``n`` float arrays; ``s`` are optional sample weights (None for
@@ -33,16 +37,10 @@ class Logistic:
 
     beta: float = 0.25
     """Upper bound of ``loss''`` (Shalev-Shwartz & Tewari 2011, Eq. (7))."""
-    quadratic = False
+    code = LOGISTIC
 
     def __repr__(self) -> str:
         return "Logistic()"
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self)
-
-    def __hash__(self) -> int:
-        return hash(type(self).__name__)
 
     def validate_y(self, y: ArrayLike) -> NDArray[np.float64]:
         """Check that the labels are exactly -1 or +1.
@@ -61,42 +59,6 @@ class Logistic:
             ``y`` is not 1-D or has a label other than -1/+1 (naming the first bad index).
         """
         return validate_labels(y, "logistic")
-
-    def value(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None) -> float:
-        """``F(z) = (1/n) sum_i s_i log(1 + exp(-y_i z_i))``.
-
-        Parameters
-        ----------
-        y, z : array_like of shape (n,)
-            Labels and linear predictor ``X w + b``.
-        s : array_like of shape (n,), optional
-            Sample weights.
-
-        Returns
-        -------
-        float
-        """
-        losses = np.logaddexp(0.0, -np.asarray(y, dtype=np.float64) * np.asarray(z, np.float64))
-        s = optional_weights(s, losses.shape[0])
-        total = losses.sum() if s is None else s @ losses
-        return float(total) / losses.shape[0]
-
-    def gradient(
-        self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None
-    ) -> NDArray[np.float64]:
-        """``grad F(z)``: ``g_i = -s_i y_i sigmoid(-y_i z_i) / n``.
-
-        Parameters
-        ----------
-        y, z : array_like of shape (n,)
-        s : array_like of shape (n,), optional
-
-        Returns
-        -------
-        ndarray of float64 of shape (n,)
-        """
-        theta = self._theta(np.asarray(y, np.float64), np.asarray(z, np.float64), s)
-        return -theta / theta.shape[0]
 
     def initial_intercept(self, y: ArrayLike, s: ArrayLike | None = None) -> float:
         """Optimal intercept at ``w = 0``: the log-odds ``log(p / (1 - p))``.
@@ -157,83 +119,11 @@ class Logistic:
         z = np.asarray(z, dtype=np.float64)
         return self._newton_shift(y, z, optional_weights(s, y.shape[0]), max_iter, 1e-13)
 
-    def dual_point(
-        self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None, intercept: bool = False
-    ) -> NDArray[np.float64]:
-        """Dual candidate ``theta = -n grad F(z) = s * y * sigmoid(-y z)``.
-
-        Parameters
-        ----------
-        y, z : array_like of shape (n,)
-        s : array_like of shape (n,), optional
-        intercept : bool, default=False
-            If True, ``theta`` is taken at the optimal intercept shift ``z + db`` (Newton
-            iterations of :meth:`intercept_update` to relative precision 1e-13), then the
-            entries of the heavier label side are shrunk by a common factor so that
-            ``sum_i theta_i = 0`` holds to rounding (the dual constraint of the unpenalised
-            intercept). Shrinking keeps ``y_i theta_i / s_i`` in ``[0, 1]``, the domain of the
-            conjugate.
-
-        Returns
-        -------
-        ndarray of float64 of shape (n,)
-            Not yet rescaled for L1 feasibility (:func:`dl1.objective.gap.duality_gap` does that).
-        """
-        y = np.asarray(y, dtype=np.float64)
-        z = np.asarray(z, dtype=np.float64)
-        s = optional_weights(s, y.shape[0])
-        if not intercept:
-            return self._theta(y, z, s)
-        db = self._newton_shift(y, z, s, 50, 1e-13)
-        return balanced(self._theta(y, z + db, s))
-
-    def conjugate(self, y: ArrayLike, theta: ArrayLike, s: ArrayLike | None = None) -> float:
-        """``F^*(-theta / n) = (1/n) sum_i s_i (t_i log t_i + (1 - t_i) log(1 - t_i))``.
-
-        With ``t_i = y_i theta_i / s_i``, which must lie in ``[0, 1]`` (rounding of 1e-12 is
-        clipped); the dual objective is ``D(theta) = -conjugate - penalty^*(X^T theta / n)``.
-
-        Parameters
-        ----------
-        y, theta : array_like of shape (n,)
-        s : array_like of shape (n,), optional
-            Where ``s_i = 0``, ``theta_i`` must be 0.
-
-        Returns
-        -------
-        float
-            ``inf`` outside the domain.
-        """
-        y = np.asarray(y, dtype=np.float64)
-        theta = np.asarray(theta, dtype=np.float64)
-        n = theta.shape[0]
-        s = optional_weights(s, n)
-        if s is None:
-            t = y * theta
-            weight = None
-        else:
-            pos = s > 0
-            if np.any(theta[~pos] != 0.0):
-                return math.inf
-            weight = s[pos]
-            t = y[pos] * theta[pos] / weight
-        if np.any(t < -_T_ROUNDING) or np.any(t > 1.0 + _T_ROUNDING):
-            return math.inf
-        t = np.clip(t, 0.0, 1.0)
-        neg_entropy = xlogy(t, t) + xlogy(1.0 - t, 1.0 - t)
-        total = neg_entropy.sum() if weight is None else weight @ neg_entropy
-        return float(total) / n
-
-    @staticmethod
-    def _theta(
-        y: NDArray[np.float64], z: NDArray[np.float64], s: ArrayLike | None
-    ) -> NDArray[np.float64]:
-        """``s * y * sigmoid(-y z)``."""
-        theta = y * expit(-y * z)
-        s = optional_weights(s, theta.shape[0])
-        if s is not None:
-            theta *= s
-        return theta
+    def _dual_shift(self, y: NDArray, z: NDArray, s: NDArray | None) -> float:
+        """The optimal intercept shift to relative precision 1e-13 (bracketed Newton on the
+        derivative, :func:`dl1.kernels.margins.intercept_root`: no loss values needed)."""
+        sw = kernel_weights(s, y.shape[0])
+        return intercept_root(LOGISTIC, 0.0, as_vector(y), as_vector(z), sw, self.beta, 1e-13, 50)
 
     def _newton_shift(
         self,
@@ -259,7 +149,7 @@ class Logistic:
                 step = -grad / hess
                 for _ in range(_MAX_HALVINGS):
                     h_new, theta_sum, theta_abs, curv_sum = at(db + step)
-                    if h_new <= h + _ARMIJO * step * grad:
+                    if h_new <= h + _ARMIJO * step * grad + _VALUE_ROUNDING * abs(h):
                         accepted = True
                         break
                     step *= 0.5
@@ -273,27 +163,14 @@ class Logistic:
 
 class _ShiftSums:
     """At ``z + shift``: ``(F, sum theta, sum |theta|, n F'')`` of the intercept's Newton
-    steps, by NumPy ufuncs into two buffers made once (a fresh length-n temporary per
-    operation is page-faulted afresh on a Dask worker, ``benchmarks/RESULTS.md``)."""
+    steps, one fused pass (:func:`dl1.kernels.margins.margin_shift_sums`)."""
 
     def __init__(self, y: NDArray[np.float64], z: NDArray[np.float64], s: Any) -> None:
-        self.y, self.z, self.s = y, z, s
-        self.sy = y if s is None else s * y
-        self.m = np.empty_like(z)
-        self.q = np.empty_like(z)
-
-    def _sum(self, v: NDArray[np.float64]) -> float:
-        return float(v.sum() if self.s is None else self.s @ v)
+        self.y, self.z = as_vector(y), as_vector(z)
+        self.sw = kernel_weights(s, self.y.shape[0])
 
     def __call__(self, shift: float) -> tuple[float, float, float, float]:
-        m, q = self.m, self.q
-        np.add(self.z, shift, out=m)
-        np.multiply(m, self.y, out=m)
-        np.negative(m, out=m)  # m = -y (z + shift)
-        np.logaddexp(0.0, m, out=q)
-        value = self._sum(q) / q.shape[0]
-        expit(m, out=q)  # q = sigmoid(-y (z + shift)); theta = s y q, |theta| = s q
-        theta_sum, theta_abs = float(self.sy @ q), self._sum(q)
-        np.subtract(1.0, q, out=m)
-        np.multiply(m, q, out=m)
-        return value, theta_sum, theta_abs, self._sum(m)
+        value, theta_sum, theta_abs, curv = margin_shift_sums(
+            LOGISTIC, 0.0, self.y, self.z, self.sw, shift
+        )
+        return value / self.y.shape[0], theta_sum, theta_abs, curv

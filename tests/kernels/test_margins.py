@@ -1,0 +1,195 @@
+"""The margin-loss kernels against NumPy / SciPy references."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.special import expit, xlogy
+
+from dl1.kernels.margins import (
+    LOGISTIC,
+    SMOOTH_HINGE,
+    SQUARED_HINGE,
+    abs_max,
+    axpy_shift,
+    balance,
+    margin_conjugate,
+    margin_grad_hess,
+    margin_shift_sums,
+    margin_theta,
+    margin_value,
+)
+from tests.kernel_helpers import EMPTY
+
+GAMMA = 0.7
+LOSSES = [(LOGISTIC, 0.0), (SQUARED_HINGE, 0.0), (SMOOTH_HINGE, GAMMA), (SMOOTH_HINGE, 0.0)]
+
+
+def reference_terms(code, gamma, m):
+    """``(phi, -phi', phi'')`` of the margin ``m`` by NumPy."""
+    if code == LOGISTIC:
+        c = expit(-m)
+        return np.logaddexp(0.0, -m), c, c * expit(m)
+    d = 1.0 - m
+    if code == SQUARED_HINGE:
+        return np.maximum(d, 0.0) ** 2, 2.0 * np.maximum(d, 0.0), 2.0 * (d > 0)
+    if gamma == 0.0:
+        return np.maximum(d, 0.0), (d >= 0).astype(float), np.zeros_like(m)
+    mid = (d > 0) & (d < gamma)
+    phi = np.where(d >= gamma, d - gamma / 2, np.where(mid, d * d / (2 * gamma), 0.0))
+    c = np.clip(d / gamma, 0.0, 1.0)
+    return phi, c, mid / gamma
+
+
+def data(n, seed, weighted):
+    rng = np.random.default_rng(seed)
+    y = np.where(rng.random(n) < 0.4, 1.0, -1.0)
+    z = rng.normal(0.0, 3.0, n)
+    z[:3] = [40.0, -40.0, 1.0 / y[2]]  # saturated margins and a margin exactly at 1
+    sw = rng.uniform(0.0, 2.0, n) if weighted else EMPTY
+    if weighted:
+        sw[5] = 0.0
+    return y, z, sw
+
+
+def weights(sw, n):
+    return np.ones(n) if sw.size == 0 else sw
+
+
+@pytest.mark.parametrize(("code", "gamma"), LOSSES)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("n", [6, 37, 3001])
+def test_sums_theta_and_derivatives_match_numpy(code, gamma, weighted, n):
+    y, z, sw = data(n, 3, weighted)
+    s = weights(sw, n)
+    u = np.random.default_rng(1).normal(size=n)
+    shift, t = 0.3, 0.6
+    phi, c, curv = reference_terms(code, gamma, y * (z + t * (u + shift)))
+    assert margin_value(code, gamma, y, z, sw, u, shift, t) == pytest.approx(s @ phi, rel=1e-12)
+    phi, c, curv = reference_terms(code, gamma, y * (z + shift))
+    assert margin_value(code, gamma, y, z, sw, EMPTY, shift, 1.0) == pytest.approx(
+        s @ phi, rel=1e-12
+    )
+    sums = margin_shift_sums(code, gamma, y, z, sw, shift)
+    expected = (s @ phi, s @ (y * c), s @ c, s @ curv)
+    np.testing.assert_allclose(sums, expected, rtol=1e-12, atol=1e-12)
+    theta = np.empty(n)
+    margin_theta(code, gamma, y, z, sw, shift, theta)
+    np.testing.assert_allclose(theta, s * y * c, rtol=1e-13, atol=1e-300)
+    g, h = np.empty(n), np.empty(n)
+    margin_grad_hess(code, gamma, y, z + shift, sw, g, h)
+    np.testing.assert_allclose(g, -s * y * c, rtol=1e-13, atol=1e-300)
+    np.testing.assert_allclose(h, s * curv, rtol=1e-12, atol=1e-300)
+
+
+def reference_conjugate(code, gamma, y, theta, s):
+    pos = s > 0
+    if np.any(theta[~pos] != 0):
+        return math.inf
+    c = y[pos] * theta[pos] / s[pos]
+    top = math.inf if code == SQUARED_HINGE else 1.0 + 1e-12
+    if np.any(c < -1e-12) or np.any(c > top):
+        return math.inf
+    c = np.maximum(c, 0.0) if code == SQUARED_HINGE else np.clip(c, 0.0, 1.0)
+    if code == LOGISTIC:
+        v = xlogy(c, c) + xlogy(1 - c, 1 - c)
+    elif code == SQUARED_HINGE:
+        v = c * c / 4 - c
+    else:
+        v = gamma * c * c / 2 - c
+    return float(s[pos] @ v)
+
+
+@pytest.mark.parametrize(("code", "gamma"), LOSSES)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_conjugate_matches_numpy_and_its_domain(code, gamma, weighted):
+    n = 500
+    y, z, sw = data(n, 4, weighted)
+    s = weights(sw, n)
+    theta = np.empty(n)
+    margin_theta(code, gamma, y, z, sw, 0.0, theta)
+    theta[7] = 0.0  # c = 0 exactly
+    theta[8] = s[8] * y[8]  # c = 1 exactly
+    expected = reference_conjugate(code, gamma, y, theta, s)
+    assert margin_conjugate(code, gamma, y, theta, sw) == pytest.approx(expected, rel=1e-12)
+    bad = theta.copy()
+    bad[9] = -0.1 * y[9]
+    assert margin_conjugate(code, gamma, y, bad, sw) == math.inf
+    if code != SQUARED_HINGE:
+        bad = theta.copy()
+        bad[9] = 1.5 * s[9] * y[9]
+        assert margin_conjugate(code, gamma, y, bad, sw) == math.inf
+    bad = theta.copy()
+    bad[10] = math.nan
+    assert margin_conjugate(code, gamma, y, bad, sw) == math.inf
+    if weighted:
+        bad = theta.copy()
+        bad[5] = 1e-3  # nonzero where the weight is 0
+        assert margin_conjugate(code, gamma, y, bad, sw) == math.inf
+
+
+@pytest.mark.parametrize("n", [1, 50, 2500])
+def test_balance_and_vector_helpers_match_numpy(n):
+    rng = np.random.default_rng(n)
+    theta = rng.normal(0.3, 1.0, n)
+    expected = theta.copy()
+    pos = expected > 0
+    mp, mn = expected[pos].sum(), -expected[~pos].sum()
+    if mp > mn:
+        expected[pos] *= mn / mp
+    elif mn > mp:
+        expected[~pos] *= mp / mn
+    balance(theta)
+    np.testing.assert_allclose(theta, expected, rtol=1e-13)
+    if n > 1:
+        assert abs(theta.sum()) <= 1e-12 * np.abs(theta).sum()
+    z, u = rng.normal(size=n), rng.normal(size=n)
+    z0 = z.copy()
+    axpy_shift(z, u, 0.25, -0.5)
+    np.testing.assert_allclose(z, z0 + 0.25 * u - 0.5, rtol=1e-14, atol=1e-15)
+    axpy_shift(z, EMPTY, 0.25, 2.0)
+    np.testing.assert_allclose(z, z0 + 0.25 * u + 1.5, rtol=1e-14, atol=1e-15)
+    assert abs_max(u) == np.abs(u).max()
+    u[-1] = math.nan
+    assert math.isnan(abs_max(u))
+    assert abs_max(EMPTY) == 0.0
+
+
+def test_nonfinite_inputs_propagate():
+    y = np.array([1.0, -1.0])
+    for code, gamma in LOSSES:
+        z = np.array([math.nan, 0.0])
+        assert math.isnan(margin_value(code, gamma, y, z, EMPTY, EMPTY, 0.0, 0.0))
+        theta = np.empty(2)
+        margin_theta(code, gamma, y, z, EMPTY, 0.0, theta)
+        assert math.isnan(theta[0])
+    z = np.array([math.inf, math.inf])  # margins +inf and -inf
+    assert margin_value(LOGISTIC, 0.0, y, z, EMPTY, EMPTY, 0.0, 0.0) == math.inf
+
+
+@pytest.mark.parametrize(("code", "gamma"), LOSSES[:3])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_slope_sums_and_intercept_root_match_scipy(code, gamma, weighted):
+    from scipy.optimize import brentq
+
+    from dl1.kernels.margins import intercept_root, margin_slope_sums
+
+    n = 400
+    y, z, sw = data(n, 6, weighted)
+    z = np.clip(z, -5.0, 5.0)
+    s = weights(sw, n)
+    _, c, curv = reference_terms(code, gamma, y * (z + 0.2))
+    np.testing.assert_allclose(
+        margin_slope_sums(code, gamma, y, z, sw, 0.2), (s @ (y * c), s @ c, s @ curv),
+        rtol=1e-12, atol=1e-12,
+    )  # fmt: skip
+
+    def theta_sum(b):
+        return s @ (y * reference_terms(code, gamma, y * (z + b))[1])
+
+    beta = {LOGISTIC: 0.25, SQUARED_HINGE: 2.0, SMOOTH_HINGE: 1.0 / gamma if gamma else 1.0}
+    db = intercept_root(code, gamma, y, z, sw, beta[code], 1e-13, 200)
+    assert db == pytest.approx(brentq(theta_sum, -50.0, 50.0, xtol=1e-14), abs=1e-9)
+    assert abs(theta_sum(db)) <= 1e-9 * (s @ reference_terms(code, gamma, y * (z + db))[1])
