@@ -30,9 +30,10 @@ iterations: tighter tols than 1e-6 can stall it), Snap ML. Peers start
 at tolerances meant to reach 1e-6 (``PEER_TOL``); a fit (or a path's alpha) that the check
 does not certify is redone once with a 100x tighter tol (that time counts for a path's
 alpha; a fit's reported times are all at the final tol); a peer still short is marked ✗.
-Paths stop after ``--time-limit`` seconds per solver. Times are medians of ``--repeat``
-runs (``--path-repeat`` for paths); peak memory is the high-water RSS of each process over a
-job (dl1 on the cluster: the coordinator and each worker).
+A peer's path stops after ``--time-limit`` seconds. Times are medians of ``--repeat`` runs
+(``--path-repeat`` for paths, ``--peer-path-repeat`` for the peers' paths); peak memory is
+the high-water RSS of each process over a job (dl1 on the cluster: the coordinator and each
+worker).
 
 Every solver runs in child processes, one per (solver, preset, loss); results are printed
 as markdown tables (times, speed-ups, memory) and written to ``--json``.
@@ -105,6 +106,7 @@ class Job:
     repeat: int
     time_limit: float
     warmup: int = 1
+    peer_repeat: int = 1
 
 
 # ----------------------------------------------------------------------------- the check
@@ -388,7 +390,7 @@ def _peer_job(name: str, job: Job, X, y) -> dict[str, Any]:
     if job.kind == "fit":
         return _peer_fit(peer, job, Xp, X, y, tol0, gap)
     times, sols, gaps, tols = [], [], [], []
-    for _ in range(job.repeat):
+    for _ in range(job.peer_repeat):
         peer = Peer(name, job.loss, warm=True)
         t_total, sols, gaps, tols = 0.0, [], [], []
         for alpha in job.alphas:
@@ -419,7 +421,7 @@ def _peer_fit(peer: Peer, job: Job, Xp, X, y, tol0: float, gap) -> dict[str, Any
         tol = tol0 / RETRY_FACTOR
         coef, b, dt = peer.fit(Xp, X, y, alpha, tol)
     times = [dt]
-    for _ in range(job.repeat - 1):
+    for _ in range(job.peer_repeat - 1):
         coef, b, dt = peer.fit(Xp, X, y, alpha, tol)
         times.append(dt)
     return {"times": times, "solutions": [(_sparse(coef), b)], "tols": [tol],
@@ -487,6 +489,7 @@ def _cells(args, data_dir: Path):
     from dl1.paths.evaluation import alpha_grid
 
     path_repeat = args.repeat if args.path_repeat is None else args.path_repeat
+    peer_path_repeat = path_repeat if args.peer_path_repeat is None else args.peer_path_repeat
     for preset in args.presets:
         for loss in args.losses:
             path = store_for(preset, loss, data_dir, args.quick)
@@ -497,8 +500,9 @@ def _cells(args, data_dir: Path):
                 alphas = ((amax / args.ratio,) if kind == "fit"
                           else tuple(alpha_grid(amax, args.n_alphas, args.eps)))  # fmt: skip
                 repeat = args.repeat if kind == "fit" else path_repeat
+                peer_repeat = args.repeat if kind == "fit" else peer_path_repeat
                 jobs.append(Job(preset, loss, kind, str(path), alphas, p0, repeat,
-                                args.time_limit, args.warmup))  # fmt: skip
+                                args.time_limit, args.warmup, peer_repeat))  # fmt: skip
             shape = {"n": X.shape[0], "p": X.shape[1], "nnz": int(X.nnz),
                      "positive": float(np.mean(y > 0)) if loss == "logistic" else None}  # fmt: skip
             print(f"{preset}/{loss}: {X.shape[0]:,} x {X.shape[1]:,}, nnz {X.nnz:,}, "
@@ -550,6 +554,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eps", type=float, default=1e-2)
     ap.add_argument("--repeat", type=int, default=3, help="runs per fit (median reported)")
     ap.add_argument("--path-repeat", type=int, default=None, help="runs per path (--repeat)")
+    ap.add_argument("--peer-path-repeat", type=int, default=None,
+                    help="a peer's runs per path (--path-repeat)")  # fmt: skip
     ap.add_argument(
         "--warmup",
         type=int,
@@ -565,6 +571,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.quick:
         args.n_alphas, args.repeat, args.path_repeat, args.warmup = 5, 1, 1, 1
+        args.peer_path_repeat = 1
         args.time_limit = min(args.time_limit, 60.0)
         if args.data_dir == "bench-out":
             args.data_dir = tempfile.mkdtemp(prefix="dl1-bench-quick-")
