@@ -4,19 +4,21 @@ before the first epoch, as Bottou's SGD does (``determineEta0`` in his sgd code)
 The solver proposes a ladder of candidate values of its step parameter (``eta0`` of SGD /
 FoBoS, ``rda_gamma`` of RDA, ``eta`` of SMIDAS): its own base value, a safe step for the
 data's largest row, times powers of 2 (:data:`FACTORS`). Every partition draws a seeded
-sample of its rows (where the rows are: only its sampled rows are read, and only floats go
-back to the coordinator), runs one pass of the solver's own kernel over the sample from the
+sample of its rows on its worker (where the rows are: only floats go back to the
+coordinator), runs one pass of the solver's own kernel over the sample from the
 solve's start with each candidate (the same row order for all), and evaluates the
 regularised objective of each result on the sample. The coordinator adds the partitions'
 figures and keeps the candidate with the lowest objective.
 
-Cost: ``len(FACTORS)`` (9) passes over ``m`` sampled rows, each followed by one pass of
-predictions over them, with ``m = min(sample_rows, max(min_rows, budget n / 9))``: at most
-``budget`` epochs of kernel steps (default half an epoch, plus as many predictions) once
-``n >= 9 min_rows / budget`` (1,800 rows by default; smaller data samples ``min_rows``
-rows), and a vanishing fraction on large data (at most 2,000 rows: 18,000 steps whatever
-``n``). Out of core, the blocks holding sampled rows are read once. The record
-(:class:`Calibration`) is the first history entry's ``"calibration"``.
+Cost: ``k = len(FACTORS)`` (9; 7 for SMIDAS) passes over ``m`` sampled rows, each followed
+by one pass of predictions over them, with ``m = min(sample_rows, max(min_rows, budget n /
+k))``: at most ``budget`` epochs of kernel steps (default half an epoch, plus as many
+predictions) once ``n >= k min_rows / budget`` (1,800 rows by default; smaller data
+samples ``min_rows`` rows), and a vanishing fraction on large data (at most 2,000 rows:
+18,000 steps whatever ``n``). The rows are drawn from a seeded choice of whole row blocks holding ``budget`` of
+the rows (at least ``m``): out of core, at most ``budget`` epochs of reading, plus one block
+per partition. The record (:class:`Calibration`) is the first history entry's
+``"calibration"``.
 """
 
 from __future__ import annotations
@@ -86,13 +88,14 @@ def calibrate(
     outs = ex.gather(
         [ex.submit_to(q, calibration_task, [rows.blocks[i] for i in part], pb.handles.y,
                       pb.handles.sample_weight, shares[q], trial, candidates,
-                      (seed + 1) * 1_000_003 - 1 - q)
+                      (seed + 1) * 1_000_003 - 1 - q, settings.budget)
          for q, part in enumerate(rows.parts) if shares[q]]
     )  # fmt: skip
     m = sum(o.rows for o in outs)
-    losses = np.sum([o.losses for o in outs], axis=0) / m
-    penalties = np.sum([o.penalties * (o.rows / m) for o in outs], axis=0)
-    objectives = np.where(np.isfinite(losses + penalties), losses + penalties, np.inf)
+    with np.errstate(all="ignore"):  # a diverged candidate's figures overflow: inf
+        losses = np.sum([o.losses for o in outs], axis=0) / m
+        penalties = np.sum([o.penalties * (o.rows / m) for o in outs], axis=0)
+        objectives = np.where(np.isfinite(losses + penalties), losses + penalties, np.inf)
     best = int(np.argmin(objectives))
     return Calibration(
         parameter, float(candidates[best]), tuple(map(float, candidates)),

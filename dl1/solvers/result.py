@@ -66,7 +66,9 @@ class FitResult(LinearPredictor):
         Per round: objective, gap (relative), nnz, seconds since start, kernel and overhead
         seconds; for the working-set solver also how its steps ran (``transport``: "local",
         "tasks" through the scheduler, or "direct" calls to the workers, see
-        :mod:`dl1.runtime.rpc`).
+        :mod:`dl1.runtime.rpc`); for the sample-wise solvers, the first entry also holds
+        the step used (``"eta0"``, ``"rda_gamma"`` or ``"eta"``) and, when it was
+        calibrated, the calibration (``"calibration"``, :mod:`dl1.solvers.calibration`).
     alpha, l1_ratio, loss, tol : the problem solved.
     passes_ : float
         Passes over the data, in units of the whole matrix (screened columns are skipped).

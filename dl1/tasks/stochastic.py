@@ -376,18 +376,24 @@ class CalibrationOutput:
 
 def sample_rows(
     blocks: list[RowBlock | RowSource], y: np.ndarray, sample_weight: np.ndarray, m: int,
-    rng: np.random.Generator,
+    rng: np.random.Generator, fraction: float = 0.5,
 ) -> tuple[RowBlock, np.ndarray, np.ndarray]:  # fmt: skip
-    """``m`` of the partition's rows drawn without replacement, as one row block (first row
+    """``m`` rows drawn without replacement from the first blocks of a seeded order of the
+    partition's blocks that hold at least ``max(m, fraction * rows)`` rows (out of core,
+    at most that share of the data is read, plus one block), as one row block (first row
     0) with their targets and sample weights; only the blocks holding drawn rows are read."""
     sizes = np.array([blk.n_rows for blk in blocks], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)])
+    order = rng.permutation(len(blocks))
+    enough = max(m, fraction * sizes.sum())
+    pool = order[: int(np.searchsorted(np.cumsum(sizes[order]), enough)) + 1]
+    pool = np.sort(pool)
+    starts = np.concatenate([[0], np.cumsum(sizes[pool])])
     picks = np.sort(rng.choice(int(starts[-1]), size=m, replace=False))
     mats, rows = [], []
-    for k, source in enumerate(blocks):
+    for k, i in enumerate(pool):
         local = picks[(picks >= starts[k]) & (picks < starts[k + 1])] - starts[k]
         if local.size:
-            blk = loaded_rows(source)
+            blk = loaded_rows(blocks[i])
             mats.append(sp.csr_matrix((blk.data, blk.indices, blk.indptr),
                                       shape=(blk.n_rows, blk.p))[local])  # fmt: skip
             rows.append(blk.r0 + local)
@@ -404,12 +410,14 @@ def sample_rows(
 def calibration_task(
     blocks: list[RowBlock | RowSource], y: np.ndarray, sample_weight: np.ndarray, m: int,
     trial: SGDTrial | RDATrial | SMIDASTrial, candidates: list[float], seed: int,
+    fraction: float = 0.5,
 ) -> CalibrationOutput:  # fmt: skip
     """One pass of ``trial`` over ``m`` sampled rows of the partition per candidate (the
     same rows, in the same order), each model's loss on the sample and its penalty: the
-    partition's part of :func:`dl1.solvers.calibration.calibrate`. A diverging candidate
-    gives inf or NaN."""
-    block, ys, sw = sample_rows(blocks, y, sample_weight, m, np.random.default_rng(seed))
+    partition's part of :func:`dl1.solvers.calibration.calibrate` (``fraction``: see
+    :func:`sample_rows`). A diverging candidate gives inf or NaN."""
+    block, ys, sw = sample_rows(blocks, y, sample_weight, m, np.random.default_rng(seed),
+                                fraction)  # fmt: skip
     n_rows = sum(blk.n_rows for blk in blocks)
     st = trial.settings
     smoothing = st.gamma if isinstance(st, SGDSettings) else st.smoothing

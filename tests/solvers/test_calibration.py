@@ -147,7 +147,9 @@ def test_the_sample_objective_is_the_dense_passes():
     trial = SGDTrial(settings, np.zeros(50), float(y.mean()))
     candidates = [0.01, 0.1, 1.0]
     out = calibration_task([block], y, np.zeros(0), 60, trial, candidates, 7)
-    rows = np.sort(np.random.default_rng(7).choice(400, size=60, replace=False))
+    draw = np.random.default_rng(7)
+    draw.permutation(1)  # the order of the blocks the rows are drawn from
+    rows = np.sort(draw.choice(400, size=60, replace=False))
     Xs, ys = X[rows], y[rows]
     order = np.random.default_rng(7)
     order.permutation(1)  # the block order of the trial's pass
