@@ -328,9 +328,11 @@ class SGDTrial:
 @dataclass(frozen=True)
 class RDATrial:
     """One l1-RDA pass with ``gamma`` set to a candidate, from the state whose weights are
-    ``(w, b)`` after ``t`` steps (``t = 0``: from zero). The sample stands for the
-    partition's ``n_rows`` rows: ``gamma`` is scaled by ``sqrt((t + n_rows) / (t + m))`` so
-    that the sample's last step, ``1 / (gamma sqrt(t))``, is the epoch's."""
+    ``(w, b)`` after ``t`` steps (``t = 0``: from zero). The ``m`` sampled rows stand for
+    the partition's ``n_rows``: the pass runs with ``gamma sqrt((t + n_rows) / (t + m))``,
+    so that its last step is the epoch's, ``1 / (gamma sqrt(t + n_rows))`` (unscaled, the
+    sample's first steps, ``1 / (gamma sqrt(k))`` for small ``k``, make it prefer large
+    ``gamma``: measured, 4 to 8 times the best ``gamma`` after 50 epochs)."""
 
     settings: RDASettings
     w: np.ndarray
