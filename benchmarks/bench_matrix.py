@@ -619,6 +619,26 @@ def _mem(rec: dict[str, Any] | None) -> str:
     return f"{peaks[0]:.0f} + " + " + ".join(f"{m:.0f}" for m in peaks[1:])
 
 
+def _dl1_table(records: list[dict[str, Any]]) -> str:
+    """dl1's runs: medians of the store read, solve, rounds, overhead (fits), passes (paths)."""
+    out = ["dl1's runs (medians; fits: reading the store, solving, rounds, the rounds' share",
+           "not in kernels; paths: passes over the data)", "",
+           "| preset | loss | kind | solver | seconds | load s | solve s | rounds | overhead "
+           "| passes |", "|" + "---|" * 10]  # fmt: skip
+    for rec in records:
+        if rec["solver"] not in DL1 or "error" in rec:
+            continue
+
+        def med(key: str, rec=rec) -> str:
+            vals = [d[key] for d in rec["details"] if key in d]
+            return f"{statistics.median(vals):.4g}" if vals else ""
+
+        out.append(f"| {rec['preset']} | {rec['loss']} | {rec['kind']} | {rec['solver']} | "
+                   f"{rec['median_s']:.3g} | {med('load_s')} | {med('solve_s')} | "
+                   f"{med('rounds')} | {med('overhead')} | {med('passes')} |")  # fmt: skip
+    return "\n".join(out)
+
+
 def tables(records: list[dict[str, Any]]) -> str:
     """Markdown: seconds (✗: not certified at 1e-6) and speed-ups; peak MB per process."""
     peers = ("celer", "skglm", "sklearn", "liblinear", "snapml")
@@ -648,7 +668,8 @@ def tables(records: list[dict[str, Any]]) -> str:
                                       _mem(row.get("dl1-inproc")),
                                       *(_mem(row.get(p)) for p in peers)]) + " |")  # fmt: skip
     return (
-        "Seconds (median; ✗: not certified at relative gap 1e-6 by the check, with its gap;"
+        _dl1_table(records)
+        + "\n\nSeconds (median; ✗: not certified at relative gap 1e-6 by the check, with its gap;"
         " speed-up: the fastest certified peer's seconds / dl1's)\n\n"
         + "\n".join(lines)
         + "\n\nPeak memory per process, MB\n\n"
