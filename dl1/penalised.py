@@ -9,6 +9,7 @@ import time
 import warnings
 from typing import Any
 
+import dask
 import numpy as np
 
 from dl1.errors import ValidationError
@@ -114,8 +115,9 @@ def check_dataset(inputs: Any, client: Any, n_partitions: int) -> None:
 
 def direct_calls(ex: Any, solver: Any, streamed: bool) -> Any:
     """``ex`` with direct calls to the workers' partition servers when the solver's rounds
-    gain from them (blocks in worker memory, gathered subproblems)."""
-    if streamed or not solver.direct_calls:
+    gain from them (blocks in worker memory, gathered subproblems), unless Dask's
+    configuration says ``dl1.direct-calls: False`` (every step a Dask task)."""
+    if streamed or not solver.direct_calls or not dask.config.get("dl1.direct-calls", True):
         return ex
     return rpc_executor(ex)
 

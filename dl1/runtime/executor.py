@@ -38,7 +38,14 @@ def warm_up() -> None:
         return
     import scipy.sparse as sp
 
+    # dl1.penalised: the entry points a solve in one piece calls here
+    # (dl1.runtime.one_piece), with scikit-learn for dl1.ConvergenceWarning: 2-6 s of
+    # imports, paid here once rather than inside the first such solve on each worker
+    import dl1.penalised  # noqa: F401
     import dl1.store.reader  # noqa: F401  (zarr and the codecs: every task reading a store)
+    from dl1.solvers.result import convergence_warning
+
+    convergence_warning()
 
     for dtype in (np.float64, np.float32):
         m = sp.csc_matrix(np.array([[1.0, 0.0], [2.0, 3.0]], dtype=dtype))

@@ -1,0 +1,108 @@
+"""How a distributed solve's steps travel: direct calls to the workers against plain Dask tasks.
+
+Issue 31 asks whether dl1's direct-call layer (``dl1/runtime/rpc.py`` and its servers)
+still pays for itself once solves that fit one worker run in one piece: this script times
+the same fit and path, distributed (``dl1.one-piece: False``), with ``dl1.direct-calls``
+True (partition servers reached over Dask's comm) and False (every step a Dask task with
+worker restrictions, data kept in worker memory by Dask). And, for reference, the one-piece
+solve of the same call (``dl1.one-piece: True``).
+
+Each configuration runs in its own child process with its own LocalCluster of
+``--workers`` single-threaded workers; one untimed warm-up run, then ``--repeat`` timed runs
+(the store read in each); the medians are printed as a markdown table and written to
+``--json``.
+
+    python benchmarks/bench_transport.py --presets tfidf log1p --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from pathlib import Path
+
+CONFIGS = {
+    "tasks": {"dl1.one-piece": False, "dl1.direct-calls": False},
+    "direct calls": {"dl1.one-piece": False, "dl1.direct-calls": True},
+    "one piece": {"dl1.one-piece": True},
+}
+
+
+def _child(config: dict, store: str, kind: str, args: argparse.Namespace, out: mp.Queue):
+    import dask
+    from distributed import Client, LocalCluster
+
+    import dl1
+
+    with (
+        LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                     host="127.0.0.1", dashboard_address=None) as cluster,
+        Client(cluster) as client,
+        dask.config.set(config),
+    ):  # fmt: skip
+        amax = dl1.alpha_max(store, client=client)
+
+        def once() -> tuple[float, float]:
+            t0 = time.perf_counter()
+            if kind == "fit":
+                res = dl1.fit(store, alpha=amax / args.ratio, tol=args.tol, client=client)
+                gap = res.gap_
+            else:
+                res = dl1.path(store, n_alphas=args.n_alphas, eps=args.eps, tol=args.tol,
+                               client=client)  # fmt: skip
+                gap = float(res.gaps_.max())
+            return time.perf_counter() - t0, gap
+
+        once()  # warm-up
+        runs = [once() for _ in range(args.repeat)]
+    out.put([r[0] for r in runs] + [max(r[1] for r in runs)])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--presets", nargs="+", default=["tfidf", "log1p"])
+    ap.add_argument("--kinds", nargs="+", default=["fit", "path"])
+    ap.add_argument("--data-dir", default="bench-out")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ratio", type=float, default=20.0)
+    ap.add_argument("--n-alphas", type=int, default=20)
+    ap.add_argument("--eps", type=float, default=1e-2)
+    ap.add_argument("--tol", type=float, default=1e-6)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_matrix import store_for
+
+    rows = []
+    ctx = mp.get_context("spawn")
+    for preset in args.presets:
+        store = str(store_for(preset, "squared", Path(args.data_dir), False))
+        for kind in args.kinds:
+            row = {"preset": preset, "kind": kind}
+            for name, config in CONFIGS.items():
+                q = ctx.Queue()
+                p = ctx.Process(target=_child, args=(config, store, kind, args, q))
+                p.start()
+                got = q.get()
+                p.join()
+                row[name] = statistics.median(got[:-1])
+                row[f"{name} gap"] = got[-1]
+                print(f"{preset} {kind} {name}: {got[:-1]} (gap <= {got[-1]:.1e})", flush=True)
+            rows.append(row)
+    print("\n| preset | kind | tasks | direct calls | gain | one piece |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        gain = 1 - r["direct calls"] / r["tasks"]
+        print(f"| {r['preset']} | {r['kind']} | {r['tasks']:.2f} s | {r['direct calls']:.2f} s "
+              f"| {gain:+.1%} | {r['one piece']:.2f} s |")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
