@@ -6,6 +6,8 @@ Four modes behind one interface (:class:`SubproblemMode`), picked per round by
 - :class:`GatheredGram`: the columns gathered on one worker, covariance updates on their
   Gram matrix (squared loss, up to ``GRAM_MAX`` columns), which the worker keeps between
   rounds and alphas;
+- :class:`GatheredProxNewton`: gathered likewise, proximal Newton steps (smooth margin
+  losses: logistic, squared hinge);
 - :class:`ColumnCD`: gathered likewise, coordinate descent on the columns (other losses,
   larger working sets);
 - :class:`SpreadGram`: out of core, columns left where they were extracted, the Gram matrix
@@ -18,7 +20,7 @@ intercept. Each works on the run's cached column groups (:class:`CachedGroup`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -114,7 +116,9 @@ def choose_mode(
         use_spread = problem.streamed and 12.0 * problem.n * ws_size > gather_max
     quadratic = problem.datafit.quadratic
     if not use_spread:
-        return GatheredGram(gram_max) if quadratic else ColumnCD()
+        if quadratic:
+            return GatheredGram(gram_max)
+        return GatheredProxNewton() if hasattr(problem.datafit, "grad_hess") else ColumnCD()
     fits = ws_size <= min(gram_max, np.sqrt(gather_max / 16.0))
     if spread != "cocoa" and quadratic and fits:
         return SpreadGram()
@@ -131,7 +135,11 @@ class GatheredGram:
     spread = False
 
     def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
-        call = run.subproblem_call(ws, targets, r, self.gram_max)
+        return self.run_call(run, ws, run.subproblem_call(ws, targets, r, self.gram_max), r)
+
+    @staticmethod
+    def run_call(run: Any, ws: np.ndarray, call: Any, r: int) -> SubproblemReport:
+        """Run the subproblem ``call`` and move ``run.w``, ``run.z`` to its answer."""
         out, next_scan = run.subproblem_then_scan(call)
         check_update(
             "working-set solver", r, f"update of the subproblem on {ws.shape[0]} features",
@@ -148,6 +156,34 @@ class ColumnCD(GatheredGram):
     """Gathered columns, coordinate descent on the columns (no Gram matrix)."""
 
     gram_max: int = 0
+
+    def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
+        call = run.subproblem_call(ws, targets, r, self.gram_max)
+        settings = replace(call.settings, method="cd")
+        return self.run_call(run, ws, call._replace(settings=settings), r)
+
+
+@dataclass(frozen=True)
+class GatheredProxNewton(GatheredGram):
+    """Gathered columns, proximal Newton steps (:mod:`dl1.solvers.prox_newton`), for smooth
+    datafits exposing ``grad_hess`` (logistic, squared hinge).
+
+    A Newton step costs a few passes over ``n`` and the working set, and converges
+    quadratically once the working set is right, so the subproblem goes to the final
+    target at once (``tight``; as the Gram mode does), and the fit usually ends at the
+    next pass, its gap a little below ``tol``. With screening (``run.screen``) the rounds
+    between shrink the problem and the target is ``inner_ratio`` times the current gap.
+    """
+
+    gram_max: int = 0
+    tight: bool = True
+
+    def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
+        call = run.subproblem_call(ws, targets, r, self.gram_max)
+        tight = self.tight and not getattr(run, "screen", False)
+        target = targets.gram_gap if tight else targets.gap
+        settings = replace(call.settings, method="prox_newton", target_gap=target)
+        return self.run_call(run, ws, call._replace(settings=settings), r)
 
 
 def spread_plan(groups, ws, part_of_block, col_bounds, col_bytes=None, share_bytes=np.inf):

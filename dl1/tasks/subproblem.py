@@ -11,6 +11,7 @@ import numpy as np
 
 from dl1.kernels.cd import cd_block_epochs
 from dl1.kernels.linalg import csc_xt_theta_stats
+from dl1.solvers.prox_newton import Columns, prox_newton
 from dl1.solvers.records import (
     ColumnGroup,
     SubproblemOutput,
@@ -65,6 +66,10 @@ class SubproblemSettings:
     dense_max: int = GRAM_DENSE_MAX
     gram_key: str | None = None
     gram_target: float | None = None
+    method: str = "auto"
+    """``"auto"``: the Gram matrix (above), else proximal Newton for datafits exposing
+    ``grad_hess`` (:mod:`dl1.solvers.prox_newton`), else column epochs; ``"cd"``: no
+    proximal Newton."""
 
 
 def subproblem_task(
@@ -150,6 +155,13 @@ def subproblem_task(
             ws,
             settings.gram_key,
         )
+        info["kernel_s"] += extract_s
+        return SubproblemOutput(w, dz, db, info)
+    if settings.method != "cd" and hasattr(datafit, "grad_hess"):
+        w, dz, db, info = prox_newton(
+            Columns(indptr, indices, data, scale, sqn), w, y, z0, sample_weight, datafit,
+            penalty, fit_intercept, target_gap, max_epochs,
+        )  # fmt: skip
         info["kernel_s"] += extract_s
         return SubproblemOutput(w, dz, db, info)
     active = np.arange(w.shape[0], dtype=np.int64)

@@ -1,0 +1,96 @@
+"""The proximal Newton model's kernels against NumPy transcriptions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dl1.kernels.cd import weighted_cd_epochs, weighted_col_stats
+from tests.kernel_helpers import DTYPES, EMPTY, arrays, make_csc, maybe_scale, scaled_dense
+
+
+def reference_epochs(dense, w, g, h, floor, n, a1, a2, e, h_sum, n_epochs):
+    """Cyclic coordinate descent on ``(g^T v + v^T H v / 2) / n + pen(w + d)``, ``v = X d +
+    e``, the intercept step ``e`` profiled out when ``h_sum > 0``."""
+    d, u = np.zeros_like(w), np.zeros(dense.shape[0])
+    for _ in range(n_epochs):
+        for j in range(w.shape[0]):
+            x = dense[:, j]
+            lc = h @ (x * x)
+            if h_sum > 0:
+                centred = lc - (h @ x) ** 2 / h_sum
+                lc = centred if centred > 1e-12 * lc else 0.0
+            lc = max(lc, floor[j])
+            if lc <= 0:
+                continue
+            grad = (x @ (g + h * (u + e))) / n
+            v = w[j] + d[j]
+            t = lc / n * v - grad
+            new = np.sign(t) * max(abs(t) - a1, 0.0) / (lc / n + a2)
+            u += x * (new - v)
+            if h_sum > 0:
+                e -= (new - v) * (h @ x) / h_sum
+            d[j] += new - v
+    return d, u, e
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("use_scale", "profile", "a2"), [(False, False, 0.0), (True, True, 0.0),
+                                                          (False, True, 0.05), (True, False, 0.1)])
+def test_weighted_cd_epochs_match_reference(dtype, use_scale, profile, a2):
+    n, p = 50, 12
+    rng = np.random.default_rng(2)
+    X = make_csc(n, p, 0.4, dtype, 7)
+    scale = maybe_scale(p, use_scale, rng)
+    dense = scaled_dense(X, scale)
+    ip, ix, data = arrays(X)
+    w = rng.normal(size=p) * (rng.random(p) < 0.5)
+    g = rng.normal(size=n)
+    h = rng.uniform(0.0, 0.25, n)
+    h[:5] = 0.0
+    lj, hx = np.empty(p), np.empty(p)
+    weighted_col_stats(ip, ix, data, scale, h, lj, hx)
+    np.testing.assert_allclose(lj, h @ dense**2, rtol=1e-6 if dtype == np.float32 else 1e-12)
+    np.testing.assert_allclose(hx, h @ dense, rtol=1e-6 if dtype == np.float32 else 1e-12)
+    floor = 1e-4 * (dense**2).sum(axis=0)
+    h_sum = float(h.sum()) if profile else 0.0
+    e0 = -g.sum() / h_sum if profile else 0.0
+    shift = np.array([e0, h_sum])
+    dw, u = np.zeros(p), np.zeros(n)
+    epochs = weighted_cd_epochs(ip, ix, data, scale, w, dw, g, h, u, lj, hx, floor, float(n),
+                                0.02, a2, shift, 3, 0.0)  # fmt: skip
+    assert epochs == 3
+    d, u_ref, e = reference_epochs(dense, w, g, h, floor, n, 0.02, a2, e0, h_sum, 3)
+    tol = 1e-5 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(dw, d, rtol=tol, atol=tol)
+    np.testing.assert_allclose(u, u_ref, rtol=tol, atol=tol)
+    assert shift[0] == pytest.approx(e, rel=tol, abs=tol)
+    if profile:  # the model's intercept stays optimal
+        assert abs(np.sum(g + h * (u + shift[0]))) <= 1e-8 * np.abs(g).sum()
+
+
+def test_weighted_cd_epochs_stop_at_rtol_and_reach_the_model_minimum():
+    n, p = 60, 8
+    rng = np.random.default_rng(3)
+    X = make_csc(n, p, 0.5, np.float64, 1)
+    dense = scaled_dense(X, EMPTY)
+    ip, ix, data = arrays(X)
+    g, h, w = rng.normal(size=n), rng.uniform(0.05, 0.25, n), np.zeros(p)
+    lj, hx = np.empty(p), np.empty(p)
+    weighted_col_stats(ip, ix, data, EMPTY, h, lj, hx)
+    floor = np.zeros(p)
+
+    def run(rtol, max_epochs=10_000):
+        dw, u = np.zeros(p), np.zeros(n)
+        k = weighted_cd_epochs(ip, ix, data, EMPTY, w, dw, g, h, u, lj, hx, floor, float(n),
+                               0.0, 0.0, np.zeros(2), max_epochs, rtol)  # fmt: skip
+        return k, dw
+
+    k_loose, _ = run(1e-1)
+    k_tight, dw = run(1e-12)
+    assert 2 <= k_loose < k_tight < 10_000
+    # without a penalty the model's minimiser solves X^T H X d = -X^T g
+    H = dense.T @ (h[:, None] * dense)
+    keep = np.diag(H) > 0
+    d_ref = np.linalg.lstsq(H[np.ix_(keep, keep)], -(dense.T @ g)[keep], rcond=None)[0]
+    np.testing.assert_allclose(dw[keep], d_ref, rtol=1e-5, atol=1e-7)

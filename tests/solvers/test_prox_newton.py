@@ -1,0 +1,132 @@
+"""The working-set solver's proximal Newton subproblem (smooth margin losses) against
+scikit-learn, and on a LocalCluster against the calling process."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+from sklearn.svm import LinearSVC
+
+import dl1
+import dl1.tasks.subproblem as subproblem_module
+from dl1.objective.datafits import Logistic, Quadratic, SquaredHinge
+from dl1.solvers.subproblems import ColumnCD, GatheredGram, GatheredProxNewton, choose_mode
+from tests.test_penalised import as_dask, make_classification, objective
+
+
+@pytest.fixture
+def newton_calls(monkeypatch):
+    """Counts the proximal Newton solves of the in-process fits of a test."""
+    calls = []
+    real = subproblem_module.prox_newton
+
+    def counted(*args):
+        out = real(*args)
+        calls.append(out[3])
+        return out
+
+    monkeypatch.setattr(subproblem_module, "prox_newton", counted)
+    return calls
+
+
+def sklearn_logistic(X, y, alpha, l1_ratio, fit_intercept):
+    """scikit-learn on this objective's scaling (C = 1 / (n alpha)), to tight tolerance."""
+    clf = LogisticRegression(
+        C=1.0 / (X.shape[0] * alpha), l1_ratio=l1_ratio, solver="saga",
+        fit_intercept=fit_intercept, tol=1e-13, max_iter=1_000_000,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(X, y)
+    return clf.coef_.ravel(), float(clf.intercept_[0]) if fit_intercept else 0.0
+
+
+class _Problem:
+    def __init__(self, datafit):
+        self.datafit, self.streamed, self.n = datafit, False, 100
+        self.budget = type("Budget", (), {"gather_max": 1e9})()
+
+
+def test_choose_mode_takes_prox_newton_for_smooth_margin_losses():
+    assert isinstance(choose_mode(None, _Problem(Logistic()), 200, 4096), GatheredProxNewton)
+    assert isinstance(choose_mode(None, _Problem(SquaredHinge()), 200, 4096), GatheredProxNewton)
+    assert type(choose_mode(None, _Problem(Quadratic()), 200, 4096)) is GatheredGram
+    assert type(choose_mode(False, _Problem(_WithoutHessian()), 200, 4096)) is ColumnCD
+
+
+class _WithoutHessian:
+    """A smooth datafit exposing no ``grad_hess``: column epochs."""
+
+    quadratic = False
+
+
+@pytest.mark.parametrize(("fit_intercept", "l1_ratio"), [(True, 1.0), (False, 1.0), (True, 0.5)])
+def test_logistic_matches_scikit_learn(newton_calls, fit_intercept, l1_ratio):
+    X, y = make_classification(n=160, p=45, seed=3)
+    amax = dl1.alpha_max(X, y, loss="logistic", l1_ratio=l1_ratio, fit_intercept=fit_intercept)
+    alpha = amax / 8
+    res = dl1.fit(X, y, alpha=alpha, l1_ratio=l1_ratio, loss="logistic", tol=1e-11,
+                  fit_intercept=fit_intercept, client=None)  # fmt: skip
+    assert res.converged_ and newton_calls and all(c["newton"] >= 1 for c in newton_calls)
+    coef, b = sklearn_logistic(X, y, alpha, l1_ratio, fit_intercept)
+    ours = objective(X, y, res.coef_, res.intercept_, alpha, l1_ratio, "logistic")
+    ref = objective(X, y, coef, b, alpha, l1_ratio, "logistic")
+    assert ours <= ref + 1e-10
+    np.testing.assert_allclose(res.coef_, coef, atol=1e-4)
+    assert res.intercept_ == pytest.approx(b, abs=1e-4)
+    np.testing.assert_array_equal(res.coef_ != 0, np.abs(coef) > 1e-6)
+
+
+def test_standardized_logistic_equals_fitting_scaled_features(newton_calls):
+    X, y = make_classification(n=150, p=30, seed=4)
+    Xd = X.toarray()
+    std = Xd.std(axis=0)
+    alpha = dl1.alpha_max(Xd / std, y, loss="logistic") / 6
+    res = dl1.fit(X, y, alpha=alpha, loss="logistic", standardize=True, tol=1e-11, client=None)
+    coef, b = sklearn_logistic(Xd / std, y, alpha, 1.0, True)
+    assert newton_calls
+    np.testing.assert_allclose(res.coef_, coef / std, atol=1e-4 / std.min())
+    assert res.intercept_ == pytest.approx(b, abs=1e-4)
+
+
+def test_squared_hinge_matches_liblinear(newton_calls):
+    X, y = make_classification(n=150, p=40, seed=5)
+    alpha = dl1.alpha_max(X, y, loss="squared_hinge", fit_intercept=False) / 10
+    res = dl1.fit(X, y, alpha=alpha, loss="squared_hinge", fit_intercept=False, tol=1e-11,
+                  client=None)  # fmt: skip
+    assert res.converged_ and newton_calls
+    svc = LinearSVC(penalty="l1", loss="squared_hinge", dual=False, fit_intercept=False,
+                    C=1.0 / (X.shape[0] * alpha), tol=1e-10, max_iter=100_000)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # liblinear may stop on its iteration count
+        coef = svc.fit(X, y).coef_.ravel()
+
+    def primal(w):
+        return np.mean(np.maximum(0.0, 1.0 - y * (X @ w)) ** 2) + alpha * np.abs(w).sum()
+
+    assert primal(res.coef_) <= primal(coef) + 1e-10
+    np.testing.assert_allclose(res.coef_, coef, atol=1e-4)
+
+
+def test_tolerance_is_met_without_overshooting_by_rounds(newton_calls):
+    """The fit stops at the round whose gap first meets ``tol``: no round only tightens a
+    gap already below it."""
+    X, y = make_classification(n=300, p=120, seed=6)
+    alpha = dl1.alpha_max(X, y, loss="logistic") / 20
+    res = dl1.fit(X, y, alpha=alpha, loss="logistic", tol=1e-6, client=None)
+    gaps = [h["gap"] for h in res.history_]
+    assert gaps[-1] <= 1e-6 and all(g > 1e-6 for g in gaps[:-1])
+
+
+def test_cluster_gives_the_in_process_answer(local_cluster):
+    X, y = make_classification(n=200, p=60, seed=7)
+    alpha = dl1.alpha_max(X, y, loss="logistic") / 10
+    kw = {"alpha": alpha, "l1_ratio": 0.8, "loss": "logistic", "tol": 1e-10}
+    here = dl1.fit(X, y, client=None, **kw)
+    there = dl1.fit(as_dask(X, 3), y, client=local_cluster, n_partitions=2, **kw)
+    assert there.converged_
+    np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-7)
+    assert there.intercept_ == pytest.approx(here.intercept_, abs=1e-7)
