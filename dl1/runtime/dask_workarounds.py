@@ -15,6 +15,8 @@ from typing import Any
 # (10, 5 and 2 ms; ``distributed.client``, ``distributed.scheduler``, ``distributed.worker``):
 # no configuration key sets them. A solve's latency-bound chain of tasks sets the ``interval``
 # of the live BatchedSend objects for its duration.
+# Upstream: dask/distributed#5036 (making the worker's interval configurable, closed
+# unmerged) and the measurements in dask/distributed#4881.
 
 #: Seconds between batched messages while a fit runs (Dask: 10 ms client to scheduler, 5 ms
 #: scheduler to worker, 2 ms worker to scheduler).
@@ -106,6 +108,8 @@ def low_latency(client: Any, interval: float = LOW_LATENCY_INTERVAL) -> Iterator
 # spilling everything. Dask's public way to size the buffer alone is the worker's ``data=``
 # argument (dl1's LocalCluster passes :func:`dl1.runtime.worker.spill_buffer`), which
 # ``dask worker`` does not take: the preload of such workers sets the live buffer's target.
+# Upstream: dask/distributed#5367 (changing a live worker's memory limit and the thresholds
+# chained to it, the spill buffer's target among them; open).
 
 
 def set_spill_target(worker: Any, target: float) -> bool:
@@ -127,6 +131,8 @@ def set_spill_target(worker: Any, target: float) -> bool:
 # ``loose_restrictions``), so once its restricted workers are gone such a task waits for
 # ever beside idle workers. The coordinator's watchdog then asks the scheduler to place
 # them as it would have on submission: on any running worker.
+# Upstream: dask/distributed#7346 (restricted tasks left in ``no-worker`` when their workers
+# are removed; open, about strict restrictions; the loose case is the same code path).
 
 
 def release_stranded(dask_scheduler: Any = None) -> int:
