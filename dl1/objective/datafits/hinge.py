@@ -9,9 +9,13 @@ hinge, ``gamma > 0``; the hinge is ``gamma = 0``)::
 
 Dual convention (see :mod:`dl1.objective.gap`): ``theta = -n grad F(z) = s * y * c`` with
 ``c = -phi'(m)`` in ``[0, 1]`` (for the hinge, the subgradient ``c = 1`` where ``m <= 1``, 0
-elsewhere), and ``F^*(-theta / n) = -(1/n) sum_i s_i (c_i - gamma c_i^2 / 2)`` for
-``c_i = y_i theta_i / s_i`` in ``[0, 1]`` (``+inf`` outside). The hinge is not smooth
-(``beta = inf``): only the sample-wise solvers take it.
+elsewhere: at the kink any value in ``[0, 1]`` is a subgradient, and taking 1 there lets the
+balancing of an intercept's dual point reach the one that makes ``sum theta = 0``), and
+``F^*(-theta / n) = -(1/n) sum_i s_i (c_i - gamma c_i^2 / 2)`` for ``c_i = y_i theta_i / s_i``
+in ``[0, 1]`` (``+inf`` outside). Every length-n quantity is one fused loop of
+:mod:`dl1.kernels.margins` (no NumPy temporaries). The hinge is not smooth (``beta =
+inf``): the sample-wise solvers take it, and the smoothing solver
+(:mod:`dl1.solvers.smoothing`) through smoothed hinges of decreasing ``gamma``.
 """
 
 from __future__ import annotations
@@ -21,27 +25,36 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dl1.objective.datafits.quadratic import balanced, optional_weights, validate_labels
+from dl1.errors import ValidationError
+from dl1.kernels.hinge import hinge_intercept
+from dl1.kernels.margins import SMOOTH_HINGE, abs_max, margin_shift_sums
+from dl1.objective.datafits.margin import MarginLoss, as_vector, kernel_weights
+from dl1.objective.datafits.quadratic import optional_weights, validate_labels
 
-_C_ROUNDING = 1e-12
-#: Bisection steps of the intercept's 1-D problem (bracket halved each time: 2^-200).
-_BISECTIONS = 200
+#: Safeguarded Newton steps of the intercept's 1-D problem at most (its derivative is
+#: piecewise linear for ``gamma > 0``, a step function for the hinge: Newton is exact once
+#: inside the final piece, bisection halves the bracket otherwise, to rounding).
+_MAX_STEPS = 200
 
 
-class SmoothHinge:
+class SmoothHinge(MarginLoss):
     """Smoothed hinge loss (``gamma`` > 0; ``beta = 1 / gamma``), labels in ``{-1, +1}``.
 
     Parameters
     ----------
     gamma : float, default=1.0
-        Width of the quadratic part near the margin.
+        Width of the quadratic part near the margin; the loss lies between the hinge minus
+        ``gamma / 2`` and the hinge.
     """
 
-    quadratic = False
+    code = SMOOTH_HINGE
 
     def __init__(self, gamma: float = 1.0) -> None:
-        self.gamma = float(gamma)
-        self.beta = math.inf if self.gamma == 0.0 else 1.0 / self.gamma
+        gamma = float(gamma)
+        if not gamma >= 0.0 or math.isinf(gamma):
+            raise ValidationError(f"gamma = {gamma!r}: the smoothing must be finite and >= 0")
+        self.gamma = gamma
+        self.beta = math.inf if gamma == 0.0 else 1.0 / gamma
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(gamma={self.gamma!r})"
@@ -57,111 +70,72 @@ class SmoothHinge:
         return validate_labels(y, "hinge")
 
     def _phi(self, m: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``phi(m)`` by its definition in NumPy (the tests' reference)."""
         g = self.gamma
         if g == 0.0:
             return np.maximum(0.0, 1.0 - m)
         return np.where(m >= 1.0, 0.0,
                         np.where(m <= 1.0 - g, 1.0 - m - 0.5 * g, (1.0 - m) ** 2 / (2 * g)))
 
-    def _c(self, m: NDArray[np.float64]) -> NDArray[np.float64]:
-        """``-phi'(m)`` in ``[0, 1]``; for the hinge the subgradient 1 where ``m <= 1``: at
-        the kink any value in ``[0, 1]`` is a subgradient, and taking 1 there lets
-        :func:`balanced` reach the one that makes ``sum theta = 0``."""
-        if self.gamma == 0.0:
-            return (m <= 1.0).astype(np.float64)
-        return np.clip((1.0 - m) / self.gamma, 0.0, 1.0)
-
-    def value(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None) -> float:
-        """``F(z)``."""
-        y, z = np.asarray(y, np.float64), np.asarray(z, np.float64)
-        losses = self._phi(y * z)
-        s = optional_weights(s, losses.shape[0])
-        return float(losses.sum() if s is None else s @ losses) / losses.shape[0]
-
-    def gradient(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None) -> (
-        NDArray[np.float64]
-    ):
-        """``grad F(z) = -theta / n`` (a subgradient for the hinge)."""
-        theta = self.dual_point(y, z, s)
-        return -theta / theta.shape[0]
-
     def initial_intercept(self, y: ArrayLike, s: ArrayLike | None = None) -> float:
         """The intercept minimising ``F`` at ``w = 0``."""
-        y = np.asarray(y, np.float64)
+        y = as_vector(y)
         return self.intercept_update(y, np.zeros_like(y), s)
 
     def intercept_update(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None,
                          max_iter: int = 1) -> float:  # fmt: skip
         """``db`` minimising ``F(z + db)`` (``max_iter`` is ignored: the 1-D convex problem
-        is solved by bisection on its nondecreasing (sub)derivative, to 2^-200 of a
-        bracket that holds every sign change)."""
-        y, z = np.asarray(y, np.float64), np.asarray(z, np.float64)
-        s = optional_weights(s, y.shape[0])
-        wts = np.ones_like(y) if s is None else s
+        is solved to rounding by Newton steps on its nondecreasing derivative, safeguarded by
+        bisection of a bracket that holds every sign change)."""
+        y, z = as_vector(y), as_vector(z)
+        sw = kernel_weights(optional_weights(s, y.shape[0]), y.shape[0])
 
-        def slope(db: float) -> float:  # d/db of n F(z + db), nondecreasing
-            return float(-(wts * y * self._c(y * (z + db))).sum())
+        def slope_curv(db: float) -> tuple[float, float]:  # d/db, d2/db2 of n F(z + db)
+            _, theta_sum, _, curv = margin_shift_sums(SMOOTH_HINGE, self.gamma, y, z, sw, db)
+            return -theta_sum, curv
 
         # every margin y (z + db) crosses [1 - gamma, 1] inside this bracket
-        span = float(np.abs(z).max(initial=0.0)) + 1.0 + self.gamma
+        span = float(abs_max(z)) + 1.0 + self.gamma
         lo, hi = -span, span
-        if slope(lo) >= 0.0:
+        if slope_curv(lo)[0] >= 0.0:
             return lo
-        if slope(hi) <= 0.0:
+        if slope_curv(hi)[0] <= 0.0:
             return hi
-        for _ in range(_BISECTIONS):
-            mid = 0.5 * (lo + hi)
-            if mid in (lo, hi):
-                break
-            if slope(mid) < 0.0:
-                lo = mid
+        db = 0.0
+        for _ in range(_MAX_STEPS):
+            g, h = slope_curv(db)
+            if g == 0.0:
+                return db
+            if g < 0.0:
+                lo = db
             else:
-                hi = mid
+                hi = db
+            step = db - g / h if h > 0.0 else math.nan
+            nxt = step if lo < step < hi else 0.5 * (lo + hi)
+            if nxt in (lo, hi, db):
+                break
+            db = nxt
+        # the bracket is down to rounding: its middle, which puts the margins at a kink of
+        # the hinge at 1 (c = 1 there: the subgradient the dual point's balancing needs)
         return 0.5 * (lo + hi)
-
-    def dual_point(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None,
-                   intercept: bool = False) -> NDArray[np.float64]:  # fmt: skip
-        """``theta = s * y * c(y z)``; with ``intercept``, at the refitted intercept and with
-        the heavier label side shrunk so that ``sum_i theta_i = 0`` (``c`` stays in
-        ``[0, 1]``)."""
-        y, z = np.asarray(y, np.float64), np.asarray(z, np.float64)
-        s = optional_weights(s, y.shape[0])
-        if intercept:
-            z = z + self.intercept_update(y, z, s)
-        theta = y * self._c(y * z)
-        if s is not None:
-            theta = theta * s
-        if intercept:
-            theta = balanced(theta)
-        return theta
-
-    def conjugate(self, y: ArrayLike, theta: ArrayLike, s: ArrayLike | None = None) -> float:
-        """``F^*(-theta / n) = -(1/n) sum_i s_i (c_i - gamma c_i^2 / 2)``, ``c_i = y_i theta_i
-        / s_i`` in ``[0, 1]`` (``inf`` outside; rounding of 1e-12 clipped)."""
-        y, theta = np.asarray(y, np.float64), np.asarray(theta, np.float64)
-        n = theta.shape[0]
-        s = optional_weights(s, n)
-        if s is None:
-            c, weight = y * theta, None
-        else:
-            pos = s > 0
-            if np.any(theta[~pos] != 0.0):
-                return math.inf
-            weight = s[pos]
-            c = y[pos] * theta[pos] / weight
-        if np.any(c < -_C_ROUNDING) or np.any(c > 1.0 + _C_ROUNDING):
-            return math.inf
-        c = np.clip(c, 0.0, 1.0)
-        gain = c - 0.5 * self.gamma * c * c
-        return -float(gain.sum() if weight is None else weight @ gain) / n
 
 
 class Hinge(SmoothHinge):
     """Hinge loss ``max(0, 1 - y z)`` (the smoothed hinge with ``gamma = 0``): not smooth,
-    for the sample-wise solvers (SGD, FoBoS, RDA, SMIDAS, Prox-SDCA)."""
+    for the sample-wise solvers (SGD, FoBoS, RDA, SMIDAS, Prox-SDCA) and the smoothing
+    solver."""
 
     def __init__(self) -> None:
         super().__init__(0.0)
 
     def __repr__(self) -> str:
         return "Hinge()"
+
+    def intercept_update(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None,
+                         max_iter: int = 1) -> float:  # fmt: skip
+        """``db`` minimising ``F(z + db)``: the weighted quantile of the breakpoints at which
+        the slope reaches 0, exactly (:func:`dl1.kernels.hinge.hinge_intercept`;
+        ``max_iter`` is ignored)."""
+        y, z = as_vector(y), as_vector(z)
+        return float(hinge_intercept(y, z, kernel_weights(optional_weights(s, y.shape[0]),
+                                                          y.shape[0])))  # fmt: skip
