@@ -1,11 +1,16 @@
-"""Where the solver's tasks run: a Dask distributed client, or in-process."""
+"""Where the solver's tasks run: a Dask distributed client, or in-process.
+
+Every executor implements :class:`Executor`: :class:`LocalExecutor` (this process),
+:class:`DistributedExecutor` (Dask tasks) and :class:`dl1.runtime.rpc.RpcExecutor` (Dask
+tasks, and the working-set rounds as direct calls to the workers' partition servers).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import dask
 import numpy as np
@@ -25,6 +30,33 @@ from dl1.tasks.columns import extract_task
 from dl1.tasks.gram import GRAM_DTYPE
 from dl1.tasks.passes import matvec_task, round_task, scan_task
 from dl1.tasks.subproblem import SubproblemSettings, subproblem_task
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """What a solver runs its steps through. ``handle``s are futures (Dask's, or values in
+    process); every wait is bounded (:mod:`dl1.runtime.watchdog`).
+
+    ``submit_pass`` and ``submit_then_scan`` are the working-set solver's rounds run by the
+    subproblem's partition server (direct calls); they return a handle with ``result()``,
+    or None when no server runs them (in process, plain tasks, or a call that failed and
+    fell back to tasks): the solver then runs the same steps as tasks.
+    """
+
+    n_workers: int
+    transport: str  # "local", "tasks" or "direct": how the last round's steps travelled
+
+    def submit(self, fn: Callable, *args: Any) -> Any: ...
+    def submit_to(self, part: int, fn: Callable, *args: Any) -> Any: ...
+    def gather(self, handles: list[Any]) -> list[Any]: ...
+    def wait(self, handles: list[Any]) -> None: ...
+    def compute(self, delayed: list[Any], workers: list[int] | None = None) -> list[Any]: ...
+    def check_memory(self, floor: Any) -> None: ...
+    def broadcast(self, fn: Callable, *args: Any) -> None: ...
+    def close(self) -> None: ...
+    def submit_pass(self, *args: Any) -> Any | None: ...
+    def submit_then_scan(self, *args: Any) -> Any | None: ...
+
 
 #: Whether this process has run :func:`warm_up` (a worker serves many fits).
 _WARM = False
@@ -392,7 +424,7 @@ def held_by(X: Any) -> Any:
     return X.client if isinstance(X, Dataset) else NOT_HELD
 
 
-def executor_for(client: Any):
+def executor_for(client: Any) -> Executor:
     """The executor of ``client`` (None: in-process)."""
     return LocalExecutor() if client is None else DistributedExecutor(client)
 
