@@ -4,12 +4,12 @@ A round's steps (every partition scans, the coordinator chooses, one worker solv
 subproblem) are short and dependent: through the scheduler each costs a task round trip.
 :class:`RpcExecutor` sends them instead to a :class:`~dl1.runtime.partition_server.
 PartitionServer` on each worker, which runs the very same task functions (same inputs, same
-results, bit for bit) on the blocks its worker holds, keeps the working set's columns between
-rounds, runs the pass that follows a subproblem and fetches the next working set's columns
-ahead (see ``docs/design.md``). The servers live in a Dask worker plugin and the calls are
-messages of Dask's own rpc (:mod:`dl1.runtime.calls`), so Dask's TLS and authentication
-apply. Nothing a server holds is irreplaceable: a call that fails (a worker lost, a block
-moved) is re-issued as ordinary tasks, and so is every later step; the fit goes on.
+results, bit for bit) on the blocks its worker holds, keeps the working set's columns
+between rounds and runs the pass that follows a subproblem (see ``docs/design.md``). The
+servers live in a Dask worker plugin and the calls are messages of Dask's own rpc
+(:mod:`dl1.runtime.calls`), so Dask's TLS and authentication apply. Nothing a server holds
+is irreplaceable: a call that fails (a worker lost, a block moved) is re-issued as ordinary
+tasks, and so is every later step; the fit goes on.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ class RpcExecutor(DistributedExecutor):
 
     def ask(self, addr: str, method: str, *args: Any) -> Any:
         """The result of ``method(*args)`` of the server on ``addr`` (e.g. its
-        ``ahead_stats``)."""
+        ``held_groups``)."""
         return self.wait_call(self._invoke(addr, method, *args))
 
     def wait_call(self, call: Any) -> Any:
@@ -355,18 +355,16 @@ class RpcExecutor(DistributedExecutor):
         theta: np.ndarray,
         w_parts: list[Any],
         ws_size: int,
-        support: np.ndarray,
-        cached: list[np.ndarray],
     ) -> RpcFuture | None:
-        """A pass over ``parts`` at ``theta`` run by the subproblem's server, which then
-        fetches the next working set's columns in advance
-        (:meth:`PartitionServer.scan_pass`). A handle whose ``result()`` is each
-        partition's scan results, or None if the call failed (the executor then runs
-        tasks); None when a partition's blocks are not all held by one server."""
+        """A pass over ``parts`` at ``theta`` run by the subproblem's server, its peers'
+        partitions by its calls to them (:meth:`PartitionServer.scan_pass`). A handle whose
+        ``result()`` is each partition's scan results, or None if the call failed (the
+        executor then runs tasks); None when a partition's blocks are not all held by one
+        server."""
         return self._home_call(
             (parts, bounds, alive, threshold, ws_start),
             "scan_pass",
-            lambda home, plan: (plan, theta, w_parts, int(ws_size), support, cached),
+            lambda home, plan: (plan, theta, w_parts, int(ws_size)),
             no_result,
         )
 

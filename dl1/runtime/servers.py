@@ -16,7 +16,7 @@ from distributed.protocol import to_serialize
 
 from dl1.runtime.calls import Packed
 from dl1.runtime.partition_server import PartitionServer
-from dl1.runtime.wire import MAX_SERVERS, PEER_CONNECTIONS, PLUGIN_NAME, ServerClosed
+from dl1.runtime.wire import MAX_SERVERS, PLUGIN_NAME, ServerClosed
 
 
 class PartitionServers(WorkerPlugin):
@@ -60,18 +60,16 @@ class PartitionServers(WorkerPlugin):
         return {"address": self.worker.address}
 
     async def _connect(self, peers: list[str]) -> None:
-        """Open :data:`PEER_CONNECTIONS` connections to each of ``peers`` not yet in the
-        worker's pool (a call's first connection would otherwise cost a handshake within a
-        round); a peer that cannot be reached is left to the calls."""
+        """Open a connection to each of ``peers`` into the worker's pool (a call's first
+        connection would otherwise cost a handshake within a round; a server asks a peer
+        one call at a time); a peer that cannot be reached is left to the calls."""
         pool = self.worker.rpc
-        wanted = [p for p in peers if p != self.worker.address]
-        for peer in wanted:
+        for peer in [p for p in peers if p != self.worker.address]:
             try:
-                comms = await asyncio.gather(*[pool.connect(peer) for _ in range(PEER_CONNECTIONS)])
+                comm = await pool.connect(peer)
             except Exception:
                 continue
-            for comm in comms:
-                pool.reuse(peer, comm)
+            pool.reuse(peer, comm)
 
     async def call(self, session: str, payload: Packed) -> dict:
         """The packed result of a method of ``session``'s server, run in its thread."""

@@ -18,14 +18,10 @@ from dl1.tasks.subproblem import subproblem_task
 ROUTED = (scan_task, matvec_task, xt_theta_task, subproblem_task)
 
 #: Methods of a :class:`PartitionServer` a call may name.
-SERVED = frozenset({"call", "scan_pass", "extract", "held_groups", "ahead_stats"})
+SERVED = frozenset({"call", "scan_pass", "extract", "held_groups"})
 
 #: Name of the worker plugin holding the servers (see :mod:`dl1.runtime.servers`).
 PLUGIN_NAME = "dl1-partition-servers"
-
-#: Connections a server's worker opens to each peer as the server starts: a peer's scan and
-#: the columns fetched ahead may be asked at once.
-PEER_CONNECTIONS = 2
 
 #: Servers a worker keeps at most (the least recently used is closed first): solves close
 #: theirs, this bounds those of coordinators that died first.

@@ -329,8 +329,8 @@ class Run:
 
     def _server_pass(self, theta: np.ndarray, ws_size: int) -> list[PartitionScan] | None:
         """The pass as run by the subproblem's server (direct calls; not with screening):
-        already run after the last subproblem, or run now, the server then fetching the
-        next working set's columns in advance. None: the coordinator runs it."""
+        already run after the last subproblem, or run now. None: the coordinator runs
+        it."""
         if self.pending is not None:
             scans, self.server_s = self.pending
             self.by_server = True
@@ -341,7 +341,7 @@ class Run:
         handle = pb.executor.submit_pass(
             *self.pass_plan(), theta,
             [coef_by_block(self.w, pb.col_bounds, q, self.support) for q in pb.partitions],
-            ws_size, self.support, [g.ids for g in self.groups],
+            ws_size,
         )  # fmt: skip
         scans = None if handle is None else handle.result()
         self.by_server = scans is not None
