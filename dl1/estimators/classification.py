@@ -227,8 +227,8 @@ class LinearSVC(_Classifier):
 
     Minimises ``C sum_i s_i loss(y_i (x_i w + b)) + penalty(w)`` with the squared hinge
     ``max(0, 1 - m)^2`` (default, as scikit-learn's ``LinearSVC``; smooth: the working-set
-    solver) or the hinge ``max(0, 1 - m)`` (not smooth: Prox-SDCA through ``solver="auto"``,
-    which converges slowly on a pure L1 penalty; prefer ``penalty="elasticnet"``). Unlike
+    solver) or the hinge ``max(0, 1 - m)`` (not smooth: ``solver="auto"`` takes the smoothing
+    solver, exact LP working sets for the pure L1 penalty). Unlike
     liblinear, the intercept is not penalised: with ``fit_intercept=False`` the minimiser
     is ``sklearn.svm.LinearSVC(penalty="l1", dual=False, fit_intercept=False)``'s.
 
@@ -240,7 +240,7 @@ class LinearSVC(_Classifier):
     l1_ratio : float in [0, 1], optional
         As :class:`LogisticRegression`.
     solver : str or solver object, default="auto"
-        ``"ws"`` for the squared hinge, ``"sdca"`` for the hinge (:func:`dl1.fit`).
+        ``"ws"`` for the squared hinge, ``"smoothing"`` for the hinge (:func:`dl1.fit`).
     fit_intercept, tol, max_iter, warm_start, random_state, client, n_partitions, stream,
     standardize, screen, max_epochs
         As :class:`dl1.Lasso`.
