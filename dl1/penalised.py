@@ -169,9 +169,9 @@ def fit(
     alpha, l1_ratio : float
         Penalty strength (> 0) and mix (1.0: Lasso / L1 logistic).
     loss : {"squared", "logistic", "hinge", "smooth_hinge"}
-        The hinge (``max(0, 1 - y z)``) is not smooth: the sample-wise solvers take it
-        (``"sdca"``, ``"sgd"``, ``"fobos"``, ``"rda"``, ``"smidas"``); the smoothed hinge
-        (Shalev-Shwartz & Zhang, ``gamma = 1``) is smooth, for every solver.
+        The hinge (``max(0, 1 - y z)``) is not smooth: ``"smoothing"`` certifies it at
+        ``tol`` (``"auto"`` picks it), the sample-wise solvers take it too; the smoothed
+        hinge (Shalev-Shwartz & Zhang, ``gamma = 1``) is smooth, for every solver.
     fit_intercept : bool
         Fit an unpenalised intercept.
     standardize : bool
@@ -194,7 +194,7 @@ def fit(
         ``solver="cd"``: local coordinate-descent epochs per round.
     random_order, seed : bool, int
         Uniformly random coordinate order (stochastic coordinate descent), and its seed.
-    solver : {"ws", "cd", "sdca", "sgd", "fobos", "rda", "smidas", "auto"} or solver object
+    solver : {"ws", "smoothing", "cd", "sdca", "sgd", "fobos", "rda", "smidas", "auto"}, or object
         A name, or a solver configured beyond these keywords (e.g.
         ``dl1.solvers.rda.RDASolver(rho=0.005)``).
         ``"ws"``: working sets (:class:`dl1.solvers.ws.WorkingSetSolver`): each round is one
@@ -206,9 +206,10 @@ def fit(
         (:class:`dl1.solvers.sgd.StochasticGradientSolver`). ``"rda"``: l1-regularised dual
         averaging (sparser models along the way); ``"smidas"``: mirror descent for L1
         problems with very many features; ``"sdca"``: Prox-SDCA with CoCoA+ rounds
-        (linear rate with a ridge part; the hinge). ``"auto"``: the rule of
-        :mod:`dl1.solvers.auto` (measured: ``"ws"`` for smooth losses, ``"sdca"`` for the
-        hinge). Each solver's docstring says when to use it.
+        (linear rate with a ridge part); ``"smoothing"``: the hinge, by exact LPs on
+        working sets (pure L1) or continuation over the smoothed hinge. ``"auto"``: the
+        rule of :mod:`dl1.solvers.auto` (``"ws"`` for smooth losses, ``"smoothing"`` for
+        the hinge). Each solver's docstring says when to use it.
     screen : bool
         ``"ws"``: gap-safe sphere screening (Lasso and L1-logistic).
     stream : bool, optional
