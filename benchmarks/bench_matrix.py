@@ -582,20 +582,25 @@ def main(argv: list[str] | None = None) -> None:
 
     records: list[dict[str, Any]] = []
     t_start = time.perf_counter()
+    settings = {k: v for k, v in vars(args).items() if k != "json"}
+    settings.update(target=TARGET, peer_tol={f"{a}/{b}": t for (a, b), t in PEER_TOL.items()},
+                    retry_factor=RETRY_FACTOR, intercept_scaling=INTERCEPT_SCALING)  # fmt: skip
+
+    def save() -> None:  # after every (preset, loss): a long run stopped early keeps its cells
+        if args.json:
+            Path(args.json).write_text(json.dumps({"settings": settings, "records": records},
+                                                  indent=1, default=float))  # fmt: skip
+
     if args.quick:  # everything in memory, one child per solver
         records += run_group(list(_cells(args, data_dir)), solvers, args.workers)
     else:  # one (preset, loss) at a time: one data set in memory
         for cell in _cells(args, data_dir):
             records += run_group([cell], solvers, args.workers)
+            save()
             del cell
+    save()
     print(tables(records))
     print(f"\n(matrix in {time.perf_counter() - t_start:.0f} s)")
-    if args.json:
-        settings = {k: v for k, v in vars(args).items() if k != "json"}
-        settings.update(target=TARGET, peer_tol={f"{a}/{b}": t for (a, b), t in PEER_TOL.items()},
-                        retry_factor=RETRY_FACTOR, intercept_scaling=INTERCEPT_SCALING)  # fmt: skip
-        Path(args.json).write_text(json.dumps({"settings": settings, "records": records},
-                                              indent=1, default=float))  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ tables
