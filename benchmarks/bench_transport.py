@@ -40,7 +40,7 @@ def _child(config: dict, store: str, kind: str, args: argparse.Namespace, out: m
 
     with (
         LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                     host="127.0.0.1", dashboard_address=None) as cluster,
+                     host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster,
         Client(cluster) as client,
         dask.config.set(config),
     ):  # fmt: skip

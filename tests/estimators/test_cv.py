@@ -148,8 +148,12 @@ def store(tmp_path_factory):
     return make_e2006_like(tmp_path_factory.mktemp("cv") / "small.zarr", preset="small", seed=5)
 
 
-def test_cv_on_a_cluster_reads_once_and_runs_folds_side_by_side(local_cluster, store,
-                                                                  monkeypatch):  # fmt: skip
+@pytest.mark.parametrize("one_piece", [False, "auto"])
+def test_cv_on_a_cluster_reads_once_and_runs_folds_side_by_side(
+    local_cluster, store, monkeypatch, one_piece
+):
+    """Distributed, each fold's path is coordinated by a thread of its own; in one piece
+    (the handle fits a worker), each fold is one task, on both workers at once."""
     from distributed import get_task_stream
 
     import dl1.paths.cv as cvmod
@@ -166,10 +170,14 @@ def test_cv_on_a_cluster_reads_once_and_runs_folds_side_by_side(local_cluster, s
         return out
 
     monkeypatch.setattr(cvmod, "fold_scores", timed)
-    with get_task_stream(local_cluster) as ts:
+    with dask.config.set({"dl1.one-piece": one_piece}), get_task_stream(local_cluster) as ts:
         est = dl1.LassoCV(alphas=6, eps=0.05, cv=3, tol=1e-6, client=local_cluster).fit(store)
     assert store_reads(ts.data) == _block_reads(store)  # each stored block (or piece) once
-    assert len(spans) == 3
+    if one_piece:  # the folds' tasks (and the refit's), as the scheduler ran them
+        pieces = [e for e in ts.data if str(e["key"]).startswith("in_worker")]
+        spans = [(e["startstops"][-1]["start"], e["startstops"][-1]["stop"]) for e in pieces]
+        assert len({e["worker"] for e in pieces}) == 2
+    assert len(spans) == (4 if one_piece else 3)
     (a0, a1), (b0, b1) = sorted(spans)[:2]
     assert b0 < a1, "the folds' paths ran one after the other"
     # the same choice and errors in this process

@@ -137,7 +137,7 @@ def test_a_worker_lost_mid_task_is_survived():
     ref = dl1.path(X, y, client=None, **kw)
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                     dashboard_address=None) as cluster,
+                     dashboard_address="127.0.0.1:0") as cluster,
         Client(cluster, set_as_default=False) as client,
     ):  # fmt: skip
         killed = []
