@@ -8,14 +8,16 @@ caller gave it: a store is read by the worker itself, a data handle's blocks are
 dependencies) and only waits, under the watchdog, for the answer; a worker lost mid-task
 is survived as any task is (the scheduler runs it again elsewhere).
 
-The rule (:func:`chosen`, :func:`fits`): a cluster, the data's size known (a store's blocks from its
-manifest, a :class:`~dl1.dataset.Dataset`'s held blocks, an in-memory array, a dense dask
-array) and at most ``dl1.one-piece-fraction`` (Dask configuration, default 0.25) of a
-worker's memory for data (its ``memory_limit``, else the host's memory shared by the
-workers, less its measured baseline); not when the caller asked for what only the
-coordinating process can do (``stream=True``, a checkpoint, ``verbose`` lines, a callback).
-``dl1.one-piece`` (Dask configuration): ``"auto"`` (default, the rule), ``True`` (whenever
-the call can be shipped, whatever the size) or ``False`` (never).
+The rule (:func:`chosen`, :func:`fits`): a cluster, the data's size known (a store's
+blocks from its manifest, a :class:`~dl1.dataset.Dataset`'s held blocks, an in-memory
+array, a dense dask array), at most ``dl1.one-piece-max-bytes`` (Dask configuration,
+default 64 MiB: beyond it the workers sharing each pass win) and at most
+``dl1.one-piece-fraction`` (default 0.25) of a worker's memory for data (its
+``memory_limit``, else the host's memory shared by the workers, less its measured
+baseline); not when the caller asked for what only the coordinating process can do
+(``stream=True``, a checkpoint, ``verbose`` lines, a callback). ``dl1.one-piece`` (Dask
+configuration): ``"auto"`` (default, the rule), ``True`` (whenever the call can be
+shipped, whatever the size) or ``False`` (never).
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ from typing import Any, NamedTuple
 import dask
 import numpy as np
 import scipy.sparse as sp
+from dask.utils import parse_bytes
 
 from dl1.errors import ValidationError
 
 ONE_PIECE_KEY = "dl1.one-piece"
 FRACTION_KEY = "dl1.one-piece-fraction"
 DEFAULT_FRACTION = 0.25
+MAX_BYTES_KEY = "dl1.one-piece-max-bytes"
+DEFAULT_MAX_BYTES = 64 * 2**20
 
 
 def setting() -> bool | str:
@@ -100,12 +105,27 @@ def excluded(*, stream: Any, checkpoint: Any = None, verbose: bool = False,
     return None
 
 
+def max_bytes() -> float:
+    """``dl1.one-piece-max-bytes``: the largest data solved in one piece by the rule. Above
+    it a pass's work, shared by the workers when distributed, outweighs the round trips one
+    piece saves (``benchmarks/RESULTS.md``: on 2 workers, tfidf's 224 MiB of blocks fit in
+    0.79 s distributed and 0.98 s in one piece; log1p's 1.1 GiB in 1.3 s and 4.2 s)."""
+    value = dask.config.get(MAX_BYTES_KEY, DEFAULT_MAX_BYTES)
+    try:
+        value = float(parse_bytes(value) if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value >= 0:
+        raise ValidationError(f"{MAX_BYTES_KEY} must be a size in bytes (>= 0); got {value!r}")
+    return value
+
+
 def fits(ex: Any, nbytes: float | None) -> bool:
-    """The size rule: ``nbytes`` known and at most :func:`fraction` of the smallest room of
-    ``ex``'s workers."""
+    """The size rule: ``nbytes`` known, at most :func:`max_bytes` and at most
+    :func:`fraction` of the smallest room of ``ex``'s workers."""
     if nbytes is None or not ex.workers:
         return False
-    return nbytes <= fraction() * min(room(ex).values())
+    return nbytes <= min(max_bytes(), fraction() * min(room(ex).values()))
 
 
 def room(ex: Any) -> dict[str, float]:

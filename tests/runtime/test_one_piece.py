@@ -95,14 +95,18 @@ def test_the_rule_and_its_overrides(local_cluster):
         _, auto = _solve(local_cluster, "auto", dl1.fit, X, y, **kw)
         _, forced = _solve(local_cluster, True, dl1.fit, X, y, **kw)
     assert not auto and len(forced) == 1
+    with dask.config.set({"dl1.one-piece-max-bytes": "1 kiB"}):  # smaller than the data
+        _, auto = _solve(local_cluster, "auto", dl1.fit, X, y, **kw)
+    assert not auto
     # what only the calling process can do keeps the solve distributed
     for extra in (dict(verbose=True), dict(callback=lambda h: None)):
         _, tasks = _solve(local_cluster, True, dl1.fit, X, y, **kw, **extra)
         assert not tasks, extra
     with dask.config.set({ONE: "sometimes"}), pytest.raises(ValidationError, match=ONE):
         dl1.fit(X, y, client=local_cluster, **kw)
-    with dask.config.set({"dl1.one-piece-fraction": 2.0}), pytest.raises(ValidationError):
-        dl1.fit(X, y, client=local_cluster, **kw)
+    for key, bad in (("dl1.one-piece-fraction", 2.0), ("dl1.one-piece-max-bytes", "lots")):
+        with dask.config.set({key: bad}), pytest.raises(ValidationError, match=key):
+            dl1.fit(X, y, client=local_cluster, **kw)
 
 
 def test_a_dask_array_of_sparse_chunks_has_no_known_size(local_cluster):
