@@ -44,16 +44,18 @@ def _child(config: dict, store: str, kind: str, args: argparse.Namespace, out: m
         Client(cluster) as client,
         dask.config.set(config),
     ):  # fmt: skip
-        amax = dl1.alpha_max(store, client=client)
+        loss = args.loss
+        amax = dl1.alpha_max(store, loss=loss, client=client)
 
         def once() -> tuple[float, float]:
             t0 = time.perf_counter()
             if kind == "fit":
-                res = dl1.fit(store, alpha=amax / args.ratio, tol=args.tol, client=client)
+                res = dl1.fit(store, alpha=amax / args.ratio, tol=args.tol, loss=loss,
+                              client=client)  # fmt: skip
                 gap = res.gap_
             else:
                 res = dl1.path(store, n_alphas=args.n_alphas, eps=args.eps, tol=args.tol,
-                               client=client)  # fmt: skip
+                               loss=loss, client=client)  # fmt: skip
                 gap = float(res.gaps_.max())
             return time.perf_counter() - t0, gap
 
@@ -73,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n-alphas", type=int, default=20)
     ap.add_argument("--eps", type=float, default=1e-2)
     ap.add_argument("--tol", type=float, default=1e-6)
+    ap.add_argument("--loss", default="squared", choices=["squared", "logistic"])
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
@@ -81,9 +84,9 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     ctx = mp.get_context("spawn")
     for preset in args.presets:
-        store = str(store_for(preset, "squared", Path(args.data_dir), False))
+        store = str(store_for(preset, args.loss, Path(args.data_dir), False))
         for kind in args.kinds:
-            row = {"preset": preset, "kind": kind}
+            row = {"preset": preset, "kind": kind, "loss": args.loss}
             for name, config in CONFIGS.items():
                 q = ctx.Queue()
                 p = ctx.Process(target=_child, args=(config, store, kind, args, q))
@@ -94,11 +97,12 @@ def main(argv: list[str] | None = None) -> None:
                 row[f"{name} gap"] = got[-1]
                 print(f"{preset} {kind} {name}: {got[:-1]} (gap <= {got[-1]:.1e})", flush=True)
             rows.append(row)
-    print("\n| preset | kind | tasks | direct calls | gain | one piece |")
-    print("|---|---|---|---|---|---|")
+    print("\n| preset | loss | kind | tasks | direct calls | gain | one piece |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         gain = 1 - r["direct calls"] / r["tasks"]
-        print(f"| {r['preset']} | {r['kind']} | {r['tasks']:.2f} s | {r['direct calls']:.2f} s "
+        print(f"| {r['preset']} | {r['loss']} | {r['kind']} | {r['tasks']:.2f} s "
+              f"| {r['direct calls']:.2f} s "
               f"| {gain:+.1%} | {r['one piece']:.2f} s |")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
