@@ -53,6 +53,9 @@ class PartitionServer:
         if not isinstance(b, WireBlock):
             return b  # a block source: read here
         try:
+            # Worker.data: the worker's store of task results (documented as its data
+            # attribute; a read, which brings a spilled block back). Upstream: no public
+            # "value of a key held here" API other than this mapping (no issue found).
             return self._worker.data[b.key]
         except KeyError:
             where = self._worker.address
