@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import dask
+import dask.local
 import numpy as np
 
 from dl1.errors import ValidationError
@@ -58,7 +60,7 @@ def test_metric(test, coef: np.ndarray, b: float, client: Any, loss: str) -> dic
     if isinstance(pred, np.ndarray):  # in-memory test data
         return metrics(loss, test[1], pred)
     if client is None:
-        pred = pred.compute(scheduler="sync")
+        pred = pred.compute(scheduler=dask.local.get_sync)  # in this process, as asked
     else:  # waited for by the watchdog: a stalled cluster is an error, not a hang
         from dl1.runtime.watchdog import watched_result
 

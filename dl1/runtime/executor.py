@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import dask
+import dask.local
 import numpy as np
 
 from dl1.runtime.dask_workarounds import low_latency
@@ -176,7 +177,9 @@ class LocalExecutor:
         return list(handles)
 
     def compute(self, delayed: list[Any], workers: list[int] | None = None) -> list[Any]:
-        return list(dask.compute(*delayed, scheduler="sync"))
+        # dask.local.get_sync itself, not the name "sync": the name warns (dask < 2024.12)
+        # when a distributed client exists, though running here is what is meant
+        return list(dask.compute(*delayed, scheduler=dask.local.get_sync))
 
     def wait(self, handles: list[Any]) -> None:
         pass

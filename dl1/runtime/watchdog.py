@@ -119,7 +119,8 @@ def ask_scheduler(client: Any, method: str, timeout: float = ASK_S, **kwargs: An
 
 def cluster_view(client: Any) -> ClusterView:
     """The workers' status, memory and task counts from the scheduler's identity."""
-    info = ask_scheduler(client, "identity", n_workers=-1)
+    # every worker: identity's default (distributed < 2024.11 takes no n_workers)
+    info = ask_scheduler(client, "identity")
     if not isinstance(info, dict):
         return ClusterView(False, {})
     workers = {}
