@@ -15,10 +15,10 @@ by one pass of predictions over them, with ``m = min(sample_rows, max(min_rows, 
 k))``: at most ``budget`` epochs of kernel steps (default half an epoch, plus as many
 predictions) once ``n >= k min_rows / budget`` (1,800 rows by default; smaller data
 samples ``min_rows`` rows), and a vanishing fraction on large data (at most 2,000 rows:
-18,000 steps whatever ``n``). The rows are drawn from a seeded choice of whole row blocks holding ``budget`` of
-the rows (at least ``m``): out of core, at most ``budget`` epochs of reading, plus one block
-per partition. The record (:class:`Calibration`) is the first history entry's
-``"calibration"``.
+18,000 steps whatever ``n``). The rows are drawn from a seeded choice of whole row blocks
+holding ``budget`` of the rows (at least ``m``): out of core, at most ``budget`` epochs of
+reading, plus one block per partition. The record (:class:`Calibration`) is the first
+history entry's ``"calibration"``.
 """
 
 from __future__ import annotations
