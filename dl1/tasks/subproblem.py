@@ -116,7 +116,6 @@ def subproblem_task(
     db : float, change of the intercept.
     info : dict (epochs, restricted gap, kernel seconds).
     """
-    from dl1.objective.gap import duality_gap_from_stats
 
     t0 = time.perf_counter()
     datafit, penalty, fit_intercept = settings.datafit, settings.penalty, settings.fit_intercept
@@ -164,6 +163,32 @@ def subproblem_task(
         )  # fmt: skip
         info["kernel_s"] += extract_s
         return SubproblemOutput(w, dz, db, info)
+    cols = Columns(indptr, indices, data, scale, sqn)
+    return column_cd(cols, w, y, z0, z, s, sample_weight, settings, t0, extract_s)
+
+
+def column_cd(
+    cols: Columns,
+    w: np.ndarray,
+    y: np.ndarray,
+    z0: np.ndarray,
+    z: np.ndarray,
+    s: np.ndarray | None,
+    sample_weight: np.ndarray,
+    settings: SubproblemSettings,
+    t0: float,
+    extract_s: float,
+) -> SubproblemOutput:
+    """:func:`subproblem_task`'s column-wise path: epochs of exact coordinate descent on the
+    gathered columns ``cols`` from ``w`` (``z``, a copy of ``z0``, updated in place), the
+    intercept refitted each epoch, Anderson extrapolation every ``anderson + 1`` epochs."""
+    from dl1.objective.gap import duality_gap_from_stats
+
+    indptr, indices, data, scale, sqn = cols
+    datafit, penalty, fit_intercept = settings.datafit, settings.penalty, settings.fit_intercept
+    target_gap, max_epochs = settings.target_gap, settings.max_epochs
+    check_every, anderson = settings.check_every, settings.anderson
+    n = y.shape[0]
     active = np.arange(w.shape[0], dtype=np.int64)
     u = np.zeros(n)
     db_total = 0.0
