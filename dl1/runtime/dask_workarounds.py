@@ -6,6 +6,7 @@ in dl1 goes through Dask's configuration and public interfaces.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,41 +55,55 @@ def _restore_worker_interval(saved: dict[str, Any], dask_worker: Any = None) -> 
         _worker_interval(old, dask_worker)
 
 
-@contextlib.contextmanager
-def low_latency(client: Any, interval: float = LOW_LATENCY_INTERVAL) -> Iterator[None]:
-    """Shorten Dask's message batching intervals for the duration of a solve.
+class LowLatency:
+    """Dask's message batching intervals shortened while a solve runs (:func:`low_latency`),
+    from :meth:`engage` on; :meth:`restore` gives them back.
 
     A solve is a chain of short dependent rounds (send ``theta``, gather the blocks' scores,
     send the subproblem, ...), so its overhead is latency: Dask holds messages for up to its
     batching interval (10 ms from the client) before sending them, about half of a task's
-    round trip on a small cluster. The intervals are restored afterwards, on the workers the
-    scheduler still lists (Dask's broadcast to a lost one waits out its connect timeout,
-    30 s); each change is bounded by :data:`INTERVAL_CALL_S`. Where a Dask version lacks
-    the intervals, nothing changes.
+    round trip on a small cluster. The intervals are restored on the workers the scheduler
+    still lists (Dask's broadcast to a lost one waits out its connect timeout, 30 s); each
+    change is bounded by :data:`INTERVAL_CALL_S`, and a cluster refusing one runs as it is
+    (an optimisation only). Where a Dask version lacks the intervals, nothing changes.
     """
-    from dl1.runtime.watchdog import bounded, run_listed
 
-    if client is None:
-        yield
-        return
-    saved: dict[str, Any] = {}
-    comm = getattr(client, "scheduler_comm", None)
-    try:
-        if comm is not None and hasattr(comm, "interval"):
-            saved["client"], comm.interval = comm.interval, interval
-        on_scheduler = client.run_on_scheduler(_scheduler_interval, interval, asynchronous=True)
-        saved["scheduler"] = bounded(client, on_scheduler, INTERVAL_CALL_S)
-        saved["workers"] = run_listed(
-            client, None, _worker_interval, interval, what="", bound=INTERVAL_CALL_S
-        )
-    except Exception:  # an optimisation only: a cluster refusing it runs as it is
-        pass
-    try:
-        yield
-    finally:
+    def __init__(self, client: Any, interval: float = LOW_LATENCY_INTERVAL) -> None:
+        self.client, self.interval = client, interval
+        self.saved: dict[str, Any] | None = None  # None: not engaged
+
+    def engage(self) -> None:
+        """Shorten the intervals (once; nothing without a client)."""
+        from dl1.runtime.watchdog import bounded, run_listed
+
+        if self.saved is not None or self.client is None:
+            return
+        self.saved = saved = {}
+        client, interval = self.client, self.interval
+        comm = getattr(client, "scheduler_comm", None)
+        try:
+            if comm is not None and hasattr(comm, "interval"):
+                saved["client"], comm.interval = comm.interval, interval
+            on_scheduler = client.run_on_scheduler(_scheduler_interval, interval,
+                                                   asynchronous=True)  # fmt: skip
+            saved["scheduler"] = bounded(client, on_scheduler, INTERVAL_CALL_S)
+            saved["workers"] = run_listed(
+                client, None, _worker_interval, interval, what="", bound=INTERVAL_CALL_S
+            )
+        except Exception:  # an optimisation only: a cluster refusing it runs as it is
+            pass
+
+    def restore(self) -> None:
+        """Give back the intervals :meth:`engage` changed."""
+        from dl1.runtime.watchdog import bounded, run_listed
+
+        saved, client = self.saved, self.client
+        self.saved = None
+        if not saved:
+            return
         with contextlib.suppress(Exception):
             if "client" in saved:
-                comm.interval = saved["client"]
+                client.scheduler_comm.interval = saved["client"]
             if client.status == "running" and saved.get("scheduler") is not None:
                 old = client.run_on_scheduler(
                     _scheduler_interval, saved["scheduler"], asynchronous=True
@@ -99,6 +114,35 @@ def low_latency(client: Any, interval: float = LOW_LATENCY_INTERVAL) -> Iterator
                     client, None, _restore_worker_interval, saved["workers"], what="",
                     bound=INTERVAL_CALL_S,
                 )  # fmt: skip
+
+
+#: The :class:`LowLatency` of the solve this context runs (:func:`low_latency`).
+_ACTIVE: contextvars.ContextVar[LowLatency | None] = contextvars.ContextVar(
+    "dl1_low_latency", default=None
+)
+
+
+@contextlib.contextmanager
+def low_latency(client: Any, *, lazy: bool = False) -> Iterator[LowLatency]:
+    """Shorten Dask's batching intervals for the duration of a solve (:class:`LowLatency`):
+    at once, or (``lazy``) at the solve's first task (:func:`engage_low_latency`), so that a
+    solve run as one task (:mod:`dl1.runtime.one_piece`) skips the four round trips."""
+    latency = LowLatency(client)
+    if not lazy:
+        latency.engage()
+    token = _ACTIVE.set(latency)
+    try:
+        yield latency
+    finally:
+        _ACTIVE.reset(token)
+        latency.restore()
+
+
+def engage_low_latency() -> None:
+    """Engage the current :func:`low_latency` (a solve's rounds begin); nothing outside one."""
+    latency = _ACTIVE.get()
+    if latency is not None:
+        latency.engage()
 
 
 # -- spill target -----------------------------------------------------------------------------

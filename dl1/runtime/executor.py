@@ -16,7 +16,7 @@ import dask
 import dask.local
 import numpy as np
 
-from dl1.runtime.dask_workarounds import low_latency
+from dl1.runtime.dask_workarounds import engage_low_latency, low_latency
 from dl1.runtime.exposure import check_client
 from dl1.runtime.memory import DataFloor, check_worker_memory, killed_for_memory, warm_baseline
 from dl1.runtime.watchdog import (
@@ -253,11 +253,13 @@ class DistributedExecutor:
         return {a: w.limit for a, w in view.workers.items()} or dict(self.limits)
 
     def submit(self, fn, *args):
+        engage_low_latency()
         return self.client.submit(fn, *args, pure=False)
 
     def submit_to(self, part: int, fn, *args):
         """Submit to the worker of partition ``part`` (the one its blocks were loaded on), or
         another one if it is gone."""
+        engage_low_latency()
         if not self.workers:
             return self.submit(fn, *args)
         return self.client.submit(
@@ -324,6 +326,7 @@ class DistributedExecutor:
         return None
 
     def compute(self, delayed: list[Any], workers: list[int] | None = None) -> list[Any]:
+        engage_low_latency()
         if workers is None or not self.workers:
             return self.client.compute(delayed)
         return [
@@ -397,7 +400,8 @@ def as_current(client: Any) -> Iterator[None]:
 def coordinating(func: Callable) -> Callable:
     """Run ``func``, an entry point, as the coordinator of its ``client`` keyword argument
     (None: the current Dask client, as ``dask.compute`` would use, or this process when
-    there is none): under :func:`low_latency`, :func:`quiet_blas` and :func:`as_current`,
+    there is none): under :func:`low_latency` (engaged by its first task), :func:`quiet_blas`
+    and :func:`as_current`,
     after warning if its scheduler is reached over plain TCP from another machine
     (:mod:`dl1.runtime.exposure`). One wrapper, so that the entry points' warnings keep
     their ``stacklevel``."""
@@ -409,7 +413,7 @@ def coordinating(func: Callable) -> Callable:
             held = held_by(args[0]) if args else NOT_HELD
             client = kwargs["client"] = current_client() if held is NOT_HELD else held
         check_client(client)
-        with low_latency(client), quiet_blas(client), as_current(client):
+        with low_latency(client, lazy=True), quiet_blas(client), as_current(client):
             return func(*args, **kwargs)
 
     return wrapper

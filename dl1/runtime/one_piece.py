@@ -247,9 +247,11 @@ QUIET = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceW
 def in_worker(shipment: Shipment, blocks: list[Any]) -> Answer:
     """The task: the entry point called in this process (no cluster: the in-process solver),
     its warnings recorded to travel back."""
+    from dl1.runtime.worker import heap_for_solve
+
     t0 = time.perf_counter()
     X = shipment.X if shipment.dataset is None else shipment.dataset.local(blocks)
-    with dask.config.set({"scheduler": "sync", ONE_PIECE_KEY: False}):
+    with dask.config.set({"scheduler": "sync", ONE_PIECE_KEY: False}), heap_for_solve():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = entry(shipment.entry)(X, client=None, **shipment.kwargs)

@@ -11,9 +11,13 @@ worker on itself whenever its memory is high and has grown since its last trim.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import os
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from dl1.runtime.dask_workarounds import set_spill_target
@@ -49,6 +53,64 @@ def _libc() -> Any:
             lib = None
         _LIBC = lib if lib is not None and hasattr(lib, "malloc_trim") else False
     return _LIBC or None
+
+
+#: glibc's ``mallopt`` parameters (``malloc.h``).
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+
+#: While a whole solve runs in a worker, allocations up to this size come from the heap:
+#: glibc's largest mmap threshold on 64-bit systems, which its dynamic threshold reaches.
+SOLVE_MMAP_THRESHOLD = 32 * 2**20
+
+#: glibc's thresholds when its environment variables do not set them.
+GLIBC_DEFAULT_THRESHOLD = 128 * 2**10
+
+_heap_lock = threading.Lock()
+_heap_users = 0
+
+
+@contextlib.contextmanager
+def heap_for_solve() -> Iterator[None]:
+    """Serve a whole solve's allocations from glibc's heap, then give the heap back.
+
+    Dask starts workers with ``MALLOC_TRIM_THRESHOLD_`` (and dl1's with
+    ``MALLOC_MMAP_THRESHOLD_``) set, which fixes glibc's mmap threshold at 64-128 KiB: every
+    larger temporary of a solve (vectors of n or p, blocks being decoded, Gram matrices) is
+    then a fresh mapping, zeroed by the kernel and unmapped when freed, which made a solve
+    in a worker 1.4-2x slower than in a plain process (``benchmarks/RESULTS.md``). For the
+    duration of a solve in one piece (:mod:`dl1.runtime.one_piece`) the thresholds are
+    raised; afterwards they are set back to the environment's values and the freed heap
+    returned to the system (:func:`trim_memory`), so the worker holds what it held before.
+    Nested or concurrent solves restore when the last ends. Nothing where glibc is absent.
+    """
+    global _heap_users
+    lib = _libc()
+    if lib is None or not hasattr(lib, "mallopt"):
+        yield
+        return
+    with _heap_lock:
+        _heap_users += 1
+        if _heap_users == 1:
+            lib.mallopt(M_MMAP_THRESHOLD, SOLVE_MMAP_THRESHOLD)
+            lib.mallopt(M_TRIM_THRESHOLD, 2 * SOLVE_MMAP_THRESHOLD)
+    try:
+        yield
+    finally:
+        with _heap_lock:
+            _heap_users -= 1
+            if _heap_users == 0:
+                for param, name in ((M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"),
+                                    (M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_")):  # fmt: skip
+                    lib.mallopt(param, _env_threshold(name))
+                trim_memory()
+
+
+def _env_threshold(name: str) -> int:
+    """A glibc threshold as the process's environment set it (glibc's default if not)."""
+    try:
+        return int(os.environ.get(name, GLIBC_DEFAULT_THRESHOLD))
+    except ValueError:
+        return GLIBC_DEFAULT_THRESHOLD
 
 
 def trim_memory() -> bool:

@@ -147,3 +147,38 @@ def test_a_dl1_worker_spills_results_beyond_its_managed_target():
         assert in_memory <= n
         assert slow >= 1 and fast + slow == 10  # 240 MiB stored: the oldest went to disk
         assert all(f.result().shape == (3 * 2**20,) for f in futures)  # read back intact
+
+
+_MAPPINGS = """
+import numpy as np
+from dl1.runtime.worker import heap_for_solve
+
+def on_heap():  # whether a 4 MiB array lies in glibc's main heap (not a mapping of its own)
+    a = np.ones(2**19)
+    with open("/proc/self/maps") as fh:
+        spans = [line.split()[0].split("-") for line in fh if line.rstrip().endswith("[heap]")]
+    return int(any(int(lo, 16) <= a.ctypes.data < int(hi, 16) for lo, hi in spans))
+
+outside = on_heap()
+with heap_for_solve():
+    inside = on_heap()
+    with heap_for_solve():  # nested: the outer one restores
+        pass
+    nested = on_heap()
+after = on_heap()
+print(outside, inside, nested, after)
+"""
+
+
+@glibc
+def test_a_solve_in_a_worker_takes_its_temporaries_from_the_heap():
+    """With Dask's worker environment (glibc's thresholds fixed at 64 KiB), a 4 MiB array is
+    a mapping of its own; inside ``heap_for_solve`` it comes from the heap, and the
+    environment's behaviour is back afterwards (after the outermost of nested uses)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": "65536"}
+    out = subprocess.run([sys.executable, "-c", _MAPPINGS], env=env, capture_output=True,
+                         text=True, check=True, timeout=120).stdout  # fmt: skip
+    assert out.split() == ["0", "1", "1", "0"]
