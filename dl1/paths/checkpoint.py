@@ -25,9 +25,11 @@ included. Nothing is pickled: the directory holds only JSON files and zarr chunk
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
+import threading
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -207,22 +209,76 @@ def _holder(text: str) -> str:
     return f"pid {pid}" if isinstance(pid, int) and not isinstance(pid, bool) else "pid unknown"
 
 
-#: The checkpoint objects of this process holding a lock, by real path: a checkpoint opened
-#: again in this process (a retry after an exception) takes the lock over.
-_HELD: dict[str, weakref.ref[PathCheckpoint]] = {}
+#: The checkpoint objects of this process holding a lock, by real path, with the thread
+#: that opened each: a checkpoint opened again by that thread (a retry after an exception)
+#: takes the lock over. Guarded by :data:`_REGISTRY`, as is :data:`_OPENING`.
+_HELD: dict[str, tuple[weakref.ref[PathCheckpoint], threading.Thread]] = {}
+#: The paths being opened or created by a thread of this process, and that thread.
+_OPENING: dict[str, threading.Thread] = {}
+_REGISTRY = threading.Lock()
+
+
+def _locked_by_thread(path: Path, thread: threading.Thread) -> CheckpointLockedError:
+    return CheckpointLockedError(
+        f"checkpoint at {path} is being written by another thread of this process "
+        f"({thread.name}, pid {os.getpid()}); two writers would interleave their alphas. "
+        "Wait for it to end"
+    )
+
+
+def _claim(path: Path) -> str:
+    """Claim ``path`` for this thread's open (its key in the registry): refused with
+    CheckpointLockedError while another live thread of this process opens it or holds an
+    object writing it; the OS lock (:class:`_Lock`) refuses other processes."""
+    key, me = os.path.realpath(path), threading.current_thread()
+    with _REGISTRY:
+        if key in _OPENING:
+            raise _locked_by_thread(path, _OPENING[key])
+        ref, owner = _HELD.get(key, (None, None))
+        old = ref() if ref is not None else None
+        if old is not None and old._lock is not None and owner is not me and owner.is_alive():
+            raise _locked_by_thread(path, owner)
+        _OPENING[key] = me
+    return key
+
+
+def _release_claim(key: str) -> None:
+    with _REGISTRY:
+        _OPENING.pop(key, None)
 
 
 def _take_lock(path: Path) -> _Lock:
-    """The lock of ``path``: from an earlier object of this process that holds it (which
-    may then no longer write), else acquired; CheckpointLockedError if another process
-    holds it."""
+    """The lock of ``path`` (claimed by this thread, :func:`_claim`): from an earlier
+    object of this process that holds it (which may then no longer write), else acquired;
+    CheckpointLockedError if another process holds it."""
     key = os.path.realpath(path)
-    prev = _HELD.get(key)
-    old = prev() if prev is not None else None
-    if old is not None and old._lock is not None and old._lock.same_file(path):
-        lock, old._lock = old._lock, None
-        return lock
+    with _REGISTRY:
+        ref, _ = _HELD.get(key, (None, None))
+        old = ref() if ref is not None else None
+        if old is not None and old._lock is not None and old._lock.same_file(path):
+            lock, old._lock = old._lock, None
+            return lock
     return _Lock.acquire(path)
+
+
+def solver_settings(solver: Any) -> dict[str, Any]:
+    """What a checkpoint records of the path's solver: its class and every parameter of
+    its constructor but the reporting ones (``verbose``, ``callback``), as configured.
+    Each can change the answer (the epochs, the seed of the orders, the steps...): a path
+    resumed with another value would mix two settings, so it is refused."""
+    params = inspect.signature(type(solver)).parameters
+    options = {
+        name: getattr(solver, name)
+        for name in params
+        if name not in ("verbose", "callback") and hasattr(solver, name)
+    }
+    return {"class": type(solver).__qualname__,
+            "options": json.loads(json.dumps(options, default=_json_or_repr))}  # fmt: skip
+
+
+def _json_or_repr(o: Any) -> Any:
+    """A numpy value as its JSON value, anything else as its repr."""
+    return o.tolist() if isinstance(o, (np.generic, np.ndarray)) else repr(o)
 
 
 class PathCheckpoint:
@@ -265,7 +321,8 @@ class PathCheckpoint:
         self._done = done
         self._lock = lock
         if lock is not None:
-            _HELD[os.path.realpath(path)] = weakref.ref(self)
+            with _REGISTRY:
+                _HELD[os.path.realpath(path)] = (weakref.ref(self), threading.current_thread())
         self.alphas = np.array([_unhex(a) for a in identity["alphas"]], dtype=np.float64)
         self.n_features = int(identity["n_features"])
         self.fingerprint = identity["fingerprint"]
@@ -331,18 +388,22 @@ class PathCheckpoint:
             "settings": _jsonable(settings),
             "alphas": [_hex(a) for a in alphas],
         }
-        if not (path / IDENTITY).exists():
-            if path.exists() and not _interrupted_creation(path):
-                raise StoreError(f"{path} exists and is not a dl1 path checkpoint")
-            path.mkdir(parents=True, exist_ok=True)
-        lock = _take_lock(path)
+        key = _claim(path)
         try:
-            if (path / IDENTITY).exists():  # (re-checked under the lock)
-                return cls._reopen(path, identity, lock)
-            return cls._create(path, identity, lock)
-        except BaseException:
-            lock.release()
-            raise
+            if not (path / IDENTITY).exists():
+                if path.exists() and not _interrupted_creation(path):
+                    raise StoreError(f"{path} exists and is not a dl1 path checkpoint")
+                path.mkdir(parents=True, exist_ok=True)
+            lock = _take_lock(path)
+            try:
+                if (path / IDENTITY).exists():  # (re-checked under the lock)
+                    return cls._reopen(path, identity, lock)
+                return cls._create(path, identity, lock)
+            except BaseException:
+                lock.release()
+                raise
+        finally:
+            _release_claim(key)
 
     @classmethod
     def _reopen(cls, path: Path, identity: dict[str, Any], lock: _Lock) -> PathCheckpoint:
