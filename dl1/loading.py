@@ -35,7 +35,14 @@ from dl1.store.reader import csc_column_range
 from dl1.tasks.blocks import Block, BlockSource, assemble_block, identity, loaded
 from dl1.tasks.gram import GRAM_DENSE_MAX
 from dl1.tasks.passes import xt_theta_task
-from dl1.tasks.rows import RowSource, assemble_rows, row_sqnorm_max_task, rows_xt_task
+from dl1.tasks.rows import (
+    RowSource,
+    RowStats,
+    assemble_rows,
+    column_extreme_task,
+    rows_stats_task,
+    rows_xt_task,
+)
 
 LOSSES = {"squared": Quadratic, "logistic": Logistic, "hinge": Hinge, "smooth_hinge": SmoothHinge,
           "squared_hinge": SquaredHinge}
@@ -471,6 +478,7 @@ def load_problem(
     for ``layout="rows"`` the row blocks, and the :class:`~dl1.solvers.base.Problem` on
     them; returned with the seconds loading took."""
     t0 = time.perf_counter()
+    check_two_classes(inputs, loss, fit_intercept)
     ex.check_memory(memory_floor(inputs.store, inputs.split, streamed, n_partitions))
     rows = None
     if layout == "rows":
@@ -504,6 +512,24 @@ def load_problem(
     return problem, seconds
 
 
+def check_two_classes(inputs: Inputs, loss: str, fit_intercept: bool) -> None:
+    """Refuse a classification loss fitted with an intercept when one label has no positive
+    weight: the intercept alone then fits every sample (the logistic loss's is infinite),
+    and the solvers' steps and tolerances, relative to the objective at ``w = 0``, are
+    undefined. One check for every classification loss and solver, before any loading."""
+    y = inputs.y
+    if not fit_intercept or loss == "squared" or y.shape[0] == 0:
+        return
+    w = inputs.weights
+    for label in (-1.0, 1.0):
+        mass = float(np.count_nonzero(y == label) if w is None else w[y == label].sum())
+        if mass <= 0.0:
+            raise ValidationError(
+                f"{loss} fit with an intercept needs both labels -1 and +1 with positive "
+                f"weight; label {label:+.0f} has none (the intercept alone fits every sample)"
+            )
+
+
 def load_rows(ex: Any, inputs: Inputs, n_partitions: int, streamed: bool) -> RowData:
     """The row blocks (CSR, global columns), at least one per partition: in worker memory,
     the blocks of partition ``q`` on the worker of partition ``q``, or (``streamed``)
@@ -522,8 +548,45 @@ def load_rows(ex: Any, inputs: Inputs, n_partitions: int, streamed: bool) -> Row
         [int(i) for i in a]
         for a in np.array_split(np.arange(len(blocks)), max(1, min(n_partitions, len(blocks))))
     ]
-    sq = ex.gather([ex.submit(row_sqnorm_max_task, blk) for blk in blocks])
-    return RowData(blocks, rb, parts, float(max(sq, default=0.0)))
+    return RowData(blocks, rb, parts, checked_rows(ex, blocks, rb, parts, inputs.sample_weight))
+
+
+def checked_rows(
+    ex: Any, blocks: list[Any], rb: np.ndarray, parts: list[list[int]], sw: np.ndarray
+) -> float:
+    """The largest squared row norm of the row blocks, after the checks the feature blocks
+    make (:func:`dl1.tasks.blocks.check_column_squares`: every column's sum of squares,
+    raw and weighted, neither overflowing float64 nor, for a nonzero column, underflowing
+    it) and that of the steps of the sample-wise solvers (every row's squared norm finite):
+    the same data is refused whatever the layout, before any solver runs."""
+
+    def part_stats(q: int, part: list[int]) -> Any:
+        lo, hi = int(rb[part[0]]), int(rb[part[-1] + 1])
+        return ex.submit_to(q, rows_stats_task, [blocks[i] for i in part],
+                            sw[lo:hi] if sw.shape[0] else sw, lo)  # fmt: skip
+
+    stats: list[RowStats] = ex.gather([part_stats(q, part) for q, part in enumerate(parts)])
+    with np.errstate(over="ignore", invalid="ignore"):
+        raw = np.sum([s.col_sq for s in stats], axis=0)
+        wsq = np.sum([s.col_wsq for s in stats], axis=0) if sw.shape[0] else raw
+        over = ~(np.isfinite(raw) & np.isfinite(wsq))
+        under = (raw < SQUARES_MIN) & (np.sum([s.col_nnz for s in stats], axis=0) > 0)
+    for bad, kind in ((over, "overflows"), (under, "underflows")):
+        if bad.any():
+            c = int(np.flatnonzero(bad)[0])
+            top = max(ex.gather([ex.submit_to(q, column_extreme_task, [blocks[i] for i in part], c)
+                                 for q, part in enumerate(parts)]))  # fmt: skip
+            raise ValidationError(
+                f"X column {c}: its sum of squares {kind} float64 (largest value {top[0]:.3g}, "
+                f"row {top[1]}; {int(bad.sum())} column(s) in all); rescale the column"
+            )
+    for s in stats:
+        if s.bad_row[0] >= 0:
+            raise ValidationError(
+                f"X row {s.bad_row[0]}: its sum of squares overflows float64 (largest value "
+                f"{s.bad_row[1]:.3g}), which leaves the sample-wise solvers no step; rescale X"
+            )
+    return float(max((s.row_sqnorm_max for s in stats), default=0.0))
 
 
 def rows_in_memory(ex: Any, Xd: da.Array, n_partitions: int, verified: bool):

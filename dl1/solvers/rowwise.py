@@ -29,6 +29,7 @@ from dl1.objective.datafits.quadratic import balanced
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.calibration import FACTORS, Calibration, CalibrationSettings, calibrate
+from dl1.solvers.numerics import check_round
 from dl1.solvers.result import Certificate, FitResult, make_result
 from dl1.tasks.rows import rows_matvec_task
 
@@ -113,6 +114,9 @@ class SampleWiseSolver:
         epoch, converged = 0, False
         cert, z, b = self._certify(pb, state.w, state.b, self._dual_candidate(state))
         for epoch in range(self.max_epochs + 1):
+            if cert is not None:  # a NaN passes no tolerance: stop, naming the epoch
+                check_round(self.name, epoch, {"objective": cert.primal,
+                                               "duality gap": cert.gap, "intercept": b})
             entry = self._entry(epoch, cert, pb, state.w, t_start,
                                 self._rate_record(rate, calibration) if epoch == 0 else {})
             history.append(entry)

@@ -98,10 +98,12 @@ class SDCASolver(SampleWiseSolver):
 
     def _settings(self, pb: Problem) -> SDCASettings:
         l1, l2 = pb.penalty.alpha_l1, pb.penalty.alpha_l2
-        if l2 == 0.0:
+        if l2 == 0.0 and pb.p_zero > 0:
             # Sec. 3.1: an (eps/2)-accurate solution with the ridge eps / B^2 is eps-accurate
-            l2 = lasso_ridge(pb.tol * pb.p_zero / 2, l1, max(pb.p_zero, 1e-300))
+            l2 = lasso_ridge(pb.tol * pb.p_zero / 2, l1, pb.p_zero)
             self._warn_if_slow(pb, l2)
+        elif l2 == 0.0:  # P(0) = 0 <= P(w): w = 0 is optimal, certified before any round
+            l2 = l1
         kappa = 0.0
         if pb.fit_intercept:
             kappa = self.intercept_scale * math.sqrt(max(pb.rows.row_sqnorm_max, 1e-300))

@@ -6,6 +6,7 @@ the certificate's passes over them (``X w``, ``X^T theta``). The solvers' epochs
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -151,3 +152,64 @@ def rows_xt_task(blocks: list[RowBlock | RowSource], theta: np.ndarray) -> np.nd
 def row_sqnorm_max_task(block: RowBlock | RowSource) -> float:
     """A row block's largest squared row norm."""
     return loaded_rows(block).row_sqnorm_max
+
+
+class RowStats(NamedTuple):
+    """What a partition's row blocks tell about the data's squares: the largest squared row
+    norm, each column's sum of squares over these rows (raw, and weighted: empty without
+    weights) and count of nonzero values, and the first row whose squared norm is not
+    finite, with its largest value (``(-1, 0.0)``: none)."""
+
+    row_sqnorm_max: float
+    col_sq: np.ndarray
+    col_wsq: np.ndarray
+    col_nnz: np.ndarray
+    bad_row: tuple[int, float]
+
+
+def rows_stats_task(
+    blocks: list[RowBlock | RowSource], sample_weight: np.ndarray, r0: int
+) -> RowStats:
+    """The :class:`RowStats` of consecutive row blocks whose first row is ``r0``
+    (``sample_weight``: the weights of their rows, or empty)."""
+    col_sq = col_wsq = col_nnz = None
+    sq_max, bad_row = 0.0, (-1, 0.0)
+    for source in blocks:
+        blk = loaded_rows(source)
+        if col_sq is None:
+            col_sq, col_nnz = np.zeros(blk.p), np.zeros(blk.p, dtype=np.int64)
+            col_wsq = np.zeros(blk.p if sample_weight.shape[0] else 0)
+        rows = np.repeat(np.arange(blk.n_rows), np.diff(blk.indptr))
+        with np.errstate(over="ignore", under="ignore"):
+            sq = blk.data * blk.data
+            col_sq += np.bincount(blk.indices, weights=sq, minlength=blk.p)
+            if col_wsq.shape[0]:
+                w = sample_weight[blk.r0 - r0 + rows]
+                col_wsq += np.bincount(blk.indices, weights=sq * w, minlength=blk.p)
+            if not np.isfinite(blk.row_sqnorm_max) and bad_row[0] < 0:
+                row_sq = np.bincount(rows, sq, blk.n_rows)
+                r = int(np.argmax(row_sq))  # the first infinite one (or the largest)
+                vals = np.abs(blk.data[blk.indptr[r] : blk.indptr[r + 1]])
+                bad_row = (blk.r0 + r, float(vals.max(initial=0.0)))
+        col_nnz += np.bincount(blk.indices[blk.data != 0], minlength=blk.p)
+        sq_max = max(sq_max, blk.row_sqnorm_max)
+        del blk, rows, sq  # out of core: freed before the next block is read
+    empty = np.zeros(0)
+    return RowStats(sq_max, empty if col_sq is None else col_sq,
+                    empty if col_wsq is None else col_wsq,
+                    np.zeros(0, np.int64) if col_nnz is None else col_nnz, bad_row)  # fmt: skip
+
+
+def column_extreme_task(blocks: list[RowBlock | RowSource], c: int) -> tuple[float, int]:
+    """``(|value|, row)`` of the largest value of column ``c`` in these row blocks
+    (``(0.0, -1)``: none): where an error about the column points."""
+    best = (0.0, -1)
+    for source in blocks:
+        blk = loaded_rows(source)
+        at = np.flatnonzero(blk.indices == c)
+        if at.shape[0]:
+            k = int(at[np.argmax(np.abs(blk.data[at]))])
+            row = blk.r0 + int(np.searchsorted(blk.indptr, k, side="right") - 1)
+            best = max(best, (float(abs(blk.data[k])), row), key=lambda t: t[0])
+        del blk
+    return best
