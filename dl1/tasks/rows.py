@@ -167,6 +167,11 @@ class RowStats(NamedTuple):
     bad_row: tuple[int, float]
 
 
+#: Nonzeros squared at a time by :func:`rows_stats_task` (at least a row block's width):
+#: its temporaries stay small beside the row block, out of core too.
+SQUARES_CHUNK = 1 << 18
+
+
 def rows_stats_task(
     blocks: list[RowBlock | RowSource], sample_weight: np.ndarray, r0: int
 ) -> RowStats:
@@ -179,25 +184,37 @@ def rows_stats_task(
         if col_sq is None:
             col_sq, col_nnz = np.zeros(blk.p), np.zeros(blk.p, dtype=np.int64)
             col_wsq = np.zeros(blk.p if sample_weight.shape[0] else 0)
-        rows = np.repeat(np.arange(blk.n_rows), np.diff(blk.indptr))
-        with np.errstate(over="ignore", under="ignore"):
-            sq = blk.data * blk.data
-            col_sq += np.bincount(blk.indices, weights=sq, minlength=blk.p)
-            if col_wsq.shape[0]:
-                w = sample_weight[blk.r0 - r0 + rows]
-                col_wsq += np.bincount(blk.indices, weights=sq * w, minlength=blk.p)
-            if not np.isfinite(blk.row_sqnorm_max) and bad_row[0] < 0:
-                row_sq = np.bincount(rows, sq, blk.n_rows)
-                r = int(np.argmax(row_sq))  # the first infinite one (or the largest)
-                vals = np.abs(blk.data[blk.indptr[r] : blk.indptr[r + 1]])
-                bad_row = (blk.r0 + r, float(vals.max(initial=0.0)))
-        col_nnz += np.bincount(blk.indices[blk.data != 0], minlength=blk.p)
+        add_column_squares(blk, sample_weight[blk.r0 - r0 :], col_sq, col_wsq, col_nnz)
+        if not np.isfinite(blk.row_sqnorm_max) and bad_row[0] < 0:
+            row_sq = csc_col_sqnorms(blk.indptr, blk.indices, blk.data, NO_SCALE, NO_SCALE)
+            r = int(np.argmax(row_sq))  # the first infinite one
+            vals = np.abs(blk.data[blk.indptr[r] : blk.indptr[r + 1]])
+            bad_row = (blk.r0 + r, float(vals.max(initial=0.0)))
         sq_max = max(sq_max, blk.row_sqnorm_max)
-        del blk, rows, sq  # out of core: freed before the next block is read
+        del blk  # out of core: freed before the next block is read
     empty = np.zeros(0)
     return RowStats(sq_max, empty if col_sq is None else col_sq,
                     empty if col_wsq is None else col_wsq,
                     np.zeros(0, np.int64) if col_nnz is None else col_nnz, bad_row)  # fmt: skip
+
+
+def add_column_squares(
+    blk: RowBlock, sw: np.ndarray, col_sq: np.ndarray, col_wsq: np.ndarray, col_nnz: np.ndarray
+) -> None:
+    """Add the block's squares to each column's sums (raw; weighted by ``sw``, the weights
+    from the block's first row, when ``col_wsq`` is not empty) and its nonzero values to
+    the counts, :data:`SQUARES_CHUNK` nonzeros at a time."""
+    nnz, step = blk.data.shape[0], max(SQUARES_CHUNK, blk.p)
+    for a in range(0, nnz, step):
+        b = min(a + step, nnz)
+        idx, vals = blk.indices[a:b], blk.data[a:b]
+        with np.errstate(over="ignore", under="ignore"):
+            sq = vals * vals
+            col_sq += np.bincount(idx, weights=sq, minlength=blk.p)
+            if col_wsq.shape[0]:
+                rows = np.searchsorted(blk.indptr, np.arange(a, b), side="right") - 1
+                col_wsq += np.bincount(idx, weights=sq * sw[rows], minlength=blk.p)
+        col_nnz += np.bincount(idx[vals != 0], minlength=blk.p)
 
 
 def column_extreme_task(blocks: list[RowBlock | RowSource], c: int) -> tuple[float, int]:

@@ -118,3 +118,15 @@ def test_constant_target_with_an_intercept_gives_the_zero_model_with_sdca():
     assert res.converged_
     np.testing.assert_array_equal(res.coef_, np.zeros(P))
     assert res.intercept_ == pytest.approx(2.5, abs=1e-12)
+
+
+@pytest.mark.parametrize("solver", ["ws", "sdca"])
+def test_column_whose_weighted_squares_overflow_is_refused_by_both_layouts(solver):
+    """Pass: 3e153 at (ROW, COL), its square finite, with all the sample weight on ROW
+    (normalised to N = 60 there: the weighted sum of squares overflows) is refused by a
+    column-wise and a sample-wise solver, naming the column."""
+    X, y = data("squared", ((ROW, COL, 3e153),))
+    sw = np.zeros(N)
+    sw[ROW] = 1.0
+    with pytest.raises(ValidationError, match=rf"column {COL}\b.*overflows float64"):
+        dl1.fit(X, y, alpha=0.01, solver=solver, max_epochs=2, sample_weight=sw)
