@@ -118,6 +118,16 @@ def debug_option(f):
     )(f)
 
 
+def dashboard_option(f):
+    """``--dashboard``: serve Dask's HTTP endpoints of the LocalCluster on 127.0.0.1."""
+    return click.option(
+        "--dashboard",
+        is_flag=True,
+        help="Serve the LocalCluster's Dask dashboard (and its workers' /health, /metrics) "
+        "on 127.0.0.1; none without it (no authentication, any local user reaches loopback).",
+    )(f)
+
+
 @click.group(cls=Dl1Group)
 @click.version_option(package_name="dl1")
 @debug_option
@@ -159,8 +169,11 @@ def _check_store(path: str, loss: str) -> Store:
     return store
 
 
-def _client(scheduler: str | None, workers: int, memory_limit: str | None):
-    """A client of ``scheduler``, or of a new LocalCluster of ``workers`` processes."""
+def _client(
+    scheduler: str | None, workers: int, memory_limit: str | None, dashboard: bool = False
+):
+    """A client of ``scheduler``, or of a new LocalCluster of ``workers`` processes serving
+    HTTP (on 127.0.0.1) only with ``dashboard``."""
     from contextlib import ExitStack
 
     from distributed import Client
@@ -169,6 +182,11 @@ def _client(scheduler: str | None, workers: int, memory_limit: str | None):
     from dl1.runtime.localcluster import local_cluster
 
     logging.getLogger("distributed").setLevel(logging.WARNING)
+    if dashboard and scheduler:
+        raise click.UsageError(
+            "--dashboard is for the LocalCluster dl1 starts; a running scheduler (--scheduler) "
+            "serves its own dashboard, or none"
+        )
     stack = ExitStack()
     if scheduler:
         check_scheduler_address(scheduler)
@@ -180,11 +198,14 @@ def _client(scheduler: str | None, workers: int, memory_limit: str | None):
                 n_workers=workers,
                 threads_per_worker=1,
                 processes=True,
-                dashboard_address="127.0.0.1:0",  # never Dask's all-interfaces default
+                dashboard=dashboard,
+                dashboard_address="127.0.0.1:8787",  # never Dask's all-interfaces default
                 memory_limit=memory_limit or "auto",
             )
         )
         client = stack.enter_context(Client(cluster))
+        if dashboard:
+            click.echo(f"dashboard: {client.dashboard_link}")
     return stack, client
 
 
@@ -248,7 +269,8 @@ def _fit_and_report(
     show_default=True,
     help="Worker processes of the LocalCluster.",
 )
-def demo(out: str | None, seed: int, workers: int) -> None:
+@dashboard_option
+def demo(out: str | None, seed: int, workers: int, dashboard: bool) -> None:
     """The main job on its embedded default: generate the 'small' E2006-like preset, fit a
     Lasso at alpha_max / 20 on a LocalCluster and print its certificate."""
     from dl1.datasets import make_e2006_like
@@ -261,7 +283,7 @@ def demo(out: str | None, seed: int, workers: int) -> None:
         store = make_e2006_like(path, preset="small", seed=seed, overwrite=out is not None)
         click.echo(f"generated in {time.perf_counter() - t0:.1f} s")
         click.echo(summary(store))
-        stack, client = _client(None, workers, None)
+        stack, client = _client(None, workers, None, dashboard)
         with stack:
             _fit_and_report(
                 path,
@@ -304,6 +326,7 @@ def demo(out: str | None, seed: int, workers: int) -> None:
     help="Worker processes of a LocalCluster when no --scheduler is given.",
 )
 @click.option("--memory-limit", default=None, help="Per-worker memory limit of the LocalCluster.")
+@dashboard_option
 def fit(
     store: str,
     alpha: float | None,
@@ -314,6 +337,7 @@ def fit(
     scheduler: str | None,
     workers: int,
     memory_limit: str | None,
+    dashboard: bool,
 ) -> None:
     """Fit a certified L1 / elastic-net model on STORE and print its certificate."""
     _check(PENALISED, "dl1 fit", l1_ratio=l1_ratio, loss=loss, tol=tol,
@@ -321,7 +345,7 @@ def fit(
     _check({"alpha_ratio": [POSITIVE]}, "dl1 fit", alpha_ratio=alpha_ratio)
     _check_memory_limit(memory_limit)
     _check_store(store, loss)  # a missing, incomplete or invalid store, before a cluster
-    stack, client = _client(scheduler, workers, memory_limit)
+    stack, client = _client(scheduler, workers, memory_limit, dashboard)
     with stack:
         _fit_and_report(
             Path(store),
@@ -518,6 +542,7 @@ def main() -> None:
     show_default=True,
     help="--constrained: fraction of the features scored per iteration.",
 )
+@dashboard_option
 def path_cmd(
     store: str,
     n_alphas: int,
@@ -532,6 +557,7 @@ def path_cmd(
     plots: str | None,
     constrained: bool,
     sample: float,
+    dashboard: bool,
 ) -> None:
     """Regularisation path on STORE: every alpha certified; validation error on its test
     split when it has one; figures written as PNG.
@@ -553,7 +579,7 @@ def path_cmd(
         _check(PATH, "dl1 path", n_alphas=n_alphas, eps=eps, l1_ratio=l1_ratio, loss=loss,
                tol=tol)  # fmt: skip
     st = _check_store(store, loss)  # a missing, incomplete or invalid store, before a cluster
-    stack, client = _client(scheduler, workers, memory_limit)
+    stack, client = _client(scheduler, workers, memory_limit, dashboard)
     with (
         stack,
         Progress(

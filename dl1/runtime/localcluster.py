@@ -11,8 +11,11 @@ the measurements behind each setting are in ``benchmarks/RESULTS.md``):
   copies its inputs (a partition's cached columns) to the thief;
 - workers run no statistical profiler, whose history of call trees grows a busy worker's
   memory for its first ~17 minutes;
-- everything listens on 127.0.0.1 only, the dashboard included (Dask's ``":8787"``
-  would bind every interface and serve an unauthenticated dashboard to the network);
+- everything listens on 127.0.0.1 only (Dask's ``":8787"`` would bind every interface and
+  serve an unauthenticated dashboard to the network), and no HTTP is served unless asked
+  (``dashboard=True``): the HTTP servers Dask always starts get no routes and are closed
+  as they start (:mod:`dl1.runtime.nohttp`), since any user of the machine can reach
+  loopback and they answer without authentication, TLS cluster or not;
 - workers preload :mod:`dl1.runtime.worker` (trims glibc's free heap pages when memory is
   high) and get a spill buffer sized to leave room for dl1's baseline and a running task
   (Dask's ``data=`` argument, :func:`dl1.runtime.worker.spill_buffer`).
@@ -42,26 +45,53 @@ CLUSTER_CONFIG = {
 #: to the system when a worker's memory is high).
 WORKER_PRELOAD = "dl1.runtime.worker"
 
+#: Module the scheduler and workers preload when no HTTP is asked for
+#: (:mod:`dl1.runtime.nohttp`: closes the HTTP server Dask always starts).
+NO_HTTP_PRELOAD = "dl1.runtime.nohttp"
 
-def local_cluster(**kwargs: Any) -> Any:
-    """``distributed.LocalCluster(**kwargs)`` whose worker processes start with
-    :data:`WORKER_ENV` (added to Dask's own pre-spawn environment) and preload
-    :data:`WORKER_PRELOAD` (added to the configured preloads), whose scheduler and workers
-    have :data:`CLUSTER_CONFIG` (no work stealing, no worker profiler), whose workers
-    with a memory limit hold :func:`dl1.runtime.worker.spill_buffer`, and which listens on
-    127.0.0.1 only (:func:`loopback_addresses`); the caller's Dask config is unchanged."""
+#: Dask settings under which a scheduler or worker started without a dashboard serves no
+#: HTTP route (the server still starts: :data:`NO_HTTP_PRELOAD` closes it).
+NO_HTTP_CONFIG = {
+    "distributed.scheduler.http.routes": [],
+    "distributed.worker.http.routes": [],
+}
+
+
+def local_cluster(*, dashboard: bool = False, **kwargs: Any) -> Any:
+    """``distributed.LocalCluster(**kwargs)`` set up as a dl1 cluster.
+
+    Its worker processes start with :data:`WORKER_ENV` (added to Dask's own pre-spawn
+    environment) and preload :data:`WORKER_PRELOAD`; its scheduler and workers have
+    :data:`CLUSTER_CONFIG` (no work stealing, no worker profiler); workers with a memory
+    limit hold :func:`dl1.runtime.worker.spill_buffer`; everything listens on 127.0.0.1
+    only (:func:`loopback_addresses`). The caller's Dask config is unchanged.
+
+    Parameters
+    ----------
+    dashboard : bool
+        Serve Dask's HTTP endpoints (the scheduler's dashboard at ``dashboard_address``,
+        the workers' ``/health`` and ``/metrics``) on 127.0.0.1. By default none is served:
+        they have no authentication and any local user can reach loopback.
+    **kwargs
+        Arguments of ``distributed.LocalCluster``.
+    """
     from distributed import LocalCluster
 
     kwargs = loopback_addresses(kwargs)
     env = {**dask.config.get("distributed.nanny.pre-spawn-environ", default={}), **WORKER_ENV}
-    preload = list(dask.config.get("distributed.worker.preload", default=[]) or [])
-    if WORKER_PRELOAD not in preload:
-        preload.append(WORKER_PRELOAD)
+    off = [] if dashboard else [NO_HTTP_PRELOAD]
     config = {
         "distributed.nanny.pre-spawn-environ": env,
-        "distributed.worker.preload": preload,
+        "distributed.worker.preload": _preloads("worker", WORKER_PRELOAD, *off),
         **CLUSTER_CONFIG,
     }
+    if not dashboard:
+        config |= {**NO_HTTP_CONFIG, "distributed.scheduler.preload": _preloads("scheduler", *off)}
+        kwargs = {
+            **kwargs,
+            "scheduler_kwargs": {**(kwargs.get("scheduler_kwargs") or {}), "dashboard": False},
+            "worker_dashboard_address": None,
+        }
     limit = _worker_memory_limit(kwargs)
     if limit and "data" not in kwargs:
         kwargs = {**kwargs, "memory_limit": limit, "data": (spill_buffer, {"memory_limit": limit})}
@@ -69,14 +99,22 @@ def local_cluster(**kwargs: Any) -> Any:
         return LocalCluster(**kwargs)
 
 
+def _preloads(role: str, *modules: str) -> list[str]:
+    """The configured preloads of ``role`` ("scheduler", "worker") with ``modules`` added."""
+    preload = list(dask.config.get(f"distributed.{role}.preload", default=[]) or [])
+    return preload + [m for m in modules if m not in preload]
+
+
 def loopback_addresses(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``LocalCluster`` arguments with the scheduler, workers and dashboard on 127.0.0.1
+    """``LocalCluster`` arguments with the scheduler, workers and HTTP servers on 127.0.0.1
     unless the caller named another host: a dashboard port given without a host (``":0"``,
-    ``8787``), which Dask binds on every interface, is put on 127.0.0.1."""
+    ``8787``), which Dask binds on every interface, is put on 127.0.0.1, for the scheduler
+    (``dashboard_address``) and the workers (``worker_dashboard_address``)."""
     out = {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0", **kwargs}
-    dash = out["dashboard_address"]
-    if isinstance(dash, int) or (isinstance(dash, str) and dash.startswith(":")):
-        out["dashboard_address"] = f"127.0.0.1:{str(dash).lstrip(':')}"
+    for key in ("dashboard_address", "worker_dashboard_address"):
+        dash = out.get(key)
+        if isinstance(dash, int) or (isinstance(dash, str) and dash.startswith(":")):
+            out[key] = f"127.0.0.1:{str(dash).lstrip(':')}"
     return out
 
 
