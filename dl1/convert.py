@@ -15,7 +15,7 @@ from dl1.chunks import as_csc, as_csr
 from dl1.errors import ValidationError
 from dl1.kernels import store as store_kernels
 from dl1.store import Store, StoreWriter, open_store
-from dl1.store.format import CHUNK_ELEMS, DTYPES, FORMATS, write_array
+from dl1.store.format import CHUNK_ELEMS, DTYPES, FORMATS, block_digest, write_array
 from dl1.store.reader import ChunkType
 from dl1.store.writer import DEFAULT_BLOCK_NNZ, check_finite, write_block
 
@@ -162,6 +162,7 @@ def _write_dask_chunk(
             f"block ({i}, {j}), {row}column {c0 + c}: {store_kernels.PROBLEMS[status]}"
         )
     out: dict[str, Any] = {}
+    tie = block_digest(indptr, indices, m.data, m.shape, "csc") if len(formats) > 1 else None
     for f in formats:
         if f == "csc":
             arrs = (indptr, indices, m.data)
@@ -169,7 +170,7 @@ def _write_dask_chunk(
             r = m.tocsr()
             r.sort_indices()
             arrs = (r.indptr.astype(np.int64), r.indices.astype(np.int32), r.data)
-        out[f] = write_block(root, split, f, i, j, *arrs, chunk_elems=chunk_elems)
+        out[f] = write_block(root, split, f, i, j, *arrs, chunk_elems=chunk_elems, content=tie)
     sq = m.copy()
     sq.data = np.square(sq.data, dtype=np.float64)
     out["col_nnz"] = np.diff(indptr)

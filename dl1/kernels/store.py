@@ -182,3 +182,33 @@ def csc_append_rows(indptr, indices, data, offset, out_idx, out_data, cursor):  
             out_data[c] = data[k]
             c += 1
         cursor[j] = c
+
+
+@njit(nogil=True, cache=True)
+def _mix64(z):  # pragma: no cover - compiled
+    """The splitmix64 finaliser: a bijection of uint64 whose output bits all depend on all
+    input bits."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(nogil=True, cache=True)
+def content_digest(indptr, indices, bits, n_cols, column_major):  # pragma: no cover
+    """Order-independent 64-bit digest of the entries of a compressed-sparse block.
+
+    The sum (mod 2**64) over entries of a hash of (position ``row * n_cols + col``, value
+    bits): the same for the CSC and the CSR layout of one matrix, different (but for a
+    2**-64 chance) for any other matrix. ``bits`` is the values viewed as unsigned integers
+    of their width; the index pointer must have passed :func:`check_compressed`.
+    """
+    total = np.uint64(0)
+    width = np.uint64(n_cols)
+    for m in range(indptr.shape[0] - 1):
+        for k in range(indptr[m], indptr[m + 1]):
+            if column_major:
+                pos = np.uint64(indices[k]) * width + np.uint64(m)
+            else:
+                pos = np.uint64(m) * width + np.uint64(indices[k])
+            total += _mix64(pos ^ _mix64(np.uint64(bits[k]) + np.uint64(0x9E3779B97F4A7C15)))
+    return total

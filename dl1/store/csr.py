@@ -15,7 +15,7 @@ from pathlib import Path
 
 import scipy.sparse as sp
 
-from dl1.store.format import write_manifest
+from dl1.store.format import block_digest, write_manifest
 from dl1.store.reader import Store, open_store
 from dl1.store.writer import write_block
 
@@ -41,7 +41,7 @@ def add_csr(path: str | os.PathLike) -> Store:
     for split, entry in manifest["splits"].items():
         if "csr" in entry["formats"]:
             continue
-        entry["blocks"]["csr"] = csr_blocks(store, root, split)
+        entry["blocks"]["csr"] = csr_blocks(store, root, split, entry["blocks"])
         entry["formats"] = [*entry["formats"], "csr"]
         changed = True
     if changed:
@@ -49,8 +49,13 @@ def add_csr(path: str | os.PathLike) -> Store:
     return open_store(root)
 
 
-def csr_blocks(store: Store, root: Path, split: str) -> list[list[dict]]:
-    """The manifest entries of the CSR copies of ``split``'s blocks, written one by one."""
+def csr_blocks(store: Store, root: Path, split: str, blocks: dict) -> list[list[dict]]:
+    """The manifest entries of the CSR copies of ``split``'s blocks, written one by one.
+
+    Each block's content digest (:func:`dl1.store.format.block_digest`) is recorded in both
+    layouts' entries (``blocks``, the split's manifest entries, gets it for the source
+    layout), which ties them: a store whose layouts disagree is refused.
+    """
     n_rb = len(store.row_bounds(split)) - 1
     n_cb = len(store.col_bounds(split)) - 1
     fmt = store.entry(split)["formats"][0]
@@ -61,9 +66,13 @@ def csr_blocks(store: Store, root: Path, split: str) -> list[list[dict]]:
             ip, ix, dx = store.read_block_arrays(split, i, j, fmt)
             shape = store.block_shape(split, i, j)
             cls = sp.csc_matrix if fmt == "csc" else sp.csr_matrix
+            tie = block_digest(ip, ix, dx, shape, fmt)
+            blocks[fmt][i][j]["content"] = tie
             m = cls((dx, ix, ip), shape=shape).tocsr()
             m.sort_indices()
-            row.append(write_block(root, split, "csr", i, j, m.indptr, m.indices, m.data))
+            row.append(
+                write_block(root, split, "csr", i, j, m.indptr, m.indices, m.data, content=tie)
+            )
             del m, ip, ix, dx
         grid.append(row)
     return grid

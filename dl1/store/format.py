@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,32 @@ def write_array_from_file(
     """
     dtype = np.dtype(dtype)
     n = os.path.getsize(src) // dtype.itemsize
+    with open(src, "rb") as fh:
+        return write_array_pieces(
+            root,
+            key,
+            n,
+            lambda lo, hi: np.fromfile(fh, dtype=dtype, count=hi - lo),
+            chunk_elems=chunk_elems,
+            dtype=dtype,
+        )
+
+
+def write_array_pieces(
+    root: str | os.PathLike,
+    key: str,
+    n: int,
+    piece: Callable[[int, int], np.ndarray],
+    *,
+    chunk_elems: int = CHUNK_ELEMS,
+    dtype: Any = None,
+) -> dict[str, Any]:
+    """Write a 1-D array of ``n`` elements whose elements ``[lo, hi)`` are ``piece(lo, hi)``,
+    asked chunk after chunk in order: memory is one chunk, whatever ``n``.
+
+    ``dtype`` defaults to the dtype of ``piece(0, 0)``.
+    """
+    dtype = np.dtype(piece(0, 0).dtype if dtype is None else dtype)
     chunk = max(1, min(chunk_elems, n))
     arr = zarr.create_array(
         store=os.fspath(root),
@@ -131,11 +158,13 @@ def write_array_from_file(
         overwrite=False,
     )
     crc = 0
-    with open(src, "rb") as fh:
-        for start in range(0, n, chunk):
-            piece = np.fromfile(fh, dtype=dtype, count=min(chunk, n - start))
-            arr[start : start + piece.shape[0]] = piece
-            crc = crc32c.crc32c(memoryview(piece).cast("B"), crc)
+    for start in range(0, n, chunk):
+        stop = min(n, start + chunk)
+        values = np.ascontiguousarray(piece(start, stop), dtype=dtype)
+        if values.shape != (stop - start,):
+            raise ValueError(f"piece [{start}, {stop}) of {key!r} has shape {values.shape}")
+        arr[start:stop] = values
+        crc = crc32c.crc32c(memoryview(values).cast("B"), crc)
     entry = {"shape": [n], "dtype": dtype.str, "chunk": chunk, "crc32c": int(crc)}
     entry["chunk_bytes"] = [chunk_path(root, key, k).stat().st_size for k in range(n_chunks(entry))]
     return entry
@@ -166,3 +195,15 @@ def write_manifest(root: str | os.PathLike, manifest: dict[str, Any], name: str 
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def block_digest(
+    indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, shape: tuple[int, int], fmt: str
+) -> int:
+    """Digest of a block's entries that its CSC and CSR layouts share: the tie between the
+    two layouts of a store (:func:`dl1.kernels.store.content_digest`)."""
+    from dl1.kernels.store import content_digest
+
+    data = np.ascontiguousarray(data)
+    bits = data.view(np.uint64 if data.dtype.itemsize == 8 else np.uint32)
+    return int(content_digest(indptr, indices, bits, int(shape[1]), fmt == "csc"))

@@ -24,6 +24,11 @@ from dl1.store.format import DTYPES, FORMATS, SPLITS
 #: dl1 writes) can hold; a larger "chunk" is a corrupt or hostile manifest, refused before
 #: any allocation.
 MAX_CHUNK_BYTES = 1 << 31
+#: Largest manifest parsed (64 MiB, about 60,000 blocks of one chunk per array): a larger
+#: file is refused after a ``stat``, before a byte of it is parsed.
+MAX_MANIFEST_BYTES = 64 << 20
+#: Largest zarr metadata file (``zarr.json``) of an array: dl1 writes about 1 KiB.
+MAX_METADATA_BYTES = 64 << 10
 #: Plain names: no separator, no "..", no NUL, nothing a filesystem would interpret.
 _PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
 #: dtypes of the arrays of a store (little-endian, as written).
@@ -160,6 +165,24 @@ def _check_blocks(
                                       data_dtype)  # fmt: skip
         if total != e["nnz"]:
             ck.fail(f"{field}.nnz", f"is {e['nnz']}, the blocks of {fmt!r} hold {total}")
+    _check_ties(ck, blocks, formats, field)
+
+
+def _check_ties(ck: FieldChecker, blocks: dict[str, Any], formats: list[str], field: str) -> None:
+    """Every block's ``content`` digest is an unsigned 64-bit integer, present in every
+    layout when a split has two, and the same in both: they hold one matrix."""
+    for fmt in formats:
+        for i, row in enumerate(blocks[fmt]):
+            for j, blk in enumerate(row):
+                where = f"{field}.blocks.{fmt}[{i}][{j}].content"
+                if len(formats) > 1 and "content" not in blk:
+                    ck.fail(where, "is missing (it ties the layouts of a split stored in two)")
+                if "content" in blk:
+                    ck.integer(blk["content"], where, 0, (1 << 64) - 1)
+                    first = blocks[formats[0]][i][j]["content"]
+                    if blk["content"] != first:
+                        ck.fail(where, f"differs from the {formats[0]} layout's ({first}): the "
+                                "two layouts hold different matrices", blk["content"])  # fmt: skip
 
 
 def _check_block(

@@ -19,16 +19,23 @@ from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 from dl1.chunks import as_csc
 from dl1.errors import IncompleteStoreError, StoreCorruptError, StoreError
 from dl1.kernels import store as store_kernels
+from dl1.store import frames
 from dl1.store.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST,
+    block_digest,
     block_key,
     checksum,
     chunk_path,
     n_chunks,
 )
-from dl1.store.manifest import check_inside, validate_manifest
+from dl1.store.manifest import (
+    MAX_MANIFEST_BYTES,
+    MAX_METADATA_BYTES,
+    check_inside,
+    validate_manifest,
+)
 
 if TYPE_CHECKING:  # workers reading blocks import this module: no dask.array there
     import dask.array as da
@@ -45,10 +52,19 @@ def _load_manifest(path: Path) -> dict[str, Any]:
             f"{path} has no {MANIFEST}: the store was not completely written (the writer was "
             "interrupted or failed) or it is not a dl1 store; write it again"
         )
+    size = mf.stat().st_size
+    if size > MAX_MANIFEST_BYTES:
+        raise StoreCorruptError(
+            f"{mf} has {size:,} bytes, more than the {MAX_MANIFEST_BYTES:,} a dl1 manifest may "
+            "have (about 60,000 blocks); refused before parsing"
+        )
     try:
-        with open(mf, encoding="utf-8") as fh:
-            manifest = json.load(fh)
-    except (OSError, ValueError) as e:
+        with open(mf, "rb") as fh:
+            text = fh.read(MAX_MANIFEST_BYTES + 1)
+        if len(text) > MAX_MANIFEST_BYTES:  # grew since the stat
+            raise StoreCorruptError(f"{mf} has more than {MAX_MANIFEST_BYTES:,} bytes")
+        manifest = json.loads(text)
+    except (OSError, ValueError, RecursionError) as e:
         raise IncompleteStoreError(f"{mf} is unreadable or truncated: {e}") from e
     if not isinstance(manifest, dict):
         raise StoreCorruptError(f"{mf} does not hold a JSON object")
@@ -84,8 +100,17 @@ def _check_chunks_present(root: Path, key: str, a: dict[str, Any]) -> None:
     if n_chunks(a) and not (root / key).is_dir():
         raise StoreCorruptError(f"array {key!r} cannot be opened: {root / key} is missing")
     meta = root / key / "zarr.json"
-    if meta.is_symlink():
+    try:
+        mst = meta.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        mst = None  # zarr names the missing metadata when the array is opened
+    if mst is not None and stat.S_ISLNK(mst.st_mode):
         raise StoreCorruptError(f"the metadata of array {key!r} is a symlink ({meta})")
+    if mst is not None and mst.st_size > MAX_METADATA_BYTES:
+        raise StoreCorruptError(
+            f"the metadata of array {key!r} has {mst.st_size:,} bytes, more than the "
+            f"{MAX_METADATA_BYTES:,} accepted ({meta})"
+        )
     for k in range(n_chunks(a)):
         f = chunk_path(root, key, k)
         try:
@@ -105,8 +130,13 @@ def _check_chunks_present(root: Path, key: str, a: dict[str, Any]) -> None:
 def read_array(
     root: str | os.PathLike, key: str, entry: dict[str, Any], sl: slice | None = None
 ) -> np.ndarray:
-    """Read a stored 1-D array, verifying its chunks; the whole array is checked against the
-    manifest checksum, a slice by the per-chunk CRC32C codec."""
+    """Read a stored 1-D array (or a contiguous slice of it), verifying its chunks.
+
+    Each chunk's CRC32C is checked and the decoded size its frames declare must be the one
+    its shape and dtype imply before it is decoded (:mod:`dl1.store.frames`), so a
+    decompression bomb allocates nothing; a whole array is also checked against the
+    manifest checksum.
+    """
     root = Path(root)
     _check_chunks_present(root, key, entry)  # first: refuses paths outside the store
     try:
@@ -122,12 +152,20 @@ def read_array(
             f"array {key!r} has shape {arr.shape}, dtype {arr.dtype} and chunks {arr.chunks}, "
             f"the manifest says {tuple(entry['shape'])}, {entry['dtype']} and {entry['chunk']}"
         )
-    decoder = direct_decoder(arr) if sl is None else None
+    compressor, crc = codec_chain(arr, key)
+    lo, hi, step = (sl or slice(None)).indices(entry["shape"][0])
+    if step != 1:
+        raise ValueError(f"only contiguous slices are read, got {sl}")
+    hi = max(lo, hi)
+    decoder = direct_decoder(arr)
     if decoder is not None:
-        a = _read_direct(root, key, entry, arr.dtype, decoder)
+        a = _read_direct(root, key, entry, arr.dtype, decoder, compressor, (lo, hi))
     else:
+        c = entry["chunk"]
+        for k in range(lo // c, -(-hi // c)):  # sizes checked before zarr decodes
+            _chunk_body(root, key, k, compressor, crc, c * arr.dtype.itemsize)
         try:
-            a = arr[sl] if sl is not None else arr[:]
+            a = arr[lo:hi]
         except Exception as e:
             raise StoreCorruptError(f"{_failing_chunk(arr, key, entry)}: {e}") from e
     if sl is None and checksum(a) != entry["crc32c"]:
@@ -136,6 +174,32 @@ def read_array(
             "manifest belongs to another store)"
         )
     return a
+
+
+def codec_chain(arr: Any, key: str) -> tuple[str, bool]:
+    """``(compressor, has_crc32c)`` of an array whose codecs dl1 reads, else refused.
+
+    Accepted: the bytes codec, then Blosc, zstd or no compressor, then optionally CRC32C:
+    compressors whose frames declare their decoded size (:mod:`dl1.store.frames`). Any
+    other chain (gzip, sharding, filters...) is a :class:`StoreCorruptError` naming it.
+    """
+    cs = list(arr.metadata.codecs)
+    crc = bool(cs) and isinstance(cs[-1], Crc32cCodec)
+    middle = cs[1 : len(cs) - crc]
+    if (
+        not cs
+        or not isinstance(cs[0], BytesCodec)
+        or len(middle) > 1
+        or (middle and not isinstance(middle[0], BloscCodec | ZstdCodec))
+    ):
+        names = [type(c).__name__ for c in cs]
+        raise StoreCorruptError(
+            f"array {key!r} uses the codecs {names}; dl1 reads bytes, then Blosc, zstd or "
+            "nothing, then optionally CRC32C (compressors whose frames declare their size)"
+        )
+    if not middle:
+        return "none", crc
+    return ("blosc" if isinstance(middle[0], BloscCodec) else "zstd"), crc
 
 
 def direct_decoder(arr: Any) -> Any:
@@ -157,33 +221,61 @@ def direct_decoder(arr: Any) -> Any:
     return None
 
 
+def _chunk_body(
+    root: Path, key: str, k: int, compressor: str, crc: bool, expected: int
+) -> memoryview:
+    """The compressed bytes of chunk ``k``, checked: CRC32C (if the chain has it), and the
+    decoded size its frames declare equal to ``expected`` (the chunk's shape x itemsize)."""
+    raw = chunk_path(root, key, k).read_bytes()
+    body = memoryview(raw)
+    if crc:
+        if len(raw) < 4 or crc32c.crc32c(body[:-4]) != int.from_bytes(raw[-4:], "little"):
+            raise StoreCorruptError(f"chunk {k} of array {key!r} is corrupt (checksum failed)")
+        body = body[:-4]
+    try:
+        declared = frames.declared_bytes(compressor, body)
+    except ValueError as e:
+        raise StoreCorruptError(f"chunk {k} of array {key!r} is corrupt ({e})") from None
+    if declared != expected:
+        raise StoreCorruptError(
+            f"chunk {k} of array {key!r} declares {declared:,} bytes decoded where its shape "
+            f"and dtype make {expected:,}: refused before decoding (a corrupt chunk or a "
+            "decompression bomb)"
+        )
+    return body
+
+
 def _read_direct(
-    root: Path, key: str, entry: dict[str, Any], dtype: np.dtype, decoder: Any
+    root: Path,
+    key: str,
+    entry: dict[str, Any],
+    dtype: np.dtype,
+    decoder: Any,
+    compressor: str,
+    span: tuple[int, int],
 ) -> np.ndarray:
-    """Whole-array read decoding each chunk file straight into the result.
+    """Elements ``span = (lo, hi)`` of an array, each chunk file decoded straight into the
+    result (a partial chunk through one chunk-sized buffer).
 
     The same bytes zarr would read (zarr v3 chunk files: the compressed chunk, then its
     CRC32C, little-endian), without zarr's intermediate chunk buffer and copy: on the
     log1p preset this halves the time a worker spends loading its blocks.
     """
-    n, c = entry["shape"][0], entry["chunk"]
-    out = np.empty(n, dtype=dtype)
-    for k in range(n_chunks(entry)):
-        raw = chunk_path(root, key, k).read_bytes()
-        body = memoryview(raw)[:-4]
-        if len(raw) < 4 or crc32c.crc32c(body) != int.from_bytes(raw[-4:], "little"):
-            raise StoreCorruptError(f"chunk {k} of array {key!r} is corrupt (checksum failed)")
-        lo, hi = k * c, min(n, (k + 1) * c)
+    c = entry["chunk"]
+    lo, hi = span
+    out = np.empty(hi - lo, dtype=dtype)
+    scratch = None
+    for k in range(lo // c, -(-hi // c)):
+        body = _chunk_body(root, key, k, compressor, True, c * dtype.itemsize)
+        a, b = max(lo, k * c), min(hi, (k + 1) * c)
         try:
-            if hi - lo == c:
-                decoder.decode(body, out=out[lo:hi])
+            if b - a == c:
+                decoder.decode(body, out=out[a - lo : b - lo])
             else:  # zarr stores an edge chunk whole, padded with the fill value
-                part = np.frombuffer(decoder.decode(body), dtype=dtype)
-                if part.shape[0] != c:
-                    raise ValueError(f"{part.shape[0]} elements decoded, expected {c}")
-                out[lo:hi] = part[: hi - lo]
-        except StoreCorruptError:
-            raise
+                if scratch is None:
+                    scratch = np.empty(c, dtype=dtype)
+                decoder.decode(body, out=scratch)
+                out[a - lo : b - lo] = scratch[a - k * c : b - k * c]
         except Exception as e:
             raise StoreCorruptError(
                 f"chunk {k} of array {key!r} is corrupt (decompression failed: {e})"
@@ -234,6 +326,11 @@ def read_block_arrays(
             problem += f" (position {k}, index {int(indices[k])})"
         raise StoreCorruptError(
             f"block {key!r}, {'column' if fmt == 'csc' else 'row'} {m} of the block: {problem}"
+        )
+    if "content" in blk and block_digest(indptr, indices, data, shape, fmt) != blk["content"]:
+        raise StoreCorruptError(
+            f"block {key!r} does not hold the matrix its manifest's content digest records "
+            "(shared by the block's CSC and CSR layouts): the layouts disagree"
         )
     return indptr, indices, data
 

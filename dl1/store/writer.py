@@ -1,11 +1,13 @@
 """Writing dl1 stores: an out-of-core row-to-feature-block transpose.
 
-Rows arrive in batches (CSR). Each batch is validated, sorted by column with a counting sort,
-and spilled to raw files inside the store directory, with the offsets of every granule of
-``GRANULE`` columns. When a split is closed, each block ``(i, j)`` is assembled by reading
-only its granule ranges from every spilled batch, sorted into CSC, checksummed and written.
+Rows arrive in batches (CSR). Each batch is validated, sorted by column (a counting sort,
+or a comparison sort when its columns are few over a wide range) and spilled to raw files
+inside the store directory. When a split is closed, each block ``(i, j)`` is assembled by
+reading only its column range from every spilled batch (found by binary search in the
+batch's sorted columns), sorted into CSC, checksummed and written.
 
-Memory is bounded independently of the number of rows and nonzeros. Above the interpreter's
+Memory is bounded independently of the number of rows and nonzeros, and of the largest
+column index: per-column work is over the distinct columns present. Above the interpreter's
 baseline, a :class:`SplitWriter` holds
 
 * one batch being appended and its sorted copy: about ``3 * 16 * batch_nnz`` bytes;
@@ -13,9 +15,11 @@ baseline, a :class:`SplitWriter` holds
   about ``64 * block_nnz`` bytes, where a block holds at most ``block_nnz`` nonzeros plus the
   nonzeros of one column inside one row block (row blocks are added automatically when a
   single column holds more than ``block_nnz`` nonzeros);
-* per-column statistics: ``40 * n_features`` bytes;
-* when closing, one chunk of the length-n arrays (``y``, weights, row counts), which are
-  streamed from their spill files.
+* per-column statistics of the distinct columns present: ``32 * d`` bytes (``80 * d``
+  while new columns are merged in), ``d <= min(n_features, nnz)``;
+* when closing, one chunk of the length-n and length-p arrays (``y``, weights, row counts,
+  column statistics), which are written chunk by chunk, and one block's index pointer:
+  a feature block spans at most :data:`MAX_BLOCK_COLS` columns.
 """
 
 from __future__ import annotations
@@ -42,14 +46,16 @@ from dl1.store.format import (
     FORMATS,
     MANIFEST,
     SPLITS,
+    block_digest,
     block_key,
     write_array,
     write_array_from_file,
+    write_array_pieces,
     write_manifest,
 )
 
-#: Columns per granule of the spilled batches (the unit of reading a column range back).
-GRANULE = 1024
+#: Most columns of a feature block (its CSC index pointer is 8 bytes per column).
+MAX_BLOCK_COLS = CHUNK_ELEMS
 #: Default target of nonzeros per block (4 Mi: about 48 MiB of float64 CSC).
 DEFAULT_BLOCK_NNZ = 1 << 22
 MAX_BLOCK_NNZ = (1 << 31) - 1
@@ -279,29 +285,18 @@ class SplitWriter:
         self.dir.mkdir()
         self._fh = {
             k: open(self.dir / f"{k}.bin", "ab")
-            for k in ("rows", "cols", "vals", "goff", "y", "w", "row_nnz")
+            for k in ("rows", "cols", "vals", "y", "w", "row_nnz")
         }
-        # per batch: first row, number of rows, first entry, granule-offset file position, n
-        self._batches: list[tuple[int, int, int, int, int]] = []
+        # per batch: first row, number of rows, first entry, number of entries
+        self._batches: list[tuple[int, int, int, int]] = []
         self.n_rows = 0
         self.nnz = 0
         self.min_index: int | None = None
         self.max_index: int | None = None
         self.argmin_row = -1
         self.argmax_row = -1
-        self._col_nnz = np.zeros(0, dtype=np.int64)
-        self._col_sum = np.zeros(0, dtype=np.float64)
-        self._col_sqsum = np.zeros(0, dtype=np.float64)
+        self._stats = ColumnStats()
         self.closed = False
-
-    def _grow(self, n: int) -> None:
-        if n > self._col_nnz.shape[0]:
-            m = max(n, int(self._col_nnz.shape[0] * 1.5))
-            for attr in ("_col_nnz", "_col_sum", "_col_sqsum"):
-                old = getattr(self, attr)
-                new = np.zeros(m, dtype=old.dtype)
-                new[: old.shape[0]] = old
-                setattr(self, attr, new)
 
     def append(self, X: Any, y: Any, sample_weight: Any = None) -> None:
         """Append a batch of rows.
@@ -364,28 +359,14 @@ class SplitWriter:
             if self.max_index is None or hi > self.max_index:
                 self.max_index = hi
                 self.argmax_row = r0 + int(np.searchsorted(indptr, np.argmax(indices), "right")) - 1
-            n_raw = hi + 1
-        else:
-            n_raw = 0
-        rows, cols, vals, counts = store_kernels.csr_to_col_sorted(indptr, indices, data, 0, n_raw)
-        n_gran = -(-n_raw // GRANULE)
-        cum = np.zeros(n_raw + 1, dtype=np.int64)
-        np.cumsum(counts, out=cum[1:])
-        goff = cum[np.minimum(np.arange(n_gran + 1, dtype=np.int64) * GRANULE, n_raw)]
-        goff_pos = self._fh["goff"].tell()
+        rows, cols, vals = _col_sorted(indptr, indices, data)
         rows.tofile(self._fh["rows"])
         cols.tofile(self._fh["cols"])
         vals.tofile(self._fh["vals"])
-        goff.tofile(self._fh["goff"])
         y.tofile(self._fh["y"])
         np.diff(indptr).tofile(self._fh["row_nnz"])
-        self._batches.append((r0, n_b, self.nnz, goff_pos, n_gran))
-        self._grow(n_raw)
-        self._col_nnz[:n_raw] += counts
-        self._col_sum[:n_raw] += np.bincount(cols, weights=vals, minlength=n_raw)
-        with np.errstate(over="ignore"):  # |x| > 1.3e154: the statistic is inf, not an error
-            sq = np.square(vals, dtype=np.float64)
-        self._col_sqsum[:n_raw] += np.bincount(cols, weights=sq, minlength=n_raw)
+        self._batches.append((r0, n_b, self.nnz, nnz_b))
+        self._stats.add(cols, vals)
         self.n_rows += n_b
         self.nnz += nnz_b
 
@@ -415,9 +396,12 @@ class SplitWriter:
                 f"out of range for n_features={p} (index base {index_base})"
             )
         n = self.n_rows
-        col_nnz = self._shifted(self._col_nnz, index_base, p)
-        row_bounds = self._row_bounds(col_nnz)
-        col_bounds = self._col_bounds(col_nnz, p, len(row_bounds) - 1)
+        st = self._stats
+        cols = st.cols - index_base  # distinct columns present, zero-based, sorted
+        row_bounds = self._row_bounds(st.nnz)
+        col_bounds = self._col_bounds(cols, st.nnz, p, len(row_bounds) - 1)
+        if self.col_bounds is None:
+            col_bounds = _split_wide(col_bounds)
         root = self.owner.path
         ce = self.owner.chunk_elems
         blocks: dict[str, list[list[dict[str, Any]]]] = {f: [] for f in self.formats}
@@ -432,6 +416,9 @@ class SplitWriter:
                     int(row_bounds[i + 1] - row_bounds[i]),
                     int(col_bounds[j + 1] - col_bounds[j]),
                 )
+                tie = None
+                if len(self.formats) > 1:  # the layouts' shared digest ties them
+                    tie = block_digest(indptr, indices, data, shape, "csc")
                 for f in self.formats:
                     if f == "csc":
                         arrs = (indptr, indices, data)
@@ -440,28 +427,23 @@ class SplitWriter:
                         m.sort_indices()
                         arrs = (m.indptr.astype(np.int64), m.indices.astype(np.int32), m.data)
                     blocks[f][i].append(
-                        write_block(root, self.name, f, i, j, *arrs, chunk_elems=ce)
+                        write_block(root, self.name, f, i, j, *arrs, chunk_elems=ce, content=tie)
                     )
                 del indptr, indices, data
         arrays = {
             "y": write_array_from_file(
                 root, f"{self.name}/y", self.dir / "y.bin", np.float64, chunk_elems=ce
             ),
-            "stats/col_nnz": write_array(
-                root, f"{self.name}/stats/col_nnz", col_nnz, chunk_elems=ce
-            ),
-            "stats/col_sum": write_array(
-                root,
-                f"{self.name}/stats/col_sum",
-                self._shifted(self._col_sum, index_base, p),
-                chunk_elems=ce,
-            ),
-            "stats/col_sqsum": write_array(
-                root,
-                f"{self.name}/stats/col_sqsum",
-                self._shifted(self._col_sqsum, index_base, p),
-                chunk_elems=ce,
-            ),
+            **{
+                f"stats/{name}": write_array_pieces(
+                    root, f"{self.name}/stats/{name}", p, _scatter(cols, values), chunk_elems=ce
+                )
+                for name, values in (
+                    ("col_nnz", st.nnz),
+                    ("col_sum", st.sum),
+                    ("col_sqsum", st.sqsum),
+                )
+            },
             "stats/row_nnz": write_array_from_file(
                 root,
                 f"{self.name}/stats/row_nnz",
@@ -501,13 +483,6 @@ class SplitWriter:
         if exc_type is None and not self.closed:
             self.close()
 
-    @staticmethod
-    def _shifted(a: np.ndarray, base: int, p: int) -> np.ndarray:
-        out = np.zeros(p, dtype=a.dtype)
-        src = a[base : base + p]
-        out[: src.shape[0]] = src
-        return out
-
     def _row_bounds(self, col_nnz: np.ndarray) -> np.ndarray:
         n = self.n_rows
         if self.row_block_rows is not None:
@@ -521,7 +496,9 @@ class SplitWriter:
         n_rb = max(1, min(n, -(-max_col // self.block_nnz)))
         return np.linspace(0, n, n_rb + 1).round().astype(np.int64)
 
-    def _col_bounds(self, col_nnz: np.ndarray, p: int, n_rb: int) -> np.ndarray:
+    def _col_bounds(self, cols: np.ndarray, col_nnz: np.ndarray, p: int, n_rb: int) -> np.ndarray:
+        """Feature block bounds: as given, or cuts of equal nnz (``col_nnz`` of the sorted
+        distinct columns ``cols``; absent columns hold none)."""
         if self.col_bounds is not None:
             b = self.col_bounds
             if b.ndim != 1 or b.size < 2 or b[0] != 0 or b[-1] != p or np.any(np.diff(b) <= 0):
@@ -539,10 +516,11 @@ class SplitWriter:
             return np.array([0, 0], dtype=np.int64)
         if total == 0:
             return np.linspace(0, p, n_fb + 1).round().astype(np.int64)
-        # Equal-nnz cuts: column c ends in the block whose share of the cumulative nnz it reaches.
+        # Equal-nnz cuts: column c ends in the block whose share of the cumulative nnz it reaches
+        # (the cumulative count only rises at the columns present).
         cum = np.cumsum(col_nnz)
         targets = total * np.arange(1, n_fb, dtype=np.float64) / n_fb
-        cuts = np.searchsorted(cum, targets, side="left") + 1
+        cuts = cols[np.searchsorted(cum, targets, side="left")] + 1
         b = np.concatenate([[0], cuts, [p]]).astype(np.int64)
         # Keep every block non-empty in columns.
         for k in range(1, len(b) - 1):
@@ -554,23 +532,20 @@ class SplitWriter:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """CSC arrays of the block rows [r_lo, r_hi) x columns [c_lo, c_hi)."""
         raw_lo, raw_hi = c_lo + base, c_hi + base
-        g_lo = raw_lo // GRANULE
         parts_r, parts_c, parts_v = [], [], []
         isz = np.dtype(np.int32).itemsize
         vsz = self.dtype.itemsize
+        sorted_cols = np.memmap(self.dir / "cols.bin", dtype=np.int32, mode="r") if self.nnz else []
         with (
             open(self.dir / "rows.bin", "rb") as fr,
             open(self.dir / "cols.bin", "rb") as fc,
             open(self.dir / "vals.bin", "rb") as fv,
-            open(self.dir / "goff.bin", "rb") as fg,
         ):
-            for row0, n_b, e0, goff_pos, n_gran in self._batches:
-                if row0 + n_b <= r_lo or row0 >= r_hi or g_lo >= n_gran or n_b == 0:
+            for row0, n_b, e0, nnz_b in self._batches:
+                if row0 + n_b <= r_lo or row0 >= r_hi or nnz_b == 0:
                     continue
-                g_hi = min(-(-raw_hi // GRANULE), n_gran)
-                fg.seek(goff_pos + 8 * g_lo)
-                offs = np.fromfile(fg, dtype=np.int64, count=g_hi - g_lo + 1)
-                a, b = int(offs[0]), int(offs[-1])
+                # the batch's entries are sorted by column: its column range by binary search
+                a, b = np.searchsorted(sorted_cols[e0 : e0 + nnz_b], [raw_lo, raw_hi]).tolist()
                 if b == a:
                     continue
                 fr.seek((e0 + a) * isz)
@@ -579,15 +554,14 @@ class SplitWriter:
                 cols = np.fromfile(fc, dtype=np.int32, count=b - a)
                 fv.seek((e0 + a) * vsz)
                 vals = np.fromfile(fv, dtype=self.dtype, count=b - a)
-                keep = (cols >= raw_lo) & (cols < raw_hi)
                 if row0 < r_lo or row0 + n_b > r_hi:
                     grow = rows.astype(np.int64) + row0
-                    keep &= (grow >= r_lo) & (grow < r_hi)
-                if not keep.all():
+                    keep = (grow >= r_lo) & (grow < r_hi)
                     rows, cols, vals = rows[keep], cols[keep], vals[keep]
                 parts_r.append((rows + np.int32(row0 - r_lo)).astype(np.int32, copy=False))
                 parts_c.append((cols - np.int32(raw_lo)).astype(np.int32, copy=False))
                 parts_v.append(vals)
+        del sorted_cols
         if parts_r:
             rows = np.concatenate(parts_r)
             cols = np.concatenate(parts_c)
@@ -598,6 +572,85 @@ class SplitWriter:
             vals = np.zeros(0, dtype=self.dtype)
         del parts_r, parts_c, parts_v
         return store_kernels.coo_to_csc(rows, cols, vals, c_hi - c_lo)
+
+
+def _col_sorted(
+    indptr: np.ndarray, indices: np.ndarray, data: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rows, cols, vals)`` of a CSR batch sorted by column, rows ascending in a column.
+
+    A counting sort (O(nnz + columns)) when the batch's column range is not much wider
+    than its nonzeros, else a stable comparison sort, so that memory stays O(nnz) whatever
+    the largest index.
+    """
+    nnz = indices.shape[0]
+    n_raw = int(indices.max()) + 1 if nnz else 0
+    if n_raw <= 4 * nnz + 4096:
+        rows, cols, vals, _ = store_kernels.csr_to_col_sorted(indptr, indices, data, 0, n_raw)
+        return rows, cols, vals
+    order = np.argsort(indices, kind="stable")
+    rows = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int32), np.diff(indptr))
+    return rows[order], indices[order], data[order]
+
+
+class ColumnStats:
+    """Nonzeros, sums and squared sums of the distinct columns seen so far (sorted), so
+    that memory follows the columns present, not the largest index."""
+
+    def __init__(self) -> None:
+        self.cols = np.zeros(0, dtype=np.int64)
+        self.nnz = np.zeros(0, dtype=np.int64)
+        self.sum = np.zeros(0, dtype=np.float64)
+        self.sqsum = np.zeros(0, dtype=np.float64)
+
+    def add(self, cols: np.ndarray, vals: np.ndarray) -> None:
+        """Add a batch's entries, sorted by column (:func:`_col_sorted`)."""
+        if not cols.shape[0]:
+            return
+        starts = np.flatnonzero(np.r_[True, cols[1:] != cols[:-1]])
+        present = cols[starts].astype(np.int64)
+        run = np.repeat(np.arange(starts.shape[0]), np.diff(np.r_[starts, cols.shape[0]]))
+        counts = np.bincount(run)
+        sums = np.bincount(run, weights=vals)
+        with np.errstate(over="ignore"):  # |x| > 1.3e154: the statistic is inf, not an error
+            sq = np.square(vals, dtype=np.float64)
+        sqsums = np.bincount(run, weights=sq)
+        pos = np.searchsorted(self.cols, present)
+        new = pos >= self.cols.shape[0]
+        new[~new] = self.cols[pos[~new]] != present[~new]
+        if new.any():
+            at = pos[new]
+            self.cols = np.insert(self.cols, at, present[new])
+            for name in ("nnz", "sum", "sqsum"):
+                setattr(self, name, np.insert(getattr(self, name), at, 0))
+            pos = np.searchsorted(self.cols, present)
+        self.nnz[pos] += counts
+        self.sum[pos] += sums
+        self.sqsum[pos] += sqsums
+
+
+def _scatter(cols: np.ndarray, values: np.ndarray):
+    """Pieces ``[lo, hi)`` of the dense array that is ``values`` at ``cols``, 0 elsewhere."""
+
+    def piece(lo: int, hi: int) -> np.ndarray:
+        out = np.zeros(hi - lo, dtype=values.dtype)
+        a, b = np.searchsorted(cols, [lo, hi]).tolist()
+        out[cols[a:b] - lo] = values[a:b]
+        return out
+
+    return piece
+
+
+def _split_wide(bounds: np.ndarray) -> np.ndarray:
+    """Block bounds with any block wider than :data:`MAX_BLOCK_COLS` cut evenly."""
+    width = np.diff(bounds)
+    if not width.size or width.max() <= MAX_BLOCK_COLS:
+        return bounds
+    out = [bounds[:1]]
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        k = -(-(hi - lo) // MAX_BLOCK_COLS)
+        out.append(np.linspace(lo, hi, k + 1).round().astype(np.int64)[1:])
+    return np.concatenate(out)
 
 
 def check_finite(a: np.ndarray, what: str, split: str, r0: int) -> None:
@@ -618,10 +671,14 @@ def write_block(
     data: np.ndarray,
     *,
     chunk_elems: int = CHUNK_ELEMS,
+    content: int | None = None,
 ) -> dict[str, Any]:
-    """Write the arrays of one block; return its manifest entry (nnz and array entries)."""
+    """Write the arrays of one block; return its manifest entry (nnz and array entries, and
+    ``content``, the digest shared by the block's layouts, when the split has two)."""
     key = block_key(split, fmt, i, j)
+    extra = {} if content is None else {"content": int(content)}
     return {
+        **extra,
         "nnz": int(indices.shape[0]),
         "arrays": {
             "indptr": write_array(

@@ -87,3 +87,57 @@ def results(proc: subprocess.CompletedProcess) -> list[dict[str, Any]]:
     """The JSON lines a child printed (one per case)."""
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def zstd_rle_frame(decoded: int, declare: bool = True) -> bytes:
+    """A valid zstd frame of ``decoded`` zero bytes made of RLE blocks (4 bytes per 128 KiB
+    decoded): 4 GiB fit in 128 KiB. With ``declare=False`` the frame does not state its
+    decoded size (a streaming decoder learns it only by decoding)."""
+    magic = (0xFD2FB528).to_bytes(4, "little")
+    if declare:  # single segment, 8-byte content size
+        head = magic + bytes([0xE0]) + decoded.to_bytes(8, "little")
+    else:  # no content size, a 128 KiB window
+        head = magic + bytes([0x00, 0x38])
+    blocks = bytearray()
+    left = decoded
+    while left:
+        size = min(1 << 17, left)
+        left -= size
+        blocks += ((left == 0) | (1 << 1) | (size << 3)).to_bytes(3, "little") + b"\0"
+    return head + bytes(blocks)
+
+
+def put_chunk(root: Path, key: str, entry: dict[str, Any], k: int, body: bytes) -> None:
+    """Replace chunk ``k`` of array ``key`` by ``body`` with a valid CRC32C, and record its
+    size in the manifest ``entry`` of the array (so only decoding can tell)."""
+    import crc32c
+
+    raw = body + crc32c.crc32c(body).to_bytes(4, "little")
+    (root / key / "c" / str(k)).write_bytes(raw)
+    entry["chunk_bytes"][k] = len(raw)
+
+
+def as_zstd(root: Path, key: str, entry: dict[str, Any]) -> None:
+    """Rewrite a stored array with zstd (as earlier dl1 versions wrote), same values; its
+    manifest ``entry`` gets the new chunk sizes."""
+    import zarr
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    from dl1.store.reader import read_array
+
+    a = read_array(root, key, entry)
+    shutil.rmtree(root / key)
+    z = zarr.create_array(
+        store=os.fspath(root),
+        name=key,
+        shape=a.shape,
+        chunks=(entry["chunk"],),
+        dtype=a.dtype,
+        compressors=[ZstdCodec(level=3), Crc32cCodec()],
+        fill_value=0,
+        config={"write_empty_chunks": True},
+    )
+    z[:] = a
+    entry["chunk_bytes"] = [
+        (root / key / "c" / str(k)).stat().st_size for k in range(len(entry["chunk_bytes"]))
+    ]
