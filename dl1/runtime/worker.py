@@ -65,6 +65,9 @@ SOLVE_MMAP_THRESHOLD = 32 * 2**20
 #: glibc's thresholds when its environment variables do not set them.
 GLIBC_DEFAULT_THRESHOLD = 128 * 2**10
 
+#: The environment variables that fix glibc's thresholds.
+_THRESHOLD_VARS = {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"}
+
 _heap_lock = threading.Lock()
 _heap_users = 0
 
@@ -81,12 +84,14 @@ def heap_for_solve() -> Iterator[None]:
     duration of a solve in one piece (:mod:`dl1.runtime.one_piece`) the thresholds are
     raised; afterwards they are set back to the environment's values and the freed heap
     returned to the system (:func:`trim_memory`), so the worker holds what it held before.
-    Nested or concurrent solves restore when the last ends. Nothing where glibc is absent.
+    Nested or concurrent solves restore when the last ends. Nothing where glibc is absent
+    or where neither variable is set (glibc's own threshold then adapts, and setting any
+    would fix it).
     """
     global _heap_users
     lib = _libc()
-    if lib is None or not hasattr(lib, "mallopt"):
-        yield
+    if lib is None or not hasattr(lib, "mallopt") or not _THRESHOLD_VARS & set(os.environ):
+        yield  # glibc's dynamic threshold (no variable set) already serves a solve well
         return
     with _heap_lock:
         _heap_users += 1
