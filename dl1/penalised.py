@@ -23,7 +23,7 @@ from dl1.loading import (
 )
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.params import PATH, PENALISED, validate_params
-from dl1.paths.checkpoint import PathCheckpoint
+from dl1.paths.checkpoint import PathCheckpoint, solver_settings
 from dl1.paths.evaluation import (
     alpha_grid,
     crc,
@@ -474,6 +474,7 @@ def path(
         "solver": solver, "screen": screen,
         "sample_weight": None if inputs.weights is None else crc(inputs.sample_weight),
         "test": None if test is None else crc(np.asarray(test[1])),
+        "solver_options": solver_settings(solver_obj),
     }  # fmt: skip
     ck = None
     if checkpoint is not None:
