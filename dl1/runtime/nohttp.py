@@ -7,7 +7,9 @@ without TLS even on a ``tls://`` cluster. Loopback does not keep them private on
 shared with other users. Dask has no setting that leaves the server out, so dl1's clusters
 start it with no routes (``distributed.scheduler.http.routes`` and
 ``distributed.worker.http.routes`` empty) and preload this module, which closes its socket
-as the scheduler or worker starts, before a worker registers::
+as the scheduler or worker starts, before a worker registers (writing the server's
+``services``; upstream: dask/distributed#6301, #7207 and #8136, the HTTP server started
+whatever the dashboard setting)::
 
     dask scheduler --no-dashboard --preload dl1.runtime.nohttp ...
     dask worker ... --no-dashboard --preload dl1.runtime.nohttp
