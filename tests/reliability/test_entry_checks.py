@@ -130,3 +130,26 @@ def test_column_whose_weighted_squares_overflow_is_refused_by_both_layouts(solve
     sw[ROW] = 1.0
     with pytest.raises(ValidationError, match=rf"column {COL}\b.*overflows float64"):
         dl1.fit(X, y, alpha=0.01, solver=solver, max_epochs=2, sample_weight=sw)
+
+
+def test_diverging_sample_wise_solve_stops_with_numerical_error():
+    """Pass: sgd with a step parameter of 1e300 (valid data, diverging steps) stops with
+    NumericalError naming the solver, the epoch and the quantity that is not finite,
+    instead of returning a NaN model with a ConvergenceWarning."""
+    from dl1.errors import NumericalError
+    from dl1.loading import load_problem, read_inputs
+    from dl1.objective.penalties.elastic_net import ElasticNet
+    from dl1.runtime.executor import executor_for
+    from dl1.solvers.sgd import StochasticGradientSolver
+
+    X, y = data("squared", ())
+    problem, _ = load_problem(
+        read_inputs(X, y, None, "squared", "train"), executor_for(None),
+        penalty=ElasticNet(0.01, 1.0), fit_intercept=True, standardize=False, tol=1e-4,
+        n_partitions=2, loss="squared", streamed=False, layout="rows",
+    )  # fmt: skip
+    with (
+        np.errstate(all="ignore"),
+        pytest.raises(NumericalError, match=r"^sgd, round [1-5]: the \w+( gap)? is not finite"),
+    ):
+        StochasticGradientSolver(eta0=1e300, max_epochs=5).solve(problem)
