@@ -78,7 +78,11 @@ def _set_up(
     gains from them), and the loaded problem with its loading seconds."""
     streamed = decide_stream(stream, inputs.store, inputs.split, ex, inputs.dataset)
     ex = direct_calls(ex, solver, streamed)
-    return load_problem(inputs, ex, streamed=streamed, layout=solver.layout, **settings)
+    try:
+        return load_problem(inputs, ex, streamed=streamed, layout=solver.layout, **settings)
+    except BaseException:  # an error or an interrupt: the servers started meanwhile go
+        ex.close()
+        raise
 
 
 def check_call(inputs: Any, client: Any, solver: Any, loss: str, n_partitions: int) -> None:
@@ -256,9 +260,11 @@ def fit(
     warm = None
     if coef_init is not None or intercept_init is not None:
         warm = warm_state(problem, solver_obj, coef_init, intercept_init, standardize)
-    res, state = solver_obj.solve(problem, warm)
-    solver_obj.release(problem, state)
-    ex.close()
+    try:
+        res, state = solver_obj.solve(problem, warm)
+        solver_obj.release(problem, state)
+    finally:  # interrupted too: nothing of the solve stays on the workers
+        ex.close()
     res.load_seconds_ = t_load
     res.solve_seconds_ = time.perf_counter() - t0
     res.n_samples_ = n_samples(inputs, problem)
@@ -465,45 +471,47 @@ def path(
         n_partitions=n_partitions, loss=loss,
     )  # fmt: skip
     ex = problem.executor
-    grid = _grid(problem, alphas, n_alphas, eps, l1_ratio)
-    test = test_data(X, X_test, y_test)
-    settings = {
-        "l1_ratio": l1_ratio, "loss": loss, "fit_intercept": fit_intercept,
-        "standardize": standardize, "tol": tol,
-        "max_rounds": 1000 if max_rounds is None else max_rounds, "n_partitions": n_partitions,
-        "solver": solver, "screen": screen,
-        "sample_weight": None if inputs.weights is None else crc(inputs.sample_weight),
-        "test": None if test is None else crc(np.asarray(test[1])),
-        "solver_options": solver_settings(solver_obj),
-    }  # fmt: skip
-    ck = None
-    if checkpoint is not None:
-        ck = PathCheckpoint.open_or_create(
-            checkpoint, fingerprint=fingerprint(X, inputs.y, split), settings=settings,
-            alphas=grid, n_features=problem.p,
-        )  # fmt: skip
-    state, start = _resumed(ck, solver_obj, problem, grid, l1_ratio)
-    scales = col_scales(ex, problem.blocks) if standardize else None
-    records: list[dict[str, Any]] = []
+    try:
+        grid = _grid(problem, alphas, n_alphas, eps, l1_ratio)
+        test = test_data(X, X_test, y_test)
+        settings = {
+            "l1_ratio": l1_ratio, "loss": loss, "fit_intercept": fit_intercept,
+            "standardize": standardize, "tol": tol,
+            "max_rounds": 1000 if max_rounds is None else max_rounds, "n_partitions": n_partitions,
+            "solver": solver, "screen": screen,
+            "sample_weight": None if inputs.weights is None else crc(inputs.sample_weight),
+            "test": None if test is None else crc(np.asarray(test[1])),
+            "solver_options": solver_settings(solver_obj),
+        }  # fmt: skip
+        ck = None
+        if checkpoint is not None:
+            ck = PathCheckpoint.open_or_create(
+                checkpoint, fingerprint=fingerprint(X, inputs.y, split), settings=settings,
+                alphas=grid, n_features=problem.p,
+            )  # fmt: skip
+        state, start = _resumed(ck, solver_obj, problem, grid, l1_ratio)
+        scales = col_scales(ex, problem.blocks) if standardize else None
+        records: list[dict[str, Any]] = []
 
-    def on_alpha(step: AlphaStep) -> None:
-        res, w = step.result, step.result.coef_
-        coef = w if scales is None else w * scales
-        metric = None if test is None else test_metric(test, coef, res.intercept_, client, loss)
-        rec = dict(
-            coef=coef, intercept=res.intercept_, gap=res.gap_, converged=res.converged_,
-            n_active=int(np.count_nonzero(w)), passes=res.passes_, seconds=step.seconds,
-            rounds=res.n_rounds_, test_metric=metric,
-        )  # fmt: skip
-        if ck is not None:
-            ck.record(step.k, **rec, state=step.state.checkpoint_arrays())
-        records.append(sparse_record(rec))
-        _report(step, rec, tol, verbose, callback)
+        def on_alpha(step: AlphaStep) -> None:
+            res, w = step.result, step.result.coef_
+            coef = w if scales is None else w * scales
+            metric = None if test is None else test_metric(test, coef, res.intercept_, client, loss)
+            rec = dict(
+                coef=coef, intercept=res.intercept_, gap=res.gap_, converged=res.converged_,
+                n_active=int(np.count_nonzero(w)), passes=res.passes_, seconds=step.seconds,
+                rounds=res.n_rounds_, test_metric=metric,
+            )  # fmt: skip
+            if ck is not None:
+                ck.record(step.k, **rec, state=step.state.checkpoint_arrays())
+            records.append(sparse_record(rec))
+            _report(step, rec, tol, verbose, callback)
 
-    penalty_at = lambda alpha: ElasticNet(alpha, l1_ratio)  # noqa: E731
-    walk(solver_obj, problem, grid, penalty_at, on_alpha, state=state, start=start,
-         reproducible=ck is not None)  # fmt: skip
-    ex.close()
+        penalty_at = lambda alpha: ElasticNet(alpha, l1_ratio)  # noqa: E731
+        walk(solver_obj, problem, grid, penalty_at, on_alpha, state=state, start=start,
+             reproducible=ck is not None)  # fmt: skip
+    finally:  # interrupted too: nothing of the solve stays on the workers
+        ex.close()
     d = ck.load() if ck is not None else records_as_arrays(records, problem.p)
     res = PathResult.from_checkpoint_arrays(d, alphas=grid, l1_ratio=l1_ratio, loss=loss, tol=tol)
     res.fit_intercept, res.n_samples_ = fit_intercept, n_samples(inputs, problem)
@@ -548,9 +556,11 @@ def _report(step: AlphaStep, rec: dict[str, Any], tol: float, verbose: bool, cal
     """An alpha's warning when not certified, its line, its callback."""
     res = step.result
     if not res.converged_:
+        why = res.history_[-1].get("stopped") if res.history_ else None  # stopped early
         warnings.warn(
             f"alpha[{step.k}] = {step.alpha:.6g} is not certified: relative duality gap "
-            f"{res.gap_:.3e} > tol {tol:.3e} after {res.n_rounds_} rounds",
+            f"{res.gap_:.3e} > tol {tol:.3e} after {res.n_rounds_} rounds"
+            + ("" if why is None else f"; {why}"),
             ConvergenceWarning,
             stacklevel=4,
         )

@@ -20,14 +20,17 @@ from dl1.tasks.passes import coef_parts, pass_dual_point, scan_task
 
 class PartitionServer:
     """The server of one solve on one worker: runs routed task functions on the blocks held
-    there, one method at a time, in a thread of its own (the worker's event loop goes on)."""
+    there, one method at a time, in a thread of its own (the worker's event loop goes on).
+    ``client``: the id of the Dask client that opened it (its server lives as long)."""
 
-    def __init__(self, worker: Any, session: str) -> None:
+    def __init__(self, worker: Any, session: str, client: str | None = None) -> None:
         from dl1.runtime.executor import warm_up
 
         warm_up()
         self._worker = worker
         self.session = session
+        #: the id of the Dask client whose solve this serves (None: not known)
+        self.client = client
         # one method at a time, in the calls' thread
         self.calls = server_thread("dl1-server", worker.memory_manager.memory_limit)
         self._groups: dict[str, tuple] = {}
@@ -41,8 +44,9 @@ class PartitionServer:
         return pack_result(getattr(self, method)(*args))
 
     def close(self) -> None:
-        """Let the thread and the caches go (a call running finishes first)."""
-        self.calls.shutdown(wait=False)
+        """Let the thread and the caches go (a call running finishes first, calls waiting
+        are cancelled)."""
+        self.calls.shutdown(wait=False, cancel_futures=True)
         self._groups, self._values = {}, {}
 
     def held_groups(self) -> list[str]:

@@ -115,9 +115,10 @@ class RpcExecutor(DistributedExecutor):
         self.direct_calls = self._reachable(workers)
         if not self.direct_calls:
             opens = [
-                self._send(addr, "dl1_open", session=self.session, peers=workers)
+                self._send(addr, "dl1_open", session=self.session, peers=workers,
+                           client=self.client.id)
                 for addr in workers
-            ]
+            ]  # fmt: skip
             for fut in opens:
                 fut.result()
         return workers
@@ -142,8 +143,9 @@ class RpcExecutor(DistributedExecutor):
         """Start this solve's server on ``addr`` by a direct call (its peers: ``workers``);
         the worker's address."""
         reply = await send_call(
-            self.client.rpc, addr, "dl1_open", session=self.session, peers=workers
-        )
+            self.client.rpc, addr, "dl1_open", session=self.session, peers=workers,
+            client=self.client.id,
+        )  # fmt: skip
         return reply["address"]
 
     def _via(self) -> Any:
@@ -200,12 +202,11 @@ class RpcExecutor(DistributedExecutor):
                 pass
 
     def close(self) -> None:
-        """Close the servers of this solve (their caches go with them)."""
+        """Close the servers of this solve (their caches go with them): at its end, and
+        when it is interrupted (``finally``); servers still starting are closed once they
+        have. A server its client could not close (a killed process) closes itself once
+        the scheduler no longer lists that client (:mod:`dl1.runtime.servers`)."""
         if not self.broken:
-            try:
-                self._ready()
-            except Exception:
-                return
             self._close_servers(wait=True)
 
     def fall_back(self) -> None:

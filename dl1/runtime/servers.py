@@ -1,6 +1,10 @@
 """The worker plugin holding a worker's partition servers (:class:`dl1.runtime.partition_server.
 PartitionServer`, one per solve) and the handlers of Dask's rpc that reach them.
 
+A server lives until its solve closes it, or until the client that opened it is gone (its
+process killed or interrupted before it could close them): the plugin asks the scheduler every
+:data:`CLIENT_CHECK_S` seconds, while it holds servers, whether their clients are connected.
+
 A module of its own: it subclasses Dask's WorkerPlugin, and the modules a worker's tasks
 import load no more of Dask than they need.
 """
@@ -18,6 +22,10 @@ from dl1.runtime.calls import Packed
 from dl1.runtime.partition_server import PartitionServer
 from dl1.runtime.wire import MAX_SERVERS, PLUGIN_NAME, ServerClosed
 
+#: Seconds between a worker's checks that the clients of its servers are connected: the
+#: longest a server outlives a client that could not close it (a killed process).
+CLIENT_CHECK_S = 2.0
+
 
 class PartitionServers(WorkerPlugin):
     """The partition servers of a worker, by session, and the handlers of Dask's rpc that
@@ -34,6 +42,7 @@ class PartitionServers(WorkerPlugin):
         self.servers: OrderedDict[str, PartitionServer] = OrderedDict()
         self.calls_served = 0
         self.worker: Any = None
+        self._watcher: asyncio.Task | None = None
 
     def setup(self, worker: Any) -> None:
         self.worker = worker
@@ -49,20 +58,56 @@ class PartitionServers(WorkerPlugin):
     def teardown(self, worker: Any) -> None:
         for op in ("dl1_open", "dl1_call", "dl1_close"):
             worker.handlers.pop(op, None)
+        if self._watcher is not None:
+            self._watcher.cancel()
         while self.servers:
             self.servers.popitem()[1].close()
 
-    async def open(self, session: str, peers: list[str] | None = None) -> dict:
-        """Start the server of ``session`` (kept if it runs), with connections to its
-        ``peers`` ready in the worker's pool; the worker's address."""
+    async def open(
+        self, session: str, peers: list[str] | None = None, client: str | None = None
+    ) -> dict:
+        """Start the server of ``session`` (kept if it runs) for the Dask client whose id is
+        ``client``, with connections to its ``peers`` ready in the worker's pool; the
+        worker's address."""
         await self._connect(peers or [])
         if session not in self.servers:
-            server = await asyncio.to_thread(PartitionServer, self.worker, session)
+            server = await asyncio.to_thread(PartitionServer, self.worker, session, client)
             self.servers.setdefault(session, server)
             while len(self.servers) > MAX_SERVERS:
                 self.servers.popitem(last=False)[1].close()
         self.servers.move_to_end(session)
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch_clients())
         return {"address": self.worker.address}
+
+    async def _watch_clients(self) -> None:
+        """Close the servers whose client the scheduler no longer has, every
+        :data:`CLIENT_CHECK_S` seconds while there are servers."""
+        while self.servers:
+            await asyncio.sleep(CLIENT_CHECK_S)
+            owners = {s.client for s in self.servers.values() if s.client is not None}
+            gone = set()
+            for owner in owners:
+                try:
+                    if not await self._connected(owner):
+                        gone.add(owner)
+                except Exception:  # the scheduler unreachable: asked again next time
+                    continue
+            for session in [k for k, s in self.servers.items() if s.client in gone]:
+                self.servers.pop(session).close()
+        self._watcher = None
+
+    async def _connected(self, client: str) -> bool:
+        """Whether the scheduler has the client ``client``: the last of the ``add-client``
+        and ``remove-client`` events it logs on the client's topic (what
+        ``Client.get_events(client.id)`` reads) is an addition. A topic without either (the
+        scheduler forgets a removed client's events after an hour) is a client gone."""
+        events = await self.worker.scheduler.events(topic=client)
+        actions = [
+            msg.get("action") for _, msg in events
+            if isinstance(msg, dict) and msg.get("action") in ("add-client", "remove-client")
+        ]  # fmt: skip
+        return bool(actions) and actions[-1] == "add-client"
 
     async def _connect(self, peers: list[str]) -> None:
         """Open a connection to each of ``peers`` into the worker's pool (a call's first
