@@ -7,6 +7,11 @@ that met one would run to its round limit, each subproblem to its epoch limit, a
 NaN. The coordinator instead checks the scalars it already reduced each round (gap
 statistics, objective, intercept, the norm of a subproblem's update) and stops the solve
 with :class:`~dl1.errors.NumericalError` naming the round, the block and the quantity.
+
+Rounding also bounds how far a gap can fall: at an alpha far below any useful value (``n
+alpha`` within the rounding of ``X^T theta``), no point's gap gets under the tolerance, each
+subproblem runs to its epoch limit and the solve would run to its round limit. The
+coordinator stops a solve whose gap has stopped falling (:class:`Progress`) and says so.
 """
 
 from __future__ import annotations
@@ -64,3 +69,33 @@ def check_update(where: str, r: int, name: str, *arrays: np.ndarray) -> None:
                 f"{where}, round {r}: the {name} is not finite (entry {k} is "
                 f"{a.ravel()[k]}); {ADVICE}"
             )
+
+
+#: The relative fall of a solve's best duality gap that counts as progress.
+PROGRESS = 0.01
+
+
+class Progress:
+    """Whether a solve still lowers its duality gap: :meth:`stalled` once the best gap has
+    not fallen by :data:`PROGRESS` (relative) for ``patience`` rounds in a row."""
+
+    def __init__(self, patience: int) -> None:
+        self.patience = int(patience)
+        self.best = math.inf
+        self.idle = 0
+
+    def stalled(self, gap: float) -> bool:
+        """Record a round's (relative) gap; whether the solve should stop."""
+        if gap < (1.0 - PROGRESS) * self.best:
+            self.best, self.idle = gap, 0
+        else:
+            self.idle += 1
+        return self.idle >= self.patience
+
+    def reason(self, tol: float) -> str:
+        """Why the solve stopped, for its warning and its history."""
+        return (
+            f"stopped: the duality gap has not fallen for {self.idle} rounds (best "
+            f"{self.best:.3e} > tol {tol:.3e}); rounding limits the gap that can be certified "
+            "at this alpha: raise alpha or tol"
+        )

@@ -220,9 +220,11 @@ def make_result(
         **extra,
     )
     if not converged:
+        why = history[-1].get("stopped") if history else None  # a solve stopped early
         warnings.warn(
             f"dl1 did not converge: relative duality gap {rel:.3e} > tol {problem.tol:.3e} "
-            f"after {rounds} rounds (alpha={penalty.alpha:.6g}); raise max_rounds or tol",
+            f"after {rounds} rounds (alpha={penalty.alpha:.6g}); "
+            f"{why or 'raise max_rounds or tol'}",
             convergence_warning(),
             stacklevel=4,
         )

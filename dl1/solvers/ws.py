@@ -13,6 +13,7 @@ the columns move from worker to worker.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -22,7 +23,7 @@ import numpy as np
 
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
-from dl1.solvers.numerics import check_round
+from dl1.solvers.numerics import Progress, check_round
 from dl1.solvers.records import PartitionScan, SubproblemCall, SubproblemOutput
 from dl1.solvers.result import (
     UNCERTIFIED,
@@ -53,6 +54,10 @@ from dl1.tasks.columns import compact_task, extract_task
 from dl1.tasks.gram import GRAM_MAX, drop_gram
 from dl1.tasks.passes import matvec_task, pass_dual_point
 from dl1.tasks.subproblem import SubproblemSettings, subproblem_task
+
+#: Rounds without progress after which a solve stops (:class:`~dl1.solvers.numerics.
+#: Progress`), besides those its working set takes to grow to every feature.
+STALL_ROUNDS = 5
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,9 @@ class WorkingSetSolver:
     Parameters
     ----------
     max_rounds : int
-        Passes at most; reaching the limit warns with the gap reached.
+        Passes at most; reaching the limit warns with the gap reached. A solve whose gap
+        stops falling (:meth:`patience` rounds without progress: at an alpha whose gap
+        rounding keeps above ``tol``) stops before, and warns why.
     ws_start : int
         Working-set size of the first round.
     inner_ratio : float
@@ -146,6 +153,7 @@ class WorkingSetSolver:
         """Rounds of scan-and-certify, choose the working set, solve the subproblem, until
         the relative gap is at most ``problem.tol``."""
         run = Run(self, problem, warm)
+        progress = Progress(self.patience(problem))
         for r in range(self.max_rounds + 1):
             scan = run.scan(r)
             entry = run.certify(r, scan)
@@ -153,6 +161,10 @@ class WorkingSetSolver:
                 run.converged = True
                 break
             if r == self.max_rounds:
+                break
+            why = run.stop_reason(progress, entry["gap"])
+            if why is not None:
+                entry["stopped"] = why
                 break
             ws = choose_working_set(
                 run.support, scan.per_block, problem.col_bounds, scan.ws_size,
@@ -165,7 +177,14 @@ class WorkingSetSolver:
             run.b = report.intercept
             run.pending = report.next_scan
             run.account(entry, ws, report, t0)
+            run.spent.append((ws, report.epochs >= self.max_inner_epochs))
         return run.finish()
+
+    def patience(self, problem: Problem) -> int:
+        """Rounds without progress before a solve stops: :data:`STALL_ROUNDS`, plus the
+        rounds a working set doubling from ``ws_start`` takes to hold every feature (its
+        gap may pause while it grows)."""
+        return STALL_ROUNDS + math.ceil(math.log2(max(1.0, problem.p / self.ws_start)))
 
     def restore(
         self, problem: Problem, arrays: dict[str, np.ndarray], intercept: float
@@ -251,6 +270,8 @@ class Run:
         self.cert = UNCERTIFIED
         self.last: LastScan | None = None
         self.rounds = 0
+        # each round's working set, and whether its subproblem ran to its epoch limit
+        self.spent: list[tuple[np.ndarray, bool]] = []
 
     def _start_point(self, warm: WarmState | None) -> None:
         """``w``, ``b`` and ``z = X w + b`` of the warm start (zero: the intercept of
@@ -420,6 +441,27 @@ class Run:
             "transport": pb.executor.transport,
             "scan_by_server": self.by_server,
         }
+
+    def stop_reason(self, progress: Progress, gap: float) -> str | None:
+        """Why the solve stops before its round limit at a (relative) ``gap`` above tol, or
+        None: the gap has stopped falling (``progress``), or the last two subproblems, on
+        the same working set, ran to their epoch limit and the gap fell by less than half
+        (the next would go on where they stopped, as slowly)."""
+        tol = self.problem.tol
+        if progress.stalled(gap):
+            return progress.reason(tol)
+        if len(self.spent) < 2 or len(self.history) < 2:
+            return None
+        (ws0, spent0), (ws1, spent1) = self.spent[-2:]
+        before = self.history[-2]["gap"]
+        if spent0 and spent1 and np.array_equal(ws0, ws1) and gap > 0.5 * before:
+            return (
+                f"stopped: two subproblems on the same {ws1.shape[0]} features ran to their "
+                f"epoch limit ({self.max_epochs}) and the gap fell only from {before:.3e} to "
+                f"{gap:.3e} (tol {tol:.3e}); the problem is too ill-conditioned at this alpha "
+                "for its gap to reach tol: raise alpha or tol"
+            )
+        return None
 
     # -- the working set's columns ---------------------------------------------------------
     def cache_columns(self, ws: np.ndarray) -> None:
