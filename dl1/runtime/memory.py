@@ -29,15 +29,19 @@ MiB = 2**20
 READ_PEAK = 1.7
 
 
-def warm_baseline(dask_worker: Any = None) -> int:
+async def warm_baseline(dask_worker: Any = None) -> int:
     """Compile (or load) dl1's kernels here, then return this process's resident bytes less
     the task results it holds in memory (Dask may spill those): the memory a worker takes
-    before a solve gives it data. Run on every worker by ``client.run``."""
+    before a solve gives it data. Run on every worker by ``client.run``, in the worker's
+    event loop, the kernels in a thread: the loop goes on sending heartbeats meanwhile (a
+    worker silent for seconds is taken for a stopped one, :mod:`dl1.runtime.watchdog`)."""
+    import asyncio
+
     import psutil
 
     from dl1.runtime.executor import warm_up
 
-    warm_up()
+    await asyncio.to_thread(warm_up)
     rss = psutil.Process().memory_info().rss
     return max(rss - _held_in_memory(dask_worker), 0)
 

@@ -12,11 +12,22 @@ polls (:data:`POLL_S`) and, between them, asks the scheduler what the cluster is
 - for a direct call to partition servers, every worker it depends on is still listed by
   the scheduler (a server answers in a thread of its own, paused or not).
 
+What a worker reports is only as recent as its last heartbeat: a worker whose process is
+stopped (SIGSTOP, a paused VM, a hung file-system read, heavy swapping) stays listed, busy
+as it last was, until the scheduler's ``worker-ttl`` (5 minutes). So a worker whose
+heartbeat (``last_seen`` in the scheduler's identity) has not advanced for
+:func:`silent_after` seconds is *silent*: its busy state and presence count as progress
+only up to then, and a transfer (``flight``) only up to the time the least recently heard
+worker fell silent (it may wait on that one). A worker frozen for less than the stall
+timeout resumes its work; one frozen for longer fails the wait.
+
 No progress for ``dl1.stall-timeout`` seconds (Dask configuration, default
 :data:`DEFAULT_STALL_TIMEOUT`) raises :class:`~dl1.errors.ClusterStalledError` saying what
-was seen: paused workers and their memory, lost workers, the scheduler not answering, what
-the coordinator waited for. A client that closed (its scheduler lost for good) fails at
-once. A path's checkpoint holds every alpha finished before, so the path resumes.
+was seen: paused workers and their memory, lost workers, workers silent since a given
+time, the scheduler not answering, what the coordinator waited for. A client that closed
+(its scheduler lost for good) fails at once, and so does a wait whose futures the scheduler
+cancelled because it no longer knew them (a scheduler restarted on the same address). A
+path's checkpoint holds every alpha finished before, so the path resumes.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import CancelledError
 from concurrent.futures import Future as ConcurrentFuture
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -49,6 +61,18 @@ ASK_S = 5.0
 
 #: Task states of a worker that count as progress (Dask's ``task_counts``).
 BUSY_STATES = ("executing", "long-running", "flight")
+
+#: Of those, the states of a worker running a task (the other: receiving a peer's data).
+COMPUTE_STATES = ("executing", "long-running")
+
+#: Reasons of Dask's cancellations of futures a scheduler no longer knows: the client
+#: reconnected (to a restarted scheduler), or it sent tasks whose inputs the scheduler forgot.
+FORGOTTEN = ("scheduler-connection-lost", "lost dependencies")
+
+#: Seconds without a heartbeat before a worker is silent, at least: many of Dask's
+#: heartbeat intervals (0.5 s up to 10 workers, 1 s up to 50, 2 s up to 200), so that late
+#: heartbeats on an overloaded machine are not taken for a stopped worker.
+SILENT_S = 10.0
 
 MiB = 2**20
 
@@ -78,11 +102,17 @@ class WorkerView:
     memory: int  # resident bytes of the worker's process
     limit: int  # its memory_limit (0: none)
     tasks: dict[str, int] = field(default_factory=dict)  # Dask's task_counts
+    last_seen: float = 0.0  # the scheduler's time of its last heartbeat (0: not reported)
 
     @property
     def busy(self) -> bool:
         """Whether it executes a task or receives a task's data."""
         return any(self.tasks.get(s, 0) > 0 for s in BUSY_STATES)
+
+    @property
+    def computing(self) -> bool:
+        """Whether it executes a task."""
+        return any(self.tasks.get(s, 0) > 0 for s in COMPUTE_STATES)
 
     def describe(self) -> str:
         limit = f" of its {self.limit / MiB:.0f} MiB limit" if self.limit else ""
@@ -102,6 +132,18 @@ class ClusterView:
 
     def paused(self) -> list[WorkerView]:
         return [w for w in self.workers.values() if w.status == "paused"]
+
+
+def silent_after(n_workers: int) -> float:
+    """Seconds without a heartbeat after which a worker of a cluster of ``n_workers`` is
+    silent: :data:`SILENT_S`, or three of Dask's heartbeat intervals if longer."""
+    try:
+        from distributed.scheduler import heartbeat_interval
+
+        interval = float(heartbeat_interval(n_workers))
+    except Exception:
+        interval = 0.0
+    return max(SILENT_S, 3 * interval)
 
 
 def ask_scheduler(client: Any, method: str, timeout: float = ASK_S, **kwargs: Any) -> Any:
@@ -132,6 +174,7 @@ def cluster_view(client: Any) -> ClusterView:
             int(metrics.get("memory") or 0),
             int(w.get("memory_limit") or 0),
             dict(metrics.get("task_counts") or {}),
+            float(w.get("last_seen") or 0.0),
         )
     return ClusterView(True, workers)
 
@@ -154,6 +197,8 @@ class Watchdog:
         self.since = time.time()  # for Dask's events of this solve
         #: the error a wait raised: later waits of the solve (releasing caches) are skipped
         self.failed: Exception | None = None
+        #: each worker's last heartbeat as reported, and when (monotonic) it was first seen
+        self._heard: dict[str, tuple[float, float]] = {}
 
     def poll(
         self,
@@ -169,29 +214,68 @@ class Watchdog:
         on), checking progress between calls: ``finished()`` counts the futures done,
         ``depends_on()`` lists the workers a direct call needs (``on_lost(lost)``, if
         given, is raised as soon as the scheduler no longer lists one of them). ``on_stall``
-        is called before the error (to cancel the wait)."""
+        is called before the error (to cancel the wait). Futures the scheduler cancelled
+        because it no longer knew them raise ClusterStalledError naming the scheduler."""
         last, count = time.monotonic(), finished()
         while True:
             try:
                 return step(POLL_S)
             except TimeoutError:
                 pass
+            except Exception as exc:
+                if forgotten(exc):
+                    raise self._fail(self.forgetful_scheduler(what())) from exc
+                raise
             self._closed_client(what)
             view = cluster_view(self.client)
-            n = finished()
-            alive = False
+            n, now = finished(), time.monotonic()
+            seen = [now] if n != count else []
+            count = n
             if depends_on is not None and view.reachable:
                 needed = depends_on()
                 lost = [w for w in needed if w not in view.workers]
                 if lost and on_lost is not None:
                     on_stall()
                     raise on_lost(lost)
-                alive = bool(needed) and not lost
-            if n != count or view.busy or alive or self._released_stranded(view):
-                last, count = time.monotonic(), n
-            elif time.monotonic() - last > self.timeout:
+                if needed and not lost:  # as of the worker heard from least recently
+                    seen.append(min(self.alive_until(view)[w] for w in needed))
+            seen += self._busy(view)
+            if max(seen, default=last) > last:
+                last = max(seen)
+            elif self._released_stranded(view):
+                last = now
+            if now - last > self.timeout:
                 on_stall()
-                raise self._fail(self.stalled(view, what(), time.monotonic() - last))
+                raise self._fail(self.stalled(view, what(), now - last))
+
+    def heard(self, view: ClusterView) -> dict[str, float]:
+        """When (``time.monotonic``) each worker of ``view`` was last heard from: when its
+        reported heartbeat was first seen to have its current value (this clock's, so no
+        two machines' clocks are compared); a worker first seen, or not reporting its
+        heartbeat, counts as heard now."""
+        now = time.monotonic()
+        out = {}
+        for addr, w in view.workers.items():
+            before = self._heard.get(addr)
+            if before is None or before[0] != w.last_seen or not w.last_seen:
+                before = self._heard[addr] = (w.last_seen, now)
+            out[addr] = before[1]
+        return out
+
+    def alive_until(self, view: ClusterView) -> dict[str, float]:
+        """Up to when (``time.monotonic``) each worker of ``view`` counts as alive: now,
+        unless it is silent (heard from more than :func:`silent_after` seconds ago), then
+        until it fell silent."""
+        now, grace = time.monotonic(), silent_after(len(view.workers))
+        return {a: min(now, t + grace) for a, t in self.heard(view).items()}
+
+    def _busy(self, view: ClusterView) -> list[float]:
+        """Up to when the busy workers of ``view`` count as busy: one executing a task as
+        long as it is alive (:meth:`alive_until`), one receiving data as long as every
+        worker is (a transfer from a worker that stopped waits for ever)."""
+        alive = self.alive_until(view)
+        first = min(alive.values(), default=0.0)
+        return [alive[a] if w.computing else first for a, w in view.workers.items() if w.busy]
 
     def wait_future(self, fut: ConcurrentFuture, what: Callable[[], str], **kw: Any) -> Any:
         """The result of ``fut`` (a coroutine run on the client's loop), polled; cancelled
@@ -229,9 +313,29 @@ class Watchdog:
         self.failed = exc
         return exc
 
+    def forgetful_scheduler(self, what: str) -> ClusterStalledError:
+        """The error of futures Dask cancelled because their scheduler no longer holds them:
+        the client lost its connection to it, or reconnected to a new one (restarted)."""
+        status = getattr(self.client, "status", "running")
+        how = (
+            "it was restarted: the client reconnected to a new scheduler"
+            if status == "running"
+            else f"the client lost its connection to it (client {status})"
+        )
+        return ClusterStalledError(
+            f"the scheduler {self.scheduler_address()} no longer holds this solve's tasks "
+            f"and data ({how}) while the coordinator waited for {what}; a path's "
+            "checkpoint keeps every alpha finished so far: resume it on a working cluster"
+        )
+
+    def scheduler_address(self) -> str:
+        """The address of the client's scheduler (for messages)."""
+        return str(getattr(getattr(self.client, "scheduler", None), "address", "") or "")
+
     def lost_scheduler(self, what: str) -> ClusterStalledError:
         return ClusterStalledError(
-            f"the client lost its scheduler (client {self.client.status}) while waiting "
+            f"the client lost its scheduler {self.scheduler_address()} (client "
+            f"{self.client.status}) while waiting "
             f"for {what}; a path's checkpoint keeps every alpha finished so far: resume it "
             "on a working cluster"
         )
@@ -240,7 +344,7 @@ class Watchdog:
         """The error of a stall of ``seconds`` while waiting for ``what``."""
         seen = []
         if not view.reachable:
-            seen.append("the scheduler did not answer")
+            seen.append(f"the scheduler {self.scheduler_address()} did not answer")
         else:
             paused = view.paused()
             if paused:
@@ -254,7 +358,18 @@ class Watchdog:
                 seen.append("workers lost: " + ", ".join(lost))
             if not view.workers:
                 seen.append("no worker is connected to the scheduler")
-            others = [w for w in view.workers.values() if w.status != "paused"]
+            heard, now = self.heard(view), time.monotonic()
+            grace = silent_after(len(view.workers))
+            silent = {a for a, t in heard.items() if now - t > grace}
+            if silent:
+                seen.append(
+                    "workers listed but silent (no heartbeat: a stopped or frozen process, "
+                    "or one cut off from the scheduler): "
+                    + "; ".join(f"{a} for {now - heard[a]:.0f} s" for a in sorted(silent))
+                )
+            others = [
+                w for a, w in view.workers.items() if w.status != "paused" and a not in silent
+            ]
             if others:
                 seen.append("other workers idle: " + "; ".join(w.describe() for w in others))
         restarts = memory_restarts(self.client, self.since)
@@ -280,15 +395,28 @@ def run_listed(
     to a worker lost since would wait out its connect timeout), each one's result or error
     by address. Waited for by ``watch`` (alive while those workers are listed), or for at
     most ``bound`` seconds, after which it is cancelled and ``{}`` returned (optimisations
-    that may be skipped)."""
+    that may be skipped: these skip the workers :func:`lagging` too, which would not
+    answer in time)."""
     view = cluster_view(client)
     targets = sorted(view.workers) if view.reachable else None
+    if targets and bound is not None:
+        targets = [a for a in targets if a not in lagging(view)]
     if targets == []:
         return {}
     coro = client.run(fn, *args, workers=targets, on_error="return", asynchronous=True)
     if bound is None and watch is not None:
         return watch.run_on_loop(coro, lambda: what, depends_on=lambda: targets or [])
     return bounded(client, coro, bound or ASK_S) or {}
+
+
+def lagging(view: ClusterView) -> set[str]:
+    """The workers of ``view`` whose last heartbeat is more than :func:`silent_after`
+    seconds older than the latest one's (times of the scheduler's clock alone)."""
+    seen = [w.last_seen for w in view.workers.values() if w.last_seen]
+    if not seen:
+        return set()
+    latest, grace = max(seen), silent_after(len(view.workers))
+    return {a for a, w in view.workers.items() if w.last_seen and latest - w.last_seen > grace}
 
 
 def bounded(client: Any, coro: Any, seconds: float) -> Any:
@@ -307,6 +435,16 @@ def watched_result(client: Any, future: Any, what: str) -> Any:
     (for coordinator code without an executor)."""
     coro = client.gather(future, asynchronous=True)
     return Watchdog(client).run_on_loop(coro, lambda: what, finished=lambda: int(future.done()))
+
+
+def forgotten(exc: BaseException) -> bool:
+    """Whether ``exc`` is Dask's cancellation of futures the scheduler no longer knew
+    (:data:`FORGOTTEN`): a ``FutureCancelledError``, or a ``FuturesCancelledError`` of
+    ``distributed.wait`` (its groups of futures by reason)."""
+    if not isinstance(exc, CancelledError):
+        return False
+    groups = [exc, *getattr(exc, "error_groups", ())]
+    return any(getattr(g, "reason", None) in FORGOTTEN for g in groups)
 
 
 async def _awaited(coro: Any) -> Any:
