@@ -35,7 +35,7 @@ import numpy as np
 
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
-from dl1.solvers.numerics import check_round
+from dl1.solvers.numerics import Progress, check_round
 from dl1.solvers.records import GapStats, RoundOutput
 from dl1.solvers.result import (
     UNCERTIFIED,
@@ -46,6 +46,11 @@ from dl1.solvers.result import (
 )
 from dl1.tasks.passes import matvec_task, round_task, xt_theta_task
 
+#: Rounds without progress after which a solve stops (:class:`~dl1.solvers.numerics.
+#: Progress`): a gap falling by less than 1% in as many rounds would not reach tol within
+#: the default round limit from any useful start.
+STALL_ROUNDS = 100
+
 
 class CoordinateDescentSolver:
     """CoCoA+ rounds of local coordinate descent on every partition (see the module).
@@ -53,7 +58,9 @@ class CoordinateDescentSolver:
     Parameters
     ----------
     max_rounds : int
-        Rounds at most; the last only certifies. Reaching it warns with the gap reached.
+        Rounds at most; the last only certifies. Reaching it warns with the gap reached. A
+        solve whose gap has not fallen by 1% in :data:`STALL_ROUNDS` rounds stops before,
+        and warns why.
     n_epochs : int
         Local epochs per round.
     random_order, seed : uniformly random coordinate order (stochastic coordinate descent).
@@ -91,6 +98,7 @@ class CoordinateDescentSolver:
         history: list[dict[str, Any]] = []
         t_start = time.perf_counter()
         cert, converged, rounds = UNCERTIFIED, False, 0
+        progress = Progress(STALL_ROUNDS)
         for r in range(self.max_rounds + 1):
             last = r == self.max_rounds
             if pb.fit_intercept:
@@ -120,6 +128,9 @@ class CoordinateDescentSolver:
                 converged = True
                 break
             if last:
+                break
+            if progress.stalled(entry["gap"]):
+                entry["stopped"] = progress.reason(pb.tol)
                 break
             self._apply(pb, w, z, results)
         res = make_result(pb, w, b, cert, converged, rounds, history, streamed_=pb.streamed)

@@ -95,7 +95,7 @@ class Progress:
     def reason(self, tol: float) -> str:
         """Why the solve stopped, for its warning and its history."""
         return (
-            f"stopped: the duality gap has not fallen for {self.idle} rounds (best "
-            f"{self.best:.3e} > tol {tol:.3e}); rounding limits the gap that can be certified "
-            "at this alpha: raise alpha or tol"
+            f"stopped: the duality gap has not fallen by {PROGRESS:.0%} in {self.idle} rounds "
+            f"(from {self.best:.3e}; tol {tol:.3e}); rounding or ill-conditioning keeps it "
+            "above tol at this alpha: raise alpha or tol"
         )

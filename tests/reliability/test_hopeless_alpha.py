@@ -67,3 +67,22 @@ def test_hopeless_alpha_stops_and_says_why(entry):
     objective = np.sum((y - X @ coef - b) ** 2) / (2 * X.shape[0]) + ALPHA * np.abs(coef).sum()
     best = least_squares_objective(X, y)
     assert abs(objective - best) <= 1e-9 * best, (objective, best)
+
+
+def test_hopeless_alpha_stops_coordinate_descent():
+    """The same problem and alpha with ``solver="cd"`` (one epoch a round). Before: its
+    1,000 rounds, the gap frozen from round 100 on, then a warning to raise max_rounds.
+
+    Pass: it stops within 1 + 100 rounds of the gap's last 1% fall (before 300 rounds),
+    with one ConvergenceWarning that says the gap stopped falling, with the gap and tol.
+    """
+    X, y = ill_conditioned()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = dl1.fit(X, y, alpha=ALPHA, solver="cd")
+    conv = [w for w in caught if issubclass(w.category, dl1.ConvergenceWarning)]
+    assert len(conv) == 1, [str(w.message) for w in caught]
+    message = str(conv[0].message)
+    assert "stopped: the duality gap has not fallen by 1% in 100 rounds" in message, message
+    assert f"{res.gap_:.3e} > tol 1.000e-04" in message, message
+    assert not res.converged_ and res.n_rounds_ < 300
