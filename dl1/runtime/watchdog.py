@@ -125,6 +125,7 @@ class ClusterView:
 
     reachable: bool
     workers: dict[str, WorkerView]
+    scheduler_id: str = ""  # the scheduler's identity (a restarted scheduler has another)
 
     @property
     def busy(self) -> bool:
@@ -176,7 +177,7 @@ def cluster_view(client: Any) -> ClusterView:
             dict(metrics.get("task_counts") or {}),
             float(w.get("last_seen") or 0.0),
         )
-    return ClusterView(True, workers)
+    return ClusterView(True, workers, str(info.get("id") or ""))
 
 
 def memory_restarts(client: Any, since: float) -> list[dict]:
@@ -199,6 +200,9 @@ class Watchdog:
         self.failed: Exception | None = None
         #: each worker's last heartbeat as reported, and when (monotonic) it was first seen
         self._heard: dict[str, tuple[float, float]] = {}
+        #: the cluster as the solve starts; its scheduler's id (another one: restarted)
+        self.first = cluster_view(client)
+        self.scheduler_id = self.first.scheduler_id
 
     def poll(
         self,
@@ -228,6 +232,9 @@ class Watchdog:
                 raise
             self._closed_client(what)
             view = cluster_view(self.client)
+            if self.scheduler_id and view.scheduler_id not in ("", self.scheduler_id):
+                on_stall()  # a new scheduler: the solve's tasks and data went with the old one
+                raise self._fail(self.forgetful_scheduler(what()))
             n, now = finished(), time.monotonic()
             seen = [now] if n != count else []
             count = n
