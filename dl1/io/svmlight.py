@@ -107,7 +107,7 @@ def memory_bound(
     if np.dtype(dtype) == np.float32:
         parse += 4 * nnz_b
     append = 48 * nnz_b + 8 * rows_b
-    return parse + append + 64 * int(block_nnz) + 80 * int(n_features) + 16 * int(n_rows)
+    return parse + append + 64 * int(block_nnz) + 40 * int(n_features) + 16 * int(n_rows)
 
 
 def from_svmlight(
@@ -209,17 +209,17 @@ def from_svmlight(
       for bzip2 and xz);
     * the writer's bound (:mod:`dl1.store.writer`): about ``48 nnz_b + 8 rows_b`` for the
       batch being appended, ``64 block_nnz`` for the block being assembled, and at most
-      ``80 d`` of per-column statistics, ``d`` the distinct columns present (``d <= p``
+      ``40 d`` of per-column statistics, ``d`` the distinct columns present (``d <= p``
       and ``d <= nnz``: a file naming column 10**8 once costs one column, not 10**8);
     * and, when the split is closed, ``16 n``: the writer reads the labels and the row
       counts whole to write them (a term that does grow with the file).
 
     As a nonzero takes at least 4 bytes and a row 2, ``nnz_b <= B / 4`` and
-    ``rows_b <= B / 2``, so the peak is at most about ``40 B + 64 block_nnz + 80 d + 16 n``
+    ``rows_b <= B / 2``, so the peak is at most about ``40 B + 64 block_nnz + 40 d + 16 n``
     bytes (:func:`memory_bound` computes it); typical files (8 or more bytes per nonzero,
-    several nonzeros per line) stay under ``10 B + 64 block_nnz + 80 d + 16 n``. With the
+    several nonzeros per line) stay under ``10 B + 64 block_nnz + 40 d + 16 n``. With the
     defaults (16 MiB batches, 4 Mi nonzeros per block) that is 896 MiB at worst and about
-    416 MiB typically, plus ``80 d + 16 n``; lower ``batch_bytes`` and ``block_nnz`` to
+    416 MiB typically, plus ``40 d + 16 n``; lower ``batch_bytes`` and ``block_nnz`` to
     use less.
     """
     if split not in SPLITS:

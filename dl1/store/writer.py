@@ -15,7 +15,7 @@ baseline, a :class:`SplitWriter` holds
   about ``64 * block_nnz`` bytes, where a block holds at most ``block_nnz`` nonzeros plus the
   nonzeros of one column inside one row block (row blocks are added automatically when a
   single column holds more than ``block_nnz`` nonzeros);
-* per-column statistics of the distinct columns present: ``32 * d`` bytes (``80 * d``
+* per-column statistics of the distinct columns present: ``32 * d`` bytes (``40 * d``
   while new columns are merged in), ``d <= min(n_features, nnz)``;
 * when closing, one chunk of the length-n and length-p arrays (``y``, weights, row counts,
   column statistics), which are written chunk by chunk, and one block's index pointer:
@@ -535,7 +535,6 @@ class SplitWriter:
         parts_r, parts_c, parts_v = [], [], []
         isz = np.dtype(np.int32).itemsize
         vsz = self.dtype.itemsize
-        sorted_cols = np.memmap(self.dir / "cols.bin", dtype=np.int32, mode="r") if self.nnz else []
         with (
             open(self.dir / "rows.bin", "rb") as fr,
             open(self.dir / "cols.bin", "rb") as fc,
@@ -545,7 +544,8 @@ class SplitWriter:
                 if row0 + n_b <= r_lo or row0 >= r_hi or nnz_b == 0:
                     continue
                 # the batch's entries are sorted by column: its column range by binary search
-                a, b = np.searchsorted(sorted_cols[e0 : e0 + nnz_b], [raw_lo, raw_hi]).tolist()
+                a = _lower_bound(fc.fileno(), e0, nnz_b, raw_lo)
+                b = _lower_bound(fc.fileno(), e0, nnz_b, raw_hi)
                 if b == a:
                     continue
                 fr.seek((e0 + a) * isz)
@@ -561,7 +561,6 @@ class SplitWriter:
                 parts_r.append((rows + np.int32(row0 - r_lo)).astype(np.int32, copy=False))
                 parts_c.append((cols - np.int32(raw_lo)).astype(np.int32, copy=False))
                 parts_v.append(vals)
-        del sorted_cols
         if parts_r:
             rows = np.concatenate(parts_r)
             cols = np.concatenate(parts_c)
@@ -572,6 +571,19 @@ class SplitWriter:
             vals = np.zeros(0, dtype=self.dtype)
         del parts_r, parts_c, parts_v
         return store_kernels.coo_to_csc(rows, cols, vals, c_hi - c_lo)
+
+
+def _lower_bound(fd: int, e0: int, n: int, key: int) -> int:
+    """First of the ``n`` sorted int32 columns spilled from entry ``e0`` that is ``>= key``
+    (binary search by ``pread``: a few pages read, none mapped)."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if int.from_bytes(os.pread(fd, 4, (e0 + mid) * 4), "little", signed=True) < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _col_sorted(
