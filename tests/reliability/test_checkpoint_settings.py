@@ -14,6 +14,7 @@ import dl1
 from dl1.errors import CheckpointLockedError
 from dl1.paths.checkpoint import PROGRESS, CheckpointMismatchError, PathCheckpoint
 from tests.helpers import random_csr
+from tests.reliability.faults import assert_same_path
 
 N_ALPHAS = 4
 #: A few sgd epochs per alpha certify no alpha: the warnings are expected.
@@ -34,16 +35,6 @@ def problem():
     X = random_csr(80, 15, 0.3, seed=5)
     y = X @ np.random.default_rng(6).standard_normal(15) + 0.1
     return X, y
-
-
-def same_path(a, b):
-    """Bit-identical coefficients, intercepts and gaps (what a resume promises)."""
-    return (
-        a.coefs_.shape == b.coefs_.shape
-        and (a.coefs_ != b.coefs_).nnz == 0
-        and a.intercepts_.tobytes() == b.intercepts_.tobytes()
-        and a.gaps_.tobytes() == b.gaps_.tobytes()
-    )
 
 
 SETTINGS = {"solver": "sgd", "max_epochs": 4, "seed": 0}
@@ -76,7 +67,7 @@ def test_resume_with_another_setting_is_refused_and_the_same_resumes_bit_for_bit
         dl1.path(X, y, n_alphas=N_ALPHAS, checkpoint=str(ck), **{**settings, **changed})
     assert (ck / PROGRESS).read_bytes() == before
     assert len(json.loads(before)["done"]) == 2
-    assert same_path(dl1.path(X, y, n_alphas=N_ALPHAS, checkpoint=str(ck), **settings), ref)
+    assert_same_path(dl1.path(X, y, n_alphas=N_ALPHAS, checkpoint=str(ck), **settings), ref)
 
 
 def test_two_threads_opening_one_checkpoint_at_once(tmp_path):
@@ -147,5 +138,5 @@ def test_second_thread_path_is_refused_while_the_first_writes(problem, tmp_path)
         go.set()
         t.join(timeout=120)
     assert "error" not in out, out
-    assert same_path(out["res"], ref)
-    assert same_path(dl1.path(X, y, n_alphas=N_ALPHAS, checkpoint=str(ck), **SETTINGS), ref)
+    assert_same_path(out["res"], ref)
+    assert_same_path(dl1.path(X, y, n_alphas=N_ALPHAS, checkpoint=str(ck), **SETTINGS), ref)

@@ -22,6 +22,7 @@ import dl1
 from dl1.errors import CheckpointCorruptError, CheckpointLockedError
 from dl1.paths.checkpoint import LOCK, PROGRESS
 from dl1.store.reader import read_array
+from tests.reliability.faults import assert_same_path
 from tests.reliability.untrusted import (
     ROOT,
     child_env,
@@ -42,16 +43,6 @@ class Stop(Exception):
 def _stop(k, alpha, res):
     if k == STOP_AT:
         raise Stop
-
-
-def same_path(a, b):
-    """Bit-identical coefficients, intercepts and gaps (what a resume promises)."""
-    return (
-        a.coefs_.shape == b.coefs_.shape
-        and (a.coefs_ != b.coefs_).nnz == 0
-        and a.intercepts_.tobytes() == b.intercepts_.tobytes()
-        and a.gaps_.tobytes() == b.gaps_.tobytes()
-    )
 
 
 @pytest.fixture(scope="module")
@@ -272,7 +263,7 @@ def test_second_writer_is_refused_and_a_dead_writers_lock_does_not_block(setup, 
         proc.stdout.close()
     assert proc.returncode == -signal.SIGKILL
     assert len(_progress(ck)["done"]) == 2
-    assert same_path(dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(ck)), ref)
+    assert_same_path(dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(ck)), ref)
 
 
 KILL_CHILD = textwrap.dedent(
@@ -358,7 +349,7 @@ def test_writer_killed_mid_write_resumes_to_the_uninterrupted_path(setup, tmp_pa
         assert 3 <= done < N_ALPHAS
     else:
         assert done == kill_at
-    assert same_path(dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(ck)), ref)
+    assert_same_path(dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(ck)), ref)
 
 
 @pytest.mark.heavy
@@ -371,7 +362,7 @@ def test_many_random_kills_each_resume_to_the_uninterrupted_path(setup, tmp_path
         ck = tmp_path / f"ck{seed}"
         assert _kill_at_random(store, ck, seed).returncode == -signal.SIGKILL
         assert 3 <= len(_progress(ck)["done"]) < N_ALPHAS
-        assert same_path(dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(ck)), ref)
+        assert_same_path(dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(ck)), ref)
 
 
 def _lock_is_free(ck) -> bool:
@@ -407,5 +398,5 @@ def test_lock_is_released_on_return_and_taken_over_by_a_retry(setup, tmp_path):
         dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(ck), callback=probe)
     assert seen == [False, False, False]
     assert info.traceback  # the frames holding the interrupted run's checkpoint are alive
-    assert same_path(dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(ck)), ref)
+    assert_same_path(dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(ck)), ref)
     assert _lock_is_free(ck)
