@@ -1,0 +1,265 @@
+"""Where a store lives: a local folder, or a prefix on any filesystem fsspec reaches.
+
+A :class:`Location` is what task graphs carry to the workers (a URL and its storage
+options, a few hundred bytes), so each worker reads its blocks straight from the object
+store; nothing is read by the client and shipped. Every read names a key relative to the
+location's root and is checked to stay inside it; every read is bounded before its bytes
+are transferred. Plain local paths read with ``os`` calls, as before.
+
+Credentials are never shown: ``str``, ``repr`` and :meth:`Location.display` drop the
+storage options' values and a URL's user information and query string. By default the
+options are empty and fsspec's backends take credentials from the environment (``AWS_*``,
+``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_STORAGE_*``...).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from dl1.errors import StoreCorruptError, ValidationError
+
+__all__ = ["Location", "OversizeObjectError", "as_location", "is_url"]
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+_LOCAL_PROTOCOLS = ("file", "local")
+
+
+class OversizeObjectError(ValueError):
+    """An object holds more bytes than a read accepts (found before its bytes are read)."""
+
+
+def is_url(source: Any) -> bool:
+    """Whether ``source`` is a string of the form ``protocol://...``."""
+    return isinstance(source, str) and _SCHEME.match(source) is not None
+
+
+def _check_rel(rel: str) -> str:
+    """``rel`` unchanged if it is a relative key of plain parts (no ``..``, no absolute)."""
+    if not isinstance(rel, str) or "\\" in rel or "\0" in rel:
+        raise StoreCorruptError(f"key {rel!r} is not a relative name inside the store")
+    if rel == "":
+        return rel
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise StoreCorruptError(f"key {rel!r} is not a relative name inside the store")
+    return rel
+
+
+def _redact_url(url: str) -> str:
+    """A URL without user information, query or fragment (where tokens hide)."""
+    if not is_url(url):
+        return url
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    shown = f"{parts.scheme}://{netloc}{parts.path}"
+    return shown + ("?<redacted>" if parts.query or parts.fragment else "")
+
+
+@dataclass(frozen=True, repr=False)
+class Location:
+    """The root of a store: a local folder or a URL with its fsspec storage options.
+
+    Parameters
+    ----------
+    url : str
+        An absolute local path, or a URL (``s3://bucket/x.zarr``, ``gs://``, ``abfs://``,
+        ``memory://``) without a trailing slash. Build one with :func:`as_location`.
+    storage_options : Mapping
+        Keyword arguments of the fsspec filesystem (endpoint, credentials...); empty by
+        default, so credentials come from the environment. Never shown.
+    """
+
+    url: str
+    storage_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    # -- identity ---------------------------------------------------------------------
+    @property
+    def is_local(self) -> bool:
+        """Whether the store is a local folder (read with ``os`` calls)."""
+        return not is_url(self.url)
+
+    @property
+    def path(self) -> Path:
+        """The local folder (only for a local location)."""
+        if not self.is_local:
+            raise ValueError(f"{self.display()} is not a local folder")
+        return Path(self.url)
+
+    def display(self, rel: str = "") -> str:
+        """The location (and key ``rel`` in it) as shown in messages: no credentials."""
+        base = _redact_url(self.url)
+        return f"{base}/{rel}" if rel else base
+
+    def __str__(self) -> str:
+        return self.display()
+
+    def __repr__(self) -> str:
+        opts = f", storage_options=<{len(self.storage_options)} redacted>"
+        return f"Location({self.display()!r}{opts if self.storage_options else ''})"
+
+    def __dask_tokenize__(self) -> tuple[str, str, str]:
+        from dask.base import tokenize  # a one-way digest: no option value appears
+
+        return ("dl1.Location", self.url, tokenize(dict(self.storage_options)))
+
+    def __getstate__(self) -> dict[str, Any]:  # the filesystem object is not shipped
+        return {"url": self.url, "storage_options": dict(self.storage_options)}
+
+    def join(self, *parts: str) -> Location:
+        """The location of a relative key under this one."""
+        rel = _check_rel("/".join(parts))
+        return self if not rel else Location(f"{self.url}/{rel}", self.storage_options)
+
+    # -- filesystem access --------------------------------------------------------------
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem (created once per process and location)."""
+        cached = self.__dict__.get("_fs")
+        if cached is None:
+            from fsspec.core import url_to_fs
+
+            if self.is_local:
+                cached = (url_to_fs("file://" + self.url)[0], self.url)
+            else:
+                cached = url_to_fs(self.url, **self.storage_options)
+            object.__setattr__(self, "_fs", cached)
+        return cached[0]
+
+    def key(self, rel: str = "") -> str:
+        """The full path of key ``rel``: a local path, or the filesystem's path."""
+        _check_rel(rel)
+        if self.is_local:
+            return os.path.join(self.url, rel) if rel else self.url
+        self.fs  # noqa: B018 -- sets the cache
+        root = self.__dict__["_fs"][1].rstrip("/")
+        return f"{root}/{rel}" if rel else root
+
+    def read(self, rel: str, max_bytes: int) -> bytes:
+        """The bytes of object ``rel``, refused with :class:`OversizeObjectError` if it
+        holds more than ``max_bytes``: a local file is ``fstat``-ed before it is read, a
+        remote object read by a ranged request of at most ``max_bytes + 1`` bytes.
+
+        Raises ``FileNotFoundError`` if the object does not exist."""
+        p = self.key(rel)
+        if self.is_local:
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                size = os.fstat(fd).st_size
+                if size > max_bytes:
+                    raise OversizeObjectError(
+                        f"{self.display(rel)} has {size:,} bytes, more than {max_bytes:,}"
+                    )
+                with os.fdopen(os.dup(fd), "rb") as fh:
+                    data = fh.read(max_bytes + 1)
+            finally:
+                os.close(fd)
+        else:
+            data = self.fs.cat_file(p, start=0, end=max_bytes + 1)
+        if len(data) > max_bytes:
+            raise OversizeObjectError(f"{self.display(rel)} has more than {max_bytes:,} bytes")
+        return bytes(data)
+
+    def size(self, rel: str = "") -> int:
+        """Bytes of object ``rel`` (one ``stat`` or ``HEAD``); ``FileNotFoundError`` if
+        missing."""
+        p = self.key(rel)
+        if self.is_local:
+            return os.stat(p).st_size
+        return int(self.fs.size(p))
+
+    def exists(self, rel: str = "") -> bool:
+        """Whether object (or prefix) ``rel`` exists."""
+        p = self.key(rel)
+        return os.path.exists(p) if self.is_local else bool(self.fs.exists(p))
+
+    def isdir(self, rel: str = "") -> bool:
+        """Whether ``rel`` is a folder (a prefix holding objects, on an object store)."""
+        p = self.key(rel)
+        return os.path.isdir(p) if self.is_local else bool(self.fs.isdir(p))
+
+    def listing(self, max_entries: int) -> dict[str, int]:
+        """``{relative key: size}`` of every object under the location (one recursive
+        listing, paginated by the backend), refused beyond ``max_entries`` objects."""
+        root = self.key()
+        found = self.fs.find(root, withdirs=False, detail=True)
+        if len(found) > max_entries:
+            raise StoreCorruptError(
+                f"{self.display()} holds {len(found):,} objects, more than the "
+                f"{max_entries:,} its manifest accounts for"
+            )
+        prefix = root.rstrip("/") + "/"
+        return {
+            name[len(prefix) :]: int(info.get("size") or 0)
+            for name, info in found.items()
+            if name.startswith(prefix)
+        }
+
+    def zarr_store(self) -> Any:
+        """A read-only zarr store object rooted here."""
+        from zarr.storage import FsspecStore, LocalStore
+
+        if self.is_local:
+            return LocalStore(self.url, read_only=True)
+        return FsspecStore.from_url(
+            self.url, storage_options=dict(self.storage_options), read_only=True
+        )
+
+
+def _from_zarr_store(store: Any) -> Location:
+    from zarr.storage import FsspecStore, LocalStore
+
+    if isinstance(store, LocalStore):
+        return Location(str(Path(store.root).absolute()))
+    if isinstance(store, FsspecStore):
+        fs = store.fs
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        if protocol in _LOCAL_PROTOCOLS:
+            return Location(os.path.abspath(store.path))
+        options = {k: v for k, v in fs.storage_options.items() if k != "asynchronous"}
+        return Location(fs.unstrip_protocol(store.path).rstrip("/"), options)
+    raise ValidationError(
+        f"a {type(store).__name__} cannot hold a dl1 store read by workers: pass a "
+        "zarr LocalStore or FsspecStore, a path or a URL"
+    )
+
+
+def as_location(source: Any, storage_options: Mapping[str, Any] | None = None) -> Location:
+    """The :class:`Location` of a store given as a path, a URL, a zarr store object or a
+    Location.
+
+    ``file://`` URLs become local paths; ``storage_options`` apply to URLs only (a zarr
+    store object brings its filesystem's own options).
+    """
+    if isinstance(source, Location):
+        if storage_options:
+            return Location(source.url, dict(storage_options))
+        return source
+    if is_url(source):
+        protocol = source.split("://", 1)[0].lower()
+        if protocol in _LOCAL_PROTOCOLS:
+            from fsspec.core import url_to_fs
+
+            return Location(os.path.abspath(url_to_fs(source)[1]))
+        return Location(source.rstrip("/"), dict(storage_options or {}))
+    if isinstance(source, str | os.PathLike):
+        if storage_options:
+            raise ValidationError(
+                "storage_options apply to URLs (s3://, gs://, ...), not to the local path "
+                f"{os.fspath(source)!r}"
+            )
+        return Location(str(Path(source).absolute()))
+    try:
+        from zarr.abc.store import Store as ZarrStore
+    except ImportError:  # pragma: no cover - zarr is a dependency
+        ZarrStore = ()  # noqa: N806
+    if isinstance(source, ZarrStore):
+        return _from_zarr_store(source)
+    raise ValidationError(
+        f"a store is a path, a URL or a zarr store object, got {type(source).__name__}"
+    )
