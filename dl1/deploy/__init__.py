@@ -1,0 +1,8 @@
+"""Deployments beyond a LocalCluster: workers as batch jobs (:mod:`dl1.deploy.jobqueue`).
+
+The Kubernetes resources are files, not code: ``cluster/kubernetes/``.
+"""
+
+from dl1.deploy.jobqueue import jobqueue_cluster, worker_settings
+
+__all__ = ["jobqueue_cluster", "worker_settings"]

@@ -1,0 +1,236 @@
+"""dl1's workers as batch jobs: dask-jobqueue's SLURM, PBS and LSF clusters set up as a dl1
+cluster.
+
+The scheduler runs in the calling process and each job runs ``dask worker`` processes with
+the settings :func:`dl1.runtime.localcluster.local_cluster` gives its own workers
+(:func:`worker_settings`): ``MALLOC_MMAP_THRESHOLD_`` in their environment, no statistical
+profiler, one thread each, the :mod:`dl1.runtime.worker` preload (heap trimming, a spill
+target that leaves room for a running task) and no HTTP server unless asked. The scheduler
+steals no work and listens on 127.0.0.1 unless an ``interface`` is given: loopback only
+reaches jobs on the submitting node (a single-node cluster, or a login node that runs
+jobs), a real cluster names its network (``interface="ib0"``) and should use TLS
+(``security=``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+
+from dl1.errors import ClusterStalledError
+from dl1.params import Interval, Options, is_str, predicate, validate_params
+from dl1.runtime.localcluster import (
+    CLUSTER_CONFIG,
+    NO_HTTP_CONFIG,
+    NO_HTTP_PRELOAD,
+    WORKER_ENV,
+    WORKER_PRELOAD,
+)
+
+#: dask-jobqueue's cluster class for each batch system.
+CLUSTER_CLASSES = {"slurm": "SLURMCluster", "pbs": "PBSCluster", "lsf": "LSFCluster"}
+
+#: Name of the batch jobs (what ``squeue --name`` or ``qstat`` shows).
+JOB_NAME = "dl1-worker"
+
+#: Seconds a worker keeps trying to reach its scheduler before it exits (its job then ends
+#: instead of holding an allocation for a scheduler that is gone).
+DEATH_TIMEOUT = 60
+
+#: Seconds :func:`jobqueue_cluster` waits by default for its workers' jobs to start.
+START_TIMEOUT = 300.0
+
+
+@predicate("a list of strings")
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+_CONSTRAINTS: dict[str, list[Any]] = {
+    "kind": [Options(tuple(CLUSTER_CLASSES))],
+    "n_workers": [Interval(numbers.Integral, 1, None)],
+    "memory": [None, is_str],
+    "cores": [Interval(numbers.Integral, 1, None)],
+    "walltime": [None, is_str],
+    "queue": [None, is_str],
+    "account": [None, is_str],
+    "extra": [None, _is_str_list],
+    "interface": [None, is_str],
+    "log_directory": [None, is_str],
+    "dashboard": ["boolean"],
+    "timeout": [None, Interval(numbers.Real, 0, None, closed="neither")],
+}
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What a dl1 worker started by a batch job carries.
+
+    Attributes
+    ----------
+    env : dict[str, str]
+        Environment of the worker processes (glibc reads ``MALLOC_*`` at start-up, Dask its
+        ``DASK_*`` settings).
+    args : list[str]
+        Arguments of ``dask worker`` (preloads, HTTP, listening host).
+    """
+
+    env: dict[str, str]
+    args: list[str]
+
+    def prologue(self) -> list[str]:
+        """The environment as shell ``export`` lines of a job script."""
+        return [f"export {k}={shlex.quote(v)}" for k, v in self.env.items()]
+
+
+def worker_settings(*, dashboard: bool = False, host: str | None = "127.0.0.1") -> WorkerSettings:
+    """The environment and ``dask worker`` arguments of a dl1 worker started outside a
+    LocalCluster (batch jobs, Kubernetes pods): those of
+    :func:`dl1.runtime.localcluster.local_cluster`'s workers.
+
+    Parameters
+    ----------
+    dashboard : bool
+        Keep the worker's HTTP endpoints (``/health``, ``/metrics``); by default they get no
+        routes and are closed as the worker starts (:mod:`dl1.runtime.nohttp`).
+    host : str or None
+        Address the worker listens on (None: Dask's choice, every interface).
+    """
+    env = {**WORKER_ENV, "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}
+    args = ["--preload", WORKER_PRELOAD]
+    if not dashboard:
+        env["DASK_DISTRIBUTED__WORKER__HTTP__ROUTES"] = "[]"
+        args += ["--preload", NO_HTTP_PRELOAD, "--no-dashboard"]
+    if host is not None:
+        args += ["--host", host, "--dashboard-address", f"{host}:0"]
+    return WorkerSettings(env=env, args=args)
+
+
+def jobqueue_cluster(
+    kind: str,
+    n_workers: int,
+    *,
+    memory: str | None = None,
+    cores: int = 1,
+    walltime: str | None = None,
+    queue: str | None = None,
+    account: str | None = None,
+    extra: list[str] | None = None,
+    interface: str | None = None,
+    security: Any = None,
+    log_directory: str | None = None,
+    dashboard: bool = False,
+    timeout: float | None = START_TIMEOUT,
+) -> Any:
+    """A started dask-jobqueue cluster (SLURM, PBS or LSF) of ``n_workers`` dl1 workers.
+
+    Each batch job runs ``cores`` single-threaded worker processes sharing ``memory``,
+    started with :func:`worker_settings`; the scheduler (in this process) steals no work,
+    serves no HTTP unless ``dashboard`` and listens on 127.0.0.1 unless ``interface`` names a
+    network interface. Close the cluster (``with`` block or ``.close()``) to cancel its jobs.
+
+    Parameters
+    ----------
+    kind : {"slurm", "pbs", "lsf"}
+        The batch system (dask-jobqueue's ``SLURMCluster``, ``PBSCluster``, ``LSFCluster``).
+    n_workers : int
+        Worker processes to start (``ceil(n_workers / cores)`` jobs).
+    memory : str, optional
+        Memory of one job (``"4GiB"``), shared by its workers; their memory limit and
+        spill target follow from it. Default: the batch system's configuration in Dask's
+        ``jobqueue.<kind>.memory``, required by dask-jobqueue.
+    cores : int
+        Cores of one job, one worker process per core.
+    walltime, queue, account : str, optional
+        The job's time limit (``"01:00:00"``), queue or partition, and account or project.
+    extra : list of str, optional
+        Further directives of the job script (``["--gres=gpu:0"]`` for SLURM).
+    interface : str, optional
+        Network interface of the scheduler and workers (``"ib0"``) on a multi-node cluster.
+    security : distributed.Security or True, optional
+        TLS for the scheduler and workers (True: a temporary certificate, written to the
+        shared temporary directory of dask-jobqueue's configuration).
+    log_directory : str, optional
+        Where the jobs write their output (default: the batch system's).
+    dashboard : bool
+        Serve the scheduler's dashboard and the workers' HTTP endpoints.
+    timeout : float or None
+        Seconds to wait for the workers to join (None: return at once, jobs may still be
+        queued); when they do not, the jobs are cancelled and
+        :class:`dl1.errors.ClusterStalledError` raised.
+    """
+    validate_params(_CONSTRAINTS, dict(locals()), "dl1.deploy.jobqueue_cluster")
+    import dask_jobqueue
+
+    cls = getattr(dask_jobqueue, CLUSTER_CLASSES[kind])
+    settings = worker_settings(dashboard=dashboard, host=None if interface else "127.0.0.1")
+    kwargs = _job_kwargs(kind, memory, cores, walltime, queue, account, extra)
+    config = dict(CLUSTER_CONFIG)
+    scheduler: dict[str, Any] = {"dashboard": dashboard}
+    if interface is None:
+        scheduler["host"] = "127.0.0.1"
+    if dashboard:
+        scheduler["dashboard_address"] = "127.0.0.1:0" if interface is None else ":0"
+    else:
+        config |= NO_HTTP_CONFIG
+        scheduler |= {"dashboard_address": "127.0.0.1:0", "preload": [NO_HTTP_PRELOAD]}
+    with dask.config.set(config):
+        cluster = cls(
+            **kwargs,
+            interface=interface,
+            security=security,
+            scheduler_options=scheduler,
+            job_script_prologue=settings.prologue(),
+            worker_extra_args=settings.args,
+            death_timeout=DEATH_TIMEOUT,
+            job_name=JOB_NAME,
+            log_directory=log_directory,
+        )
+    try:
+        cluster.scale(n_workers)
+        if timeout is not None:
+            _wait_for_workers(cluster, kind, n_workers, timeout)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def _job_kwargs(
+    kind: str,
+    memory: str | None,
+    cores: int,
+    walltime: str | None,
+    queue: str | None,
+    account: str | None,
+    extra: list[str] | None,
+) -> dict[str, Any]:
+    """dask-jobqueue's job arguments (None: its configuration's value)."""
+    kwargs: dict[str, Any] = {"cores": cores, "processes": cores}
+    named = {"memory": memory, "walltime": walltime, "queue": queue}
+    # the account is "account" for SLURM and PBS, "project" for LSF
+    named["project" if kind == "lsf" else "account"] = account
+    kwargs |= {k: v for k, v in named.items() if v is not None}
+    if extra:
+        kwargs["job_extra_directives"] = list(extra)
+    return kwargs
+
+
+def _wait_for_workers(cluster: Any, kind: str, n_workers: int, timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for ``n_workers`` workers; raise ClusterStalledError
+    naming how many joined when they do not."""
+    try:
+        cluster.wait_for_workers(n_workers, timeout=timeout)
+    except TimeoutError:
+        joined = len(cluster.scheduler_info.get("workers", {}))
+        jobs = math.ceil(n_workers / max(cluster._dummy_job.worker_processes or 1, 1))
+        raise ClusterStalledError(
+            f"{joined} of {n_workers} dl1 workers ({jobs} {kind.upper()} jobs) joined in "
+            f"{timeout:g} s: the jobs are queued or failed; see the batch system's queue "
+            "and the jobs' output"
+        ) from None
