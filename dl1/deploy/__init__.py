@@ -3,6 +3,6 @@
 The Kubernetes resources are files, not code: ``cluster/kubernetes/``.
 """
 
-from dl1.deploy.jobqueue import jobqueue_cluster, worker_settings
+from dl1.deploy.jobqueue import job_script, jobqueue_cluster, worker_settings
 
-__all__ = ["jobqueue_cluster", "worker_settings"]
+__all__ = ["job_script", "jobqueue_cluster", "worker_settings"]

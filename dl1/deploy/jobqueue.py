@@ -142,19 +142,19 @@ def jobqueue_cluster(
         Worker processes to start (``ceil(n_workers / cores)`` jobs).
     memory : str, optional
         Memory of one job (``"4GiB"``), shared by its workers; their memory limit and
-        spill target follow from it. Default: the batch system's configuration in Dask's
-        ``jobqueue.<kind>.memory``, required by dask-jobqueue.
+        spill target follow from it. Default: Dask's ``jobqueue.<kind>.memory``, which
+        dask-jobqueue requires.
     cores : int
         Cores of one job, one worker process per core.
     walltime, queue, account : str, optional
         The job's time limit (``"01:00:00"``), queue or partition, and account or project.
     extra : list of str, optional
-        Further directives of the job script (``["--gres=gpu:0"]`` for SLURM).
+        Further directives of the job script (``["--exclusive"]`` for SLURM).
     interface : str, optional
         Network interface of the scheduler and workers (``"ib0"``) on a multi-node cluster.
     security : distributed.Security or True, optional
-        TLS for the scheduler and workers (True: a temporary certificate, written to the
-        shared temporary directory of dask-jobqueue's configuration).
+        TLS for the scheduler and workers (True: a temporary certificate, written to
+        dask-jobqueue's ``shared-temp-directory``).
     log_directory : str, optional
         Where the jobs write their output (default: the batch system's).
     dashboard : bool
@@ -164,12 +164,62 @@ def jobqueue_cluster(
         queued); when they do not, the jobs are cancelled and
         :class:`dl1.errors.ClusterStalledError` raised.
     """
-    validate_params(_CONSTRAINTS, dict(locals()), "dl1.deploy.jobqueue_cluster")
+    params = dict(locals())
+    validate_params(_CONSTRAINTS, params, "dl1.deploy.jobqueue_cluster")
+    del params["n_workers"], params["timeout"]
+    cluster = _cluster(**params)
+    try:
+        cluster.scale(n_workers)
+        if timeout is not None:
+            _wait_for_workers(cluster, kind, n_workers, timeout)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def job_script(
+    kind: str,
+    *,
+    memory: str | None = None,
+    cores: int = 1,
+    walltime: str | None = None,
+    queue: str | None = None,
+    account: str | None = None,
+    extra: list[str] | None = None,
+    interface: str | None = None,
+    log_directory: str | None = None,
+    dashboard: bool = False,
+) -> str:
+    """The batch script :func:`jobqueue_cluster` submits for each job, with the same
+    arguments (the scheduler's address is a placeholder): to check a configuration, or to
+    submit workers by hand (``sbatch``, ``qsub``, ``bsub``) to a scheduler started elsewhere."""
+    params = dict(locals())
+    validate_params(_CONSTRAINTS, params, "dl1.deploy.job_script")
+    with _cluster(**params, security=None) as cluster:
+        script = cluster.job_script()
+        return script.replace(cluster.scheduler_address, "tcp://SCHEDULER:8786")
+
+
+def _cluster(
+    kind: str,
+    *,
+    memory: str | None,
+    cores: int,
+    walltime: str | None,
+    queue: str | None,
+    account: str | None,
+    extra: list[str] | None,
+    interface: str | None,
+    security: Any,
+    log_directory: str | None,
+    dashboard: bool,
+) -> Any:
+    """dask-jobqueue's cluster of ``kind`` set up for dl1 (scheduler started, no job)."""
     import dask_jobqueue
 
     cls = getattr(dask_jobqueue, CLUSTER_CLASSES[kind])
     settings = worker_settings(dashboard=dashboard, host=None if interface else "127.0.0.1")
-    kwargs = _job_kwargs(kind, memory, cores, walltime, queue, account, extra)
     config = dict(CLUSTER_CONFIG)
     scheduler: dict[str, Any] = {"dashboard": dashboard}
     if interface is None:
@@ -180,8 +230,8 @@ def jobqueue_cluster(
         config |= NO_HTTP_CONFIG
         scheduler |= {"dashboard_address": "127.0.0.1:0", "preload": [NO_HTTP_PRELOAD]}
     with dask.config.set(config):
-        cluster = cls(
-            **kwargs,
+        return cls(
+            **_job_kwargs(kind, memory, cores, walltime, queue, account, extra),
             interface=interface,
             security=security,
             scheduler_options=scheduler,
@@ -191,14 +241,6 @@ def jobqueue_cluster(
             job_name=JOB_NAME,
             log_directory=log_directory,
         )
-    try:
-        cluster.scale(n_workers)
-        if timeout is not None:
-            _wait_for_workers(cluster, kind, n_workers, timeout)
-    except BaseException:
-        cluster.close()
-        raise
-    return cluster
 
 
 def _job_kwargs(
