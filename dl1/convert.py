@@ -17,6 +17,7 @@ from dl1.kernels import store as store_kernels
 from dl1.store import Store, StoreWriter, open_store
 from dl1.store.format import CHUNK_ELEMS, DTYPES, FORMATS, block_digest, write_array
 from dl1.store.reader import ChunkType
+from dl1.store.upload import open_written
 from dl1.store.writer import DEFAULT_BLOCK_NNZ, check_finite, write_block
 
 
@@ -76,18 +77,30 @@ def from_scipy(
     formats: tuple[str, ...] = ("csc",),
     overwrite: bool = False,
     attrs: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Store:
     """Write an in-memory scipy.sparse (or dense) matrix and its target into a new store.
 
     The matrix is streamed through the same out-of-core writer as the other sources, in row
     batches of about ``block_nnz`` nonzeros; the user's arrays are never modified.
 
+    Parameters
+    ----------
+    dst : str, PathLike or URL
+        The new store: a path or a URL (``s3://``, ``gs://``, ``abfs://``, ``memory://``,
+        ``file://``), as :class:`~dl1.store.StoreWriter` takes it, with ``storage_options``.
+
     Returns
     -------
     Store
         The opened store.
     """
-    with StoreWriter(dst, overwrite=overwrite, attrs={"source": "scipy", **(attrs or {})}) as w:
+    with StoreWriter(
+        dst,
+        overwrite=overwrite,
+        attrs={"source": "scipy", **(attrs or {})},
+        storage_options=storage_options,
+    ) as w:
         for split, A, b, sw_ in (("train", X, y, sample_weight), ("test", X_test, y_test, None)):
             if A is None:
                 continue
@@ -126,7 +139,7 @@ def from_scipy(
                     break
                 r = r_end
             s.close()
-    return open_store(dst)
+    return open_written(w.destination)
 
 
 def _chunk_to_csc(chunk: Any) -> sp.csc_matrix:

@@ -63,7 +63,8 @@ from numba import njit
 from scipy.optimize import brentq
 from scipy.special import expit
 
-from dl1.store import Store, StoreWriter, open_store
+from dl1.store import Store, StoreWriter
+from dl1.store.upload import open_written
 
 TASKS = ("regression", "classification")
 
@@ -529,6 +530,7 @@ def make_e2006_like(
     block_nnz: int | None = None,
     n_feature_blocks: int | None = None,
     formats: tuple[str, ...] = ("csc",),
+    storage_options: dict[str, Any] | None = None,
 ) -> Store:
     """Write a synthetic E2006-like store (text-like sparse rows, sparse true model).
 
@@ -539,8 +541,10 @@ def make_e2006_like(
 
     Parameters
     ----------
-    path : str or PathLike
-        Where to write the store (must not exist, unless ``overwrite``).
+    path : str, PathLike or URL
+        Where to write the store (must not exist, unless ``overwrite``): a path or a URL
+        (``s3://``, ``gs://``, ``abfs://``, ``memory://``, ``file://``), staged locally
+        and uploaded manifest last (:class:`~dl1.store.StoreWriter`).
     preset : {"small", "tfidf", "log1p", "tall", "short", "shortclf"} or E2006Preset
         ``"small"``: 2,000 x 50,000, 200 nonzeros per row (tests).
         ``"tfidf"``: 16,087 x 150,360, 1,200 per row (E2006-tfidf shape, ~19M nnz).
@@ -566,6 +570,8 @@ def make_e2006_like(
         Value dtype of X (``y`` is computed from the stored values).
     block_nnz, n_feature_blocks, formats
         Passed to :meth:`dl1.store.StoreWriter.split` (``None``: the writer's default).
+    storage_options : dict, optional
+        Options of a URL's filesystem (credentials from the environment by default).
 
     Returns
     -------
@@ -656,14 +662,16 @@ def make_e2006_like(
     }
     if block_nnz is not None:
         split_kw["block_nnz"] = block_nnz
-    with StoreWriter(path, overwrite=overwrite, attrs=attrs) as w:
+    with StoreWriter(
+        path, overwrite=overwrite, attrs=attrs, storage_options=storage_options
+    ) as w:
         for split, n in (("train", k * pr.n_train), ("test", k * n_test)):
             if n == 0:
                 continue
             sw = w.split(split, **split_kw)
             _write_split(plan, sw, _SPLIT_IDS[split], n)
             sw.close()
-    return open_store(path)
+    return open_written(w.destination)
 
 
 def _write_split(plan: _Plan, sw: Any, split_id: int, n: int) -> None:

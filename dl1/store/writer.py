@@ -53,6 +53,9 @@ from dl1.store.format import (
     write_array_pieces,
     write_manifest,
 )
+from dl1.store.location import Location
+from dl1.store.upload import check_fresh, destination, publish, remove_staging
+from dl1.store.upload import staging_dir as staging_dir_for
 
 #: Most columns of a feature block (its CSC index pointer is 8 bytes per column).
 MAX_BLOCK_COLS = CHUNK_ELEMS
@@ -92,17 +95,30 @@ class StoreWriter:
 
     Parameters
     ----------
-    path : str or PathLike
-        A path that does not exist yet (or is an empty directory).
+    path : str, PathLike or URL
+        A path that does not exist yet (or is an empty directory), or a URL of any fsspec
+        filesystem (``s3://``, ``gs://``, ``abfs://``, ``memory://``; ``file://`` is a
+        local path) with nothing at it.
     overwrite : bool
         Replace an existing dl1 store at ``path``. Anything else at ``path`` is never deleted.
+        At a URL the old store stays whole until the new one is complete in the staging
+        directory; while the new one uploads, the old manifest is gone (the store is refused,
+        never read half old, half new).
     attrs : dict, optional
         JSON-serialisable attributes recorded in the manifest (provenance, generator settings).
     chunk_elems : int
         Elements per zarr chunk of the stored 1-D arrays.
+    storage_options : dict, optional
+        Options of the URL's filesystem (credentials, endpoint); by default its library
+        finds credentials where it usually does (environment, config files). Never logged.
+    staging_dir : str or PathLike, optional
+        For a URL: where the store is written before it is uploaded (a private directory is
+        made under it, by default under the system's temporary directory). It needs free
+        space for the whole store, and is removed after the upload, or on any failure.
 
     Use it as a context manager: leaving the block with an exception removes the spill files
-    and leaves no manifest, so the partial store is refused by :func:`dl1.open`.
+    (and, for a URL, the staging directory; nothing is uploaded) and leaves no manifest, so
+    the partial store is refused by :func:`dl1.open`.
     """
 
     def __init__(
@@ -112,20 +128,40 @@ class StoreWriter:
         overwrite: bool = False,
         attrs: dict[str, Any] | None = None,
         chunk_elems: int = CHUNK_ELEMS,
+        storage_options: dict[str, Any] | None = None,
+        staging_dir: str | os.PathLike | None = None,
     ) -> None:
-        self.path = Path(path).absolute()
-        _prepare_fresh(self.path, overwrite)
-        zarr.open_group(
-            os.fspath(self.path),
-            mode="w-",
-            attributes={"dl1_format": FORMAT_NAME, "dl1_format_version": FORMAT_VERSION},
-        )
+        dest = destination(path, storage_options)
+        self.remote: Location | None = None
+        self.overwrite = overwrite
+        self._staging: Path | None = None
+        if isinstance(dest, Location):
+            check_fresh(dest, MANIFEST, overwrite)
+            self.remote = dest
+            self._staging = staging_dir_for(staging_dir)
+            dest = self._staging / "store"
+        try:
+            self.path = dest
+            _prepare_fresh(self.path, overwrite)
+            zarr.open_group(
+                os.fspath(self.path),
+                mode="w-",
+                attributes={"dl1_format": FORMAT_NAME, "dl1_format_version": FORMAT_VERSION},
+            )
+            self._spill = Path(tempfile.mkdtemp(prefix=".dl1-spill-", dir=self.path))
+        except BaseException:
+            self._remove_staging()
+            raise
         self.attrs: dict[str, Any] = dict(attrs or {})
         self.chunk_elems = int(chunk_elems)
         self._splits: dict[str, dict[str, Any]] = {}
-        self._spill = Path(tempfile.mkdtemp(prefix=".dl1-spill-", dir=self.path))
         self._open_split: SplitWriter | None = None
         self.closed = False
+
+    @property
+    def destination(self) -> Path | Location:
+        """Where the store ends up: its local path, or its :class:`~dl1.store.location.Location`."""
+        return self.path if self.remote is None else self.remote
 
     def split(
         self,
@@ -169,10 +205,11 @@ class StoreWriter:
         self._splits[name] = entry
         self._open_split = None
 
-    def close(self) -> Path:
-        """Write the manifest (atomically) and remove the spill directory."""
+    def close(self) -> Path | Location:
+        """Write the manifest (atomically) and remove the spill directory; for a URL, upload
+        the staged store (manifest last) and remove the staging directory."""
         if self.closed:
-            return self.path
+            return self.destination
         if self._open_split is not None:
             raise RuntimeError(f"split {self._open_split.name!r} was not closed")
         if "train" not in self._splits:
@@ -185,17 +222,28 @@ class StoreWriter:
             "splits": self._splits,
         }
         shutil.rmtree(self._spill, ignore_errors=True)
-        write_manifest(self.path, manifest)
+        try:
+            write_manifest(self.path, manifest)
+            if self.remote is not None:
+                publish(self.path, self.remote, MANIFEST, self.overwrite)
+        finally:
+            self._remove_staging()
         self.closed = True
-        return self.path
+        return self.destination
 
     def abort(self) -> None:
-        """Remove the spill files; the store stays without a manifest."""
+        """Remove the spill files (and a URL's staging directory); the store stays without a
+        manifest, and nothing is uploaded."""
         if self._open_split is not None:
             for fh in self._open_split._fh.values():
                 fh.close()
         shutil.rmtree(self._spill, ignore_errors=True)
+        self._remove_staging()
         self.closed = True
+
+    def _remove_staging(self) -> None:
+        if self._staging is not None:
+            remove_staging(self._staging)
 
     def __enter__(self) -> StoreWriter:
         return self
