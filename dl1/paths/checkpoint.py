@@ -46,9 +46,12 @@ from dl1.errors import (
     StoreCorruptError,
     StoreError,
 )
+from dl1.paths.remote import Lease, Mirror
 from dl1.store.format import write_array, write_manifest
+from dl1.store.location import Location
 from dl1.store.manifest import FieldChecker, check_array_entry, check_inside
 from dl1.store.reader import read_array
+from dl1.store.upload import destination
 
 try:  # Linux and macOS; on Windows no lock is taken (see PathCheckpoint)
     import fcntl
@@ -218,7 +221,7 @@ _OPENING: dict[str, threading.Thread] = {}
 _REGISTRY = threading.Lock()
 
 
-def _locked_by_thread(path: Path, thread: threading.Thread) -> CheckpointLockedError:
+def _locked_by_thread(path: Path | str, thread: threading.Thread) -> CheckpointLockedError:
     return CheckpointLockedError(
         f"checkpoint at {path} is being written by another thread of this process "
         f"({thread.name}, pid {os.getpid()}); two writers would interleave their alphas. "
@@ -226,11 +229,17 @@ def _locked_by_thread(path: Path, thread: threading.Thread) -> CheckpointLockedE
     )
 
 
-def _claim(path: Path) -> str:
-    """Claim ``path`` for this thread's open (its key in the registry): refused with
-    CheckpointLockedError while another live thread of this process opens it or holds an
-    object writing it; the OS lock (:class:`_Lock`) refuses other processes."""
-    key, me = os.path.realpath(path), threading.current_thread()
+def _remote_key(loc: Location) -> str:
+    """Registry key of a checkpoint on object storage."""
+    return "url:" + loc.url
+
+
+def _claim(path: Path | str, key: str | None = None) -> str:
+    """Claim ``path`` for this thread's open (its key in the registry, by default its real
+    path): refused with CheckpointLockedError while another live thread of this process
+    opens it or holds an object writing it; the OS lock (:class:`_Lock`) or the lease
+    (:class:`~dl1.paths.remote.Lease`) refuses other processes."""
+    key, me = key or os.path.realpath(path), threading.current_thread()
     with _REGISTRY:
         if key in _OPENING:
             raise _locked_by_thread(path, _OPENING[key])
@@ -259,6 +268,18 @@ def _take_lock(path: Path) -> _Lock:
             lock, old._lock = old._lock, None
             return lock
     return _Lock.acquire(path)
+
+
+def _take_lease(loc: Location) -> Lease:
+    """The lease of the checkpoint at ``loc`` (claimed by this thread): from an earlier
+    object of this process that holds it, else acquired."""
+    with _REGISTRY:
+        ref, _ = _HELD.get(_remote_key(loc), (None, None))
+        old = ref() if ref is not None else None
+        if old is not None and isinstance(old._lock, Lease) and old._lock.same(loc):
+            lock, old._lock = old._lock, None
+            return lock
+    return Lease.acquire(loc)
 
 
 def solver_settings(solver: Any) -> dict[str, Any]:
@@ -298,10 +319,17 @@ class PathCheckpoint:
     inside the checkpoint, and the arrays a resume uses are checked for length, dtype and
     finiteness (:meth:`state`) before any solver sees them.
 
+    A checkpoint may also live on object storage (a URL: ``s3://``, ``gs://``, ``abfs://``,
+    ``memory://``): the process then works on a local copy and uploads each alpha's arrays
+    before its progress file, and a lease object replaces the OS lock
+    (:mod:`dl1.paths.remote`).
+
     Attributes
     ----------
     path : Path
-        The checkpoint directory.
+        The checkpoint directory (for a URL: the local working copy).
+    location : Location or None
+        For a checkpoint on object storage, where it lives.
     alphas : ndarray (n_alphas,)
         The alpha grid, as recorded.
     n_features : int
@@ -314,15 +342,20 @@ class PathCheckpoint:
         path: Path,
         identity: dict[str, Any],
         done: list[dict[str, Any]],
-        lock: _Lock | None = None,
+        lock: _Lock | Lease | None = None,
+        mirror: Mirror | None = None,
     ):
         self.path = path
         self._identity = identity
         self._done = done
         self._lock = lock
+        self._mirror = mirror
+        self.location = None if mirror is None else mirror.loc
+        self.where = str(path) if mirror is None else mirror.where
         if lock is not None:
+            key = os.path.realpath(path) if mirror is None else _remote_key(mirror.loc)
             with _REGISTRY:
-                _HELD[os.path.realpath(path)] = (weakref.ref(self), threading.current_thread())
+                _HELD[key] = (weakref.ref(self), threading.current_thread())
         self.alphas = np.array([_unhex(a) for a in identity["alphas"]], dtype=np.float64)
         self.n_features = int(identity["n_features"])
         self.fingerprint = identity["fingerprint"]
@@ -337,14 +370,16 @@ class PathCheckpoint:
         settings: dict[str, Any],
         alphas: np.ndarray,
         n_features: int,
+        storage_options: dict[str, Any] | None = None,
     ) -> PathCheckpoint:
         """Reopen the checkpoint at ``path``, or create it if there is none.
 
         Parameters
         ----------
-        path : str or PathLike
+        path : str, PathLike, URL or Location
             Checkpoint directory; created if missing. An existing directory must be empty, a
-            dl1 path checkpoint, or one whose creation was interrupted.
+            dl1 path checkpoint, or one whose creation was interrupted. A URL (or a
+            :class:`~dl1.store.location.Location`) puts it on object storage.
         fingerprint : dict
             JSON-able description of the data (e.g. store checksums, shape, nnz).
         settings : dict
@@ -353,6 +388,9 @@ class PathCheckpoint:
             The alpha grid, compared bit for bit.
         n_features : int
             Length of each coefficient vector.
+        storage_options : dict, optional
+            Options of a URL's filesystem (by default credentials come from the
+            environment); never logged.
 
         Returns
         -------
@@ -375,7 +413,7 @@ class PathCheckpoint:
         StoreError
             ``path`` is a non-empty directory that is not a dl1 path checkpoint.
         """
-        path = Path(path).absolute()
+        dest = destination(path, storage_options)
         alphas = np.asarray(alphas, dtype=np.float64)
         if alphas.ndim != 1:
             raise ValueError(f"alphas must be 1-D, got shape {alphas.shape}")
@@ -388,6 +426,9 @@ class PathCheckpoint:
             "settings": _jsonable(settings),
             "alphas": [_hex(a) for a in alphas],
         }
+        if isinstance(dest, Location):
+            return cls._open_remote(dest, identity)
+        path = dest
         key = _claim(path)
         try:
             if not (path / IDENTITY).exists():
@@ -406,18 +447,58 @@ class PathCheckpoint:
             _release_claim(key)
 
     @classmethod
-    def _reopen(cls, path: Path, identity: dict[str, Any], lock: _Lock) -> PathCheckpoint:
+    def _open_remote(cls, loc: Location, identity: dict[str, Any]) -> PathCheckpoint:
+        """Open or create the checkpoint at ``loc`` on object storage: lease, then a local
+        working copy of what the checked progress file names."""
+        key = _claim(loc.display(), _remote_key(loc))
+        try:
+            mirror = Mirror(loc)
+            try:
+                lock = _take_lease(loc)
+                try:
+                    if mirror.fetch_json(IDENTITY):
+                        mirror.fetch_json(PROGRESS)
+                        return cls._reopen(mirror.dir, identity, lock, mirror)
+                    names = mirror.top_names()
+                    allowed = {"zarr.json", PROGRESS, LOCK, PROGRESS + ".tmp", IDENTITY + ".tmp"}
+                    if not names <= allowed:
+                        raise StoreError(f"{loc.display()} exists and is not a dl1 path checkpoint")
+                    return cls._create(mirror.dir, identity, lock, mirror)
+                except BaseException:
+                    lock.release()
+                    raise
+            except BaseException:
+                mirror.close()
+                raise
+        finally:
+            _release_claim(key)
+
+    @classmethod
+    def _reopen(
+        cls, path: Path, identity: dict[str, Any], lock: _Lock | Lease, mirror: Mirror | None = None
+    ) -> PathCheckpoint:
+        where = path if mirror is None else mirror.where
         old = _read_json(path / IDENTITY, StoreError)
-        _compare(path, old, identity)
+        _compare(where, old, identity)
         progress = _read_json(path / PROGRESS, CheckpointCorruptError)
-        done = _check_progress(path, progress, identity)
-        ck = cls(path, old, done, lock)
+        done = _check_progress(where, progress, identity)
+        if mirror is not None:  # only what the checked progress file names
+            for k, e in enumerate(done):
+                for name in ("indices", "values"):
+                    mirror.fetch_array(f"coef/{k}/{name}", e[name])
+                for name, a in (e.get("state") or {}).items():
+                    mirror.fetch_array(f"state/{k}/{name}", a)
+        ck = cls(path, old, done, lock, mirror)
         ck._verify()
         ck._remove_leftovers()
+        if mirror is not None:
+            mirror.remove_numbered("coef", len(done))
         return ck
 
     @classmethod
-    def _create(cls, path: Path, identity: dict[str, Any], lock: _Lock) -> PathCheckpoint:
+    def _create(
+        cls, path: Path, identity: dict[str, Any], lock: _Lock | Lease, mirror: Mirror | None = None
+    ) -> PathCheckpoint:
         if not _interrupted_creation(path):
             raise StoreError(f"{path} exists and is not a dl1 path checkpoint")
         for f in path.iterdir():  # what a creation killed before its end left
@@ -430,7 +511,12 @@ class PathCheckpoint:
         )
         write_manifest(path, {"done": []}, PROGRESS)
         write_manifest(path, identity, IDENTITY)  # last: marks the checkpoint as created
-        return cls(path, _read_json(path / IDENTITY, StoreError), [], lock)
+        if mirror is not None:
+            mirror.remove_numbered("coef", 0)
+            mirror.remove_numbered("state", 0)
+            mirror.push(["zarr.json", PROGRESS])
+            mirror.push([IDENTITY])
+        return cls(path, _read_json(path / IDENTITY, StoreError), [], lock, mirror)
 
     def close(self) -> None:
         """Release the checkpoint's lock; the object can still be read, no longer record."""
@@ -493,9 +579,11 @@ class PathCheckpoint:
         CheckpointLockedError
             This object no longer holds the lock (closed, or the checkpoint was opened again).
         """
+        if isinstance(self._lock, Lease):
+            self._lock.check()
         if self._lock is None:
             raise CheckpointLockedError(
-                f"checkpoint at {self.path}: this PathCheckpoint no longer holds the lock "
+                f"checkpoint at {self.where}: this PathCheckpoint no longer holds the lock "
                 "(it was closed, or the checkpoint was opened again); open it again to record"
             )
         if k != self.n_done:
@@ -534,12 +622,21 @@ class PathCheckpoint:
                 for name, a in state.items()
             }
             _fsync_tree(sd)
+        if self._mirror is not None:  # the arrays are in place before the progress names them
+            self._mirror.push_tree(f"coef/{k}")
+            if state is not None:
+                self._mirror.push_tree(f"state/{k}")
+            self._lock.check()
         write_manifest(self.path, {"done": [*self._done, entry]}, PROGRESS)
+        if self._mirror is not None:
+            self._mirror.push([PROGRESS])
         self._done.append(entry)
         # the progress file now names this alpha's state: older states are not needed
         for old in (self.path / "state").glob("*"):
             if old.name.isdigit() and int(old.name) < k:
                 self._remove(old)
+                if self._mirror is not None:
+                    self._mirror.remove(f"state/{old.name}")
                 self._done[int(old.name)].pop("state", None)
 
     def state(
@@ -570,7 +667,7 @@ class PathCheckpoint:
         """
         if not 0 <= k < self.n_done:
             raise IndexError(f"alpha {k} is not completed ({self.n_done} alphas are done)")
-        where = f"checkpoint at {self.path}: the solver state of alpha {k}"
+        where = f"checkpoint at {self.where}: the solver state of alpha {k}"
         entries = self._done[k].get("state") or {}
         missing = [name for name in required if name not in entries]
         if missing or (required and not (self.path / "state" / str(k)).is_dir()):
@@ -659,7 +756,7 @@ class PathCheckpoint:
         return out
 
     def __repr__(self) -> str:
-        return f"PathCheckpoint({str(self.path)!r}, {self.n_done}/{len(self.alphas)} alphas done)"
+        return f"PathCheckpoint({self.where!r}, {self.n_done}/{len(self.alphas)} alphas done)"
 
     def _read(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         e = self._done[k]
@@ -668,13 +765,13 @@ class PathCheckpoint:
             val = read_array(self.path, f"coef/{k}/values", e["values"])
         except StoreCorruptError as err:
             raise CheckpointCorruptError(
-                f"checkpoint at {self.path}: completed alpha {k} "
+                f"checkpoint at {self.where}: completed alpha {k} "
                 f"(alpha={_unhex(e['alpha']):.6g}) is damaged: {err}"
             ) from err
         problem = _coef_problem(idx, val, self.n_features)
         if problem:
             raise CheckpointCorruptError(
-                f"checkpoint at {self.path}: completed alpha {k} has inconsistent arrays "
+                f"checkpoint at {self.where}: completed alpha {k} has inconsistent arrays "
                 f"({problem})"
             )
         return idx, val
@@ -743,7 +840,9 @@ def _interrupted_creation(path: Path) -> bool:
     return attrs.get("dl1_format") == FORMAT_NAME
 
 
-def _check_progress(path: Path, progress: Any, identity: dict[str, Any]) -> list[dict[str, Any]]:
+def _check_progress(
+    path: Path | str, progress: Any, identity: dict[str, Any]
+) -> list[dict[str, Any]]:
     """The completed alphas of a progress file, checked as a schema against the identity
     (alpha grid, number of features) before anything they name is read."""
     ck = FieldChecker(f"checkpoint at {path}", CheckpointCorruptError, f"{PROGRESS} field")
@@ -803,7 +902,7 @@ def _check_state_entries(where: str, entries: dict[str, Any], lengths: Mapping[s
             )
 
 
-def _compare(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
+def _compare(path: Path | str, old: dict[str, Any], new: dict[str, Any]) -> None:
     """Raise :class:`CheckpointMismatchError` naming the first field that differs."""
     if old.get("format") != FORMAT_NAME:
         raise StoreError(f"{path} is not a dl1 path checkpoint (format={old.get('format')!r})")
