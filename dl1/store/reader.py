@@ -6,7 +6,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import crc32c
 import numcodecs
@@ -30,6 +30,7 @@ from dl1.store.format import (
     chunk_path,
     n_chunks,
 )
+from dl1.store.location import Location, OversizeObjectError, as_location
 from dl1.store.manifest import (
     MAX_MANIFEST_BYTES,
     MAX_METADATA_BYTES,
@@ -41,41 +42,46 @@ if TYPE_CHECKING:  # workers reading blocks import this module: no dask.array th
     import dask.array as da
 
 ChunkType = Literal["scipy", "sparse", "dense"]
+#: Objects a remote store may hold besides its arrays' chunks and metadata (groups,
+#: manifest, attributes): more than this (and twice the arrays' objects) is refused.
+MAX_OTHER_OBJECTS = 1000
 
 
-def _load_manifest(path: Path) -> dict[str, Any]:
-    if not path.is_dir():
-        raise FileNotFoundError(f"no dl1 store at {path}")
-    mf = path / MANIFEST
-    if not mf.exists():
+def _load_manifest(loc: Location) -> dict[str, Any]:
+    if not loc.isdir():
+        raise FileNotFoundError(f"no dl1 store at {loc}")
+    mf = loc.display(MANIFEST)
+    try:
+        size = loc.size(MANIFEST)
+    except (FileNotFoundError, NotADirectoryError):
+        size = None
+    if size is None:
         raise IncompleteStoreError(
-            f"{path} has no {MANIFEST}: the store was not completely written (the writer was "
+            f"{loc} has no {MANIFEST}: the store was not completely written (the writer was "
             "interrupted or failed) or it is not a dl1 store; write it again"
         )
-    size = mf.stat().st_size
     if size > MAX_MANIFEST_BYTES:
         raise StoreCorruptError(
             f"{mf} has {size:,} bytes, more than the {MAX_MANIFEST_BYTES:,} a dl1 manifest may "
             "have (about 60,000 blocks); refused before parsing"
         )
     try:
-        with open(mf, "rb") as fh:
-            text = fh.read(MAX_MANIFEST_BYTES + 1)
-        if len(text) > MAX_MANIFEST_BYTES:  # grew since the stat
-            raise StoreCorruptError(f"{mf} has more than {MAX_MANIFEST_BYTES:,} bytes")
+        text = loc.read(MANIFEST, MAX_MANIFEST_BYTES)
         manifest = json.loads(text)
+    except OversizeObjectError:  # grew since the stat
+        raise StoreCorruptError(f"{mf} has more than {MAX_MANIFEST_BYTES:,} bytes") from None
     except (OSError, ValueError, RecursionError) as e:
         raise IncompleteStoreError(f"{mf} is unreadable or truncated: {e}") from e
     if not isinstance(manifest, dict):
         raise StoreCorruptError(f"{mf} does not hold a JSON object")
     if manifest.get("format") != FORMAT_NAME:
-        raise StoreError(f"{path} is not a {FORMAT_NAME} store (format={manifest.get('format')!r})")
+        raise StoreError(f"{loc} is not a {FORMAT_NAME} store (format={manifest.get('format')!r})")
     version = manifest.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise StoreError(
-            f"{path} has format version {version!r}; this dl1 reads versions <= {FORMAT_VERSION}"
+            f"{loc} has format version {version!r}; this dl1 reads versions <= {FORMAT_VERSION}"
         )
-    return validate_manifest(manifest, str(path))
+    return validate_manifest(manifest, str(loc))
 
 
 def _array_entries(split: str, entry: dict[str, Any]):
@@ -127,26 +133,85 @@ def _check_chunks_present(root: Path, key: str, a: dict[str, Any]) -> None:
             )
 
 
+def _check_listing(loc: Location, listing: dict[str, int], key: str, a: dict[str, Any]) -> None:
+    """Every chunk object of an array is listed with its recorded size (a remote store:
+    one listing of the whole store stands for a ``stat`` per chunk)."""
+    meta = listing.get(f"{key}/zarr.json")
+    if meta is not None and meta > MAX_METADATA_BYTES:
+        raise StoreCorruptError(
+            f"the metadata of array {key!r} has {meta:,} bytes, more than the "
+            f"{MAX_METADATA_BYTES:,} accepted ({loc.display(key + '/zarr.json')})"
+        )
+    for k in range(n_chunks(a)):
+        rel = f"{key}/c/{k}"
+        size = listing.get(rel)
+        if size is None:
+            raise StoreCorruptError(f"chunk {k} of array {key!r} is missing ({loc.display(rel)})")
+        if size != a["chunk_bytes"][k]:
+            raise StoreCorruptError(
+                f"chunk {k} of array {key!r} has {size} bytes, the manifest says "
+                f"{a['chunk_bytes'][k]} (truncated or replaced: {loc.display(rel)})"
+            )
+
+
+class _ArrayMeta(NamedTuple):
+    """What the reader needs of a zarr array, from its metadata alone."""
+
+    metadata: Any
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+
+
+def _remote_metadata(loc: Location, key: str) -> _ArrayMeta:
+    """The metadata of array ``key`` of a remote store, read bounded and parsed."""
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+
+    rel = f"{key}/zarr.json"
+    try:
+        meta = ArrayV3Metadata.from_dict(json.loads(loc.read(rel, MAX_METADATA_BYTES)))
+        dtype = np.dtype(meta.dtype.to_native_dtype())
+        return _ArrayMeta(meta, dtype, tuple(meta.shape), tuple(meta.chunks))
+    except OversizeObjectError:
+        raise StoreCorruptError(
+            f"the metadata of array {key!r} has more than the {MAX_METADATA_BYTES:,} bytes "
+            f"accepted ({loc.display(rel)})"
+        ) from None
+    except Exception as e:
+        raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
+
+
+def _location(root: str | os.PathLike | Location) -> Location:
+    return root if isinstance(root, Location) else as_location(root)
+
+
 def read_array(
-    root: str | os.PathLike, key: str, entry: dict[str, Any], sl: slice | None = None
+    root: str | os.PathLike | Location,
+    key: str,
+    entry: dict[str, Any],
+    sl: slice | None = None,
 ) -> np.ndarray:
     """Read a stored 1-D array (or a contiguous slice of it), verifying its chunks.
 
-    Each chunk's CRC32C is checked and the decoded size its frames declare must be the one
-    its shape and dtype imply before it is decoded (:mod:`dl1.store.frames`), so a
-    decompression bomb allocates nothing; a whole array is also checked against the
-    manifest checksum.
+    ``root`` is the store's folder, URL or :class:`~dl1.store.location.Location`. Each
+    chunk's size is the manifest's, its CRC32C is checked and the decoded size its frames
+    declare must be the one its shape and dtype imply before it is decoded
+    (:mod:`dl1.store.frames`), so a decompression bomb allocates nothing; a whole array is
+    also checked against the manifest checksum.
     """
-    root = Path(root)
-    _check_chunks_present(root, key, entry)  # first: refuses paths outside the store
-    try:
-        arr = zarr.open_array(os.fspath(root / key), mode="r")
-    except Exception as e:
-        raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
+    loc = _location(root)
+    if loc.is_local:
+        _check_chunks_present(loc.path, key, entry)  # first: refuses paths outside the store
+        try:
+            arr = zarr.open_array(loc.key(key), mode="r")
+        except Exception as e:
+            raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
+    else:
+        arr = _remote_metadata(loc, key)
     if (
         list(arr.shape) != entry["shape"]
         or arr.dtype.str != entry["dtype"]
-        or arr.chunks != (entry["chunk"],)
+        or tuple(arr.chunks) != (entry["chunk"],)
     ):
         raise StoreCorruptError(
             f"array {key!r} has shape {arr.shape}, dtype {arr.dtype} and chunks {arr.chunks}, "
@@ -159,11 +224,13 @@ def read_array(
     hi = max(lo, hi)
     decoder = direct_decoder(arr)
     if decoder is not None:
-        a = _read_direct(root, key, entry, arr.dtype, decoder, compressor, (lo, hi))
+        a = _read_direct(loc, key, entry, arr.dtype, decoder, compressor, (lo, hi))
     else:
         c = entry["chunk"]
         for k in range(lo // c, -(-hi // c)):  # sizes checked before zarr decodes
-            _chunk_body(root, key, k, compressor, crc, c * arr.dtype.itemsize)
+            _chunk_body(loc, key, k, entry, compressor, crc, c * arr.dtype.itemsize)
+        if not loc.is_local:
+            arr = zarr.open_array(loc.zarr_store(), path=key, mode="r")
         try:
             a = arr[lo:hi]
         except Exception as e:
@@ -221,12 +288,41 @@ def direct_decoder(arr: Any) -> Any:
     return None
 
 
+def _chunk_bytes(loc: Location, key: str, k: int, size: int) -> bytes:
+    """The stored bytes of chunk ``k``: a local file (checked in place by
+    :func:`_check_chunks_present`), or a remote object read by a request of at most
+    ``size + 1`` bytes, refused unless it holds exactly the ``size`` the manifest records."""
+    if loc.is_local:
+        return chunk_path(loc.path, key, k).read_bytes()
+    rel = f"{key}/c/{k}"
+    try:
+        raw = loc.read(rel, size)
+    except FileNotFoundError:
+        missing = f"chunk {k} of array {key!r} is missing ({loc.display(rel)})"
+        raise StoreCorruptError(missing) from None
+    except OversizeObjectError:
+        raw = None
+    if raw is None or len(raw) != size:
+        got = "more" if raw is None else f"{len(raw)}"
+        raise StoreCorruptError(
+            f"chunk {k} of array {key!r} has {got} bytes, the manifest says {size} "
+            f"(truncated or replaced: {loc.display(rel)})"
+        )
+    return raw
+
+
 def _chunk_body(
-    root: Path, key: str, k: int, compressor: str, crc: bool, expected: int
+    loc: Location,
+    key: str,
+    k: int,
+    entry: dict[str, Any],
+    compressor: str,
+    crc: bool,
+    expected: int,
 ) -> memoryview:
     """The compressed bytes of chunk ``k``, checked: CRC32C (if the chain has it), and the
     decoded size its frames declare equal to ``expected`` (the chunk's shape x itemsize)."""
-    raw = chunk_path(root, key, k).read_bytes()
+    raw = _chunk_bytes(loc, key, k, entry["chunk_bytes"][k])
     body = memoryview(raw)
     if crc:
         if len(raw) < 4 or crc32c.crc32c(body[:-4]) != int.from_bytes(raw[-4:], "little"):
@@ -246,7 +342,7 @@ def _chunk_body(
 
 
 def _read_direct(
-    root: Path,
+    loc: Location,
     key: str,
     entry: dict[str, Any],
     dtype: np.dtype,
@@ -266,7 +362,7 @@ def _read_direct(
     out = np.empty(hi - lo, dtype=dtype)
     scratch = None
     for k in range(lo // c, -(-hi // c)):
-        body = _chunk_body(root, key, k, compressor, True, c * dtype.itemsize)
+        body = _chunk_body(loc, key, k, entry, compressor, True, c * dtype.itemsize)
         a, b = max(lo, k * c), min(hi, (k + 1) * c)
         try:
             if b - a == c:
@@ -385,11 +481,29 @@ def _meta(chunk_type: ChunkType, fmt: str, dtype: np.dtype):
 
 
 class Store:
-    """An opened dl1 store: manifest, verified eager reads, and lazy dask arrays."""
+    """An opened dl1 store: manifest, verified eager reads, and lazy dask arrays.
 
-    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
-        self.path = path
+    Made by :func:`open_store`. Cheap to pickle: the manifest and the store's
+    :class:`~dl1.store.location.Location` (a path, or a URL and its storage options).
+    """
+
+    def __init__(self, path: str | os.PathLike | Location, manifest: dict[str, Any]) -> None:
+        self.location = _location(path)
         self.manifest = manifest
+
+    @property
+    def path(self) -> Path | str:
+        """The store's folder (a Path), or for a store on a remote filesystem its URL as
+        shown in messages (no credentials)."""
+        loc = self.location
+        return loc.path if loc.is_local else loc.display()
+
+    @property
+    def root(self) -> str | Location:
+        """What task graphs carry to read the store where they run: the folder's path, or
+        the :class:`~dl1.store.location.Location` (URL and storage options)."""
+        loc = self.location
+        return loc.url if loc.is_local else loc
 
     def __repr__(self) -> str:
         parts = [
@@ -462,7 +576,7 @@ class Store:
         fmt = self._fmt(split, fmt)
         blk = self.entry(split)["blocks"][fmt][i][j]
         shape = self.block_shape(split, i, j)
-        return read_block_task(os.fspath(self.path), split, fmt, i, j, blk, shape, chunk_type)
+        return read_block_task(self.root, split, fmt, i, j, blk, shape, chunk_type)
 
     def read_block_arrays(
         self, split: str = "train", i: int = 0, j: int = 0, fmt: str | None = None
@@ -470,14 +584,14 @@ class Store:
         """Verified raw ``(indptr, indices, data)`` of block ``(i, j)``."""
         fmt = self._fmt(split, fmt)
         blk = self.entry(split)["blocks"][fmt][i][j]
-        return read_block_arrays(self.path, split, fmt, i, j, blk, self.block_shape(split, i, j))
+        return read_block_arrays(self.root, split, fmt, i, j, blk, self.block_shape(split, i, j))
 
     def read(self, name: str, split: str = "train") -> np.ndarray:
         """A verified split-level array: ``"y"``, ``"sample_weight"`` or ``"stats/<name>"``."""
         arrays = self.entry(split)["arrays"]
         if name not in arrays:
             raise KeyError(f"split {split!r} has no array {name!r} (has {sorted(arrays)})")
-        return read_array(self.path, f"{split}/{name}", arrays[name])
+        return read_array(self.root, f"{split}/{name}", arrays[name])
 
     def to_dask(
         self, split: str = "train", fmt: str | None = None, chunk_type: ChunkType = "scipy"
@@ -488,8 +602,8 @@ class Store:
         fmt = self._fmt(split, fmt)
         e = self.entry(split)
         rb, cb = self.row_bounds(split), self.col_bounds(split)
-        name = f"dl1-{split}-{fmt}-" + tokenize(os.fspath(self.path), e, chunk_type)
-        root = os.fspath(self.path)
+        name = f"dl1-{split}-{fmt}-" + tokenize(self.root, e, chunk_type)
+        root = self.root
         dsk = {
             (name, i, j): (
                 read_block_task,
@@ -517,7 +631,7 @@ class Store:
 
         fmt = self._fmt(split, fmt)
         blk = self.entry(split)["blocks"][fmt][i][j]
-        args = (os.fspath(self.path), split, fmt, i, j, blk, self.block_shape(split, i, j))
+        args = (self.root, split, fmt, i, j, blk, self.block_shape(split, i, j))
         return dask.delayed(read_columns_task, pure=True)(*args, lo, hi)
 
     def vector_dask(self, name: str = "y", split: str = "train") -> da.Array:
@@ -527,8 +641,8 @@ class Store:
             raise KeyError(f"split {split!r} has no array {name!r}")
         rb = self.row_bounds(split)
         key = f"{split}/{name}"
-        tok = f"dl1-{split}-{name}-" + tokenize(os.fspath(self.path), arrays[name], rb)
-        root = os.fspath(self.path)
+        tok = f"dl1-{split}-{name}-" + tokenize(self.root, arrays[name], rb)
+        root = self.root
         dsk = {
             (tok, i): (_read_slice_task, root, key, arrays[name], int(rb[i]), int(rb[i + 1]))
             for i in range(len(rb) - 1)
@@ -538,12 +652,38 @@ class Store:
         return da.Array(dsk, tok, (tuple(np.diff(rb).tolist()),), meta=np.empty(0, np.float64))
 
 
-def open_store(path: str | os.PathLike) -> Store:
+def open_store(
+    path: str | os.PathLike | Location | Any, storage_options: dict[str, Any] | None = None
+) -> Store:
     """Open a dl1 store, refusing an incomplete one, and check that every chunk is present
-    with the size the manifest records (cheap: one ``stat`` per chunk)."""
-    path = Path(path).absolute()
-    manifest = _load_manifest(path)
-    for split, entry in manifest["splits"].items():
-        for key, a in _array_entries(split, entry):
-            _check_chunks_present(path, key, a)
-    return Store(path, manifest)
+    with the size the manifest records.
+
+    Parameters
+    ----------
+    path : str, path-like, zarr store or Location
+        A local folder, a URL fsspec reaches (``s3://``, ``gs://``, ``abfs://``,
+        ``file://``, ``memory://``), or a zarr ``LocalStore`` / ``FsspecStore``.
+    storage_options : dict, optional
+        Options of the URL's fsspec filesystem (endpoint, credentials...). By default none:
+        credentials come from the environment, as each backend looks for them. They go
+        with the task graphs to the workers, which read their blocks from the store
+        themselves; they are never shown in messages.
+
+    Checking the chunks costs one ``stat`` per chunk on a local disk, one listing of the
+    store on an object store.
+    """
+    loc = as_location(path, storage_options)
+    manifest = _load_manifest(loc)
+    arrays = [
+        (key, a) for split, entry in manifest["splits"].items()
+        for key, a in _array_entries(split, entry)
+    ]  # fmt: skip
+    if loc.is_local:
+        for key, a in arrays:
+            _check_chunks_present(loc.path, key, a)
+    else:
+        expected = sum(n_chunks(a) + 1 for _, a in arrays)
+        listing = loc.listing(max_entries=2 * expected + MAX_OTHER_OBJECTS)
+        for key, a in arrays:
+            _check_listing(loc, listing, key, a)
+    return Store(loc, manifest)
