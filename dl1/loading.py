@@ -8,7 +8,6 @@ sources read from the store by every task, out of core) and builds the
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from dl1.objective.datafits import (
 from dl1.runtime.worker import WORKER_BASELINE
 from dl1.solvers.base import DataHandles, Problem, RowData, WorkingSetBudget
 from dl1.store import Store, open_store
+from dl1.store.location import is_store_source
 from dl1.store.reader import csc_column_range
 from dl1.tasks.blocks import Block, BlockSource, assemble_block, identity, loaded
 from dl1.tasks.gram import GRAM_DENSE_MAX
@@ -69,7 +69,7 @@ class Inputs:
 
 def as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray | None]:
     """(X as a 2-D dask array, y from a store or None, sample weights from a store or None)."""
-    if isinstance(X, (str, os.PathLike)):
+    if is_store_source(X):
         X = open_store(X)
     if isinstance(X, Store):
         y = X.read("y", split)
@@ -91,7 +91,7 @@ def as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray
         X = np.asarray(X) if isinstance(X, np.ndarray) else as_csc(X)
         return da.from_array(X, chunks=(n, max(1, -(-p // 4))), asarray=False), None, None
     raise ValidationError(
-        f"X must be a dask array, a dl1 Store or store path, a dl1 Dataset, a scipy.sparse "
+        f"X must be a dask array, a dl1 Store, store path or URL, a dl1 Dataset, a scipy.sparse "
         f"or pydata sparse matrix or a NumPy array; got {type(X).__name__}"
     )
 
@@ -166,7 +166,7 @@ def read_inputs(
 
     if isinstance(X, Dataset):
         return dataset_inputs(X, y, sample_weight, loss)
-    store = open_store(X) if isinstance(X, (str, os.PathLike)) else X
+    store = open_store(X) if is_store_source(X) else X
     store = store if isinstance(store, Store) else None
     Xd, y_store, sw_store = as_dask(X if store is None else store, split)
     n, p = Xd.shape
@@ -349,7 +349,7 @@ def block_sources(store: Store, split: str, sw: np.ndarray, standardize: bool, c
     fmt = store.column_format(split)
     rb, cb = store.row_bounds(split), store.col_bounds(split)
     nnz = store.block_nnz(split, fmt)
-    root = os.fspath(store.path)
+    root = store.root
     return [
         BlockSource(
             j,
@@ -613,7 +613,7 @@ def row_sources(store: Store, split: str) -> tuple[list[RowSource], np.ndarray]:
     e = store.entry(split)
     fmt = "csr" if "csr" in e["formats"] else e["formats"][0]
     rb, cb = store.row_bounds(split), store.col_bounds(split)
-    root = os.fspath(store.path)
+    root = store.root
     sources = [
         RowSource(
             i, int(rb[i]), int(rb[i + 1] - rb[i]), root, split, fmt,

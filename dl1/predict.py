@@ -9,7 +9,6 @@ once, as (indices, values), so the graph grows with the support, not with the wi
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -130,8 +129,9 @@ def as_input(X: Any, split: str = "test") -> Any:
     import dask.array as da
 
     from dl1.store import Store, open_store
+    from dl1.store.location import is_store_source
 
-    if isinstance(X, (str, os.PathLike)):
+    if is_store_source(X):
         X = open_store(X)
     if isinstance(X, Store):
         return X.to_dask(split)
@@ -197,9 +197,10 @@ def _proba(d: np.ndarray) -> np.ndarray:
 
 def _targets(X: Any, y: Any, split: str) -> np.ndarray:
     from dl1.store import Store, open_store
+    from dl1.store.location import is_store_source
 
     if y is None:
-        if isinstance(X, (str, os.PathLike)):
+        if is_store_source(X):
             X = open_store(X)
         if isinstance(X, Store):
             y = X.read("y", split)

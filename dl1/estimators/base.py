@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import inspect
 import numbers
-import os
 from typing import Any
 
 import numpy as np
@@ -70,7 +69,9 @@ CONSTRAINTS: dict[str, list[Any]] = {
 def is_out_of_core(X: Any) -> bool:
     """A dask array, a dl1 store or its path, or a :class:`dl1.Dataset`: data passed to
     :func:`dl1.fit` and to :mod:`dl1.predict` untouched."""
-    if isinstance(X, (str, os.PathLike)):
+    from dl1.store.location import is_store_source
+
+    if is_store_source(X):
         return True
     if type(X).__module__.startswith("dask."):
         return True
@@ -88,8 +89,9 @@ def is_out_of_core(X: Any) -> bool:
 def stored_targets(X: Any, split: str) -> np.ndarray | None:
     """The targets an out-of-core ``X`` carries (a Dataset's, a store's ``split``), or None."""
     from dl1.store import Store, open_store
+    from dl1.store.location import is_store_source
 
-    if isinstance(X, (str, os.PathLike)):
+    if is_store_source(X):
         X = open_store(X)
     if isinstance(X, Store):
         return np.asarray(X.read("y", split))

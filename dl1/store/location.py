@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from dl1.errors import StoreCorruptError, ValidationError
 
-__all__ = ["Location", "OversizeObjectError", "as_location", "is_url"]
+__all__ = ["Location", "OversizeObjectError", "as_location", "is_store_source", "is_url"]
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 _LOCAL_PROTOCOLS = ("file", "local")
@@ -37,6 +37,18 @@ class OversizeObjectError(ValueError):
 def is_url(source: Any) -> bool:
     """Whether ``source`` is a string of the form ``protocol://...``."""
     return isinstance(source, str) and _SCHEME.match(source) is not None
+
+
+def is_store_source(source: Any) -> bool:
+    """Whether ``source`` names a store :func:`as_location` takes: a path, a URL, a
+    :class:`Location` or a zarr store object."""
+    if isinstance(source, str | os.PathLike | Location):
+        return True
+    if not type(source).__module__.startswith("zarr."):
+        return False
+    from zarr.abc.store import Store as ZarrStore
+
+    return isinstance(source, ZarrStore)
 
 
 def _check_rel(rel: str) -> str:
