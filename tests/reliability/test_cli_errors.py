@@ -88,11 +88,11 @@ def test_invalid_input_is_one_line_exit_2_before_any_cluster(stores, args, named
 
 
 def test_runtime_errors_are_one_line_exit_1(stores):
-    """Pass criterion: an incomplete store, an existing destination and an unreachable
-    scheduler each exit with status 1 and one line naming the problem (before: the
+    """Pass criterion: an existing destination and an unreachable scheduler each exit
+    with status 1 (a folder that is not a complete store is invalid input: 2) and one line naming the problem (before: the
     unreachable scheduler printed a 60-line OSError traceback)."""
-    out, _ = dl1_cli("fit", stores / "empty", *NOWHERE)
-    assert out.returncode == 1 and "has no dl1-manifest.json" in one_line(out)
+    out, _ = dl1_cli("fit", stores / "empty", *NOWHERE)  # not a store: invalid input
+    assert out.returncode == 2 and "has no dl1-manifest.json" in one_line(out)
     out, _ = dl1_cli("generate", stores / "s")
     assert out.returncode == 1 and str(stores / "s") in one_line(out)
     out, _ = dl1_cli("fit", stores / "s", *NOWHERE)

@@ -1,0 +1,448 @@
+"""``dl1 demo``, ``dl1 fit`` and ``dl1 path``: certified fits on a cluster.
+
+Options and the store are checked before a cluster starts or is joined. Progress goes to
+stderr (see :mod:`dl1.cli.progress`): a line per round of a fit (``--progress-every``), per
+alpha of a path.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from dl1.cli.app import Output, cli, command_options, output
+from dl1.cli.cluster import ClusterSpec, _client, cluster_options
+from dl1.cli.progress import Progress
+from dl1.cli.stores import (
+    describe,
+    is_url,
+    open_input,
+    storage_options_option,
+    summary,
+    where,
+)
+from dl1.params import COMMON, CONSTRAINED_PATH, PATH, PENALISED, POSITIVE, validate_params
+from dl1.store import Store
+
+LOSSES = ["squared", "logistic", "hinge", "smooth_hinge", "squared_hinge"]
+
+
+def _check_store(path: str, loss: str, storage_options: dict[str, Any] | None = None) -> Store:
+    """The store opened and its fit inputs validated (manifest, ``y`` for ``loss``, column
+    statistics) before a cluster starts."""
+    from dl1.loading import read_inputs
+
+    store = open_input(path, storage_options)
+    read_inputs(store, None, None, loss, "train")
+    return store
+
+
+def _round_reporter(progress: Progress, every: int) -> Any:
+    """A solver callback writing every ``every``-th round's gap and support (None: 0)."""
+    if every <= 0:
+        return None
+
+    def on_round(entry: dict[str, Any]) -> None:
+        r = int(entry.get("round", 0))
+        if r % every == 0:
+            progress.step(r, f"round {r}  gap {entry['gap']:.3e}  nnz {entry.get('nnz', '?')}")
+
+    return on_round
+
+
+def _test_metric(store: Store, res: Any, loss: str, client: Any) -> dict[str, float]:
+    from dl1.predict import decision_function
+
+    pred = client.compute(decision_function(store, res.coef_, res.intercept_, split="test"))
+    pred = pred.result()
+    y_test = store.read("y", "test")
+    if loss == "squared":
+        return {
+            "test_mse": float(np.mean((y_test - pred) ** 2)),
+            "test_y_variance": float(np.var(y_test)),
+        }
+    return {"test_accuracy": float(np.mean(np.where(pred >= 0, 1.0, -1.0) == y_test))}
+
+
+def _fit_and_report(
+    store: Store,
+    *,
+    alpha: float | None,
+    alpha_ratio: float,
+    l1_ratio: float,
+    loss: str,
+    tol: float,
+    client: Any,
+    out: Output,
+    progress_every: int = 1,
+) -> Any:
+    import dl1
+
+    t0 = time.perf_counter()
+    with Progress("fit") as progress:
+        amax = dl1.alpha_max(store, l1_ratio=l1_ratio, loss=loss, client=client)
+        a = alpha if alpha is not None else amax / alpha_ratio
+        progress.note(f"alpha_max {amax:.6g}; fitting at alpha {a:.6g}")
+        res = dl1.fit(
+            store,
+            alpha=a,
+            l1_ratio=l1_ratio,
+            loss=loss,
+            tol=tol,
+            client=client,
+            callback=_round_reporter(progress, progress_every),
+        )
+    dt = time.perf_counter() - t0
+    nnz = int(np.count_nonzero(res.coef_))
+    out.say(
+        f"fit ({loss}, alpha={a:.6g} = alpha_max/{amax / a:.4g}, l1_ratio={l1_ratio}) "
+        f"in {dt:.2f} s, {res.n_rounds_} rounds"
+    )
+    out.say(
+        f"certificate: duality gap {res.dual_gap_:.3e} = {res.gap_:.3e} x P(0) "
+        f"({'certified' if res.converged_ else 'NOT certified'} at tol {tol:g}); "
+        f"objective {res.primal_:.8g}, dual {res.dual_:.8g}"
+    )
+    out.say(
+        f"model: {nnz:,} nonzero coefficients of {res.coef_.shape[0]:,}, "
+        f"intercept {res.intercept_:.6g}"
+    )
+    out.result.update(
+        store=where(store),
+        loss=loss,
+        alpha=a,
+        alpha_max=amax,
+        l1_ratio=l1_ratio,
+        tol=tol,
+        certified=bool(res.converged_),
+        relative_gap=res.gap_,
+        duality_gap=res.dual_gap_,
+        primal=res.primal_,
+        dual=res.dual_,
+        n_rounds=res.n_rounds_,
+        passes=res.passes_,
+        seconds=dt,
+        n_features=int(res.coef_.shape[0]),
+        n_nonzero=nnz,
+        intercept=res.intercept_,
+    )
+    if "test" in store.splits:
+        metric = _test_metric(store, res, loss, client)
+        out.result.update(metric)
+        if loss == "squared":
+            out.say(
+                f"test: MSE {metric['test_mse']:.6g} "
+                f"(variance of y_test {metric['test_y_variance']:.6g})"
+            )
+        else:
+            out.say(f"test: accuracy {metric['test_accuracy']:.4f}")
+    return res
+
+
+def _save(model: Any, path: str | None, overwrite: bool, out: Output) -> None:
+    if path is None:
+        return
+    written = model.save(path, overwrite=overwrite)
+    out.say(f"model saved to {written}")
+    out.result["model"] = str(written)
+
+
+def _check_output(path: str | None, overwrite: bool) -> None:
+    """An ``--output`` that exists is refused before any work (unless ``--overwrite``)."""
+    if path is not None and not overwrite and Path(path).exists():
+        raise FileExistsError(f"--output {path} exists; pass --overwrite to replace a saved model")
+
+
+@cli.command()
+@command_options
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where to write the store (default: a temporary directory, removed after).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Worker processes of the LocalCluster.",
+)
+@click.option(
+    "--dashboard",
+    is_flag=True,
+    help="Serve the LocalCluster's Dask dashboard (and its workers' /health, /metrics) "
+    "on 127.0.0.1; none without it (no authentication, any local user reaches loopback).",
+)
+def demo(out: str | None, seed: int, workers: int, dashboard: bool) -> None:
+    """The main job on its embedded default: generate the 'small' E2006-like preset, fit a
+    Lasso at alpha_max / 20 on a LocalCluster and print its certificate."""
+    from dl1.datasets import make_e2006_like
+
+    validate_params(COMMON, {"seed": seed}, "dl1 demo")
+    o = output()
+    with tempfile.TemporaryDirectory(prefix="dl1-demo-") as tmp:
+        path = Path(out) if out else Path(tmp) / "small.zarr"
+        t0 = time.perf_counter()
+        store = make_e2006_like(path, preset="small", seed=seed, overwrite=out is not None)
+        o.say(f"generated in {time.perf_counter() - t0:.1f} s")
+        o.say(summary(store))
+        o.result["data"] = describe(store)
+        spec = ClusterSpec(workers=workers, dashboard=dashboard)
+        stack, client = _client(None, workers, None, dashboard, spec=spec, say=o.say)
+        with stack:
+            _fit_and_report(
+                store,
+                alpha=None,
+                alpha_ratio=20.0,
+                l1_ratio=1.0,
+                loss="squared",
+                tol=1e-6,
+                client=client,
+                out=o,
+            )
+
+
+@cli.command()
+@command_options
+@click.argument("store")
+@click.option("--alpha", type=float, default=None, help="Penalty (default: alpha_max / ratio).")
+@click.option(
+    "--alpha-ratio",
+    type=float,
+    default=20.0,
+    show_default=True,
+    help="alpha = alpha_max / ratio when --alpha is not given.",
+)
+@click.option("--l1-ratio", type=click.FloatRange(0, 1), default=1.0, show_default=True)
+@click.option("--loss", type=click.Choice(LOSSES), default="squared", show_default=True)
+@click.option(
+    "--tol", type=float, default=1e-6, show_default=True, help="Stop at duality gap <= tol * P(0)."
+)
+@click.option(
+    "--output",
+    "model_out",
+    default=None,
+    help="Save the fitted model in this directory (dl1's saved-model format: JSON and .npy; "
+    "read by dl1 predict / score and dl1.load_model).",
+)
+@click.option("--overwrite", is_flag=True, help="Replace a saved model at --output.")
+@click.option(
+    "--progress-every",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="A progress line every N rounds (0: none; the fit may then run in one piece).",
+)
+@cluster_options
+@storage_options_option
+def fit(
+    store: str,
+    alpha: float | None,
+    alpha_ratio: float,
+    l1_ratio: float,
+    loss: str,
+    tol: float,
+    model_out: str | None,
+    overwrite: bool,
+    progress_every: int,
+    cluster: ClusterSpec,
+    storage_options: dict[str, Any] | None,
+) -> None:
+    """Fit a certified L1 / elastic-net model on STORE (a path or URL) and print its
+    certificate."""
+    validate_params(
+        PENALISED,
+        {
+            "l1_ratio": l1_ratio,
+            "loss": loss,
+            "tol": tol,
+            **({} if alpha is None else {"alpha": alpha}),
+        },
+        "dl1 fit",
+    )
+    validate_params({"alpha_ratio": [POSITIVE]}, {"alpha_ratio": alpha_ratio}, "dl1 fit")
+    cluster.check()
+    _check_output(model_out, overwrite)
+    st = _check_store(store, loss, storage_options)  # before a cluster
+    out = output()
+    stack, client = _client(None, 0, None, spec=cluster, say=out.say)
+    with stack:
+        res = _fit_and_report(
+            st,
+            alpha=alpha,
+            alpha_ratio=alpha_ratio,
+            l1_ratio=l1_ratio,
+            loss=loss,
+            tol=tol,
+            client=client,
+            out=out,
+            progress_every=progress_every,
+        )
+    _save(res, model_out, overwrite, out)
+
+
+@cli.command("path")
+@command_options
+@click.argument("store")
+@click.option("--n-alphas", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option(
+    "--eps",
+    type=float,
+    default=1e-2,
+    show_default=True,
+    help="Smallest alpha as a fraction of alpha_max.",
+)
+@click.option("--l1-ratio", type=click.FloatRange(0, 1), default=1.0, show_default=True)
+@click.option("--loss", type=click.Choice(LOSSES), default="squared", show_default=True)
+@click.option(
+    "--tol",
+    type=float,
+    default=1e-6,
+    show_default=True,
+    help="Certify each alpha at duality gap <= tol * P(0).",
+)
+@click.option(
+    "--checkpoint",
+    default=None,
+    help="Zarr group (path or URL) for incremental results; an interrupted path resumes there.",
+)
+@click.option(
+    "--plots",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Directory for the PNG figures (default: STORE-path-plots for a local STORE; none "
+    "for a URL).",
+)
+@click.option(
+    "--output",
+    "model_out",
+    default=None,
+    help="Save the path (every alpha's model) in this directory (dl1's saved-model format).",
+)
+@click.option("--overwrite", is_flag=True, help="Replace a saved model at --output.")
+@click.option(
+    "--constrained",
+    is_flag=True,
+    help="The constrained path in delta (||w||_1 <= delta) by randomized Frank-Wolfe "
+    "(dl1.path_constrained) instead of the penalised path.",
+)
+@click.option(
+    "--sample",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.01,
+    show_default=True,
+    help="--constrained: fraction of the features scored per iteration.",
+)
+@cluster_options
+@storage_options_option
+def path_cmd(
+    store: str,
+    n_alphas: int,
+    eps: float,
+    l1_ratio: float,
+    loss: str,
+    tol: float,
+    checkpoint: str | None,
+    plots: str | None,
+    model_out: str | None,
+    overwrite: bool,
+    constrained: bool,
+    sample: float,
+    cluster: ClusterSpec,
+    storage_options: dict[str, Any] | None,
+) -> None:
+    """Regularisation path on STORE (a path or URL): every alpha certified; validation error
+    on its test split when it has one; figures written as PNG.
+
+    With --constrained, the constrained Lasso path instead: n-alphas radii from eps *
+    delta_max up to the paper's delta_max, each certified by its exact FW gap at --tol
+    (--loss squared or logistic; no --checkpoint, --l1-ratio 1 only)."""
+    import dl1
+
+    if constrained and (checkpoint is not None or l1_ratio != 1.0):
+        raise click.UsageError("--constrained takes neither --checkpoint nor --l1-ratio")
+    cluster.check()
+    if constrained:
+        validate_params(
+            CONSTRAINED_PATH,
+            dict(n_deltas=n_alphas, eps=eps, loss=loss, tol=tol, sample=sample),
+            "dl1 path --constrained",
+        )
+    else:
+        validate_params(
+            PATH,
+            dict(n_alphas=n_alphas, eps=eps, l1_ratio=l1_ratio, loss=loss, tol=tol),
+            "dl1 path",
+        )
+    _check_output(model_out, overwrite)
+    st = _check_store(store, loss, storage_options)  # before a cluster
+    out = output()
+    stack, client = _client(None, 0, None, spec=cluster, say=out.say)
+    with stack, Progress("path", n_alphas) as progress:
+
+        def on_alpha(k: int, alpha: float, res: Any) -> None:
+            nnz = int(np.count_nonzero(res.coef_))
+            info = (
+                f"delta {alpha:.3e}  nnz {nnz}  fw gap {res.gap_:.1e}  iterations {res.n_iter_}"
+                if constrained
+                else f"alpha {alpha:.3e}  nnz {nnz}  gap {res.gap_:.1e}  passes {res.passes_:.2f}"
+            )
+            progress.step(k + 1, info)
+
+        common = dict(
+            eps=eps,
+            loss=loss,
+            tol=tol,
+            client=client,
+            callback=on_alpha,
+            X_test="test" if "test" in st.splits else None,
+        )
+        t0 = time.perf_counter()
+        if constrained:
+            result = dl1.path_constrained(st, n_deltas=n_alphas, sample=sample, **common)
+        else:
+            result = dl1.path(
+                st, n_alphas=n_alphas, l1_ratio=l1_ratio, checkpoint=checkpoint, **common
+            )
+        seconds = time.perf_counter() - t0
+    out.say(result.summary())
+    out.result.update(_path_json(st, result, seconds))
+    if plots or not is_url(store):
+        target = Path(plots) if plots else Path(str(st.path) + "-path-plots")
+        written = [str(f) for f in result.plot(target)]
+        for f in written:
+            out.say(f"wrote {f}")
+        out.result["plots"] = written
+    _save(result, model_out, overwrite, out)
+
+
+def _path_json(store: Store, result: Any, seconds: float) -> dict[str, Any]:
+    best = result.best_index_
+    doc = {
+        "store": where(store),
+        "loss": result.loss,
+        "l1_ratio": result.l1_ratio,
+        "tol": result.tol,
+        "n_alphas": result.n_alphas,
+        "alphas": result.alphas_,
+        "n_nonzero": result.n_active_,
+        "relative_gaps": result.gaps_,
+        "certified": result.converged_,
+        "passes": result.passes_,
+        "seconds_per_alpha": result.seconds_,
+        "seconds": seconds,
+        "best_index": best,
+        "best_alpha": None if best is None else float(result.alphas_[best]),
+    }
+    for name in ("deltas_", "test_mse_", "test_logloss_", "test_accuracy_"):
+        v = getattr(result, name, None)
+        if v is not None:
+            doc[name.rstrip("_")] = v
+    return doc

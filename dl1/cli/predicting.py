@@ -1,0 +1,210 @@
+"""``dl1 predict`` and ``dl1 score``: a saved model applied to a store, out of core.
+
+Predictions are computed on the workers one row block at a time (a few in flight) and
+written, as each arrives, into a float64 ``.npy`` file (:func:`numpy.lib.format.open_memmap`)
+made beside ``--output`` and renamed into place when complete: the client holds a few
+blocks' predictions at a time, and never the data.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from dl1.cli.app import cli, command_options, output
+from dl1.cli.cluster import ClusterSpec, _client, cluster_options
+from dl1.cli.progress import Progress
+from dl1.cli.stores import check_split, open_input, storage_options_option, where
+from dl1.errors import ValidationError
+
+#: Row blocks of predictions computed at once per worker.
+BLOCKS_IN_FLIGHT_PER_WORKER = 2
+
+
+def load(model_path: str, alpha: float | None) -> Any:
+    """The saved model at ``model_path`` (a :class:`dl1.FitResult`; of a saved path, the
+    model of grid alpha ``alpha``, or of its chosen alpha)."""
+    from dl1.models import load_model
+    from dl1.paths.result import PathResult
+
+    model = load_model(model_path)
+    if isinstance(model, PathResult):
+        try:
+            return model.model(alpha)
+        except ValueError as e:
+            raise ValidationError(f"{model_path}: {e} (--alpha)") from None
+    if alpha is not None and alpha != model.alpha:
+        raise ValidationError(
+            f"{model_path} is a fit at alpha {model.alpha!r}; --alpha is for a saved path"
+        )
+    return model
+
+
+def write_blockwise(pred: Any, dst: Path, client: Any, progress: Progress) -> int:
+    """Compute the dask vector ``pred`` block by block on ``client`` (a few blocks in flight)
+    into the ``.npy`` file ``dst`` (written beside it, renamed when complete); returns the
+    number of values."""
+    from distributed import as_completed
+    from numpy.lib.format import open_memmap
+
+    n = int(pred.shape[0])
+    starts = np.concatenate([[0], np.cumsum(pred.chunks[0])]).astype(np.int64)
+    todo = iter(enumerate(pred.to_delayed().ravel()))
+    window = BLOCKS_IN_FLIGHT_PER_WORKER * max(1, len(client.scheduler_info()["workers"]))
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    index: dict[str, int] = {}
+    running = as_completed()
+
+    def submit() -> None:
+        for i, block in todo:  # one block, if any is left
+            fut = client.compute(block)
+            index[fut.key] = i
+            running.add(fut)
+            return
+
+    try:
+        mm = open_memmap(tmp, mode="w+", dtype="<f8", shape=(n,))
+        for _ in range(window):
+            submit()
+        for done, fut in enumerate(running, start=1):  # ends when every block is written
+            i = index.pop(fut.key)
+            values = np.asarray(fut.result(), dtype=np.float64)
+            lo, hi = int(starts[i]), int(starts[i + 1])
+            if values.shape != (hi - lo,):
+                raise ValidationError(
+                    f"row block {i} gave {values.shape} predictions, expected {hi - lo}"
+                )
+            mm[lo:hi] = values
+            del fut, values
+            progress.step(done, f"row block {i} written (rows {lo}-{hi - 1})")
+            submit()
+        mm.flush()
+        del mm
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return n
+
+
+@cli.command()
+@command_options
+@click.argument("model", type=click.Path())
+@click.argument("data")
+@click.option(
+    "--output",
+    "pred_out",
+    required=True,
+    help="The predictions: a float64 .npy file, one value per row of DATA's split.",
+)
+@click.option("--split", default=None, help="Split of DATA (default: test if any, else train).")
+@click.option(
+    "--decision-function",
+    "decision",
+    is_flag=True,
+    help="Write decision values X w + b instead of predictions (labels -1 / +1 for "
+    "classification losses).",
+)
+@click.option("--alpha", type=float, default=None, help="Saved path: the grid alpha to use.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --output file.")
+@cluster_options
+@storage_options_option
+def predict(
+    model: str,
+    data: str,
+    pred_out: str,
+    split: str | None,
+    decision: bool,
+    alpha: float | None,
+    overwrite: bool,
+    cluster: ClusterSpec,
+    storage_options: dict[str, Any] | None,
+) -> None:
+    """Predict with the saved MODEL on the store DATA (a path or URL), out of core: row
+    block by row block, on the workers, into the .npy file --output."""
+    from dl1.predict import check_n_features, decision_function
+    from dl1.predict import predict as predict_values
+
+    cluster.check()
+    dst = Path(pred_out)
+    if dst.suffix != ".npy":
+        raise click.BadParameter("must name a .npy file", param_hint="--output")
+    if dst.exists() and not overwrite:
+        raise FileExistsError(f"--output {dst} exists; pass --overwrite to replace it")
+    fitted = load(model, alpha)
+    store = open_input(data, storage_options)
+    split = check_split(store, split)
+    check_n_features(store.to_dask(split), fitted.coef_.shape[0])
+    out = output()
+    stack, client = _client(None, 0, None, spec=cluster, say=out.say)
+    t0 = time.perf_counter()
+    with stack:
+        if decision:
+            pred = decision_function(store, fitted.coef_, fitted.intercept_, split=split)
+        else:
+            pred = predict_values(store, fitted.coef_, fitted.intercept_, fitted.loss, split=split)
+        with Progress("predict", len(pred.chunks[0])) as progress:
+            n = write_blockwise(pred, dst, client, progress)
+    dt = time.perf_counter() - t0
+    kind = "decision values" if decision else "predictions"
+    out.say(f"{n:,} {kind} of {where(store)} [{split}] written to {dst} in {dt:.2f} s")
+    out.result.update(
+        output=str(dst),
+        n_samples=n,
+        split=split,
+        kind=kind.split()[0],
+        loss=fitted.loss,
+        alpha=fitted.alpha,
+        store=where(store),
+        seconds=dt,
+    )
+
+
+@cli.command()
+@command_options
+@click.argument("model", type=click.Path())
+@click.argument("data")
+@click.option("--split", default=None, help="Split of DATA (default: test if any, else train).")
+@click.option("--alpha", type=float, default=None, help="Saved path: the grid alpha to use.")
+@cluster_options
+@storage_options_option
+def score(
+    model: str,
+    data: str,
+    split: str | None,
+    alpha: float | None,
+    cluster: ClusterSpec,
+    storage_options: dict[str, Any] | None,
+) -> None:
+    """Score the saved MODEL on the store DATA (a path or URL) and its targets: R^2 for the
+    squared loss, accuracy otherwise (as the estimators' score)."""
+    from dl1.predict import check_n_features
+    from dl1.predict import score as score_of
+
+    cluster.check()
+    fitted = load(model, alpha)
+    store = open_input(data, storage_options)
+    split = check_split(store, split)
+    check_n_features(store.to_dask(split), fitted.coef_.shape[0])
+    out = output()
+    stack, _ = _client(None, 0, None, spec=cluster, say=out.say)
+    t0 = time.perf_counter()
+    with stack:
+        value = score_of(store, None, fitted.coef_, fitted.intercept_, fitted.loss, split=split)
+    dt = time.perf_counter() - t0
+    metric = "r2" if fitted.loss == "squared" else "accuracy"
+    out.say(f"{metric} {value:.6g} on {where(store)} [{split}] ({store.shape(split)[0]:,} rows)")
+    out.result.update(
+        metric=metric,
+        score=value,
+        split=split,
+        n_samples=store.shape(split)[0],
+        loss=fitted.loss,
+        alpha=fitted.alpha,
+        store=where(store),
+        seconds=dt,
+    )
