@@ -89,8 +89,9 @@ def test_invalid_input_is_one_line_exit_2_before_any_cluster(stores, args, named
 
 def test_runtime_errors_are_one_line_exit_1(stores):
     """Pass criterion: an existing destination and an unreachable scheduler each exit
-    with status 1 (a folder that is not a complete store is invalid input: 2) and one line naming the problem (before: the
-    unreachable scheduler printed a 60-line OSError traceback)."""
+    with status 1 and one line naming the problem (before: the unreachable scheduler
+    printed a 60-line OSError traceback); a folder that is not a complete store is invalid
+    input, status 2."""
     out, _ = dl1_cli("fit", stores / "empty", *NOWHERE)  # not a store: invalid input
     assert out.returncode == 2 and "has no dl1-manifest.json" in one_line(out)
     out, _ = dl1_cli("generate", stores / "s")
