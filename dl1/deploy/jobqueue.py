@@ -14,6 +14,8 @@ jobs), a real cluster names its network (``interface="ib0"``) and should use TLS
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 import numbers
 import shlex
@@ -22,7 +24,7 @@ from typing import Any
 
 import dask
 
-from dl1.errors import ClusterStalledError
+from dl1.errors import ClusterStalledError, Dl1Error
 from dl1.params import Interval, Options, is_str, predicate, validate_params
 from dl1.runtime.localcluster import (
     CLUSTER_CONFIG,
@@ -44,6 +46,11 @@ DEATH_TIMEOUT = 60
 
 #: Seconds :func:`jobqueue_cluster` waits by default for its workers' jobs to start.
 START_TIMEOUT = 300.0
+
+
+class JobSubmissionError(Dl1Error, RuntimeError):
+    """The batch system refused a worker job (its submission command failed); the message
+    gives the command's error output."""
 
 
 @predicate("a list of strings")
@@ -169,13 +176,55 @@ def jobqueue_cluster(
     del params["n_workers"], params["timeout"]
     cluster = _cluster(**params)
     try:
-        cluster.scale(n_workers)
+        _submit(cluster, n_workers)
         if timeout is not None:
             _wait_for_workers(cluster, kind, n_workers, timeout)
     except BaseException:
         cluster.close()
         raise
     return cluster
+
+
+def _submit(cluster: Any, n_workers: int) -> None:
+    """Submit the jobs of ``n_workers`` workers and wait for the submissions (not for the
+    jobs to start): a refused submission raises :class:`JobSubmissionError`."""
+    from distributed.core import Status
+
+    async def submitted() -> None:
+        await cluster._correct_state()
+        await asyncio.sleep(0)  # the failed submission's log record, if any, is out
+
+    refusals = _Refusals()
+    log = logging.getLogger("tornado.application")  # where Dask's scale reports a failure
+    log.addFilter(refusals)
+    try:
+        cluster.scale(n_workers)
+        cluster.sync(submitted)
+    finally:
+        log.removeFilter(refusals)
+    unsubmitted = [job for job in cluster._created if job.status == Status.created]
+    if refusals.errors or unsubmitted:
+        # a job never submitted stays "created", which Dask's close refuses (dask/distributed#6183)
+        for job in unsubmitted:
+            job.status = Status.failed
+        detail = "; ".join(refusals.errors) or "no error output"
+        raise JobSubmissionError(f"the batch system refused dl1's worker job: {detail}")
+
+
+class _Refusals(logging.Filter):
+    """Takes dask-jobqueue's failed submissions out of the log, keeping their error output
+    (the submission command's standard error)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not (isinstance(exc, RuntimeError) and "non-zero exit code" in str(exc)):
+            return True
+        self.errors.append(" ".join(str(exc).partition("stderr:")[2].split()) or str(exc))
+        return False
 
 
 def job_script(
