@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 import dl1
-from dl1.datasets import make_e2006_like
 from dl1.errors import ClusterStalledError
 from dl1.runtime.watchdog import STALL_TIMEOUT_KEY
 from tests.reliability.faults import nanny_cluster, timed, worker_pids
@@ -86,13 +85,6 @@ def cluster():
 @pytest.fixture(scope="module")
 def fit_data():
     return make_regression(n=3000, p=4000, density=0.01, seed=9)
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    path = tmp_path_factory.mktemp("frozen") / "small.zarr"
-    make_e2006_like(path, preset="small", seed=3)
-    return path
 
 
 def first_worker(client) -> tuple[str, int]:

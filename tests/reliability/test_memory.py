@@ -22,13 +22,6 @@ from dl1.runtime.wire import PLUGIN_NAME
 from tests.reliability.faults import nanny_cluster
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    path = tmp_path_factory.mktemp("memory") / "small.zarr"
-    make_e2006_like(path, preset="small", seed=6)
-    return path
-
-
 @pytest.mark.parametrize("limit", ["250MB", "200MB"])
 def test_workers_too_small_for_dl1_are_told_how_much_they_need(limit, store):
     """Two workers whose memory limit is below what a worker with dl1 loaded takes: at

@@ -18,7 +18,6 @@ import dask
 import pytest
 
 import dl1
-from dl1.datasets import make_e2006_like
 from dl1.errors import ClusterStalledError
 from dl1.runtime.watchdog import STALL_TIMEOUT_KEY
 from tests.reliability.faults import REPO, assert_same_path, process_cluster, scheduler_address
@@ -32,13 +31,6 @@ SLACK_S = 30.0
 #: seconds a new scheduler process may take to listen (imports, on a loaded machine), and
 #: the client's reconnection window (its ``timeout``)
 START_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    path = tmp_path_factory.mktemp("restart") / "small.zarr"
-    make_e2006_like(path, preset="small", seed=3)
-    return path
 
 
 def start_scheduler(address: str, log) -> subprocess.Popen:

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import dl1
-from dl1.datasets import make_e2006_like
 from dl1.errors import ClusterStalledError
 from tests.reliability.faults import (
     RECOVERY_S,
@@ -35,13 +34,6 @@ FIT = dict(alpha=1e-4, tol=1e-9, n_partitions=2, max_rounds=100_000)
 PATH = dict(n_alphas=10, tol=1e-8)
 #: the stall timeout of the tests that lose the whole cluster (the default is 60 s)
 STALL_S = 3.0
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    path = tmp_path_factory.mktemp("faults") / "small.zarr"
-    make_e2006_like(path, preset="small", seed=3)
-    return path
 
 
 @pytest.fixture(scope="module")
