@@ -1,6 +1,36 @@
 #!/usr/bin/env bash
-# Stop the processes started by cluster/start-local.sh.
+# Stop the processes started by cluster/start-local.sh, cleanly: the workers first (SIGTERM:
+# each nanny closes its worker, which says goodbye to the still running scheduler), then
+# the scheduler. Each step waits at most DL1_STOP_TIMEOUT seconds (default 30) for the
+# processes to exit; whatever is still alive after that is killed (SIGKILL), and named.
+# No CommClosedError tracebacks or "still alive ... killing" warnings in the logs.
 set -u
-[ -f dl1-cluster.pids ] || exit 0
-while read -r pid; do kill "$pid" 2>/dev/null || true; done < dl1-cluster.pids
-rm -f dl1-cluster.pids
+pids=dl1-cluster.pids
+[ -f "$pids" ] || exit 0
+timeout="${DL1_STOP_TIMEOUT:-30}"
+[[ "$timeout" =~ ^[0-9]{1,4}$ ]] || { echo "DL1_STOP_TIMEOUT must be seconds; got '$timeout'" >&2; exit 2; }
+scheduler=$(head -n 1 "$pids")
+workers=$(tail -n +2 "$pids")
+
+alive() {  # the given pids still running
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && echo "$p"; done
+}
+
+stop() {  # SIGTERM the pids, wait (bounded) for them to exit, SIGKILL the rest
+    [ $# -gt 0 ] || return 0
+    kill -TERM "$@" 2>/dev/null
+    for _ in $(seq $((timeout * 10))); do
+        [ -z "$(alive "$@")" ] && return 0
+        sleep 0.1
+    done
+    left=$(alive "$@")
+    if [ -n "$left" ]; then
+        echo "still running after ${timeout} s, killed: $left" >&2
+        kill -KILL $left 2>/dev/null
+    fi
+}
+
+# shellcheck disable=SC2086 # pids: one word each
+stop $workers
+stop $scheduler
+rm -f "$pids"

@@ -25,6 +25,8 @@ from dl1.errors import Dl1Error, ValidationError
 MAX_SCHEDULER_FILE_BYTES = 1 << 20
 #: Seconds to wait for the workers of SLURM jobs (queued jobs may wait for a node).
 DEFAULT_WORKER_TIMEOUT = 600.0
+#: Seconds a LocalCluster's worker has to exit when closed before it is killed.
+CLOSE_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,7 @@ def _client(
     spec.check()
     from distributed import Client
 
-    logging.getLogger("distributed").setLevel(logging.ERROR)
+    logging.getLogger("distributed").setLevel(logging.WARNING)
     stack = ExitStack()
     address = spec.scheduler or (spec.scheduler_file and scheduler_address(spec.scheduler_file))
     if address:
@@ -226,6 +228,7 @@ def _client(
         return stack, client
     try:
         cluster = stack.enter_context(_start(spec))
+        stack.callback(close_workers, cluster)  # after the client, before the cluster
         client = stack.enter_context(Client(cluster))
         if spec.cluster == "slurm":
             client.wait_for_workers(spec.workers, timeout=spec.worker_timeout)
@@ -237,6 +240,27 @@ def _client(
     elif spec.dashboard:
         click.echo(f"dashboard: {client.dashboard_link}")
     return stack, client
+
+
+def close_workers(cluster: Any, timeout: float = CLOSE_TIMEOUT) -> None:
+    """Close the workers of a LocalCluster dl1 started, giving each up to ``timeout``
+    seconds to exit before its nanny kills it (Dask's own close gives 4 s, which a loaded
+    machine exceeds: "Worker process still alive after 4.0 seconds, killing")."""
+    import asyncio
+
+    from distributed import LocalCluster
+
+    if not isinstance(cluster, LocalCluster):
+        return
+
+    async def close_all() -> None:
+        nannies = list(cluster.workers.values())
+        await asyncio.gather(
+            *(w.close(timeout=timeout, reason="dl1-done") for w in nannies),
+            return_exceptions=True,
+        )
+
+    cluster.sync(close_all)
 
 
 def _start(spec: ClusterSpec) -> Any:
@@ -261,12 +285,13 @@ def _start(spec: ClusterSpec) -> Any:
     from dl1.runtime.localcluster import local_cluster
 
     return local_cluster(
-        silence_logs=logging.ERROR,
+        silence_logs=logging.WARNING,
         n_workers=spec.workers,
         threads_per_worker=1,
         processes=True,
         dashboard=spec.dashboard,
-        dashboard_address="127.0.0.1:8787",  # never Dask's all-interfaces default
+        # never Dask's all-interfaces default; a free port when no dashboard is served
+        dashboard_address="127.0.0.1:8787" if spec.dashboard else "127.0.0.1:0",
         memory_limit=spec.memory_limit or "auto",
     )
 

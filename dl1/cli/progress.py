@@ -67,8 +67,7 @@ class Progress:
         if self._bar is not None:
             self._bar.update(self._task, completed=done, info=info)
             return
-        of = f"/{self.total}" if self.total else ""
-        self.line(f"{done}{of} {info}")
+        self.line(f"{done}/{self.total} {info}" if self.total else info)
 
     def note(self, text: str) -> None:
         """A line outside the steps (a phase starts or ends)."""
