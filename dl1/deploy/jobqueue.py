@@ -15,6 +15,7 @@ jobs), a real cluster names its network (``interface="ib0"``) and should use TLS
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import numbers
@@ -265,9 +266,7 @@ def _cluster(
     dashboard: bool,
 ) -> Any:
     """dask-jobqueue's cluster of ``kind`` set up for dl1 (scheduler started, no job)."""
-    import dask_jobqueue
-
-    cls = getattr(dask_jobqueue, CLUSTER_CLASSES[kind])
+    cls = _cluster_class(kind)
     settings = worker_settings(dashboard=dashboard, host=None if interface else "127.0.0.1")
     config = dict(CLUSTER_CONFIG)
     scheduler: dict[str, Any] = {"dashboard": dashboard}
@@ -290,6 +289,27 @@ def _cluster(
             job_name=JOB_NAME,
             log_directory=log_directory,
         )
+
+
+@functools.cache
+def _cluster_class(kind: str) -> type:
+    """dask-jobqueue's cluster class of ``kind``, whose ``close`` also deletes the temporary
+    TLS certificate and key it wrote for the jobs (``security=True``), which it otherwise
+    leaves until the cluster object is garbage collected."""
+    import dask_jobqueue
+
+    base = getattr(dask_jobqueue, CLUSTER_CLASSES[kind])
+
+    async def _close(self: Any) -> None:
+        try:
+            await base._close(self)
+        finally:
+            for key in ("ca_file", "cert", "key"):
+                handle = getattr(self, f"_job_{key}", None)
+                if handle is not None:
+                    handle.close()  # a NamedTemporaryFile: closing deletes it
+
+    return type(f"Dl1{base.__name__}", (base,), {"_close": _close, "__module__": __name__})
 
 
 def _job_kwargs(

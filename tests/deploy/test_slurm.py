@@ -123,6 +123,22 @@ def test_workers_that_cannot_start_are_reported_and_cancelled(slurm, tmp_path):
     assert _wait_no_jobs() == []
 
 
+def test_a_tls_cluster_of_slurm_workers(slurm, tmp_path):
+    # security=True: a temporary certificate, given to the jobs through a shared directory
+    with (
+        dask.config.set({"jobqueue.slurm.shared-temp-directory": str(tmp_path)}),
+        jobqueue_cluster("slurm", 1, memory="1GiB", security=True, timeout=120,
+                         log_directory=str(tmp_path)) as cluster,  # fmt: skip
+        Client(cluster, security=cluster.security, set_as_default=False) as client,
+    ):
+        (address,) = client.scheduler_info()["workers"]
+        assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
+        assert address.startswith("tls://127.0.0.1:")
+        assert client.submit(sum, [1, 2]).result() == 3
+    assert _wait_no_jobs() == []
+    assert not list(tmp_path.glob(".dask-jobqueue*"))  # the certificate's files are removed
+
+
 def test_the_slurm_example_runs(slurm, tmp_path):
     env = {
         **os.environ,
