@@ -104,7 +104,8 @@ def output() -> Output:
 
 def _wants_json(ctx: click.Context) -> bool:
     """``--json`` was given (parsed, or still among the arguments of a failed parse)."""
-    return bool(ctx.meta.get("dl1.json")) or "--json" in [*ctx.protected_args, *ctx.args]
+    unparsed = [*getattr(ctx, "_protected_args", ()), *ctx.args]  # the command and its args
+    return bool(ctx.meta.get("dl1.json")) or "--json" in unparsed
 
 
 def _json_error(status: int, text: str) -> None:

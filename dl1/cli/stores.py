@@ -169,6 +169,7 @@ def generate(
     from dl1.datasets import make_e2006_like
 
     validate_params(COMMON, {"seed": seed}, "dl1 generate")
+    check_fresh(dst, overwrite)
     t0 = time.perf_counter()
     with Progress("generate") as progress:
         progress.note(f"writing preset {preset} x{row_multiplier} ({task})")
@@ -247,6 +248,7 @@ def convert(
         raise click.UsageError("convert needs an svmlight file SRC and a DST (or --add-csr)")
     if not is_url(src) and not Path(src).is_file():
         raise FileNotFoundError(f"no svmlight file {src}")
+    check_fresh(dst, overwrite)
     zb: bool | str = {"auto": "auto", "true": True, "false": False}[zero_based]
     kw = {} if block_nnz is None else {"block_nnz": block_nnz}
     t0 = time.perf_counter()
@@ -295,6 +297,16 @@ def info(store: str, storage_options: dict[str, Any] | None) -> None:
     """Shape, nnz, density, blocks and column-frequency summary of STORE (a path or URL)."""
     st = open_input(store, storage_options)
     _report(st, 0.0, "info")
+
+
+def check_fresh(dst: str, overwrite: bool) -> None:
+    """A local ``dst`` that exists is refused before any work (unless ``overwrite``; the
+    writer then checks that it is a dl1 store)."""
+    if not overwrite and not is_url(dst) and os.path.lexists(dst):
+        raise FileExistsError(
+            f"{dst} already exists; a store is always written into a fresh path (pass "
+            "--overwrite to replace an existing dl1 store)"
+        )
 
 
 def check_split(store: Store, split: str | None) -> str:
