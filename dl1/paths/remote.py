@@ -133,8 +133,10 @@ class Lease:
         ).start()
 
     @classmethod
-    def acquire(cls, loc: Location, seconds: float = LEASE_SECONDS) -> Lease:
-        """Take the lease of the checkpoint at ``loc``; CheckpointLockedError if it is held."""
+    def acquire(cls, loc: Location, seconds: float | None = None) -> Lease:
+        """Take the lease of the checkpoint at ``loc`` (lasting ``seconds``, by default
+        :data:`LEASE_SECONDS`); CheckpointLockedError if another process holds it."""
+        seconds = LEASE_SECONDS if seconds is None else float(seconds)
         fs, key = loc.fs, loc.key("dl1-lock.json")
         me = {
             "owner": uuid.uuid4().hex,
@@ -206,8 +208,8 @@ class Lease:
         except ValueError:
             self.lost = "another process took the lease over"
             return False
-        except OSError as e:
-            if "condition" in str(e).lower():
+        except Exception as e:  # noqa: BLE001 - any failure of the store's client
+            if isinstance(e, OSError) and "condition" in str(e).lower():
                 self.lost = "another process took the lease over"
                 return False
             return True  # a transient failure: retried; check() stops records in time
@@ -227,8 +229,8 @@ class Lease:
         try:
             if _parse(loc.read("dl1-lock.json", MAX_LEASE_BYTES)) == me:
                 loc.fs.rm_file(key)
-        except (OSError, OversizeObjectError):
-            pass  # gone already, or unreachable: it goes stale
+        except Exception:  # noqa: BLE001 - gone already, or unreachable: it goes stale
+            pass
 
 
 def _etag(fs: Any, key: str, out: Any) -> str | None:

@@ -112,13 +112,19 @@ def publish(local: Path, remote: Location, manifest: str, overwrite: bool) -> No
             fs.rm(stale)
     for start in range(0, len(names), UPLOAD_BATCH):
         batch = names[start : start + UPLOAD_BATCH]
-        fs.put([os.fspath(local / n) for n in batch], [f"{root}/{n}" for n in batch])
+        put_batch(fs, [os.fspath(local / n) for n in batch], [f"{root}/{n}" for n in batch])
     fs.invalidate_cache(root)
     sizes = remote.listing(len(names) + 1)
     for n in names:  # every file arrived whole before the manifest names it
         if sizes.get(n) != (local / n).stat().st_size:
             raise StoreError(f"{remote}: uploaded file {n} is missing or not of its staged size")
     fs.put_file(os.fspath(local / manifest), f"{root}/{manifest}")
+
+
+def put_batch(fs: Any, sources: list[str], targets: list[str]) -> None:
+    """Upload local files ``sources`` to ``targets`` on ``fs`` (concurrently where the
+    filesystem is asynchronous)."""
+    fs.put(sources, targets)
 
 
 def staging_dir(dir: str | os.PathLike | None = None) -> Path:
