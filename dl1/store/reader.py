@@ -42,6 +42,11 @@ if TYPE_CHECKING:  # workers reading blocks import this module: no dask.array th
     import dask.array as da
 
 ChunkType = Literal["scipy", "sparse", "dense"]
+#: Metadata of remote arrays parsed by this process, by (URL, key, checksum, chunk sizes):
+#: a block read again (every pass, out of core) costs its chunks' requests only.
+_REMOTE_META: dict[tuple[str, str, int, int], Any] = {}
+#: Entries of :data:`_REMOTE_META` kept (about 1 KiB each).
+MAX_CACHED_METADATA = 16384
 #: Objects a remote store may hold besides its arrays' chunks and metadata (groups,
 #: manifest, attributes): more than this (and twice the arrays' objects) is refused.
 MAX_OTHER_OBJECTS = 1000
@@ -154,6 +159,9 @@ def _check_listing(loc: Location, listing: dict[str, int], key: str, a: dict[str
             )
 
 
+Prefetched = dict[str, "bytes | Exception"]
+
+
 class _ArrayMeta(NamedTuple):
     """What the reader needs of a zarr array, from its metadata alone."""
 
@@ -163,15 +171,23 @@ class _ArrayMeta(NamedTuple):
     chunks: tuple[int, ...]
 
 
-def _remote_metadata(loc: Location, key: str) -> _ArrayMeta:
-    """The metadata of array ``key`` of a remote store, read bounded and parsed."""
+def _remote_metadata(
+    loc: Location, key: str, entry: dict[str, Any], prefetched: Prefetched | None = None
+) -> _ArrayMeta:
+    """The metadata of array ``key`` of a remote store, read bounded and parsed (once per
+    process for an array of given checksum and chunk sizes)."""
     from zarr.core.metadata.v3 import ArrayV3Metadata
 
+    cache_key = (loc.url, key, entry["crc32c"], hash(tuple(entry["chunk_bytes"])))
+    hit = _REMOTE_META.get(cache_key)
+    if hit is not None:
+        return hit
     rel = f"{key}/zarr.json"
     try:
-        meta = ArrayV3Metadata.from_dict(json.loads(loc.read(rel, MAX_METADATA_BYTES)))
+        raw = _fetched(loc, rel, MAX_METADATA_BYTES, prefetched)
+        meta = ArrayV3Metadata.from_dict(json.loads(raw))
         dtype = np.dtype(meta.dtype.to_native_dtype())
-        return _ArrayMeta(meta, dtype, tuple(meta.shape), tuple(meta.chunks))
+        found = _ArrayMeta(meta, dtype, tuple(meta.shape), tuple(meta.chunks))
     except OversizeObjectError:
         raise StoreCorruptError(
             f"the metadata of array {key!r} has more than the {MAX_METADATA_BYTES:,} bytes "
@@ -179,6 +195,39 @@ def _remote_metadata(loc: Location, key: str) -> _ArrayMeta:
         ) from None
     except Exception as e:
         raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
+    if len(_REMOTE_META) >= MAX_CACHED_METADATA:
+        _REMOTE_META.clear()
+    _REMOTE_META[cache_key] = found
+    return found
+
+
+def _fetched(loc: Location, rel: str, max_bytes: int, prefetched: Prefetched | None) -> bytes:
+    """Object ``rel`` from ``prefetched`` (re-raising the error its read met), else read."""
+    if prefetched is None or rel not in prefetched:
+        return loc.read(rel, max_bytes)
+    got = prefetched[rel]
+    if isinstance(got, Exception):
+        raise got
+    return got
+
+
+def _chunk_rels(key: str, entry: dict[str, Any], span: tuple[int, int]) -> list[str]:
+    c = entry["chunk"]
+    return [f"{key}/c/{k}" for k in range(span[0] // c, -(-span[1] // c))]
+
+
+def _prefetch(loc: Location, arrays: list[tuple[str, dict[str, Any]]]) -> Prefetched:
+    """The chunks of whole arrays of a remote store (and their metadata not yet parsed),
+    fetched by concurrent requests."""
+    rels, sizes = [], []
+    for key, entry in arrays:
+        cache_key = (loc.url, key, entry["crc32c"], hash(tuple(entry["chunk_bytes"])))
+        if cache_key not in _REMOTE_META:
+            rels.append(f"{key}/zarr.json")
+            sizes.append(MAX_METADATA_BYTES)
+        rels += _chunk_rels(key, entry, (0, entry["shape"][0]))
+        sizes += entry["chunk_bytes"]
+    return dict(zip(rels, loc.read_many(rels, sizes), strict=True))
 
 
 def _location(root: str | os.PathLike | Location) -> Location:
@@ -190,6 +239,7 @@ def read_array(
     key: str,
     entry: dict[str, Any],
     sl: slice | None = None,
+    prefetched: Prefetched | None = None,
 ) -> np.ndarray:
     """Read a stored 1-D array (or a contiguous slice of it), verifying its chunks.
 
@@ -197,7 +247,8 @@ def read_array(
     chunk's size is the manifest's, its CRC32C is checked and the decoded size its frames
     declare must be the one its shape and dtype imply before it is decoded
     (:mod:`dl1.store.frames`), so a decompression bomb allocates nothing; a whole array is
-    also checked against the manifest checksum.
+    also checked against the manifest checksum. ``prefetched`` holds objects of a remote
+    store already fetched (:func:`_prefetch`); others are fetched here, concurrently.
     """
     loc = _location(root)
     if loc.is_local:
@@ -207,7 +258,7 @@ def read_array(
         except Exception as e:
             raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
     else:
-        arr = _remote_metadata(loc, key)
+        arr = _remote_metadata(loc, key, entry, prefetched)
     if (
         list(arr.shape) != entry["shape"]
         or arr.dtype.str != entry["dtype"]
@@ -222,13 +273,17 @@ def read_array(
     if step != 1:
         raise ValueError(f"only contiguous slices are read, got {sl}")
     hi = max(lo, hi)
+    if not loc.is_local and prefetched is None:
+        rels = _chunk_rels(key, entry, (lo, hi))
+        sizes = [entry["chunk_bytes"][int(r.rsplit("/", 1)[1])] for r in rels]
+        prefetched = dict(zip(rels, loc.read_many(rels, sizes), strict=True))
     decoder = direct_decoder(arr)
     if decoder is not None:
-        a = _read_direct(loc, key, entry, arr.dtype, decoder, compressor, (lo, hi))
+        a = _read_direct(loc, key, entry, arr.dtype, decoder, compressor, (lo, hi), prefetched)
     else:
         c = entry["chunk"]
         for k in range(lo // c, -(-hi // c)):  # sizes checked before zarr decodes
-            _chunk_body(loc, key, k, entry, compressor, crc, c * arr.dtype.itemsize)
+            _chunk_body(loc, key, k, entry, compressor, crc, c * arr.dtype.itemsize, prefetched)
         if not loc.is_local:
             arr = zarr.open_array(loc.zarr_store(), path=key, mode="r")
         try:
@@ -288,7 +343,9 @@ def direct_decoder(arr: Any) -> Any:
     return None
 
 
-def _chunk_bytes(loc: Location, key: str, k: int, size: int) -> bytes:
+def _chunk_bytes(
+    loc: Location, key: str, k: int, size: int, prefetched: Prefetched | None = None
+) -> bytes:
     """The stored bytes of chunk ``k``: a local file (checked in place by
     :func:`_check_chunks_present`), or a remote object read by a request of at most
     ``size + 1`` bytes, refused unless it holds exactly the ``size`` the manifest records."""
@@ -296,7 +353,7 @@ def _chunk_bytes(loc: Location, key: str, k: int, size: int) -> bytes:
         return chunk_path(loc.path, key, k).read_bytes()
     rel = f"{key}/c/{k}"
     try:
-        raw = loc.read(rel, size)
+        raw = _fetched(loc, rel, size, prefetched)
     except FileNotFoundError:
         missing = f"chunk {k} of array {key!r} is missing ({loc.display(rel)})"
         raise StoreCorruptError(missing) from None
@@ -319,10 +376,11 @@ def _chunk_body(
     compressor: str,
     crc: bool,
     expected: int,
+    prefetched: Prefetched | None = None,
 ) -> memoryview:
     """The compressed bytes of chunk ``k``, checked: CRC32C (if the chain has it), and the
     decoded size its frames declare equal to ``expected`` (the chunk's shape x itemsize)."""
-    raw = _chunk_bytes(loc, key, k, entry["chunk_bytes"][k])
+    raw = _chunk_bytes(loc, key, k, entry["chunk_bytes"][k], prefetched)
     body = memoryview(raw)
     if crc:
         if len(raw) < 4 or crc32c.crc32c(body[:-4]) != int.from_bytes(raw[-4:], "little"):
@@ -349,6 +407,7 @@ def _read_direct(
     decoder: Any,
     compressor: str,
     span: tuple[int, int],
+    prefetched: Prefetched | None = None,
 ) -> np.ndarray:
     """Elements ``span = (lo, hi)`` of an array, each chunk file decoded straight into the
     result (a partial chunk through one chunk-sized buffer).
@@ -362,7 +421,7 @@ def _read_direct(
     out = np.empty(hi - lo, dtype=dtype)
     scratch = None
     for k in range(lo // c, -(-hi // c)):
-        body = _chunk_body(loc, key, k, entry, compressor, True, c * dtype.itemsize)
+        body = _chunk_body(loc, key, k, entry, compressor, True, c * dtype.itemsize, prefetched)
         a, b = max(lo, k * c), min(hi, (k + 1) * c)
         try:
             if b - a == c:
@@ -404,9 +463,14 @@ def read_block_arrays(
     the index pointer, indices inside the block, sorted and unique, and finite values.
     """
     key = block_key(split, fmt, i, j)
-    indptr = read_array(root, f"{key}/indptr", blk["arrays"]["indptr"])
-    indices = read_array(root, f"{key}/indices", blk["arrays"]["indices"])
-    data = read_array(root, f"{key}/data", blk["arrays"]["data"])
+    loc = _location(root)
+    names = ("indptr", "indices", "data")
+    got = None  # a remote block's objects: fetched at once, not one request after another
+    if not loc.is_local:
+        got = _prefetch(loc, [(f"{key}/{name}", blk["arrays"][name]) for name in names])
+    indptr, indices, data = (
+        read_array(loc, f"{key}/{name}", blk["arrays"][name], prefetched=got) for name in names
+    )
     n_major, n_minor = (shape[1], shape[0]) if fmt == "csc" else shape
     if indptr.shape[0] != n_major + 1 or indices.shape[0] != blk["nnz"]:
         raise StoreCorruptError(
