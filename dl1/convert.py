@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import dask
@@ -16,8 +15,9 @@ from dl1.errors import ValidationError
 from dl1.kernels import store as store_kernels
 from dl1.store import Store, StoreWriter, open_store
 from dl1.store.format import CHUNK_ELEMS, DTYPES, FORMATS, block_digest, write_array
+from dl1.store.location import Location
 from dl1.store.reader import ChunkType
-from dl1.store.upload import open_written
+from dl1.store.upload import open_written, remove_staging, staging_dir, upload_tree
 from dl1.store.writer import DEFAULT_BLOCK_NNZ, check_finite, write_block
 
 
@@ -27,20 +27,23 @@ def open(  # noqa: A001 - the library's entry point, like zarr.open
     *,
     fmt: str | None = None,
     chunk_type: ChunkType = "scipy",
+    storage_options: dict[str, Any] | None = None,
 ) -> tuple[da.Array, da.Array]:
     """Open a dl1 store as ``(X, y)`` dask arrays.
 
     Parameters
     ----------
-    path : str or PathLike
+    path : str, PathLike, URL, zarr store or Location
         A store written by dl1 (refused if its manifest is missing or a chunk is missing or
-        truncated).
+        truncated), as :func:`dl1.store.open_store` takes it.
     split : str
         ``"train"`` or ``"test"``.
     fmt : {"csc", "csr"}, optional
         Stored format of the blocks to read (default: the first one stored).
     chunk_type : {"scipy", "sparse", "dense"}
         Chunks as scipy.sparse matrices, pydata ``sparse.GCXS`` arrays, or dense ndarrays.
+    storage_options : dict, optional
+        Options of a URL's filesystem (credentials from the environment by default).
 
     Returns
     -------
@@ -49,7 +52,7 @@ def open(  # noqa: A001 - the library's entry point, like zarr.open
     y : dask.array.Array
         Target, chunked like the row blocks of X.
     """
-    store = open_store(path)
+    store = open_store(path, storage_options)
     return store.to_dask(split, fmt, chunk_type), store.vector_dask("y", split)
 
 
@@ -152,7 +155,7 @@ def _chunk_to_csc(chunk: Any) -> sp.csc_matrix:
 
 def _write_dask_chunk(
     chunk: Any,
-    root: str,
+    root: str | Location,
     split: str,
     formats: tuple[str, ...],
     i: int,
@@ -162,7 +165,19 @@ def _write_dask_chunk(
     dtype: str,
     chunk_elems: int,
 ) -> dict[str, Any]:
-    """Validate and write one dask chunk as block ``(i, j)``; runs on a worker."""
+    """Validate and write one dask chunk as block ``(i, j)``; runs on a worker. At a URL
+    the block is written to a private local directory and uploaded from there (the names
+    and sizes of its files are returned under ``"files"``)."""
+    if isinstance(root, Location):
+        tmp = staging_dir()
+        try:
+            out = _write_dask_chunk(
+                chunk, os.fspath(tmp), split, formats, i, j, r0, c0, dtype, chunk_elems
+            )
+            out["files"] = upload_tree(tmp, root)
+        finally:
+            remove_staging(tmp)
+        return out
     m = _chunk_to_csc(chunk)
     if m.dtype != np.dtype(dtype):
         raise ValidationError(f"block ({i}, {j}) has dtype {m.dtype}, the array says {dtype}")
@@ -204,6 +219,7 @@ def from_dask(
     client: Any = None,
     overwrite: bool = False,
     attrs: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Store:
     """Write a dask array (scipy.sparse, pydata sparse or dense chunks) into a new store.
 
@@ -212,8 +228,17 @@ def from_dask(
     length-n vectors and per-column statistics (O(n + p)) do. A dense zarr array enters as
     ``dask.array.from_zarr(...)``.
 
+    At a URL (``s3://``, ``gs://``, ``abfs://``, ``memory://``), each task uploads its
+    block itself (staged in a private local directory of its worker), the client stages
+    and uploads the rest, and the manifest goes last. With ``overwrite=True`` an old store
+    at the URL is refused from the start (its manifest is deleted before blocks are
+    written over it).
+
     Parameters
     ----------
+    dst : str, PathLike or URL
+        The new store, with ``storage_options`` for a URL (credentials from the
+        environment by default; the workers need them too).
     client : distributed.Client, optional
         Where to run the writes. Without it the local threaded scheduler is used; a global
         client is never picked up silently.
@@ -242,9 +267,15 @@ def from_dask(
             raise ValidationError(
                 f"split {split!r}, row {int(np.flatnonzero(w < 0)[0])}: negative sample_weight"
             )
-    path = Path(dst).absolute()
     # The writer owns the root group, the manifest and cleanup; blocks come from the tasks.
-    with StoreWriter(path, overwrite=overwrite, attrs={"source": "dask", **(attrs or {})}) as sw:
+    with StoreWriter(
+        dst,
+        overwrite=overwrite,
+        attrs={"source": "dask", **(attrs or {})},
+        storage_options=storage_options,
+    ) as sw:
+        path = sw.path
+        target = os.fspath(path) if sw.remote is None else sw.claim_for_tasks()
         rb = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
         cb = np.concatenate([[0], np.cumsum(X.chunks[1])]).astype(np.int64)
         delayed = X.to_delayed()
@@ -252,7 +283,7 @@ def from_dask(
             [
                 dask.delayed(_write_dask_chunk, pure=False)(
                     delayed[i, j],
-                    os.fspath(path),
+                    target,
                     split,
                     tuple(formats),
                     i,
@@ -277,6 +308,8 @@ def from_dask(
         row_nnz = np.zeros(n, dtype=np.int64)
         for i, row in enumerate(results):
             for j, res in enumerate(row):
+                if "files" in res:
+                    sw.adopt(res["files"])
                 for k in stats:
                     stats[k][cb[j] : cb[j + 1]] += res[k]
                 row_nnz[rb[i] : rb[i + 1]] += res["row_nnz"]
@@ -306,7 +339,7 @@ def from_dask(
                 "arrays": arrays,
             },
         )
-    return open_store(path)
+    return open_written(sw.destination)
 
 
 __all__ = ["CHUNK_ELEMS", "from_dask", "from_scipy", "open"]

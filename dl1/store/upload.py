@@ -91,7 +91,13 @@ def check_fresh(remote: Location, manifest: str, overwrite: bool) -> str:
     return state
 
 
-def publish(local: Path, remote: Location, manifest: str, overwrite: bool) -> None:
+def publish(
+    local: Path,
+    remote: Location,
+    manifest: str,
+    overwrite: bool,
+    uploaded: Mapping[str, int] | None = None,
+) -> None:
     """Upload the store staged at ``local`` to ``remote``, its manifest last.
 
     With ``overwrite`` and a dl1 store already there, its manifest is deleted first (from
@@ -99,26 +105,53 @@ def publish(local: Path, remote: Location, manifest: str, overwrite: bool) -> No
     over it, the old store's other files are deleted, and the new manifest is uploaded.
     An upload that fails leaves no manifest: the destination is then refused by
     :func:`dl1.open` until it is written again.
+
+    ``uploaded`` names the files (with their sizes) that tasks already put in place
+    (:func:`claim_for_tasks`); they are kept, and checked with the staged ones.
     """
-    state = check_fresh(remote, manifest, overwrite)
+    if uploaded is None:
+        state = check_fresh(remote, manifest, overwrite)
+    else:
+        state = "store"
     fs, root = remote.fs, remote.key()
     names = [n for n in local_files(local) if n != manifest]
+    expected = {n: (local / n).stat().st_size for n in names}
+    expected.update(uploaded or {})
     if state == "store":
         if fs.exists(f"{root}/{manifest}"):
             fs.rm_file(f"{root}/{manifest}")
-        keep = set(names)
-        stale = [remote.key(k) for k in remote.listing(MAX_LISTED) if k not in keep]
+        stale = [remote.key(k) for k in remote.listing(MAX_LISTED) if k not in expected]
         if stale:
             fs.rm(stale)
     for start in range(0, len(names), UPLOAD_BATCH):
         batch = names[start : start + UPLOAD_BATCH]
         put_batch(fs, [os.fspath(local / n) for n in batch], [f"{root}/{n}" for n in batch])
     fs.invalidate_cache(root)
-    sizes = remote.listing(len(names) + 1)
-    for n in names:  # every file arrived whole before the manifest names it
-        if sizes.get(n) != (local / n).stat().st_size:
-            raise StoreError(f"{remote}: uploaded file {n} is missing or not of its staged size")
+    sizes = remote.listing(len(expected) + 1)
+    for n, size in expected.items():  # every file arrived whole before the manifest names it
+        if sizes.get(n) != size:
+            raise StoreError(f"{remote}: uploaded file {n} is missing or not of its written size")
     fs.put_file(os.fspath(local / manifest), f"{root}/{manifest}")
+
+
+def claim_for_tasks(local: Path, remote: Location, manifest: str) -> None:
+    """Make ``remote`` ready for tasks that upload blocks themselves: an old store's
+    manifest is deleted (the old store is refused from now on, since blocks are written
+    over it), and the staged root group is uploaded, so the prefix is known as a dl1 store
+    (without a manifest) if the write is interrupted."""
+    fs, root = remote.fs, remote.key()
+    if fs.exists(f"{root}/{manifest}"):
+        fs.rm_file(f"{root}/{manifest}")
+    fs.put_file(os.fspath(local / "zarr.json"), f"{root}/zarr.json")
+
+
+def upload_tree(local: Path, remote: Location, skip: tuple[str, ...] = ("zarr.json",)) -> dict:
+    """Upload every file under ``local`` but ``skip`` to the same names under ``remote``
+    (what a task wrote); return ``{name: size}`` of the uploaded files."""
+    names = [n for n in local_files(local) if n not in skip]
+    fs, root = remote.fs, remote.key()
+    put_batch(fs, [os.fspath(local / n) for n in names], [f"{root}/{n}" for n in names])
+    return {n: (local / n).stat().st_size for n in names}
 
 
 def put_batch(fs: Any, sources: list[str], targets: list[str]) -> None:

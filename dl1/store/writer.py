@@ -54,7 +54,13 @@ from dl1.store.format import (
     write_manifest,
 )
 from dl1.store.location import Location
-from dl1.store.upload import check_fresh, destination, publish, remove_staging
+from dl1.store.upload import (
+    check_fresh,
+    claim_for_tasks,
+    destination,
+    publish,
+    remove_staging,
+)
 from dl1.store.upload import staging_dir as staging_dir_for
 
 #: Most columns of a feature block (its CSC index pointer is 8 bytes per column).
@@ -156,7 +162,24 @@ class StoreWriter:
         self.chunk_elems = int(chunk_elems)
         self._splits: dict[str, dict[str, Any]] = {}
         self._open_split: SplitWriter | None = None
+        self._uploaded: dict[str, int] | None = None
         self.closed = False
+
+    def claim_for_tasks(self) -> Location:
+        """For a URL: let tasks upload blocks straight to it (see
+        :func:`~dl1.store.upload.claim_for_tasks`: an old store there is refused from now
+        on); record what they uploaded with :meth:`adopt`. Returns the destination."""
+        if self.remote is None:
+            raise ValueError("claim_for_tasks is for a store written to a URL")
+        claim_for_tasks(self.path, self.remote, MANIFEST)
+        self._uploaded = {}
+        return self.remote
+
+    def adopt(self, files: dict[str, int]) -> None:
+        """Record files (relative name: size) that tasks uploaded to the destination."""
+        if self._uploaded is None:
+            raise RuntimeError("call claim_for_tasks before tasks upload files")
+        self._uploaded.update(files)
 
     @property
     def destination(self) -> Path | Location:
@@ -225,7 +248,7 @@ class StoreWriter:
         try:
             write_manifest(self.path, manifest)
             if self.remote is not None:
-                publish(self.path, self.remote, MANIFEST, self.overwrite)
+                publish(self.path, self.remote, MANIFEST, self.overwrite, self._uploaded)
         finally:
             self._remove_staging()
         self.closed = True

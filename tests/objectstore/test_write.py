@@ -7,6 +7,7 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
+import dask.array as da
 import numpy as np
 import pytest
 import s3fs
@@ -157,3 +158,27 @@ def test_interrupted_upload_leaves_no_manifest(s3_bucket, staging, monkeypatch, 
     assert list(staging.iterdir()) == []
     with pytest.raises(StoreError):
         open_store(url)
+
+
+def test_dask_array_to_s3_blocks_uploaded_by_workers(
+    local_cluster, s3_bucket, s3_endpoint, tmp_path, staging, monkeypatch
+):
+    # explicit options: the session's workers may predate the server's environment
+    so = {"key": "dl1-test", "secret": SECRET, "client_kwargs": {"endpoint_url": s3_endpoint}}
+    X = random_csr(90, 50, 0.2, seed=6)
+    y = np.random.default_rng(6).standard_normal(90)
+    Xd = da.from_array(X.toarray(), chunks=(45, 25))
+    local = tmp_path / "d.zarr"
+    dl1.from_dask(Xd, y, local, client=local_cluster, formats=("csc", "csr"))
+
+    def client_upload(*args):
+        raise AssertionError("a block went through the client")
+
+    monkeypatch.setattr(dl1.convert, "upload_tree", client_upload)
+    url = f"{s3_bucket}/d.zarr"
+    store = dl1.from_dask(
+        Xd, y, url, client=local_cluster, formats=("csc", "csr"), storage_options=so
+    )
+    assert _objects(url) == _files(local)
+    assert (store.read_block("train", 1, 1) != X[45:, 25:]).nnz == 0
+    assert list(staging.iterdir()) == []
