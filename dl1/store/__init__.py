@@ -1,11 +1,14 @@
 """The dl1 sparse chunked store: a zarr v3 group of compressed-sparse blocks.
 
-See :mod:`dl1.store.format` for the layout.
+See :mod:`dl1.store.format` for the layout. A store lives in a local folder or at any URL
+fsspec reaches (:mod:`dl1.store.location`).
 """
 
-__all__ = ["Store", "SplitWriter", "StoreWriter", "open_store"]
+__all__ = ["Location", "Store", "SplitWriter", "StoreWriter", "as_location", "open_store"]
 
 _WHERE = {
+    "Location": "dl1.store.location",
+    "as_location": "dl1.store.location",
     "Store": "dl1.store.reader",
     "open_store": "dl1.store.reader",
     "SplitWriter": "dl1.store.writer",

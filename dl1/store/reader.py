@@ -1,4 +1,9 @@
-"""Opening and reading dl1 stores, eagerly or as lazy dask arrays."""
+"""Opening and reading dl1 stores, eagerly or as lazy dask arrays.
+
+A store is read from a local folder or from any filesystem fsspec reaches
+(:class:`~dl1.store.location.Location`). Task graphs carry the location, not data: each
+task reads and verifies its blocks where it runs.
+"""
 
 from __future__ import annotations
 

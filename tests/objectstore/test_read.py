@@ -20,6 +20,7 @@ from distributed import Client, LocalCluster
 
 import dl1
 from dl1.errors import IncompleteStoreError, StoreCorruptError, ValidationError
+from dl1.predict import decision_function
 from dl1.store import StoreWriter, open_store
 from dl1.store.location import Location, as_location
 from tests.helpers import random_csr
@@ -183,17 +184,30 @@ def test_a_fit_and_a_path_from_s3_equal_the_local_ones_bit_for_bit(
     path, _ = local_store
     kw = dict(client=s3_cluster, tol=1e-10)
     ref_fit = dl1.fit(path, alpha=0.05, **kw)
+    ref_streamed = dl1.fit(path, alpha=0.02, stream=True, **kw)
     ref_path = dl1.path(path, n_alphas=4, eps=0.05, **kw)
+    ref_pred = s3_cluster.compute(
+        decision_function(path, ref_fit.coef_, ref_fit.intercept_, split="train")
+    ).result()
     _record_remote_reads()
     s3_cluster.run(_record_remote_reads)
     try:
         fit = dl1.fit(s3_store, alpha=0.05, **kw)
+        streamed = dl1.fit(s3_store, alpha=0.02, stream=True, **kw)
         got_path = dl1.path(s3_store, n_alphas=4, eps=0.05, **kw)
+        pred = s3_cluster.compute(
+            decision_function(s3_store, fit.coef_, fit.intercept_, split="train")
+        )
+        pred = pred.result()
     finally:
         on_workers = s3_cluster.run(_recorded_reads)
         on_client = _recorded_reads()
     np.testing.assert_array_equal(fit.coef_, ref_fit.coef_)
     assert fit.intercept_ == ref_fit.intercept_ and fit.gap_ == ref_fit.gap_
+    assert streamed.streamed_ and streamed.converged_
+    np.testing.assert_array_equal(streamed.coef_, ref_streamed.coef_)
+    np.testing.assert_array_equal(pred, ref_pred)
+    np.testing.assert_allclose(pred, local_store[1] @ fit.coef_ + fit.intercept_, rtol=1e-12)
     assert (got_path.coefs_ != ref_path.coefs_).nnz == 0
     np.testing.assert_array_equal(got_path.intercepts_, ref_path.intercepts_)
     np.testing.assert_array_equal(got_path.gaps_, ref_path.gaps_)
