@@ -1,0 +1,120 @@
+"""The command line as a batch job runs it: real processes, output piped to a log.
+
+A path's log shows a timestamped line per alpha while the path runs; commands and
+cluster/stop-local.sh shut their clusters down with no traceback or kill warning in any
+log; the examples of this area run as scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {
+    **os.environ,
+    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+}
+#: What a clean shutdown never logs.
+DIRTY = ("Traceback", "CommClosedError", "still alive after", "killing", "Exception")
+STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ path (\d+)/(\d+) alpha ")
+
+
+def clean(text: str) -> bool:
+    return not any(word in text for word in DIRTY)
+
+
+def test_path_log_has_a_line_per_alpha_while_it_runs(reg, tmp_path):
+    """Pass: with stdout and stderr pipes (not terminals), each alpha's timestamped line
+    is read while the command still runs (before the summary, the figures and the
+    shutdown); the command started and stopped its own LocalCluster without a traceback
+    or a kill warning."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dl1", "path", str(reg.path), "--n-alphas", "5", "--workers",
+         "2", "--plots", str(tmp_path / "plots")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    stdout: list[str] = []
+    reader = threading.Thread(target=lambda: stdout.extend(proc.stdout), daemon=True)
+    reader.start()
+    seen, running_at = [], []
+    stderr = []
+    for line in proc.stderr:  # ends when the process closes stderr (exits)
+        stderr.append(line)
+        if STAMP.match(line):
+            seen.append(STAMP.match(line).groups())
+            running_at.append(proc.poll() is None)
+    assert proc.wait(timeout=300) == 0, "".join(stderr)
+    reader.join(timeout=60)
+    assert seen == [(str(k), "5") for k in range(1, 6)], "".join(stderr)
+    assert all(running_at), running_at
+    assert "best alpha" in "".join(stdout)
+    assert clean("".join(stderr) + "".join(stdout)), "".join(stderr)
+
+
+def test_stop_local_stops_workers_then_scheduler_with_clean_logs(reg, tmp_path):
+    """Pass: cluster/start-local.sh's scheduler and workers serve ``dl1 fit
+    --scheduler-file`` (one JSON document on stdout), and cluster/stop-local.sh leaves no
+    process and no traceback, CommClosedError or kill warning in their logs."""
+    env = {**ENV, "DL1_SCHEDULER_FILE": str(tmp_path / "scheduler.json")}
+    subprocess.run(["bash", str(REPO / "cluster" / "start-local.sh"), "2"], cwd=tmp_path,
+                   env=env, check=True, timeout=300, capture_output=True)  # fmt: skip
+    pids = [int(p) for p in (tmp_path / "dl1-cluster.pids").read_text().split()]
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "dl1", "fit", str(reg.path), "--output",
+             str(tmp_path / "model"), "--scheduler-file", str(tmp_path / "scheduler.json"),
+             "--json"],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        doc = json.loads(out.stdout)
+        assert doc["certified"] and doc["model"] == str(tmp_path / "model")
+    finally:
+        stop = subprocess.run(["bash", str(REPO / "cluster" / "stop-local.sh")], cwd=tmp_path,
+                              env=env, timeout=120, capture_output=True, text=True)  # fmt: skip
+    assert stop.returncode == 0 and stop.stderr == "", stop.stderr
+    assert not (tmp_path / "dl1-cluster.pids").exists()
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or _zombie(pid), pid
+    logs = sorted(tmp_path.glob("dl1-*.log"))
+    assert len(logs) == 3
+    for log in logs:
+        text = log.read_text()
+        assert clean(text), f"{log.name}:\n{text}"
+    assert "End scheduler" in (tmp_path / "dl1-scheduler.log").read_text()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
+def test_examples_run_as_scripts(tmp_path):
+    """Pass: examples/out_of_core_path.py (tiny sizes) certifies every alpha of a streamed
+    path, and examples/scheduler_file.py fits by scheduler file and stops its scheduler
+    and worker with clean logs."""
+    ooc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "out_of_core_path.py"), "--rows", "600",
+         "--features", "60", "--n-alphas", "3", str(tmp_path)],
+        env=ENV, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert ooc.returncode == 0, ooc.stderr
+    assert "3 alphas (squared, l1_ratio=1.0, tol=1e-06): 3 certified, 0 not" in ooc.stdout
+    assert len(re.findall(r"^alpha \d/3 ", ooc.stdout, flags=re.M)) == 3
+    work = tmp_path / "sf"
+    work.mkdir()
+    sf = subprocess.run([sys.executable, str(REPO / "examples" / "scheduler_file.py"), str(work)],
+                        env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert sf.returncode == 0, sf.stderr
+    assert "(certified: True)" in sf.stdout
+    for log in ("scheduler.log", "worker.log"):
+        assert clean((work / log).read_text()), (work / log).read_text()
