@@ -59,9 +59,9 @@ class ClusterSpec:
                 f"--cluster {self.cluster} starts a cluster; --scheduler "
                 "and --scheduler-file join a running one: give one of them"
             )
-        if self.dashboard and (joined or self.cluster != "local"):
+        if self.dashboard and joined:
             raise click.UsageError(
-                "--dashboard is for the LocalCluster dl1 starts; a running scheduler "
+                "--dashboard is for the cluster dl1 starts; a running scheduler "
                 "(--scheduler) serves its own dashboard, or none"
             )
         slurm = (self.slurm_queue, self.slurm_walltime, self.slurm_account, *self.job_extra)
@@ -230,8 +230,6 @@ def _client(
         cluster = stack.enter_context(_start(spec))
         stack.callback(close_workers, cluster)  # after the client, before the cluster
         client = stack.enter_context(Client(cluster))
-        if spec.cluster == "slurm":
-            client.wait_for_workers(spec.workers, timeout=spec.worker_timeout)
     except BaseException:
         stack.close()
         raise
@@ -281,6 +279,8 @@ def _start(spec: ClusterSpec) -> Any:
             queue=spec.slurm_queue,
             account=spec.slurm_account,
             extra=list(spec.job_extra) or None,
+            dashboard=spec.dashboard,
+            timeout=spec.worker_timeout,  # the jobs are cancelled if no worker joins by then
         )
     from dl1.runtime.localcluster import local_cluster
 

@@ -21,6 +21,7 @@ from dl1.cli.progress import Progress
 from dl1.cli.stores import (
     describe,
     is_url,
+    located,
     open_input,
     storage_options_option,
     summary,
@@ -409,7 +410,11 @@ def path_cmd(
             result = dl1.path_constrained(st, n_deltas=n_alphas, sample=sample, **common)
         else:
             result = dl1.path(
-                st, n_alphas=n_alphas, l1_ratio=l1_ratio, checkpoint=checkpoint, **common
+                st,
+                n_alphas=n_alphas,
+                l1_ratio=l1_ratio,
+                checkpoint=None if checkpoint is None else located(checkpoint, storage_options),
+                **common,
             )
         seconds = time.perf_counter() - t0
     out.say(result.summary())

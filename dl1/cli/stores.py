@@ -66,14 +66,20 @@ def parse_storage_options(text: str | None) -> dict[str, Any] | None:
     return value
 
 
-def so_kwargs(storage_options: dict[str, Any] | None) -> dict[str, Any]:
-    """``{"storage_options": ...}`` when options were given, else nothing (local paths)."""
-    return {} if storage_options is None else {"storage_options": storage_options}
+def located(path: str, storage_options: dict[str, Any] | None) -> Any:
+    """``path`` as given, or with ``storage_options`` a
+    :class:`~dl1.store.location.Location` carrying them (every reader and writer of dl1
+    takes one where it takes a path or URL)."""
+    if storage_options is None:
+        return path
+    from dl1.store.location import as_location
+
+    return as_location(path, storage_options)
 
 
 def open_input(path: str, storage_options: dict[str, Any] | None = None) -> Store:
     """The store at ``path`` (a local path or URL), opened and checked."""
-    return open_store(path, **so_kwargs(storage_options))
+    return open_store(located(path, storage_options))
 
 
 def where(store: Store) -> str:
@@ -174,13 +180,12 @@ def generate(
     with Progress("generate") as progress:
         progress.note(f"writing preset {preset} x{row_multiplier} ({task})")
         store = make_e2006_like(
-            dst,
+            located(dst, storage_options),
             preset=preset,
             seed=seed,
             row_multiplier=row_multiplier,
             task=task,
             overwrite=overwrite,
-            **so_kwargs(storage_options),
         )
         dt = time.perf_counter() - t0
         progress.note(f"written in {dt:.1f} s")
@@ -256,14 +261,13 @@ def convert(
         progress.note(f"reading {src}")
         store = from_svmlight(
             src,
-            dst,
+            located(dst, storage_options),
             zero_based=zb,
             n_features=n_features,
             dtype=np.dtype(dtype),
             formats=tuple(f.strip() for f in formats.split(",")),
             overwrite=overwrite,
             **kw,
-            **so_kwargs(storage_options),
         )
         dt = time.perf_counter() - t0
         progress.note(f"written in {dt:.1f} s")
@@ -283,7 +287,7 @@ def _add_csr(src: str, dst: str | None, storage_options: dict[str, Any] | None) 
     t0 = time.perf_counter()
     with Progress("convert") as progress:
         progress.note(f"adding CSR blocks to {src}")
-        store = add_csr(src, **so_kwargs(storage_options))
+        store = add_csr(located(src, storage_options))
     dt = time.perf_counter() - t0
     output().say(f"CSR blocks added in {dt:.1f} s")
     _report(store, dt, "convert --add-csr")

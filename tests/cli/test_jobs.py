@@ -13,7 +13,10 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {
@@ -118,3 +121,37 @@ def test_examples_run_as_scripts(tmp_path):
     assert "(certified: True)" in sf.stdout
     for log in ("scheduler.log", "worker.log"):
         assert clean((work / log).read_text()), (work / log).read_text()
+
+
+def test_path_on_slurm_jobs_gives_the_local_answer(reg, local_cluster, tmp_path):
+    """Pass (when SLURM runs here, as in CI): ``dl1 path --cluster slurm`` runs its workers
+    as SLURM jobs and saves the same path as the LocalCluster's (every alpha certified,
+    coefficients equal to the certificate's tolerance); no dl1 job is left in the queue."""
+    import pytest
+
+    import dl1
+    from tests.deploy.conftest import dl1_jobs, slurm_unavailable
+
+    reason = slurm_unavailable()
+    if reason:
+        pytest.skip(reason)
+    out = subprocess.run(
+        [sys.executable, "-m", "dl1", "path", str(reg.path), "--n-alphas", "4", "--cluster",
+         "slurm", "--workers", "2", "--memory-limit", "1GiB", "--slurm-walltime", "00:15:00",
+         "--worker-timeout", "120", "--output", str(tmp_path / "p"), "--plots",
+         str(tmp_path / "plots"), "--json"],
+        env=ENV, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert all(json.loads(out.stdout)["certified"])
+    local = dl1.path(reg.path, n_alphas=4, tol=1e-6, client=local_cluster,
+                     callback=lambda *_: None)  # fmt: skip
+    slurm = dl1.load_model(tmp_path / "p")
+    np.testing.assert_array_equal(slurm.alphas_, local.alphas_)
+    np.testing.assert_allclose(slurm.coefs_.toarray(), local.coefs_.toarray(), rtol=1e-5,
+                               atol=1e-8)  # fmt: skip
+    assert clean(out.stderr), out.stderr
+    deadline = time.monotonic() + 30
+    while dl1_jobs() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert dl1_jobs() == []
