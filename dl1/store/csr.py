@@ -1,8 +1,9 @@
 """CSR blocks added to an existing store, out of core: what the sample-wise solvers read.
 
 Each block is read (verified) as CSC, transposed into CSR with sorted indices and written
-beside it, one block in memory at a time; the manifest, rewritten atomically at the end,
-is the only thing that makes the new blocks part of the store. An interrupted run leaves
+beside it, one block in memory at a time (for a store at a URL: staged locally, then
+uploaded); the manifest, rewritten atomically at the end, is the only thing that makes
+the new blocks part of the store. An interrupted run leaves
 the store as it was (the CSR arrays it wrote are not in the manifest, and the next run
 overwrites them).
 """
@@ -12,41 +13,57 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
+from typing import Any
 
 import scipy.sparse as sp
 
-from dl1.store.format import block_digest, write_manifest
+from dl1.store.format import MANIFEST, block_digest, write_manifest
 from dl1.store.reader import Store, open_store
+from dl1.store.upload import check_uploaded, remove_staging, staging_dir, upload_tree
 from dl1.store.writer import write_block
 
 
-def add_csr(path: str | os.PathLike) -> Store:
+def add_csr(path: Any, storage_options: dict[str, Any] | None = None) -> Store:
     """Add CSR copies of every block of every split of the store at ``path`` that lacks
     them; a store that has them already is returned unchanged.
 
     Parameters
     ----------
-    path : str or path-like
+    path : str, path-like, URL, zarr store or Location
         A dl1 store (checked as :func:`dl1.open_store` checks it).
+    storage_options : dict, optional
+        Options of a URL's filesystem (credentials from the environment by default). At a
+        URL the CSR blocks are written to a private local staging directory, uploaded
+        beside the others, and the manifest naming them is uploaded last (one PUT).
 
     Returns
     -------
     Store
         The store, reopened, with ``"csr"`` among the formats of each split.
     """
-    store = open_store(path)
+    store = open_store(path, storage_options)
     manifest = copy.deepcopy(store.manifest)
-    root = Path(os.fspath(store.path))
-    changed = False
-    for split, entry in manifest["splits"].items():
-        if "csr" in entry["formats"]:
-            continue
-        entry["blocks"]["csr"] = csr_blocks(store, root, split, entry["blocks"])
-        entry["formats"] = [*entry["formats"], "csr"]
-        changed = True
-    if changed:
-        write_manifest(root, manifest)
-    return open_store(root)
+    loc = store.location
+    staging = None if loc.is_local else staging_dir()
+    try:
+        root = loc.path if staging is None else staging
+        changed = False
+        for split, entry in manifest["splits"].items():
+            if "csr" in entry["formats"]:
+                continue
+            entry["blocks"]["csr"] = csr_blocks(store, root, split, entry["blocks"])
+            entry["formats"] = [*entry["formats"], "csr"]
+            changed = True
+        if changed:
+            write_manifest(root, manifest)
+            if staging is not None:
+                sizes = upload_tree(staging, loc, skip=("zarr.json", MANIFEST))
+                check_uploaded(loc, sizes)
+                loc.fs.put_file(os.fspath(staging / MANIFEST), loc.key(MANIFEST))
+    finally:
+        if staging is not None:
+            remove_staging(staging)
+    return open_store(loc)
 
 
 def csr_blocks(store: Store, root: Path, split: str, blocks: dict) -> list[list[dict]]:

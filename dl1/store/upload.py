@@ -126,12 +126,18 @@ def publish(
     for start in range(0, len(names), UPLOAD_BATCH):
         batch = names[start : start + UPLOAD_BATCH]
         put_batch(fs, [os.fspath(local / n) for n in batch], [f"{root}/{n}" for n in batch])
-    fs.invalidate_cache(root)
-    sizes = remote.listing(len(expected) + 1)
-    for n, size in expected.items():  # every file arrived whole before the manifest names it
+    check_uploaded(remote, expected)
+    fs.put_file(os.fspath(local / manifest), f"{root}/{manifest}")
+
+
+def check_uploaded(remote: Location, expected: Mapping[str, int]) -> None:
+    """Every file of ``expected`` (name: size) is at ``remote`` with its size: checked
+    before a manifest names them."""
+    remote.fs.invalidate_cache(remote.key())
+    sizes = remote.listing(MAX_LISTED)
+    for n, size in expected.items():
         if sizes.get(n) != size:
             raise StoreError(f"{remote}: uploaded file {n} is missing or not of its written size")
-    fs.put_file(os.fspath(local / manifest), f"{root}/{manifest}")
 
 
 def claim_for_tasks(local: Path, remote: Location, manifest: str) -> None:

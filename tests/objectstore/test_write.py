@@ -19,6 +19,7 @@ from dl1.datasets import PRESETS, make_e2006_like
 from dl1.errors import StoreError, ValidationError
 from dl1.io.svmlight import from_svmlight
 from dl1.store import StoreWriter, open_store
+from dl1.store.csr import add_csr
 from dl1.store.format import MANIFEST
 from tests.helpers import random_csr
 
@@ -181,4 +182,18 @@ def test_dask_array_to_s3_blocks_uploaded_by_workers(
     )
     assert _objects(url) == _files(local)
     assert (store.read_block("train", 1, 1) != X[45:, 25:]).nnz == 0
+    assert list(staging.iterdir()) == []
+
+
+def test_add_csr_to_a_store_on_s3(s3_bucket, tmp_path, staging):
+    X, y = random_csr(70, 40, 0.2, seed=7), np.arange(70.0)
+    url = f"{s3_bucket}/c.zarr"
+    dl1.from_scipy(X, y, url, n_feature_blocks=2)
+    local = tmp_path / "c.zarr"
+    dl1.from_scipy(X, y, local, n_feature_blocks=2)
+    store = add_csr(url)
+    add_csr(local)
+    assert store.entry()["formats"] == ["csc", "csr"]
+    assert _objects(url) == _files(local)
+    assert (store.read_block("train", 0, 1, "csr") != X[:, store.col_bounds()[1] :]).nnz == 0
     assert list(staging.iterdir()) == []
