@@ -18,6 +18,7 @@ from distributed import Client, get_task_stream
 import dl1
 from dl1.deploy import jobqueue_cluster
 from dl1.deploy.jobqueue import JobSubmissionError
+from dl1.errors import ClusterStalledError
 from tests.deploy.conftest import dl1_jobs
 from tests.helpers import random_csr
 
@@ -119,6 +120,14 @@ def test_workers_that_cannot_start_are_reported_and_cancelled(slurm, tmp_path):
     # a partition SLURM does not have: sbatch refuses every job
     with pytest.raises(JobSubmissionError, match="invalid partition"):
         jobqueue_cluster("slurm", 1, memory="1GiB", queue="no-such-partition", timeout=5,
+                         log_directory=str(tmp_path))  # fmt: skip
+    assert _wait_no_jobs() == []
+
+
+def test_workers_that_do_not_join_in_time_are_reported_and_cancelled(slurm, tmp_path):
+    # a job SLURM holds for an hour: queued, never started
+    with pytest.raises(ClusterStalledError, match="0 of 1 dl1 workers .* joined in 3 s"):
+        jobqueue_cluster("slurm", 1, memory="1GiB", extra=["--begin=now+3600"], timeout=3,
                          log_directory=str(tmp_path))  # fmt: skip
     assert _wait_no_jobs() == []
 
