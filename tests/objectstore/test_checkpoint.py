@@ -24,7 +24,7 @@ from tests.paths.test_checkpoint import ALPHAS, gen, open_ck, same_bits
 from tests.reliability.faults import assert_same_path
 
 REPO = Path(__file__).resolve().parents[2]
-PATH_KW = dict(n_alphas=8, tol=1e-9)
+PATH_KW = dict(n_alphas=6, tol=1e-9)
 SECRET = "dl1-test-secret"
 
 
@@ -61,8 +61,6 @@ def test_path_checkpointed_on_s3_equals_local(data, local_cluster, s3_bucket):
     assert_same_path(res, ref)
     names = {k.rsplit("/", 1)[-1] for k in _fs().find(url.removeprefix("s3://"))}
     assert {"dl1-checkpoint.json", "dl1-progress.json"} <= names
-    again = dl1.path(store, client=local_cluster, checkpoint=url, **PATH_KW)  # all done
-    assert_same_path(again, ref)
 
 
 KILLED_CLIENT = """
@@ -71,7 +69,7 @@ import dl1
 from distributed import Client
 
 def cb(k, alpha, res):
-    if k == 3:
+    if k == 2:
         os.kill(os.getpid(), signal.SIGKILL)
 
 with Client({address!r}) as client:
@@ -92,7 +90,7 @@ def test_killed_client_resumes_bit_for_bit(data, local_cluster, s3_bucket):
     fs = _fs()
     key = url.removeprefix("s3://")
     assert fs.exists(f"{key}/dl1-lock.json")  # the dead client's lease is still there
-    assert len(json.loads(fs.cat_file(f"{key}/dl1-progress.json"))["done"]) == 4
+    assert len(json.loads(fs.cat_file(f"{key}/dl1-progress.json"))["done"]) == 3
     resumed = dl1.path(store, client=local_cluster, checkpoint=url, **PATH_KW)
     assert_same_path(resumed, ref)
 
