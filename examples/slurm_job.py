@@ -38,8 +38,9 @@ def main(out: Path, tiny: bool) -> None:
     n_alphas = 4 if tiny else 20
     t0 = time.perf_counter()
     with (
-        jobqueue_cluster("slurm", 2, memory="2GiB", walltime="00:30:00",
-                         log_directory=str(out / "slurm-logs")) as cluster,  # fmt: skip
+        jobqueue_cluster(
+            "slurm", 2, memory="2GiB", walltime="00:30:00", log_directory=str(out / "slurm-logs")
+        ) as cluster,  # fmt: skip
         Client(cluster) as client,
     ):
         print(f"2 SLURM worker jobs up in {time.perf_counter() - t0:.1f} s")

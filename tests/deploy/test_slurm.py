@@ -85,9 +85,9 @@ def test_the_workers_are_slurm_jobs_with_dl1_settings(slurm_cluster):
         }
 
     out = list(client.run(seen).values())
-    assert len(out) == 2 and len({o["job"] for o in out}) == 2 and None not in {
-        o["job"] for o in out
-    }
+    assert (
+        len(out) == 2 and len({o["job"] for o in out}) == 2 and None not in {o["job"] for o in out}
+    )
     for o in out:
         assert o["malloc"] == "65536" and o["profile"] is False and o["http"] == {}
         assert o["trims"] and o["threads"] == 1 and o["host"] == "127.0.0.1"
@@ -136,8 +136,9 @@ def test_a_tls_cluster_of_slurm_workers(slurm, tmp_path):
     # security=True: a temporary certificate, given to the jobs through a shared directory
     with (
         dask.config.set({"jobqueue.slurm.shared-temp-directory": str(tmp_path)}),
-        jobqueue_cluster("slurm", 1, memory="1GiB", security=True, timeout=120,
-                         log_directory=str(tmp_path)) as cluster,  # fmt: skip
+        jobqueue_cluster(
+            "slurm", 1, memory="1GiB", security=True, timeout=120, log_directory=str(tmp_path)
+        ) as cluster,  # fmt: skip
         Client(cluster, security=cluster.security, set_as_default=False) as client,
     ):
         (address,) = client.scheduler_info()["workers"]
