@@ -296,7 +296,12 @@ def _cluster_class(kind: str) -> type:
     """dask-jobqueue's cluster class of ``kind``, whose ``close`` also deletes the temporary
     TLS certificate and key it wrote for the jobs (``security=True``), which it otherwise
     leaves until the cluster object is garbage collected."""
-    import dask_jobqueue
+    try:
+        import dask_jobqueue
+    except ImportError as e:
+        raise ImportError(
+            f"dl1.deploy.jobqueue needs dask-jobqueue (pip install 'dl1[jobqueue]'): {e}"
+        ) from None
 
     base = getattr(dask_jobqueue, CLUSTER_CLASSES[kind])
 
