@@ -492,7 +492,8 @@ class PathCheckpoint:
         ck._verify()
         ck._remove_leftovers()
         if mirror is not None:
-            mirror.remove_numbered("coef", len(done))
+            mirror.remove_numbered("coef", set(range(len(done))))
+            mirror.remove_numbered("state", {k for k, e in enumerate(done) if "state" in e})
         return ck
 
     @classmethod
@@ -512,8 +513,8 @@ class PathCheckpoint:
         write_manifest(path, {"done": []}, PROGRESS)
         write_manifest(path, identity, IDENTITY)  # last: marks the checkpoint as created
         if mirror is not None:
-            mirror.remove_numbered("coef", 0)
-            mirror.remove_numbered("state", 0)
+            mirror.remove_numbered("coef", set())
+            mirror.remove_numbered("state", set())
             mirror.push(["zarr.json", PROGRESS])
             mirror.push([IDENTITY])
         return cls(path, _read_json(path / IDENTITY, StoreError), [], lock, mirror)

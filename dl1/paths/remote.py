@@ -106,6 +106,8 @@ def _modified(info: dict[str, Any]) -> float | None:
 def _stale(holder: dict[str, Any] | None, info: dict[str, Any], seconds: float) -> bool:
     if holder is not None and holder["host"] == socket.gethostname():
         started = _start_time(holder["pid"])
+        if holder["started"] is None:  # its start time was unknown: the pid alone
+            return started is None
         return started is None or started != holder["started"]
     t = _modified(info)
     return t is not None and time.time() - t > seconds
@@ -319,14 +321,14 @@ class Mirror:
             fs.rm(key, recursive=True)
         fs.invalidate_cache(self.loc.key())
 
-    def remove_numbered(self, prefix: str, keep: int) -> None:
-        """Delete ``prefix/{k}`` on the object store for every ``k >= keep`` (leftovers of
-        a killed run), and anything else not named by a number."""
+    def remove_numbered(self, prefix: str, keep: set[int]) -> None:
+        """Delete ``prefix/{k}`` on the object store for every ``k`` not in ``keep``
+        (leftovers of a killed run), and anything else not named by a number."""
         try:
             names = self.loc.fs.ls(self.loc.key(prefix), detail=False)
         except FileNotFoundError:
             return
         for n in names[:MAX_LISTED]:
             name = n.rstrip("/").rsplit("/", 1)[-1]
-            if not (name.isdigit() and int(name) < keep):
+            if not (name.isdigit() and int(name) in keep):
                 self.loc.fs.rm(n, recursive=True)
