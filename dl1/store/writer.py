@@ -6,6 +6,10 @@ inside the store directory. When a split is closed, each block ``(i, j)`` is ass
 reading only its column range from every spilled batch (found by binary search in the
 batch's sorted columns), sorted into CSC, checksummed and written.
 
+A store bound for a URL (``s3://``, ``gs://``, ``abfs://``, ``memory://``) is written the
+same way into a private local staging directory, then uploaded with its manifest last
+(:mod:`dl1.store.upload`): the local disk it needs is the store's size.
+
 Memory is bounded independently of the number of rows and nonzeros, and of the largest
 column index: per-column work is over the distinct columns present. Above the interpreter's
 baseline, a :class:`SplitWriter` holds
