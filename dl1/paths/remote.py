@@ -129,7 +129,7 @@ class Lease:
         self._finalizer = weakref.finalize(self, Lease._drop, self._stop, loc, self.key, me)
         threading.Thread(
             target=Lease._renew_loop,
-            args=(weakref.ref(self), self._stop, seconds / 4),
+            args=(weakref.ref(self), self._stop, max(seconds / 4, 0.01)),
             name="dl1-checkpoint-lease",
             daemon=True,
         ).start()

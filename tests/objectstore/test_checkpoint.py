@@ -178,3 +178,26 @@ def test_credentials_are_never_shown(s3_bucket, s3_endpoint):
     with pytest.raises(CheckpointMismatchError, match="settings.tol") as e:
         PathCheckpoint.open_or_create(url, storage_options=so, **{**kw, "settings": {"tol": 1.0}})
     assert SECRET not in str(e.value)
+
+
+def test_memory_filesystem_lease_without_etags(monkeypatch):
+    """A filesystem without conditional writes on an ETag: the lease is compared by owner."""
+    import fsspec
+
+    url, fs = "memory://dl1-ck-test/ck", fsspec.filesystem("memory")
+    try:
+        ck = open_ck(url)
+        ck.record(0, **gen(0))
+        ck.close()
+        assert not fs.exists("/dl1-ck-test/ck/dl1-lock.json")
+        stale = {"owner": "x", "host": "elsewhere", "pid": 1, "started": None}
+        fs.pipe_file("/dl1-ck-test/ck/dl1-lock.json", json.dumps(stale).encode())
+        with pytest.raises(CheckpointLockedError, match="host elsewhere"):
+            open_ck(url)
+        monkeypatch.setattr(remote, "LEASE_SECONDS", 0.05)
+        time.sleep(0.1)  # the lease is now older than LEASE_SECONDS
+        again = open_ck(url)
+        assert again.n_done == 1 and same_bits(again.coef(0), gen(0)["coef"])
+        again.close()
+    finally:
+        fs.rm("/dl1-ck-test", recursive=True)
