@@ -220,3 +220,17 @@ def dask_setup(worker: Any) -> None:
     worker.periodic_callbacks["dl1-trim-memory"] = PeriodicCallback(
         worker.dl1_trimmer, TRIM_INTERVAL_MS
     )
+
+
+def dask_teardown(worker: Any) -> None:
+    """Dask's preload hook at worker close: the objects alive now are frozen
+    (:func:`gc.freeze`), so the process exits without a final garbage collection of its
+    whole heap (numba's and the data's objects), which takes seconds and, on a loaded
+    machine, more than the 8 s a nanny waits before it kills the worker ("Worker process
+    still alive after 8.0 seconds, killing"). Only in a worker process a nanny started: a
+    worker in its client's process (``processes=False``) leaves that process alone."""
+    import gc
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        gc.freeze()
