@@ -6,6 +6,7 @@ independent reference (closed form, scikit-learn); exit statuses are as README s
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import dask
@@ -39,6 +40,7 @@ def model(reg, scheduler, tmp_path_factory):
     result = invoke("fit", reg.path, "--alpha-ratio", "8", "--output", path, "--json",
                     "--scheduler", scheduler)  # fmt: skip
     assert "certificate: duality gap" in result.stderr  # the human text, on stderr
+    assert re.search(r"^\d{4}-\d\d-\d\dT[\d:]{8}Z fit round \d+  gap ", result.stderr, re.M)
     return path, document(result)
 
 
@@ -129,6 +131,7 @@ def test_convert_and_info_json(tmp_path):
                 "blocks": [1, 1], "formats": ["csc"]}  # fmt: skip
     assert doc["splits"]["train"] == expected
     assert "converted" in result.stderr and "3 x 3" in result.stderr
+    assert re.search(r"Z convert written in [\d.]+ s$", result.stderr, re.M)
     info = invoke("info", tmp_path / "s", "--json")
     assert document(info)["splits"] == doc["splits"] and "3 x 3" in info.stderr
     assert "3 x 3" in invoke("info", tmp_path / "s").stdout  # no --json: text on stdout
