@@ -153,6 +153,19 @@ def test_memory_and_file_urls_and_zarr_store_objects(s3_store, local_store, tmp_
         open_store(path, storage_options={"anon": True})
 
 
+def test_estimators_take_a_zarr_store_object_and_a_url(s3_store, local_store):
+    """A scikit-learn estimator fitted on a zarr store object or a URL (no cluster: in this
+    process) equals the fit on the store's path."""
+    from dl1.estimators import Lasso
+
+    path, _ = local_store
+    ref = Lasso(alpha=0.05, tol=1e-10).fit(path)
+    est = Lasso(alpha=0.05, tol=1e-10).fit(zarr.storage.FsspecStore.from_url(s3_store))
+    np.testing.assert_array_equal(est.coef_, ref.coef_)
+    assert est.intercept_ == ref.intercept_
+    np.testing.assert_array_equal(Lasso(alpha=0.05, tol=1e-10).fit(s3_store).coef_, ref.coef_)
+
+
 def _record_remote_reads(dask_worker=None) -> None:
     """Record, in this process, the keys read from remote stores (for the test)."""
     import dl1.store.location as location
