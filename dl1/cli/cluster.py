@@ -43,6 +43,7 @@ class ClusterSpec:
     slurm_walltime: str | None = None
     slurm_account: str | None = None
     job_extra: tuple[str, ...] = ()
+    job_log_directory: str | None = None
     worker_timeout: float = DEFAULT_WORKER_TIMEOUT
     tls_ca_file: str | None = None
     tls_cert: str | None = None
@@ -64,9 +65,12 @@ class ClusterSpec:
                 "--dashboard is for the cluster dl1 starts; a running scheduler "
                 "(--scheduler) serves its own dashboard, or none"
             )
-        slurm = (self.slurm_queue, self.slurm_walltime, self.slurm_account, *self.job_extra)
+        slurm = (self.slurm_queue, self.slurm_walltime, self.slurm_account,
+                 self.job_log_directory, *self.job_extra)  # fmt: skip
         if self.cluster != "slurm" and any(v is not None for v in slurm):
-            raise click.UsageError("--slurm-* and --job-extra options need --cluster slurm")
+            raise click.UsageError(
+                "--slurm-*, --job-extra and --job-log-directory need --cluster slurm"
+            )
         if not self.worker_timeout > 0:
             raise ValidationError(
                 f"--worker-timeout must be > 0 seconds; got {self.worker_timeout}"
@@ -147,6 +151,13 @@ _OPTIONS = [
         multiple=True,
         help="--cluster slurm: an extra #SBATCH directive (repeatable), e.g. "
         "--job-extra=--exclusive.",
+    ),
+    click.option(
+        "--job-log-directory",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="--cluster slurm: where the worker jobs write their logs (default: SLURM's, "
+        "slurm-<job id>.out in the current directory).",
     ),
     click.option(
         "--worker-timeout",
@@ -280,6 +291,7 @@ def _start(spec: ClusterSpec) -> Any:
             account=spec.slurm_account,
             extra=list(spec.job_extra) or None,
             dashboard=spec.dashboard,
+            log_directory=spec.job_log_directory,
             timeout=spec.worker_timeout,  # the jobs are cancelled if no worker joins by then
         )
     from dl1.runtime.localcluster import local_cluster

@@ -126,7 +126,8 @@ def test_examples_run_as_scripts(tmp_path):
 def test_path_on_slurm_jobs_gives_the_local_answer(reg, local_cluster, tmp_path):
     """Pass (when SLURM runs here, as in CI): ``dl1 path --cluster slurm`` runs its workers
     as SLURM jobs and saves the same path as the LocalCluster's (every alpha certified,
-    coefficients equal to the certificate's tolerance); no dl1 job is left in the queue."""
+    coefficients equal to the certificate's tolerance); no dl1 job is left in the queue,
+    and the jobs' logs hold no traceback or kill warning."""
     import pytest
 
     import dl1
@@ -138,7 +139,8 @@ def test_path_on_slurm_jobs_gives_the_local_answer(reg, local_cluster, tmp_path)
     out = subprocess.run(
         [sys.executable, "-m", "dl1", "path", str(reg.path), "--n-alphas", "4", "--cluster",
          "slurm", "--workers", "2", "--memory-limit", "1GiB", "--slurm-walltime", "00:15:00",
-         "--worker-timeout", "120", "--output", str(tmp_path / "p"), "--plots",
+         "--worker-timeout", "120", "--job-log-directory", str(tmp_path / "jobs"),
+         "--output", str(tmp_path / "p"), "--plots",
          str(tmp_path / "plots"), "--json"],
         env=ENV, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -155,3 +157,7 @@ def test_path_on_slurm_jobs_gives_the_local_answer(reg, local_cluster, tmp_path)
     while dl1_jobs() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert dl1_jobs() == []
+    logs = sorted((tmp_path / "jobs").iterdir())
+    assert len({log.stem for log in logs}) == 2  # the two worker jobs' .out and .err
+    for log in logs:
+        assert clean(log.read_text()), f"{log.name}:\n{log.read_text()}"
