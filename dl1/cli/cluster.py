@@ -241,6 +241,8 @@ def _client(
         cluster = stack.enter_context(_start(spec))
         stack.callback(close_workers, cluster)  # after the client, before the cluster
         client = stack.enter_context(Client(cluster))
+        if spec.cluster != "local":
+            stack.callback(stop_nannies, client)  # first: while the scheduler runs
     except BaseException:
         stack.close()
         raise
@@ -270,6 +272,33 @@ def close_workers(cluster: Any, timeout: float = CLOSE_TIMEOUT) -> None:
         )
 
     cluster.sync(close_all)
+
+
+def _terminate_nanny(dask_worker: Any) -> bool:
+    """In a worker: SIGTERM its nanny (its parent process), which closes the worker and
+    itself as on ``dask worker``'s own SIGTERM. Nothing for a worker without a nanny."""
+    import signal
+
+    if not getattr(dask_worker, "nanny", None):
+        return False
+    os.kill(os.getppid(), signal.SIGTERM)
+    return True
+
+
+def stop_nannies(client: Any, timeout: float = CLOSE_TIMEOUT) -> None:
+    """Stop the batch jobs' workers through their nannies while the scheduler still runs,
+    and wait (at most ``timeout`` seconds) until they have left it: cancelling the jobs
+    (dask-jobqueue's close) stops the scheduler and the workers at once, and the workers'
+    logs then hold ``CommClosedError`` tracebacks."""
+    import time
+
+    try:
+        client.run(_terminate_nanny)
+        deadline = time.monotonic() + timeout
+        while client.scheduler_info()["workers"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+    except (OSError, TimeoutError):  # the cluster's close cancels whatever is left
+        return
 
 
 def _start(spec: ClusterSpec) -> Any:
