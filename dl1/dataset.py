@@ -180,23 +180,13 @@ class Dataset:
         return np.concatenate([np.full(len(a), q) for q, a in enumerate(split)])
 
     def row_blocks(self, ex: Any) -> Any:
-        """The row blocks (sample-wise solvers), loaded on first use and then held too."""
-        from dl1.loading import rows_in_memory
-        from dl1.solvers.base import RowData
-        from dl1.tasks.rows import row_sqnorm_max_task
+        """The row blocks (sample-wise solvers), loaded and checked on first use, then held
+        too."""
+        from dl1.loading import held_rows
 
         self._check_live()
         if self._shared.get("rows") is None:
-            inputs = self._inputs
-            Xd = inputs.X
-            if inputs.store is not None and "csr" in inputs.store.entry(inputs.split)["formats"]:
-                Xd = inputs.store.to_dask(inputs.split, "csr")
-            blocks, rb = rows_in_memory(ex, Xd, self.n_partitions, inputs.store is not None)
-            parts = [[int(i) for i in a] for a in
-                     np.array_split(np.arange(len(blocks)), max(1, min(self.n_partitions,
-                                                                       len(blocks))))]  # fmt: skip
-            sq = ex.gather([ex.submit(row_sqnorm_max_task, b) for b in blocks])
-            self._shared["rows"] = RowData(blocks, rb, parts, float(max(sq, default=0.0)))
+            self._shared["rows"] = held_rows(ex, self._inputs, self.n_partitions)
         return self._shared["rows"]
 
     # -- one piece (dl1.runtime.one_piece) ------------------------------------------------

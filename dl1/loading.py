@@ -537,18 +537,28 @@ def load_rows(ex: Any, inputs: Inputs, n_partitions: int, streamed: bool) -> Row
     CSR when it has them); an in-memory X is split into one block per partition."""
     if inputs.dataset is not None:
         return inputs.dataset.row_blocks(ex)
-    if streamed:
-        blocks, rb = row_sources(inputs.store, inputs.split)
-    else:
-        Xd = inputs.X
-        if inputs.store is not None and "csr" in inputs.store.entry(inputs.split)["formats"]:
-            Xd = inputs.store.to_dask(inputs.split, "csr")
-        blocks, rb = rows_in_memory(ex, Xd, n_partitions, inputs.store is not None)
-    parts = [
-        [int(i) for i in a]
-        for a in np.array_split(np.arange(len(blocks)), max(1, min(n_partitions, len(blocks))))
-    ]
+    if not streamed:
+        return held_rows(ex, inputs, n_partitions)
+    blocks, rb = row_sources(inputs.store, inputs.split)
+    parts = row_parts(len(blocks), n_partitions)
     return RowData(blocks, rb, parts, checked_rows(ex, blocks, rb, parts, inputs.sample_weight))
+
+
+def held_rows(ex: Any, inputs: Inputs, n_partitions: int) -> RowData:
+    """The row blocks in worker memory (a store's own CSR blocks when it has them), checked
+    by :func:`checked_rows` as every layout's data is."""
+    Xd = inputs.X
+    if inputs.store is not None and "csr" in inputs.store.entry(inputs.split)["formats"]:
+        Xd = inputs.store.to_dask(inputs.split, "csr")
+    blocks, rb = rows_in_memory(ex, Xd, n_partitions, inputs.store is not None)
+    parts = row_parts(len(blocks), n_partitions)
+    return RowData(blocks, rb, parts, checked_rows(ex, blocks, rb, parts, inputs.sample_weight))
+
+
+def row_parts(n_blocks: int, n_partitions: int) -> list[list[int]]:
+    """The row blocks of each partition: consecutive runs, as even as they split."""
+    split = np.array_split(np.arange(n_blocks), max(1, min(n_partitions, n_blocks)))
+    return [[int(i) for i in a] for a in split]
 
 
 def checked_rows(

@@ -149,11 +149,6 @@ def rows_xt_task(blocks: list[RowBlock | RowSource], theta: np.ndarray) -> np.nd
     return np.zeros(0) if out is None else out
 
 
-def row_sqnorm_max_task(block: RowBlock | RowSource) -> float:
-    """A row block's largest squared row norm."""
-    return loaded_rows(block).row_sqnorm_max
-
-
 class RowStats(NamedTuple):
     """What a partition's row blocks tell about the data's squares: the largest squared row
     norm, each column's sum of squares over these rows (raw, and weighted: empty without

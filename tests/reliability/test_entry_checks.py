@@ -86,6 +86,16 @@ def test_row_whose_squares_overflow_is_refused_by_the_sample_wise_solvers():
         dl1.fit(X, y, alpha=0.01, solver="sgd", max_epochs=2)
 
 
+def test_row_whose_squares_overflow_is_refused_through_a_data_handle():
+    """Pass: the same row, held by a data handle (``dl1.persist``), is refused by sgd with
+    the same error when the handle's row blocks are loaded: a handle's rows are checked as
+    a matrix's are."""
+    X, y = data("squared", ((ROW, 2, 1e154), (ROW, 5, 1e154)))
+    with dl1.persist(X, y) as ds:
+        with pytest.raises(ValidationError, match=rf"X row {ROW}: its sum of squares overflows"):
+            dl1.fit(ds, alpha=0.01, solver="sgd", max_epochs=2)
+
+
 def test_overflowing_value_is_refused_on_a_cluster(local_cluster):
     """Pass: on a two-worker cluster (not one piece: a callback runs here), sdca refuses
     the 1e200 with the same error, naming column and row."""
