@@ -2,87 +2,26 @@
 CRD schemas the dask-kubernetes package ships, and checked for dl1's settings, a pinned image
 and credentials taken from a Secret by reference."""
 
-import copy
-import functools
 import re
-import tomllib
-from importlib.resources import files
-from pathlib import Path
 
-import jsonschema
 import pytest
 import yaml
 from dask.utils import parse_bytes
 
 from dl1.deploy import worker_settings
 from dl1.runtime.localcluster import CLUSTER_CONFIG, NO_HTTP_CONFIG
-
-REPO = Path(__file__).resolve().parents[2]
-K8S = REPO / "cluster" / "kubernetes"
-CRDS = "operator/deployment/helm/dask-kubernetes-operator/crds"
-RESOURCES = {"DaskCluster": "daskcluster.yaml", "DaskWorkerGroup": "daskworkergroup.yaml"}
-PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-VERSION = PYPROJECT["project"]["version"]
-LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRDs are large
-CREDENTIAL = re.compile(r"^AWS_|KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
-
-
-def _strict(schema):
-    """``schema`` refusing fields it does not declare, as ``kubectl apply --validate=strict``
-    does (a CRD's structural schema alone prunes them silently)."""
-    schema = copy.deepcopy(schema)
-    # every Kubernetes object has these, which CRD schemas leave implicit
-    schema["properties"] |= {
-        "apiVersion": {"type": "string"},
-        "kind": {"type": "string"},
-        "metadata": {"type": "object"},
-    }
-
-    def walk(node):
-        if isinstance(node, dict):
-            if (
-                "properties" in node
-                and "additionalProperties" not in node
-                and not node.get("x-kubernetes-preserve-unknown-fields")
-            ):
-                node["additionalProperties"] = False
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(schema)
-    return schema
-
-
-@functools.cache
-def _crd_schema(kind):
-    """The openAPIV3Schema of ``kind`` as the installed dask-kubernetes ships it."""
-    crd = yaml.load((files("dask_kubernetes") / CRDS / RESOURCES[kind]).read_text(), Loader=LOADER)
-    assert crd["spec"]["names"]["kind"] == kind
-    (version,) = [v for v in crd["spec"]["versions"] if v["served"] and v["storage"]]
-    return crd["spec"]["group"] + "/" + version["name"], version["schema"]["openAPIV3Schema"]
-
-
-@functools.cache
-def _validator(kind):
-    api, schema = _crd_schema(kind)
-    return api, jsonschema.Draft7Validator(_strict(schema))
-
-
-def _load(kind):
-    return yaml.safe_load((K8S / RESOURCES[kind]).read_text())
-
-
-def _containers(resource):
-    spec = resource["spec"]
-    pods = [spec["worker"]["spec"]] + ([spec["scheduler"]["spec"]] if "scheduler" in spec else [])
-    return {c["name"]: c for pod in pods for c in pod["containers"]}
-
-
-def _env(container):
-    return {e["name"]: e for e in container.get("env", [])}
+from tests.deploy.k8s import (
+    CREDENTIAL,
+    K8S,
+    PYPROJECT,
+    RESOURCES,
+    VERSION,
+    containers,
+    crd_errors,
+    env,
+    load,
+    validator,
+)
 
 
 def _preloads(args):
@@ -96,11 +35,9 @@ def _config_env(key):
 
 @pytest.mark.parametrize("kind", sorted(RESOURCES))
 def test_each_resource_is_valid_under_the_operators_crd(kind):
-    api, validator = _validator(kind)
-    resource = _load(kind)
-    assert (resource["apiVersion"], resource["kind"]) == (api, kind)
-    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(resource)]
-    assert errors == []
+    resource = load(kind)
+    assert resource["kind"] == kind
+    assert crd_errors(resource) == []
 
 
 @pytest.mark.parametrize(
@@ -112,25 +49,25 @@ def test_each_resource_is_valid_under_the_operators_crd(kind):
     ],
 )
 def test_the_validator_refuses_a_wrong_type_or_an_unknown_field(path, value, message):
-    _, validator = _validator("DaskCluster")
-    resource = _load("DaskCluster")
+    _, check = validator("DaskCluster")
+    resource = load("DaskCluster")
     node = resource
     for key in path[:-1]:
         node = node[key]
     node[path[-1]] = value
-    errors = [e.message for e in validator.iter_errors(resource)]
+    errors = [e.message for e in check.iter_errors(resource)]
     assert any(message in e for e in errors), errors
 
 
 def test_the_workers_carry_dl1s_settings_and_the_memory_they_are_given():
-    cluster, group = _load("DaskCluster"), _load("DaskWorkerGroup")
+    cluster, group = load("DaskCluster"), load("DaskWorkerGroup")
     assert group["spec"]["cluster"] == cluster["metadata"]["name"]
     assert group["spec"]["worker"]["spec"] == cluster["spec"]["worker"]["spec"]
-    worker = _containers(cluster)["worker"]
+    worker = containers(cluster)["worker"]
     settings = worker_settings(host=None)  # pods listen on their pod's address
-    env = _env(worker)
+    worker_env = env(worker)
     for key, value in settings.env.items():
-        assert env[key] == {"name": key, "value": value}
+        assert worker_env[key] == {"name": key, "value": value}
     args = worker["args"]
     assert args[:2] == ["dask", "worker"]
     assert _preloads(args) == _preloads(settings.args)
@@ -142,13 +79,13 @@ def test_the_workers_carry_dl1s_settings_and_the_memory_they_are_given():
 
 
 def test_the_scheduler_steals_no_work_and_serves_no_http():
-    cluster = _load("DaskCluster")
-    scheduler = _containers(cluster)["scheduler"]
-    env = _env(scheduler)
+    cluster = load("DaskCluster")
+    scheduler = containers(cluster)["scheduler"]
+    scheduler_env = env(scheduler)
     expected = {**CLUSTER_CONFIG, "distributed.scheduler.http.routes": []}
     for key, value in expected.items():
         if key.startswith("distributed.scheduler."):
-            assert yaml.safe_load(env[_config_env(key)]["value"]) == value, key
+            assert yaml.safe_load(scheduler_env[_config_env(key)]["value"]) == value, key
     assert NO_HTTP_CONFIG["distributed.scheduler.http.routes"] == []
     assert "--no-dashboard" in scheduler["args"] and "dl1.runtime.nohttp" in scheduler["args"]
     ports = {p["name"] for p in scheduler["ports"]}
@@ -161,15 +98,15 @@ def test_the_scheduler_steals_no_work_and_serves_no_http():
 
 @pytest.mark.parametrize("kind", sorted(RESOURCES))
 def test_credentials_come_from_a_secret_by_reference(kind):
-    resource = _load(kind)
-    worker = _containers(resource)["worker"]
+    resource = load(kind)
+    worker = containers(resource)["worker"]
     refs = {}
-    for container in _containers(resource).values():
-        for name, entry in _env(container).items():
+    for container in containers(resource).values():
+        for name, entry in env(container).items():
             if CREDENTIAL.search(name):
                 assert "value" not in entry, f"{name} is written in {RESOURCES[kind]}"
                 refs[name] = entry["valueFrom"]["secretKeyRef"]
-    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(_env(worker))
+    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(env(worker))
     assert {r["name"] for r in refs.values()} == {"dl1-store-credentials"}
     for path in K8S.glob("*.yaml"):  # no Secret with its data in the repository
         for doc in yaml.safe_load_all(path.read_text()):
@@ -178,7 +115,7 @@ def test_credentials_come_from_a_secret_by_reference(kind):
 
 def test_the_image_is_pinned_to_this_release():
     for kind in RESOURCES:
-        for container in _containers(_load(kind)).values():
+        for container in containers(load(kind)).values():
             assert container["image"] == f"dl1:{VERSION}"
     requirements = {}
     for line in (K8S / "requirements.txt").read_text().splitlines():
