@@ -21,6 +21,7 @@ import numpy as np
 from dl1.errors import ValidationError
 from dl1.loading import (
     block_memory,
+    check_two_classes,
     col_scales,
     decide_stream,
     load_blocks,
@@ -57,6 +58,7 @@ def fw_problem(
     Returns the problem and the seconds spent loading the blocks.
     """
     inputs = read_inputs(X, y, None, loss, split)
+    check_two_classes(inputs, loss, fit_intercept)
     Xd, yv, sw, store = inputs.X, inputs.y, inputs.sample_weight, inputs.store
     if sw.shape[0]:
         raise ValidationError(
@@ -399,6 +401,8 @@ def path_constrained(
         stop=stop, tol=tol, step_tol=step_tol, max_iter=max_iter, seed=seed, certify=certify
     )
     where = dict(fit_intercept=fit_intercept, standardize=standardize, client=client, split=split)
+    # labels refused before the radii's penalised fit, which is of the squared loss
+    check_two_classes(read_inputs(X, y, None, loss, split), loss, fit_intercept)
     grid = radii(
         X, y, n_deltas=n_deltas, eps=eps, deltas=deltas, largest=delta_max,
         n_partitions=n_partitions, **where,

@@ -119,6 +119,18 @@ def test_one_class_with_an_intercept_is_refused_by_every_solver(loss, solver):
         dl1.fit(X, y, alpha=0.01, loss=loss, solver=solver, max_epochs=2, sample_weight=sw)
 
 
+@pytest.mark.parametrize("entry", ["fit_constrained", "path_constrained"])
+def test_one_class_with_an_intercept_is_refused_by_frank_wolfe(entry):
+    """Pass: the constrained (Frank-Wolfe) entry points refuse labels all +1 with an
+    intercept with the same ValidationError as every other solver, naming the label that
+    has no weight. Before: the logistic datafit's own message, raised after the blocks were
+    loaded."""
+    X, _ = data("logistic", ())
+    kw = {"delta": 1.0} if entry == "fit_constrained" else {"n_deltas": 3}
+    with pytest.raises(ValidationError, match="needs both labels .* label -1 has none"):
+        getattr(dl1, entry)(X, np.ones(N), loss="logistic", **kw)
+
+
 def test_constant_target_with_an_intercept_gives_the_zero_model_with_sdca():
     """Pass: a constant target with an intercept (objective 0 at w = 0) is fitted by sdca
     on the Lasso to the closed form, w = 0 and the intercept the constant, certified. Before:
