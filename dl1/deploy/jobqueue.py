@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import math
 import numbers
@@ -47,6 +48,9 @@ DEATH_TIMEOUT = 60
 
 #: Seconds :func:`jobqueue_cluster` waits by default for its workers' jobs to start.
 START_TIMEOUT = 300.0
+
+#: :func:`jobqueue_cluster`'s arguments that :func:`job_script` does not take.
+_NOT_IN_SCRIPT = frozenset({"n_workers", "security", "timeout"})
 
 
 class JobSubmissionError(Dl1Error, RuntimeError):
@@ -174,8 +178,7 @@ def jobqueue_cluster(
     """
     params = dict(locals())
     validate_params(_CONSTRAINTS, params, "dl1.deploy.jobqueue_cluster")
-    del params["n_workers"], params["timeout"]
-    cluster = _cluster(**params)
+    cluster = _cluster(params)
     try:
         _submit(cluster, n_workers)
         if timeout is not None:
@@ -228,44 +231,34 @@ class _Refusals(logging.Filter):
         return False
 
 
-def job_script(
-    kind: str,
-    *,
-    memory: str | None = None,
-    cores: int = 1,
-    walltime: str | None = None,
-    queue: str | None = None,
-    account: str | None = None,
-    extra: list[str] | None = None,
-    interface: str | None = None,
-    log_directory: str | None = None,
-    dashboard: bool = False,
-) -> str:
-    """The batch script :func:`jobqueue_cluster` submits for each job, with the same
-    arguments (the scheduler's address is a placeholder): to check a configuration, or to
-    submit workers by hand (``sbatch``, ``qsub``, ``bsub``) to a scheduler started elsewhere."""
-    params = dict(locals())
+def job_script(kind: str, **options: Any) -> str:
+    """The batch script :func:`jobqueue_cluster` submits for each job, given the same ``kind``
+    and keyword arguments (``options``: all but ``security`` and ``timeout``), with a
+    placeholder for the scheduler's address: to check a configuration, or to submit workers
+    by hand (``sbatch``, ``qsub``, ``bsub``) to a scheduler started elsewhere."""
+    params = _script_arguments(kind, options)
     validate_params(_CONSTRAINTS, params, "dl1.deploy.job_script")
-    with _cluster(**params, security=None) as cluster:
+    with _cluster(params) as cluster:
         script = cluster.job_script()
         return script.replace(cluster.scheduler_address, "tcp://SCHEDULER:8786")
 
 
-def _cluster(
-    kind: str,
-    *,
-    memory: str | None,
-    cores: int,
-    walltime: str | None,
-    queue: str | None,
-    account: str | None,
-    extra: list[str] | None,
-    interface: str | None,
-    security: Any,
-    log_directory: str | None,
-    dashboard: bool,
-) -> Any:
-    """dask-jobqueue's cluster of ``kind`` set up for dl1 (scheduler started, no job)."""
+def _script_arguments(kind: str, options: dict[str, Any]) -> dict[str, Any]:
+    """:func:`jobqueue_cluster`'s arguments for a job script (its defaults for those not in
+    ``options``); a ``TypeError`` names an argument :func:`job_script` does not take."""
+    signature = inspect.signature(jobqueue_cluster)
+    unknown = sorted(set(options) - set(signature.parameters) | set(options) & _NOT_IN_SCRIPT)
+    if unknown:
+        raise TypeError(f"job_script() got unexpected keyword arguments: {', '.join(unknown)}")
+    bound = signature.bind(kind, 1, **options)
+    bound.apply_defaults()
+    return {k: v for k, v in bound.arguments.items() if k not in _NOT_IN_SCRIPT}
+
+
+def _cluster(params: dict[str, Any]) -> Any:
+    """dask-jobqueue's cluster set up for dl1 (scheduler started, no job) from
+    :func:`jobqueue_cluster`'s arguments ``params``."""
+    kind, interface, dashboard = params["kind"], params["interface"], params["dashboard"]
     cls = _cluster_class(kind)
     settings = worker_settings(dashboard=dashboard, host=None if interface else "127.0.0.1")
     config = dict(CLUSTER_CONFIG)
@@ -279,15 +272,15 @@ def _cluster(
         scheduler |= {"dashboard_address": "127.0.0.1:0", "preload": [NO_HTTP_PRELOAD]}
     with dask.config.set(config):
         return cls(
-            **_job_kwargs(kind, memory, cores, walltime, queue, account, extra),
+            **_job_kwargs(params),
             interface=interface,
-            security=security,
+            security=params.get("security"),
             scheduler_options=scheduler,
             job_script_prologue=settings.prologue(),
             worker_extra_args=settings.args,
             death_timeout=DEATH_TIMEOUT,
             job_name=JOB_NAME,
-            log_directory=log_directory,
+            log_directory=params["log_directory"],
         )
 
 
@@ -317,23 +310,17 @@ def _cluster_class(kind: str) -> type:
     return type(f"Dl1{base.__name__}", (base,), {"_close": _close, "__module__": __name__})
 
 
-def _job_kwargs(
-    kind: str,
-    memory: str | None,
-    cores: int,
-    walltime: str | None,
-    queue: str | None,
-    account: str | None,
-    extra: list[str] | None,
-) -> dict[str, Any]:
-    """dask-jobqueue's job arguments (None: its configuration's value)."""
+def _job_kwargs(params: dict[str, Any]) -> dict[str, Any]:
+    """dask-jobqueue's job arguments from :func:`jobqueue_cluster`'s (None: its
+    configuration's value)."""
+    cores = params["cores"]
     kwargs: dict[str, Any] = {"cores": cores, "processes": cores}
-    named = {"memory": memory, "walltime": walltime, "queue": queue}
+    named = {k: params[k] for k in ("memory", "walltime", "queue")}
     # the account is "account" for SLURM and PBS, "project" for LSF
-    named["project" if kind == "lsf" else "account"] = account
+    named["project" if params["kind"] == "lsf" else "account"] = params["account"]
     kwargs |= {k: v for k, v in named.items() if v is not None}
-    if extra:
-        kwargs["job_extra_directives"] = list(extra)
+    if params["extra"]:
+        kwargs["job_extra_directives"] = list(params["extra"])
     return kwargs
 
 

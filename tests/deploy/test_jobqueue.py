@@ -76,3 +76,9 @@ def test_worker_settings_are_the_local_clusters():
 def test_invalid_options_are_refused_by_name(kwargs, name):
     with pytest.raises(InvalidParameterError, match=f"'{name}' parameter"):
         job_script(**{"kind": "slurm", **kwargs})
+
+
+@pytest.mark.parametrize("name", ["security", "timeout", "memroy"])
+def test_arguments_that_do_not_shape_a_job_are_refused_by_name(name):
+    with pytest.raises(TypeError, match=f"unexpected keyword arguments: {name}$"):
+        job_script("slurm", memory="1GiB", **{name: 1})

@@ -126,8 +126,8 @@ def test_workers_that_cannot_start_are_reported_and_cancelled(slurm, tmp_path):
 
 def test_workers_that_do_not_join_in_time_are_reported_and_cancelled(slurm, tmp_path):
     # a job SLURM holds for an hour: queued, never started
-    with pytest.raises(ClusterStalledError, match="0 of 1 dl1 workers .* joined in 3 s"):
-        jobqueue_cluster("slurm", 1, memory="1GiB", extra=["--begin=now+3600"], timeout=3,
+    with pytest.raises(ClusterStalledError, match="0 of 1 dl1 workers .* joined in 1 s"):
+        jobqueue_cluster("slurm", 1, memory="1GiB", extra=["--begin=now+3600"], timeout=1,
                          log_directory=str(tmp_path))  # fmt: skip
     assert _wait_no_jobs() == []
 
