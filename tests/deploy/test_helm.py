@@ -2,7 +2,8 @@
 Helm itself (its Go SDK, through helm-python-sdk: no helm binary, no Kubernetes cluster).
 
 - dl1's chart (helm/dl1) renders the operator's resources, valid under the operator's CRD
-  schemas and equal to cluster/kubernetes/*.yaml; its values.schema.json refuses bad values.
+  schemas, and the network policy, all equal to cluster/kubernetes/*.yaml; its
+  values.schema.json refuses bad values.
 - dask-values.yaml, rendered with the published `dask/dask` chart 2024.1.1 (vendored in
   tests/deploy/charts/, checked against the digest of helm.dask.org's index), gives pods of
   valid Kubernetes pod specs carrying the same settings and credentials.
@@ -103,12 +104,17 @@ def test_helm_refuses_the_same_values(helm, override):
 
 
 def test_the_rendered_resources_are_the_checked_in_ones(helm):
-    assert set(_render(helm)) == {"DaskCluster"}  # no extra worker group unless enabled
+    # no extra worker group unless enabled, the network policy unless disabled
+    assert set(_render(helm)) == {"DaskCluster", "NetworkPolicy"}
+    assert set(_render(helm, {"networkPolicy": {"enabled": False}})) == {"DaskCluster"}
     rendered = _render(helm, {"extraWorkers": {"enabled": True}})
-    assert set(rendered) == set(RESOURCES)
+    files = {**RESOURCES, "NetworkPolicy": "networkpolicy.yaml"}
+    assert set(rendered) == set(files)
     for kind, resource in rendered.items():
-        assert crd_errors(resource) == [], kind
-        checked_in = load(kind)
+        if kind in RESOURCES:
+            assert crd_errors(resource) == [], kind
+        checked_in = yaml.safe_load((K8S / files[kind]).read_text())
+        assert resource["apiVersion"] == checked_in["apiVersion"]
         assert resource["spec"] == checked_in["spec"], kind
         assert resource["metadata"]["name"] == checked_in["metadata"]["name"]
         assert resource["metadata"]["labels"].items() >= checked_in["metadata"]["labels"].items()
