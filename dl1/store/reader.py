@@ -47,10 +47,11 @@ if TYPE_CHECKING:  # workers reading blocks import this module: no dask.array th
     import dask.array as da
 
 ChunkType = Literal["scipy", "sparse", "dense"]
-#: Metadata of remote arrays parsed by this process, by (URL, key, checksum, chunk sizes):
-#: a block read again (every pass, out of core) costs its chunks' requests only.
-_REMOTE_META: dict[tuple[str, str, int, int], Any] = {}
-#: Entries of :data:`_REMOTE_META` kept (about 1 KiB each).
+#: Metadata of arrays parsed by this process, by (URL, key, checksum, chunk sizes; for a
+#: local file also its inode, size and modification time): a block read again (every pass
+#: out of core, every fit of a path) costs its chunks' reads only.
+_ARRAY_META: dict[tuple[Any, ...], Any] = {}
+#: Entries of :data:`_ARRAY_META` kept (about 1 KiB each).
 MAX_CACHED_METADATA = 16384
 #: Objects a remote store may hold besides its arrays' chunks and metadata (groups,
 #: manifest, attributes): more than this (and twice the arrays' objects) is refused.
@@ -105,12 +106,13 @@ def _array_entries(split: str, entry: dict[str, Any]):
                     yield f"{block_key(split, fmt, i, j)}/{name}", a
 
 
-def _check_chunks_present(root: Path, key: str, a: dict[str, Any]) -> None:
+def _check_chunks_present(root: Path, key: str, a: dict[str, Any]) -> tuple[int, ...]:
     """Every chunk file of an array is a regular file inside the store, of its recorded size.
 
     The array's folders are resolved once (a symlink out of the store is refused), each
     chunk file is ``lstat``-ed (a symlinked chunk is refused): nothing outside the store is
-    opened, and whether a path outside exists is never revealed.
+    opened, and whether a path outside exists is never revealed. Returns the stamp of the
+    array's metadata file (inode, size, modification time; empty when it is missing).
     """
     check_inside(root, root / key / "c", f"array {key!r}", StoreCorruptError)
     if n_chunks(a) and not (root / key).is_dir():
@@ -141,6 +143,7 @@ def _check_chunks_present(root: Path, key: str, a: dict[str, Any]) -> None:
                 f"chunk {k} of array {key!r} has {size} bytes, the manifest says "
                 f"{a['chunk_bytes'][k]} (truncated or replaced: {f})"
             )
+    return () if mst is None else (mst.st_ino, mst.st_size, mst.st_mtime_ns)
 
 
 def _check_listing(loc: Location, listing: dict[str, int], key: str, a: dict[str, Any]) -> None:
@@ -176,15 +179,25 @@ class _ArrayMeta(NamedTuple):
     chunks: tuple[int, ...]
 
 
-def _remote_metadata(
-    loc: Location, key: str, entry: dict[str, Any], prefetched: Prefetched | None = None
+def _meta_key(loc: Location, key: str, entry: dict[str, Any], stamp: tuple[int, ...] = ()):
+    return (loc.url, key, entry["crc32c"], hash(tuple(entry["chunk_bytes"])), *stamp)
+
+
+def _array_metadata(
+    loc: Location,
+    key: str,
+    entry: dict[str, Any],
+    prefetched: Prefetched | None = None,
+    stamp: tuple[int, ...] = (),
 ) -> _ArrayMeta:
-    """The metadata of array ``key`` of a remote store, read bounded and parsed (once per
-    process for an array of given checksum and chunk sizes)."""
+    """The metadata of array ``key``, read bounded and parsed without opening the array
+    through zarr (whose every open is a round trip through its event-loop thread): once per
+    process for an array of given checksum and chunk sizes, and for a local file of given
+    ``stamp`` (:func:`_check_chunks_present`)."""
     from zarr.core.metadata.v3 import ArrayV3Metadata
 
-    cache_key = (loc.url, key, entry["crc32c"], hash(tuple(entry["chunk_bytes"])))
-    hit = _REMOTE_META.get(cache_key)
+    cache_key = _meta_key(loc, key, entry, stamp)
+    hit = _ARRAY_META.get(cache_key)
     if hit is not None:
         return hit
     rel = f"{key}/zarr.json"
@@ -200,9 +213,9 @@ def _remote_metadata(
         ) from None
     except Exception as e:
         raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
-    if len(_REMOTE_META) >= MAX_CACHED_METADATA:
-        _REMOTE_META.clear()
-    _REMOTE_META[cache_key] = found
+    if len(_ARRAY_META) >= MAX_CACHED_METADATA:
+        _ARRAY_META.clear()
+    _ARRAY_META[cache_key] = found
     return found
 
 
@@ -226,8 +239,7 @@ def _prefetch(loc: Location, arrays: list[tuple[str, dict[str, Any]]]) -> Prefet
     fetched by concurrent requests."""
     rels, sizes = [], []
     for key, entry in arrays:
-        cache_key = (loc.url, key, entry["crc32c"], hash(tuple(entry["chunk_bytes"])))
-        if cache_key not in _REMOTE_META:
+        if _meta_key(loc, key, entry) not in _ARRAY_META:
             rels.append(f"{key}/zarr.json")
             sizes.append(MAX_METADATA_BYTES)
         rels += _chunk_rels(key, entry, (0, entry["shape"][0]))
@@ -256,14 +268,10 @@ def read_array(
     store already fetched (:func:`_prefetch`); others are fetched here, concurrently.
     """
     loc = _location(root)
-    if loc.is_local:
-        _check_chunks_present(loc.path, key, entry)  # first: refuses paths outside the store
-        try:
-            arr = zarr.open_array(loc.key(key), mode="r")
-        except Exception as e:
-            raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
-    else:
-        arr = _remote_metadata(loc, key, entry, prefetched)
+    stamp: tuple[int, ...] = ()
+    if loc.is_local:  # first: refuses paths outside the store
+        stamp = _check_chunks_present(loc.path, key, entry)
+    arr = _array_metadata(loc, key, entry, prefetched, stamp)
     if (
         list(arr.shape) != entry["shape"]
         or arr.dtype.str != entry["dtype"]
@@ -289,8 +297,10 @@ def read_array(
         c = entry["chunk"]
         for k in range(lo // c, -(-hi // c)):  # sizes checked before zarr decodes
             _chunk_body(loc, key, k, entry, compressor, crc, c * arr.dtype.itemsize, prefetched)
-        if not loc.is_local:
+        try:
             arr = zarr.open_array(loc.zarr_store(), path=key, mode="r")
+        except Exception as e:
+            raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
         try:
             a = arr[lo:hi]
         except Exception as e:
