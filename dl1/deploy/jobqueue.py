@@ -232,10 +232,18 @@ class _Refusals(logging.Filter):
 
 
 def job_script(kind: str, **options: Any) -> str:
-    """The batch script :func:`jobqueue_cluster` submits for each job, given the same ``kind``
-    and keyword arguments (``options``: all but ``security`` and ``timeout``), with a
-    placeholder for the scheduler's address: to check a configuration, or to submit workers
-    by hand (``sbatch``, ``qsub``, ``bsub``) to a scheduler started elsewhere."""
+    """The batch script :func:`jobqueue_cluster` submits for each job, with a placeholder for
+    the scheduler's address: to check a configuration, or to submit workers by hand
+    (``sbatch``, ``qsub``, ``bsub``) to a scheduler started elsewhere.
+
+    Parameters
+    ----------
+    kind : {"slurm", "pbs", "lsf"}
+        The batch system.
+    **options
+        :func:`jobqueue_cluster`'s keyword arguments that shape a job (all but ``security``
+        and ``timeout``), with its defaults; any other raises ``TypeError``.
+    """
     params = _script_arguments(kind, options)
     validate_params(_CONSTRAINTS, params, "dl1.deploy.job_script")
     with _cluster(params) as cluster:
