@@ -399,7 +399,7 @@ def load_blocks(
         chunks = dl[:, s].tolist()
         if (cb[j], cb[j + 1]) != (stored[s], stored[s + 1]):  # a piece of stored block s
             lo, hi = int(cb[j] - stored[s]), int(cb[j + 1] - stored[s])
-            if store is not None:
+            if store is not None and ex.n_workers > 1:  # each piece read where it is kept
                 fmt = store.column_format(split)
                 chunks = [store.column_piece(split, fmt, i, s, lo, hi) for i in range(len(chunks))]
             else:
