@@ -25,55 +25,22 @@ import contextlib
 import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 
-@contextlib.contextmanager
-def s3_server() -> Iterator[str]:
+def s3_endpoint() -> contextlib.AbstractContextManager[str]:
     """``AWS_ENDPOINT_URL``, or a moto server on 127.0.0.1 (throwaway credentials)."""
     if os.environ.get("AWS_ENDPOINT_URL"):
-        yield os.environ["AWS_ENDPOINT_URL"]
-        return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    os.environ.update(
-        AWS_ENDPOINT_URL=url,
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_DEFAULT_REGION="us-east-1",
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:  # bounded by the deadline
-            try:
-                with urllib.request.urlopen(url + "/moto-api/", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"no S3 server answered at {url}") from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        return contextlib.nullcontext(os.environ["AWS_ENDPOINT_URL"])
+    from dl1.testing import s3_server
+
+    return s3_server(key="bench", secret="bench")
 
 
 def stored_bytes(store: Any, split: str = "train") -> int:
@@ -107,7 +74,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from dl1.datasets import make_e2006_like
     from dl1.store import open_store
 
-    with tempfile.TemporaryDirectory() as tmp, s3_server() as endpoint:
+    with tempfile.TemporaryDirectory() as tmp, s3_endpoint() as endpoint:
         t0 = time.perf_counter()
         local = make_e2006_like(Path(tmp) / "s.zarr", preset=args.preset, seed=0,
                                 n_feature_blocks=args.n_feature_blocks)  # fmt: skip

@@ -1,13 +1,15 @@
 """A store on S3: written to a bucket, fitted from it by workers that read their blocks
 straight from the bucket, and checked against the same store on a local disk.
 
-python examples/s3_store.py [--tiny] [--bucket NAME]
+python examples/s3_store.py [--tiny] [--bucket NAME] [--scheduler ADDRESS]
 
 With ``AWS_ENDPOINT_URL`` set (and credentials in ``AWS_*`` or your AWS config) it uses
 that S3 endpoint; otherwise it starts a local S3-compatible server (moto's server mode, on
 127.0.0.1, ``pip install "moto[server]"``) for the run, with throwaway credentials. No
 credential goes into ``storage_options``: s3fs and the workers find them in the
-environment, as they would on a cluster.
+environment, as they would on a cluster. With ``--scheduler`` it fits on that cluster
+(whose workers must reach the endpoint with credentials of their own); otherwise on a
+two-worker LocalCluster started for the run.
 """
 
 from __future__ import annotations
@@ -16,12 +18,8 @@ import argparse
 import contextlib
 import logging
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +30,7 @@ from distributed import Client
 import dl1
 from dl1.datasets import E2006Preset, make_e2006_like
 from dl1.runtime.localcluster import local_cluster
+from dl1.testing import s3_server
 
 #: A preset small enough for a test (a few seconds to write and fit).
 TINY = E2006Preset(
@@ -40,44 +39,28 @@ TINY = E2006Preset(
 )  # fmt: skip
 
 
-@contextlib.contextmanager
-def s3_server() -> Iterator[None]:
+def s3_endpoint() -> contextlib.AbstractContextManager[str]:
     """The endpoint of ``AWS_ENDPOINT_URL``, or a moto server on 127.0.0.1 for the run."""
     if os.environ.get("AWS_ENDPOINT_URL"):
-        yield
+        return contextlib.nullcontext(os.environ["AWS_ENDPOINT_URL"])
+    return s3_server(key="example", secret="example")
+
+
+@contextlib.contextmanager
+def cluster_client(scheduler: str | None) -> Iterator[Client]:
+    """A client of the cluster at ``scheduler``, or of a LocalCluster for the run."""
+    if scheduler:
+        with Client(scheduler) as client:
+            yield client
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    os.environ.update(
-        AWS_ENDPOINT_URL=url,
-        AWS_ACCESS_KEY_ID="example",
-        AWS_SECRET_ACCESS_KEY="example",
-        AWS_DEFAULT_REGION="us-east-1",
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:  # bounded by the deadline
-            try:
-                with urllib.request.urlopen(url + "/moto-api/", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"no S3 server answered at {url}") from None
-                time.sleep(0.1)
-        yield
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with (
+        local_cluster(n_workers=2, threads_per_worker=1, silence_logs=logging.ERROR) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
 
 
-def main(tiny: bool, bucket: str | None) -> None:
+def main(tiny: bool, bucket: str | None, scheduler: str | None = None) -> None:
     import s3fs
 
     preset = TINY if tiny else "small"
@@ -90,11 +73,7 @@ def main(tiny: bool, bucket: str | None) -> None:
     try:
         store = make_e2006_like(url, preset=preset, seed=0, n_feature_blocks=4, overwrite=True)
         print(store)
-        with (
-            tempfile.TemporaryDirectory() as tmp,
-            local_cluster(n_workers=2, threads_per_worker=1, silence_logs=logging.ERROR) as cluster,
-            Client(cluster) as client,
-        ):
+        with tempfile.TemporaryDirectory() as tmp, cluster_client(scheduler) as client:
             local = make_e2006_like(Path(tmp) / "local.zarr", preset=preset, seed=0,
                                     n_feature_blocks=4)  # fmt: skip
             amax = dl1.alpha_max(url, client=client)
@@ -120,6 +99,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="a few-second run (tests)")
     parser.add_argument("--bucket", help="an existing bucket to use (default: a new one)")
+    parser.add_argument("--scheduler", help="a running cluster's scheduler address")
     args = parser.parse_args()
-    with s3_server():
-        main(args.tiny, args.bucket)
+    with s3_endpoint():
+        main(args.tiny, args.bucket, args.scheduler)

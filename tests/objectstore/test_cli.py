@@ -25,14 +25,10 @@ def invoke(*args):
     return result, json.loads(result.stdout)
 
 
-@pytest.fixture(scope="module")
-def scheduler(s3_endpoint):
-    """A one-worker LocalCluster started after the S3 server (its worker inherits AWS_*)."""
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                      dashboard_address="127.0.0.1:0") as cluster:  # fmt: skip
-        yield cluster.scheduler_address
+@pytest.fixture
+def scheduler(s3_cluster) -> str:
+    """The address of the session's S3 cluster (its workers inherit ``AWS_*``)."""
+    return s3_cluster.scheduler.address
 
 
 def test_convert_info_fit_score_on_s3(s3_bucket, scheduler, tmp_path):

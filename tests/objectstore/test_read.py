@@ -16,7 +16,6 @@ import pytest
 import s3fs
 import scipy.sparse as sp
 import zarr
-from distributed import Client, LocalCluster
 
 import dl1
 from dl1.errors import IncompleteStoreError, StoreCorruptError, ValidationError
@@ -77,22 +76,6 @@ def mutable_store(s3_bucket, small_local) -> str:
     url = f"{s3_bucket}/s.zarr"
     _fs().put(str(small_local), url, recursive=True)
     return url
-
-
-@pytest.fixture(scope="module")
-def s3_cluster(s3_endpoint):
-    """A 2-process LocalCluster started after the S3 server: its workers reach it."""
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
-        ) as cluster,
-        Client(cluster, set_as_default=False) as client,
-    ):
-        yield client
 
 
 def _fs() -> s3fs.S3FileSystem:
@@ -325,9 +308,11 @@ def test_credentials_never_show(mutable_store, s3_endpoint):
 # ------------------------------------------------------------------ the example
 
 
-def test_the_s3_example_runs(s3_endpoint, tmp_path):
+def test_the_s3_example_runs(s3_cluster, tmp_path):
+    """The example as a script, on the session's cluster (its workers reach the server)."""
+    address = s3_cluster.scheduler.address
     out = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "s3_store.py"), "--tiny"],
+        [sys.executable, str(REPO / "examples" / "s3_store.py"), "--tiny", "--scheduler", address],
         capture_output=True,
         text=True,
         timeout=300,
