@@ -247,7 +247,7 @@ def fit(
     )  # fmt: skip
     check_call(inputs, client, solver_obj, loss, n_partitions)
     ex = executor_for(client)
-    refusal = excluded(stream=stream, verbose=verbose, callback=callback)
+    refusal = excluded(stream=stream, verbose=verbose)
     if one_piece.chosen(ex, lambda: one_piece.data_bytes(X, inputs), refusal):
         return one_piece.ship(ex, "fit", X, inputs, call)
     problem, t_load = _set_up(
@@ -462,7 +462,7 @@ def path(
     )  # fmt: skip
     check_call(inputs, client, solver_obj, loss, n_partitions)
     ex = executor_for(client)
-    refusal = excluded(stream=stream, checkpoint=checkpoint, verbose=verbose, callback=callback)
+    refusal = excluded(stream=stream, checkpoint=checkpoint, verbose=verbose)
     if one_piece.chosen(ex, lambda: one_piece.data_bytes(X, inputs), refusal):
         return one_piece.ship(ex, "path", X, inputs, call)
     problem, _ = _set_up(

@@ -16,6 +16,7 @@ import dask
 import dask.local
 import numpy as np
 
+from dl1.runtime import one_piece
 from dl1.runtime.dask_workarounds import engage_low_latency, low_latency
 from dl1.runtime.exposure import check_client
 from dl1.runtime.memory import DataFloor, check_worker_memory, killed_for_memory, warm_baseline
@@ -374,8 +375,8 @@ def current_client() -> Any:
     """The current Dask client (``distributed.default_client()``: the last one created, or
     the one of a ``with Client(...)`` block), or None when there is none or when
     ``dask.config`` names a local scheduler (``dask.config.set(scheduler="sync")``), as
-    ``dask.compute`` decides."""
-    if dask.config.get("scheduler", None) in LOCAL_SCHEDULERS:
+    ``dask.compute`` decides; None within a solve in one piece (:func:`one_piece.in_task`)."""
+    if dask.config.get("scheduler", None) in LOCAL_SCHEDULERS or one_piece.in_task():
         return None
     from distributed import default_client
 

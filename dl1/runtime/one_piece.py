@@ -15,16 +15,35 @@ default 64 MiB: beyond it the workers sharing each pass win) and at most
 ``dl1.one-piece-fraction`` (default 0.25) of a worker's memory for data (its
 ``memory_limit``, else the host's memory shared by the workers, less its measured
 baseline); not when the caller asked for what only the coordinating process can do
-(``stream=True``, a checkpoint, ``verbose`` lines, a callback). ``dl1.one-piece`` (Dask
+(``stream=True``, a checkpoint, ``verbose`` lines). ``dl1.one-piece`` (Dask
 configuration): ``"auto"`` (default, the rule), ``True`` (whenever the call can be
 shipped, whatever the size) or ``False`` (never).
+
+A callback does not keep a solve distributed: in the worker, each call's arguments are
+logged as a Dask event of a topic of that solve (``Worker.log_event``), which the calling
+process subscribes to (``Client.subscribe_topic``) and hands to the callback, in its own
+thread, while the task runs; every call is delivered before the solve returns. The
+callback sees the values of each call (a round's history entry, an alpha's result) but
+not the worker's live objects: an entry is not updated after the call, and the call
+cannot change the solve (an error it raises ends the solve, as in process).
+
+The task leaves the worker's process-wide state alone: that it solves in this process
+(no client, no nested shipment) is a context variable of the task (:func:`in_task`), read
+where dl1 picks its client, not Dask's global configuration another task would see.
 """
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
+import pickle
+import queue
 import time
+import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -41,9 +60,31 @@ DEFAULT_FRACTION = 0.25
 MAX_BYTES_KEY = "dl1.one-piece-max-bytes"
 DEFAULT_MAX_BYTES = 64 * 2**20
 
+#: Set while this thread runs a solve in one piece (:func:`in_worker`).
+_IN_TASK: contextvars.ContextVar[bool] = contextvars.ContextVar("dl1_one_piece", default=False)
+
+
+def in_task() -> bool:
+    """Whether the calling thread runs a solve in one piece: it then solves in this process
+    (no client, no nested shipment), whatever Dask's configuration says."""
+    return _IN_TASK.get()
+
+
+@contextmanager
+def solving_here() -> Iterator[None]:
+    """Within: :func:`in_task` is true in this thread (and only there)."""
+    token = _IN_TASK.set(True)
+    try:
+        yield
+    finally:
+        _IN_TASK.reset(token)
+
 
 def setting() -> bool | str:
-    """``dl1.one-piece`` from Dask's configuration: ``"auto"``, ``True`` or ``False``."""
+    """``dl1.one-piece`` from Dask's configuration: ``"auto"``, ``True`` or ``False``
+    (``False`` within a solve in one piece)."""
+    if in_task():
+        return False
     value = dask.config.get(ONE_PIECE_KEY, "auto")
     if isinstance(value, str) and value.lower() in ("true", "false", "auto"):
         value = {"true": True, "false": False}.get(value.lower(), "auto")
@@ -92,15 +133,15 @@ class Refusal(NamedTuple):
     reason: str
 
 
-def excluded(*, stream: Any, checkpoint: Any = None, verbose: bool = False,
-             callback: Any = None) -> Refusal | None:  # fmt: skip
-    """What the caller asked for that only the coordinating process can do."""
+def excluded(*, stream: Any, checkpoint: Any = None, verbose: bool = False) -> Refusal | None:
+    """What the caller asked for that only the coordinating process can do (a callback
+    is not: its calls are relayed, see the module docstring)."""
     if stream:
         return Refusal("stream=True reads blocks task by task")
     if checkpoint is not None:
         return Refusal("a checkpoint is written by the coordinating process")
-    if verbose or callback is not None:
-        return Refusal("verbose lines and callbacks run in the calling process")
+    if verbose:
+        return Refusal("verbose lines are printed by the calling process")
     return None
 
 
@@ -149,11 +190,132 @@ class Caught(NamedTuple):
 
 
 class Answer(NamedTuple):
-    """What the task returns: the entry's result, its warnings and its seconds."""
+    """What the task returns: the entry's result, its warnings, its seconds and the number
+    of callback calls it relayed."""
 
     result: Any
     caught: list[Caught]
     seconds: float
+    relayed: int = 0
+
+
+class SparseCoef(NamedTuple):
+    """A result's ``coef_`` as it travels in an event: its nonzeros (an L1 model's few)."""
+
+    size: int
+    indices: np.ndarray
+    values: np.ndarray
+
+
+def _compact(arg: Any) -> Any:
+    """A callback argument as it travels: a result's ``coef_`` as its nonzeros."""
+    coef = getattr(arg, "coef_", None)
+    if not isinstance(coef, np.ndarray) or coef.ndim != 1:
+        return arg
+    arg = copy_of(arg)
+    nz = np.flatnonzero(coef)
+    arg.coef_ = SparseCoef(coef.shape[0], nz.astype(np.int64), coef[nz])
+    return arg
+
+
+def _expand(arg: Any) -> Any:
+    """A callback argument as the callback sees it (:func:`_compact` undone)."""
+    sparse = getattr(arg, "coef_", None)
+    if isinstance(sparse, SparseCoef):
+        coef = np.zeros(sparse.size, dtype=sparse.values.dtype)
+        coef[sparse.indices] = sparse.values
+        arg.coef_ = coef
+    return arg
+
+
+def copy_of(obj: Any) -> Any:
+    """A shallow copy of ``obj`` (its attributes shared, not its ``__dict__``)."""
+    import copy
+
+    return copy.copy(obj)
+
+
+class Relay:
+    """A solve's callback as it travels to the worker: each call logs its arguments (pickled,
+    a result's coefficients as their nonzeros) as an event of ``topic``; :meth:`bind` gives
+    it the worker first (a call from any thread of the task then reaches it)."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.calls = 0
+        self._worker: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"topic": self.topic}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["topic"])
+
+    def bind(self, worker: Any) -> None:
+        self._worker = worker
+
+    def __call__(self, *args: Any) -> None:
+        msg = pickle.dumps(tuple(_compact(a) for a in args), protocol=5)
+        self._worker.log_event(self.topic, msg)
+        self.calls += 1
+
+
+#: Seconds between looks at the wait while no relayed call arrives.
+RELAY_POLL_S = 1.0
+#: Seconds the calls relayed by a finished task may take to arrive (they travel through
+#: the scheduler, as the task's answer does, so they are normally there before it).
+LATE_CALLS_S = 10.0
+
+
+class Listener:
+    """The calling process's side of a :class:`Relay`: subscribed to a topic of its own
+    (unsubscribed when done), it hands each relayed call to ``callback`` in the thread that
+    waits for the task."""
+
+    def __init__(self, client: Any, callback: Callable[..., Any]) -> None:
+        self.client, self.callback = client, callback
+        self.relay = Relay(f"dl1-progress-{uuid.uuid4().hex}")
+        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self.delivered = 0
+
+    def __enter__(self) -> Listener:
+        self.client.subscribe_topic(self.relay.topic, self.events.put)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.client.unsubscribe_topic(self.relay.topic)
+
+    def gather(self, ex: Any, futures: list[Any]) -> list[Answer]:
+        """``ex.gather(futures)`` (in a helper thread), the relayed calls delivered
+        meanwhile and, after it, until every call the tasks made is delivered (at most
+        :data:`LATE_CALLS_S` seconds). An error (of a callback too) cancels the tasks."""
+        with ThreadPoolExecutor(1, thread_name_prefix="dl1-one-piece-wait") as pool:
+            waiting = pool.submit(ex.gather, futures)
+            waiting.add_done_callback(lambda _: self.events.put(None))  # wakes the wait
+            try:
+                while not waiting.done():  # ends: the watchdog bounds the gather
+                    self.deliver(RELAY_POLL_S)
+                answers = waiting.result()
+                deadline = time.monotonic() + LATE_CALLS_S
+                expected = sum(a.relayed for a in answers)
+                while self.delivered < expected and time.monotonic() < deadline:
+                    self.deliver(deadline - time.monotonic())
+            except BaseException:
+                ex.client.cancel(futures)
+                raise
+        return answers
+
+    def deliver(self, timeout: float) -> None:
+        """The next relayed call, if one arrives within ``timeout`` seconds, made."""
+        try:
+            event = self.events.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            return
+        if event is None:  # the tasks ended
+            return
+        _, msg = event
+        self.delivered += 1
+        self.callback(*(_expand(a) for a in pickle.loads(msg)))
 
 
 @dataclass(frozen=True)
@@ -180,23 +342,32 @@ def chosen(ex: Any, nbytes: Callable[[], float | None], refusal: Refusal | None)
 
 def ship(ex: Any, entry: str, X: Any, inputs: Any, call: dict[str, Any]) -> Any:
     """The answer of entry point ``entry`` called with ``X`` and ``call`` (its other
-    arguments; ``client`` is dropped), computed in one piece on ``ex``'s cluster."""
-    kwargs = {k: v for k, v in call.items() if k not in ("X", "client")}
+    arguments; ``client`` is dropped; a ``callback`` is called here, see :class:`Listener`),
+    computed in one piece on ``ex``'s cluster."""
+    kwargs = {k: v for k, v in call.items() if k not in ("X", "client", "callback")}
+    callback = call.get("callback")
     if inputs.dataset is None:
-        return run_many(ex, [Shipment(entry, X, kwargs)], [])[0]
+        return run_many(ex, [Shipment(entry, X, kwargs)], [], callback=callback)[0]
     recipe, blocks = inputs.dataset.shipped()
-    return run_many(ex, [Shipment(entry, None, kwargs, recipe)], blocks)[0]
+    return run_many(ex, [Shipment(entry, None, kwargs, recipe)], blocks, callback=callback)[0]
 
 
 #: Times a shipment lost with its worker is sent again (as Dask's ``allowed-failures``).
 RESENDS = 3
 
 
-def run_many(ex: Any, shipments: list[Shipment], blocks: list[Any], *,
-             spread: bool = False) -> list[Any]:  # fmt: skip
+def run_many(
+    ex: Any,
+    shipments: list[Shipment],
+    blocks: list[Any],
+    *,
+    spread: bool = False,
+    callback: Callable[..., Any] | None = None,
+) -> list[Any]:
     """Each of ``shipments`` run as one task (``spread``: the k-th on the k-th worker, or
     another if it is lost, so that independent solves run side by side), all waited for
-    at once by ``ex``'s watchdog; the workers' warnings re-raised here, once each.
+    at once by ``ex``'s watchdog; the workers' warnings re-raised here, once each; the
+    entries' ``callback`` calls, if given, relayed to it here while the tasks run.
 
     A shipment travels as scattered data, not in the task's graph (which the scheduler
     would hold and warns about past 10 MiB); scattered data is not recomputable, so a
@@ -206,7 +377,7 @@ def run_many(ex: Any, shipments: list[Shipment], blocks: list[Any], *,
 
     for attempt in range(RESENDS + 1):
         try:
-            answers = _run_once(ex, shipments, blocks, spread)
+            answers = _run_once(ex, shipments, blocks, spread, callback)
             break
         except FutureCancelledError:
             if attempt == RESENDS:
@@ -217,7 +388,20 @@ def run_many(ex: Any, shipments: list[Shipment], blocks: list[Any], *,
     return [a.result for a in answers]
 
 
-def _run_once(ex: Any, shipments: list[Shipment], blocks: list[Any], spread: bool) -> list[Any]:
+def _run_once(ex: Any, shipments: list[Shipment], blocks: list[Any], spread: bool,
+              callback: Callable[..., Any] | None) -> list[Any]:  # fmt: skip
+    if callback is None:
+        return _submitted(ex, shipments, blocks, spread, None)
+    with Listener(ex.client, callback) as listener:
+        relayed = [dataclasses.replace(s, kwargs={**s.kwargs, "callback": listener.relay})
+                   for s in shipments]  # fmt: skip
+        return _submitted(ex, relayed, blocks, spread, listener)
+
+
+def _submitted(ex: Any, shipments: list[Shipment], blocks: list[Any], spread: bool,
+               listener: Listener | None) -> list[Any]:  # fmt: skip
+    """The answers of ``shipments`` sent as tasks, waited for (with ``listener``'s calls
+    delivered meanwhile, if given)."""
     workers = ex.workers if spread else []
     futures, sent = [], []
     try:
@@ -227,7 +411,7 @@ def _run_once(ex: Any, shipments: list[Shipment], blocks: list[Any], spread: boo
                 where = {"workers": [workers[k % len(workers)]], "allow_other_workers": True}
             sent.append(_scatter(ex, shipment, where.get("workers")))
             futures.append(ex.client.submit(in_worker, sent[-1], blocks, pure=False, **where))
-        return ex.gather(futures)
+        return ex.gather(futures) if listener is None else listener.gather(ex, futures)
     finally:
         for f in futures + sent:
             f.release()
@@ -245,18 +429,37 @@ QUIET = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceW
 
 
 def in_worker(shipment: Shipment, blocks: list[Any]) -> Answer:
-    """The task: the entry point called in this process (no cluster: the in-process solver),
-    its warnings recorded to travel back."""
+    """The task: the entry point called in this process (no cluster: the in-process solver,
+    :func:`in_task` set for this task only), its warnings recorded to travel back, its
+    callback's calls relayed (:class:`Relay`)."""
+    from distributed import get_worker
+
     from dl1.runtime.worker import heap_for_solve
 
     t0 = time.perf_counter()
     X = shipment.X if shipment.dataset is None else shipment.dataset.local(blocks)
-    with dask.config.set({"scheduler": "sync", ONE_PIECE_KEY: False}), heap_for_solve():
+    relay = shipment.kwargs.get("callback")
+    if isinstance(relay, Relay):
+        relay.bind(get_worker())
+    with solving_here(), heap_for_solve():
+        kwargs = computed_here(shipment.kwargs)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            result = entry(shipment.entry)(X, client=None, **shipment.kwargs)
+            result = entry(shipment.entry)(X, client=None, **kwargs)
     got = [Caught(w.category, str(w.message)) for w in caught if not issubclass(w.category, QUIET)]
-    return Answer(result, got, time.perf_counter() - t0)
+    relayed = relay.calls if isinstance(relay, Relay) else 0
+    return Answer(result, got, time.perf_counter() - t0, relayed)
+
+
+def computed_here(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with its dask collections (targets, weights, test data given as dask
+    arrays) computed in this thread: within a task, Dask's default would send them to the
+    cluster through the worker's client."""
+    lazy = {k: v for k, v in kwargs.items() if dask.is_dask_collection(v)}
+    if not lazy:
+        return kwargs
+    values = dask.compute(*lazy.values(), scheduler="sync")
+    return {**kwargs, **dict(zip(lazy, values, strict=True))}
 
 
 def entry(name: str) -> Any:

@@ -98,10 +98,11 @@ def test_the_rule_and_its_overrides(local_cluster):
     with dask.config.set({"dl1.one-piece-max-bytes": "1 kiB"}):  # smaller than the data
         _, auto = _solve(local_cluster, "auto", dl1.fit, X, y, **kw)
     assert not auto
-    # what only the calling process can do keeps the solve distributed
-    for extra in (dict(verbose=True), dict(callback=lambda h: None)):
-        _, tasks = _solve(local_cluster, True, dl1.fit, X, y, **kw, **extra)
-        assert not tasks, extra
+    # what only the calling process can do keeps the solve distributed; a callback does not
+    _, tasks = _solve(local_cluster, True, dl1.fit, X, y, **kw, verbose=True)
+    assert not tasks
+    _, tasks = _solve(local_cluster, True, dl1.fit, X, y, **kw, callback=lambda h: None)
+    assert len(tasks) == 1
     with dask.config.set({ONE: "sometimes"}), pytest.raises(ValidationError, match=ONE):
         dl1.fit(X, y, client=local_cluster, **kw)
     for key, bad in (("dl1.one-piece-fraction", 2.0), ("dl1.one-piece-max-bytes", "lots")):
@@ -125,6 +126,103 @@ def test_the_workers_warnings_reach_the_caller(local_cluster):
         res = dl1.fit(X, y, alpha=1e-3, tol=1e-10, solver="sgd", max_epochs=2,
                       client=local_cluster)  # fmt: skip
     assert not res.converged_
+
+
+def test_a_callback_gets_each_round_and_alpha_here_while_one_piece_runs(local_cluster):
+    """Pass: a path and a fit in one piece call their callback in the calling thread, once
+    per alpha / round, with the values of the solve (the result's coefficients and gaps,
+    the history's entries)."""
+    X, y = _regression()
+    kw = dict(n_alphas=5, eps=0.05, tol=1e-8)
+    calls, threads = [], set()
+
+    def on_alpha(k, alpha, res):
+        calls.append((k, alpha, res))
+        threads.add(threading.get_ident())
+
+    res, tasks = _solve(local_cluster, True, dl1.path, X, y, callback=on_alpha, **kw)
+    assert len(tasks) == 1 and threads == {threading.get_ident()}
+    assert [c[0] for c in calls] == list(range(5))
+    np.testing.assert_array_equal([c[1] for c in calls], res.alphas_)
+    for k, _, r in calls:
+        np.testing.assert_array_equal(r.coef_, res.coefs_[:, [k]].toarray().ravel())
+        assert r.gap_ == res.gaps_[k] and r.converged_ and r.alpha == res.alphas_[k]
+
+    entries: list = []
+    fit, tasks = _solve(local_cluster, True, dl1.fit, X, y, alpha=0.01, tol=1e-8,
+                        callback=entries.append)  # fmt: skip
+    assert len(tasks) == 1 and len(entries) == len(fit.history_) >= 2
+    assert [e["gap"] for e in entries] == [h["gap"] for h in fit.history_]
+
+
+def test_an_error_of_the_callback_ends_the_solve_in_one_piece(local_cluster):
+    X, y = _regression()
+
+    def stop(*_):
+        raise KeyboardInterrupt  # as Ctrl-C in the callback
+
+    with pytest.raises(KeyboardInterrupt):
+        _solve(local_cluster, True, dl1.path, X, y, n_alphas=20, callback=stop)
+    deadline = time.monotonic() + 30
+    while any(local_cluster.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(local_cluster.processing().values())  # the task was cancelled
+
+
+def _config() -> tuple:
+    """In a worker: the Dask configuration dl1 reads, and whether this task solves in one
+    piece (the worker's client made first: making it sets Dask's ``scheduler``)."""
+    from distributed import get_client
+
+    from dl1.runtime.one_piece import in_task
+
+    get_client()
+
+    return dask.config.get("scheduler", None), dask.config.get(ONE, None), in_task()
+
+
+def _hold(*_) -> None:
+    """In the one-piece task (as its callback): hold the solve until the probe has run."""
+    from distributed import Event
+
+    Event("dl1-test-inside").set()
+    assert Event("dl1-test-probed").wait(120)
+
+
+def _probe() -> tuple:
+    """In the same worker, while the one-piece task is held: what another task sees."""
+    from distributed import Event
+
+    assert Event("dl1-test-inside").wait(120)
+    try:
+        return _config()
+    finally:
+        Event("dl1-test-probed").set()
+
+
+def test_a_one_piece_task_leaves_the_process_config_to_other_tasks():
+    """Pass: on a worker of two threads, a task running while a one-piece path is inside
+    its solve sees the worker's Dask configuration unchanged and is not in one piece; the
+    path solved in its own thread (no task of its own on the cluster)."""
+    from dl1.runtime.one_piece import Shipment, in_worker
+
+    X, y = _regression()
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
+                     dashboard_address="127.0.0.1:0") as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):  # fmt: skip
+        before = client.submit(_config, pure=False).result(timeout=180)
+        shipment = Shipment("path", X, {"y": y, "n_alphas": 3, "callback": _hold})
+        with get_task_stream(client) as ts:
+            solve = client.submit(in_worker, shipment, [], pure=False)
+            seen = client.submit(_probe, pure=False).result(timeout=180)
+            answer = solve.result(timeout=180)
+        after = client.submit(_config, pure=False).result(timeout=180)
+    assert before == after == seen and before[2] is False
+    assert answer.result.converged_.all() and answer.relayed == 0
+    names = {str(e["key"]).split("-")[0] for e in ts.data}
+    assert names == {"in_worker", "_probe"}, names
 
 
 def test_an_error_in_the_worker_is_raised_here(local_cluster):
