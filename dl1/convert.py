@@ -65,6 +65,19 @@ def _canonical_csr(X: Any) -> sp.csr_matrix:
     return X
 
 
+def _writer(
+    dst: str | os.PathLike,
+    source: str,
+    overwrite: bool,
+    attrs: dict[str, Any] | None,
+    storage_options: dict[str, Any] | None,
+) -> StoreWriter:
+    """The writer of a new store at ``dst`` whose ``source`` attribute names where its data
+    came from (the caller's ``attrs`` added)."""
+    return StoreWriter(dst, overwrite=overwrite, attrs={"source": source, **(attrs or {})},
+                       storage_options=storage_options)  # fmt: skip
+
+
 def from_scipy(
     X: Any,
     y: Any,
@@ -98,12 +111,7 @@ def from_scipy(
     Store
         The opened store.
     """
-    with StoreWriter(
-        dst,
-        overwrite=overwrite,
-        attrs={"source": "scipy", **(attrs or {})},
-        storage_options=storage_options,
-    ) as w:
+    with _writer(dst, "scipy", overwrite, attrs, storage_options) as w:
         for split, A, b, sw_ in (("train", X, y, sample_weight), ("test", X_test, y_test, None)):
             if A is None:
                 continue
@@ -268,12 +276,7 @@ def from_dask(
                 f"split {split!r}, row {int(np.flatnonzero(w < 0)[0])}: negative sample_weight"
             )
     # The writer owns the root group, the manifest and cleanup; blocks come from the tasks.
-    with StoreWriter(
-        dst,
-        overwrite=overwrite,
-        attrs={"source": "dask", **(attrs or {})},
-        storage_options=storage_options,
-    ) as sw:
+    with _writer(dst, "dask", overwrite, attrs, storage_options) as sw:
         path = sw.path
         target = os.fspath(path) if sw.remote is None else sw.claim_for_tasks()
         rb = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)

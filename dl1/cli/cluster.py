@@ -13,7 +13,8 @@ import functools
 import json
 import logging
 import os
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +102,34 @@ def _check_memory_limit(memory_limit: str | None) -> None:
         )
 
 
+def _tls_option(name: str, help: str) -> Any:
+    """A ``--tls-*`` file option, also read from ``DL1_TLS_*``."""
+    envvar = "DL1_" + name.lstrip("-").replace("-", "_").upper()
+    return click.option(name, type=click.Path(dir_okay=False), default=None, envvar=envvar,
+                        show_envvar=True, help=help)  # fmt: skip
+
+
+def _slurm_option(name: str, help: str, **kwargs: Any) -> Any:
+    """An option of ``--cluster slurm`` only (its help says so)."""
+    return click.option(name, default=None, help=f"--cluster slurm: {help}", **kwargs)
+
+
+#: ``--workers`` and ``--dashboard``, shared with ``dl1 demo`` (which starts a LocalCluster).
+WORKERS_OPTION = click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Worker processes (or SLURM jobs) of the cluster dl1 starts.",
+)
+DASHBOARD_OPTION = click.option(
+    "--dashboard",
+    is_flag=True,
+    help="Serve the LocalCluster's Dask dashboard (and its workers' /health, "
+    "/metrics) on 127.0.0.1; none without it (no authentication, any local "
+    "user reaches loopback).",
+)
+
 _OPTIONS = [
     click.option(
         "--scheduler", default=None, help="Address of a running scheduler (tcp://... or tls://...)."
@@ -120,44 +149,26 @@ _OPTIONS = [
         help="Cluster dl1 starts when no scheduler is given: a LocalCluster, or "
         "workers as SLURM jobs (dask-jobqueue; pip install 'dl1[jobqueue]').",
     ),
-    click.option(
-        "--workers",
-        type=click.IntRange(min=1),
-        default=2,
-        show_default=True,
-        help="Worker processes (or SLURM jobs) of the cluster dl1 starts.",
-    ),
+    WORKERS_OPTION,
     click.option(
         "--memory-limit",
         default=None,
         help="Memory of each worker of the cluster dl1 starts (e.g. 4GiB).",
     ),
-    click.option(
-        "--dashboard",
-        is_flag=True,
-        help="Serve the LocalCluster's Dask dashboard (and its workers' /health, "
-        "/metrics) on 127.0.0.1; none without it (no authentication, any local "
-        "user reaches loopback).",
-    ),
-    click.option("--slurm-queue", default=None, help="--cluster slurm: the partition."),
-    click.option(
-        "--slurm-walltime",
-        default=None,
-        help="--cluster slurm: each worker job's time limit (HH:MM:SS).",
-    ),
-    click.option("--slurm-account", default=None, help="--cluster slurm: the account."),
-    click.option(
+    DASHBOARD_OPTION,
+    _slurm_option("--slurm-queue", "the partition."),
+    _slurm_option("--slurm-walltime", "each worker job's time limit (HH:MM:SS)."),
+    _slurm_option("--slurm-account", "the account."),
+    _slurm_option(
         "--job-extra",
+        "an extra #SBATCH directive (repeatable), e.g. --job-extra=--exclusive.",
         multiple=True,
-        help="--cluster slurm: an extra #SBATCH directive (repeatable), e.g. "
-        "--job-extra=--exclusive.",
     ),
-    click.option(
+    _slurm_option(
         "--job-log-directory",
+        "where the worker jobs write their logs (default: SLURM's, slurm-<job id>.out in the "
+        "current directory).",
         type=click.Path(file_okay=False),
-        default=None,
-        help="--cluster slurm: where the worker jobs write their logs (default: SLURM's, "
-        "slurm-<job id>.out in the current directory).",
     ),
     click.option(
         "--worker-timeout",
@@ -166,30 +177,9 @@ _OPTIONS = [
         show_default=True,
         help="--cluster slurm: seconds to wait for the worker jobs to start.",
     ),
-    click.option(
-        "--tls-ca-file",
-        type=click.Path(dir_okay=False),
-        default=None,
-        envvar="DL1_TLS_CA_FILE",
-        show_envvar=True,
-        help="CA certificate of a tls:// scheduler.",
-    ),
-    click.option(
-        "--tls-cert",
-        type=click.Path(dir_okay=False),
-        default=None,
-        envvar="DL1_TLS_CERT",
-        show_envvar=True,
-        help="This client's certificate for a tls:// scheduler.",
-    ),
-    click.option(
-        "--tls-key",
-        type=click.Path(dir_okay=False),
-        default=None,
-        envvar="DL1_TLS_KEY",
-        show_envvar=True,
-        help="This client's private key for a tls:// scheduler.",
-    ),
+    _tls_option("--tls-ca-file", "CA certificate of a tls:// scheduler."),
+    _tls_option("--tls-cert", "This client's certificate for a tls:// scheduler."),
+    _tls_option("--tls-key", "This client's private key for a tls:// scheduler."),
 ]
 _FIELDS = [f.name for f in dataclasses.fields(ClusterSpec)]
 
@@ -206,6 +196,17 @@ def cluster_options(f):
     for option in reversed(_OPTIONS):
         wrapper = option(wrapper)
     return wrapper
+
+
+@contextmanager
+def connected(spec: ClusterSpec, say: Callable[[str], None]) -> Iterator[Any]:
+    """A client of the cluster ``spec`` describes (started, or joined), for the block; on
+    leaving it, however it is left, the client is closed, then the cluster dl1 started
+    (its workers given time to exit, SLURM jobs stopped through their nannies). The
+    dashboard's address, if served, is said with ``say``."""
+    stack, client = _client(None, spec.workers, spec.memory_limit, spec=spec, say=say)
+    with stack:
+        yield client
 
 
 def _client(

@@ -16,7 +16,13 @@ import click
 import numpy as np
 
 from dl1.cli.app import Output, cli, command_options, output
-from dl1.cli.cluster import ClusterSpec, _client, cluster_options
+from dl1.cli.cluster import (
+    DASHBOARD_OPTION,
+    WORKERS_OPTION,
+    ClusterSpec,
+    cluster_options,
+    connected,
+)
 from dl1.cli.progress import Progress
 from dl1.cli.stores import (
     describe,
@@ -153,6 +159,33 @@ def _save(model: Any, path: str | None, overwrite: bool, out: Output) -> None:
     out.result["model"] = str(written)
 
 
+def problem_options(f: Any) -> Any:
+    """``--l1-ratio`` and ``--loss``, the problem of ``dl1 fit`` and ``dl1 path``."""
+    f = click.option("--loss", type=click.Choice(LOSSES), default="squared", show_default=True)(f)
+    return click.option("--l1-ratio", type=click.FloatRange(0, 1), default=1.0,
+                        show_default=True)(f)  # fmt: skip
+
+
+def tol_option(help: str) -> Any:
+    """``--tol``, the relative duality gap certified (default 1e-6)."""
+    return click.option("--tol", type=float, default=1e-6, show_default=True, help=help)
+
+
+def model_output_options(saved: str) -> Any:
+    """``--output`` (received as ``model_out``: where to save ``saved``, in dl1's
+    saved-model format) and ``--overwrite``."""
+
+    def add(f: Any) -> Any:
+        f = click.option("--overwrite", is_flag=True, help="Replace a saved model at --output.")(f)
+        return click.option(
+            "--output", "model_out", default=None,
+            help=f"Save {saved} in this directory (dl1's saved-model format: JSON and .npy; "
+            "read by dl1 predict / score and dl1.load_model).",
+        )(f)  # fmt: skip
+
+    return add
+
+
 def _check_output(path: str | None, overwrite: bool) -> None:
     """An ``--output`` that exists is refused before any work (unless ``--overwrite``)."""
     if path is not None and not overwrite and Path(path).exists():
@@ -168,19 +201,8 @@ def _check_output(path: str | None, overwrite: bool) -> None:
     help="Where to write the store (default: a temporary directory, removed after).",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=2,
-    show_default=True,
-    help="Worker processes of the LocalCluster.",
-)
-@click.option(
-    "--dashboard",
-    is_flag=True,
-    help="Serve the LocalCluster's Dask dashboard (and its workers' /health, /metrics) "
-    "on 127.0.0.1; none without it (no authentication, any local user reaches loopback).",
-)
+@WORKERS_OPTION
+@DASHBOARD_OPTION
 def demo(out: str | None, seed: int, workers: int, dashboard: bool) -> None:
     """The main job on its embedded default: generate the 'small' E2006-like preset, fit a
     Lasso at alpha_max / 20 on a LocalCluster and print its certificate."""
@@ -195,9 +217,7 @@ def demo(out: str | None, seed: int, workers: int, dashboard: bool) -> None:
         o.say(f"generated in {time.perf_counter() - t0:.1f} s")
         o.say(summary(store))
         o.result["data"] = describe(store)
-        spec = ClusterSpec(workers=workers, dashboard=dashboard)
-        stack, client = _client(None, workers, None, dashboard, spec=spec, say=o.say)
-        with stack:
+        with connected(ClusterSpec(workers=workers, dashboard=dashboard), o.say) as client:
             _fit_and_report(
                 store,
                 alpha=None,
@@ -221,25 +241,15 @@ def demo(out: str | None, seed: int, workers: int, dashboard: bool) -> None:
     show_default=True,
     help="alpha = alpha_max / ratio when --alpha is not given.",
 )
-@click.option("--l1-ratio", type=click.FloatRange(0, 1), default=1.0, show_default=True)
-@click.option("--loss", type=click.Choice(LOSSES), default="squared", show_default=True)
-@click.option(
-    "--tol", type=float, default=1e-6, show_default=True, help="Stop at duality gap <= tol * P(0)."
-)
-@click.option(
-    "--output",
-    "model_out",
-    default=None,
-    help="Save the fitted model in this directory (dl1's saved-model format: JSON and .npy; "
-    "read by dl1 predict / score and dl1.load_model).",
-)
-@click.option("--overwrite", is_flag=True, help="Replace a saved model at --output.")
+@problem_options
+@tol_option("Stop at duality gap <= tol * P(0).")
+@model_output_options("the fitted model")
 @click.option(
     "--progress-every",
     type=click.IntRange(min=0),
     default=1,
     show_default=True,
-    help="A progress line every N rounds (0: none; the fit may then run in one piece).",
+    help="A progress line every N rounds (0: none).",
 )
 @cluster_options
 @storage_options_option
@@ -273,8 +283,7 @@ def fit(
     _check_output(model_out, overwrite)
     st = _check_store(store, loss, storage_options)  # before a cluster
     out = output()
-    stack, client = _client(None, 0, None, spec=cluster, say=out.say)
-    with stack:
+    with connected(cluster, out.say) as client:
         res = _fit_and_report(
             st,
             alpha=alpha,
@@ -300,15 +309,8 @@ def fit(
     show_default=True,
     help="Smallest alpha as a fraction of alpha_max.",
 )
-@click.option("--l1-ratio", type=click.FloatRange(0, 1), default=1.0, show_default=True)
-@click.option("--loss", type=click.Choice(LOSSES), default="squared", show_default=True)
-@click.option(
-    "--tol",
-    type=float,
-    default=1e-6,
-    show_default=True,
-    help="Certify each alpha at duality gap <= tol * P(0).",
-)
+@problem_options
+@tol_option("Certify each alpha at duality gap <= tol * P(0).")
 @click.option(
     "--checkpoint",
     default=None,
@@ -321,13 +323,7 @@ def fit(
     help="Directory for the PNG figures (default: STORE-path-plots for a local STORE; none "
     "for a URL).",
 )
-@click.option(
-    "--output",
-    "model_out",
-    default=None,
-    help="Save the path (every alpha's model) in this directory (dl1's saved-model format).",
-)
-@click.option("--overwrite", is_flag=True, help="Replace a saved model at --output.")
+@model_output_options("the path (every alpha's model)")
 @click.option(
     "--constrained",
     is_flag=True,
@@ -385,8 +381,7 @@ def path_cmd(
     _check_output(model_out, overwrite)
     st = _check_store(store, loss, storage_options)  # before a cluster
     out = output()
-    stack, client = _client(None, 0, None, spec=cluster, say=out.say)
-    with stack, Progress("path", n_alphas) as progress:
+    with connected(cluster, out.say) as client, Progress("path", n_alphas) as progress:
 
         def on_alpha(k: int, alpha: float, res: Any) -> None:
             nnz = int(np.count_nonzero(res.coef_))

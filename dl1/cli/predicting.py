@@ -17,7 +17,7 @@ import click
 import numpy as np
 
 from dl1.cli.app import cli, command_options, output
-from dl1.cli.cluster import ClusterSpec, _client, cluster_options
+from dl1.cli.cluster import ClusterSpec, cluster_options, connected
 from dl1.cli.progress import Progress
 from dl1.cli.stores import check_split, open_input, storage_options_option, where
 from dl1.errors import ValidationError
@@ -43,6 +43,25 @@ def load(model_path: str, alpha: float | None) -> Any:
             f"{model_path} is a fit at alpha {model.alpha!r}; --alpha is for a saved path"
         )
     return model
+
+
+def model_and_data(
+    model: str,
+    alpha: float | None,
+    data: str,
+    split: str | None,
+    storage_options: dict[str, Any] | None,
+) -> tuple[Any, Any, str]:
+    """``(fitted, store, split)``: the saved model (:func:`load`), the store DATA opened
+    and its split chosen (:func:`check_split`), checked to have the model's features,
+    before a cluster starts."""
+    from dl1.predict import check_n_features
+
+    fitted = load(model, alpha)
+    store = open_input(data, storage_options)
+    split = check_split(store, split)
+    check_n_features(store.to_dask(split), fitted.coef_.shape[0])
+    return fitted, store, split
 
 
 def write_blockwise(pred: Any, dst: Path, client: Any, progress: Progress) -> int:
@@ -126,7 +145,7 @@ def predict(
 ) -> None:
     """Predict with the saved MODEL on the store DATA (a path or URL), out of core: row
     block by row block, on the workers, into the .npy file --output."""
-    from dl1.predict import check_n_features, decision_function
+    from dl1.predict import decision_function
     from dl1.predict import predict as predict_values
 
     cluster.check()
@@ -135,14 +154,10 @@ def predict(
         raise click.BadParameter("must name a .npy file", param_hint="--output")
     if dst.exists() and not overwrite:
         raise FileExistsError(f"--output {dst} exists; pass --overwrite to replace it")
-    fitted = load(model, alpha)
-    store = open_input(data, storage_options)
-    split = check_split(store, split)
-    check_n_features(store.to_dask(split), fitted.coef_.shape[0])
+    fitted, store, split = model_and_data(model, alpha, data, split, storage_options)
     out = output()
-    stack, client = _client(None, 0, None, spec=cluster, say=out.say)
     t0 = time.perf_counter()
-    with stack:
+    with connected(cluster, out.say) as client:
         if decision:
             pred = decision_function(store, fitted.coef_, fitted.intercept_, split=split)
         else:
@@ -182,18 +197,13 @@ def score(
 ) -> None:
     """Score the saved MODEL on the store DATA (a path or URL) and its targets: R^2 for the
     squared loss, accuracy otherwise (as the estimators' score)."""
-    from dl1.predict import check_n_features
     from dl1.predict import score as score_of
 
     cluster.check()
-    fitted = load(model, alpha)
-    store = open_input(data, storage_options)
-    split = check_split(store, split)
-    check_n_features(store.to_dask(split), fitted.coef_.shape[0])
+    fitted, store, split = model_and_data(model, alpha, data, split, storage_options)
     out = output()
-    stack, _ = _client(None, 0, None, spec=cluster, say=out.say)
     t0 = time.perf_counter()
-    with stack:
+    with connected(cluster, out.say):
         value = score_of(store, None, fitted.coef_, fitted.intercept_, fitted.loss, split=split)
     dt = time.perf_counter() - t0
     metric = "r2" if fitted.loss == "squared" else "accuracy"
