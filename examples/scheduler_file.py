@@ -91,8 +91,5 @@ def main(work: Path) -> float:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        main(Path(sys.argv[1]))
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            main(Path(tmp))
+    with tempfile.TemporaryDirectory() as tmp:  # used when no folder is given
+        main(Path(sys.argv[1] if len(sys.argv) > 1 else tmp))

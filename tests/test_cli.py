@@ -74,18 +74,6 @@ def test_fit_command_on_a_store(tmp_path):
     assert "alpha_max/10" in out
 
 
-def test_quickstart_example_runs(tmp_path):
-    out = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "quickstart.py"), tmp_path],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.count("(certified: True)") == 3
-
-
 def test_path_command_with_checkpoint_and_plots(tmp_path):
     X = random_csr(150, 40, 0.15, seed=3)
     y = X @ np.r_[np.ones(5), np.zeros(35)] + 0.01 * np.arange(150) % 0.1
