@@ -1,6 +1,7 @@
 """The command line as a batch job runs it: real processes, output piped to a log.
 
-A path's log shows a timestamped line per alpha while the path runs; commands and
+A path's log shows a timestamped line per alpha while the path runs, distributed or in
+one piece; commands and
 cluster/stop-local.sh shut their clusters down with no traceback or kill warning in any
 log; the examples of this area run as scripts.
 """
@@ -33,15 +34,15 @@ def clean(text: str) -> bool:
     return not any(word in text for word in DIRTY)
 
 
-def test_path_log_has_a_line_per_alpha_while_it_runs(reg, tmp_path):
-    """Pass: with stdout and stderr pipes (not terminals), each alpha's timestamped line
-    is read while the command still runs (before the summary, the figures and the
-    shutdown); the command started and stopped its own LocalCluster without a traceback
-    or a kill warning."""
+def _path_lines(store: Path, plots: Path, *options: str, one_piece: bool) -> tuple[str, str]:
+    """``dl1 path STORE --n-alphas 5`` run with pipes (``dl1.one-piece`` set to
+    ``one_piece``): its stdout and stderr, once it has exited with status 0 and its stderr
+    has held a timestamped line per alpha, each read while the command still ran."""
+    env = {**ENV, "DASK_DL1__ONE_PIECE": str(one_piece)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dl1", "path", str(reg.path), "--n-alphas", "5", "--workers",
-         "2", "--plots", str(tmp_path / "plots")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+        [sys.executable, "-m", "dl1", "path", str(store), "--n-alphas", "5", "--plots",
+         str(plots), *options],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     stdout: list[str] = []
     reader = threading.Thread(target=lambda: stdout.extend(proc.stdout), daemon=True)
@@ -57,8 +58,33 @@ def test_path_log_has_a_line_per_alpha_while_it_runs(reg, tmp_path):
     reader.join(timeout=60)
     assert seen == [(str(k), "5") for k in range(1, 6)], "".join(stderr)
     assert all(running_at), running_at
-    assert "best alpha" in "".join(stdout)
-    assert clean("".join(stderr) + "".join(stdout)), "".join(stderr)
+    return "".join(stdout), "".join(stderr)
+
+
+def test_path_log_has_a_line_per_alpha_while_it_runs(reg, tmp_path):
+    """Pass: with stdout and stderr pipes (not terminals), each alpha's timestamped line
+    of a distributed path is read while the command still runs (before the summary, the
+    figures and the shutdown); the command started and stopped its own LocalCluster
+    without a traceback or a kill warning."""
+    stdout, stderr = _path_lines(reg.path, tmp_path / "plots", "--workers", "2",
+                                 one_piece=False)  # fmt: skip
+    assert "best alpha" in stdout
+    assert clean(stderr + stdout), stderr
+
+
+def test_path_in_one_piece_logs_a_line_per_alpha_while_it_runs(reg, scheduler, local_cluster,
+                                                                tmp_path):  # fmt: skip
+    """Pass: a path solved in one piece (one task on the session's cluster, which the
+    command joins) logs each alpha's line while the command runs, as a distributed one."""
+    from distributed import get_task_stream
+
+    with get_task_stream(local_cluster) as ts:
+        stdout, stderr = _path_lines(reg.path, tmp_path / "plots", "--scheduler", scheduler,
+                                     one_piece=True)  # fmt: skip
+    pieces = [e for e in ts.data if str(e["key"]).startswith("in_worker")]
+    assert len(pieces) == 1, [e["key"] for e in ts.data]
+    assert "best alpha" in stdout
+    assert clean(stderr + stdout), stderr
 
 
 def test_stop_local_stops_workers_then_scheduler_with_clean_logs(reg, tmp_path):
@@ -101,22 +127,38 @@ def _zombie(pid: int) -> bool:
         return True
 
 
+def _finished(proc: subprocess.Popen, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``proc``'s exit status and output, once it has exited (killed after ``timeout``)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def test_examples_run_as_scripts(tmp_path):
     """Pass: examples/out_of_core_path.py (tiny sizes) certifies every alpha of a streamed
     path, and examples/scheduler_file.py fits by scheduler file and stops its scheduler
     and worker with clean logs."""
-    ooc = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "out_of_core_path.py"), "--rows", "600",
-         "--features", "60", "--n-alphas", "3", str(tmp_path)],
-        env=ENV, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    work = tmp_path / "sf"
+    work.mkdir()
+    ooc_args = ["--rows", "600", "--features", "60", "--n-alphas", "3", str(tmp_path)]
+    # side by side: each waits mostly for its own cluster to start
+    ooc_run, sf_run = (
+        subprocess.Popen(
+            [sys.executable, str(REPO / "examples" / script), *args],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for script, args in (("out_of_core_path.py", ooc_args), ("scheduler_file.py", [str(work)]))
+    )
+    ooc, sf = (_finished(run) for run in (ooc_run, sf_run))
     assert ooc.returncode == 0, ooc.stderr
     assert "3 alphas (squared, l1_ratio=1.0, tol=1e-06): 3 certified, 0 not" in ooc.stdout
     assert len(re.findall(r"^alpha \d/3 ", ooc.stdout, flags=re.M)) == 3
-    work = tmp_path / "sf"
-    work.mkdir()
-    sf = subprocess.run([sys.executable, str(REPO / "examples" / "scheduler_file.py"), str(work)],
-                        env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert sf.returncode == 0, sf.stderr
     assert "(certified: True)" in sf.stdout
     for log in ("scheduler.log", "worker.log"):
