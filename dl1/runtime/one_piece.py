@@ -282,8 +282,12 @@ class Listener:
         self.client.subscribe_topic(self.relay.topic, self.events.put)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.client.unsubscribe_topic(self.relay.topic)
+    def __exit__(self, kind: type[BaseException] | None, *_: Any) -> None:
+        try:
+            self.client.unsubscribe_topic(self.relay.topic)
+        except Exception:
+            if kind is None:  # else the solve's own error (a lost scheduler) says more
+                raise
 
     def gather(self, ex: Any, futures: list[Any]) -> list[Answer]:
         """``ex.gather(futures)`` (in a helper thread), the relayed calls delivered
