@@ -29,8 +29,8 @@ SECRET = "dl1-not-a-real-secret-7f3a"
 BLOCK = "train/X/csc/b0.1/data"
 
 
-def _write(path: Path, X: sp.csr_matrix, y: np.ndarray, **split) -> Path:
-    with StoreWriter(path, chunk_elems=64) as wr:
+def _write(path: Path, X: sp.csr_matrix, y: np.ndarray, chunk_elems: int = 64, **split) -> Path:
+    with StoreWriter(path, chunk_elems=chunk_elems) as wr:
         sw = wr.split(**split)
         sw.append(X, y)
         sw.close()
@@ -64,10 +64,11 @@ def s3_store(s3_endpoint, local_store) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def small_local(tmp_path_factory) -> Path:
-    """A store of one row block x 2 feature blocks, CSC only (few objects to upload)."""
+    """A store of one row block x 2 feature blocks, CSC only, the arrays of ``BLOCK`` in two
+    chunks (few objects to upload)."""
     X = random_csr(100, 20, 0.3, seed=34)
     path = tmp_path_factory.mktemp("objectstore-small") / "s.zarr"
-    return _write(path, X, np.arange(100.0), n_feature_blocks=2)
+    return _write(path, X, np.arange(100.0), chunk_elems=160, n_feature_blocks=2)
 
 
 @pytest.fixture
