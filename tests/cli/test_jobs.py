@@ -188,8 +188,7 @@ def test_path_on_slurm_jobs_gives_the_local_answer(reg, local_cluster, tmp_path)
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert all(json.loads(out.stdout)["certified"])
-    local = dl1.path(reg.path, n_alphas=4, tol=1e-6, client=local_cluster,
-                     callback=lambda *_: None)  # fmt: skip
+    local = dl1.path(reg.path, n_alphas=4, tol=1e-6, client=local_cluster)
     slurm = dl1.load_model(tmp_path / "p")
     np.testing.assert_array_equal(slurm.alphas_, local.alphas_)
     np.testing.assert_allclose(slurm.coefs_.toarray(), local.coefs_.toarray(), rtol=1e-5,

@@ -4,6 +4,7 @@ squares leave float64, and classification labels of one class with an intercept.
 Every test states its pass criterion.
 """
 
+import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -97,12 +98,14 @@ def test_row_whose_squares_overflow_is_refused_through_a_data_handle():
 
 
 def test_overflowing_value_is_refused_on_a_cluster(local_cluster):
-    """Pass: on a two-worker cluster (not one piece: a callback runs here), sdca refuses
-    the 1e200 with the same error, naming column and row."""
+    """Pass: on a two-worker cluster (distributed, not one piece), sdca refuses the 1e200
+    with the same error, naming column and row."""
     X, y = data("squared")
-    with pytest.raises(ValidationError, match=overflow_match("sdca")):
-        dl1.fit(X, y, alpha=0.01, solver="sdca", max_epochs=2, client=local_cluster,
-                callback=lambda entry: None)  # fmt: skip
+    with (
+        dask.config.set({"dl1.one-piece": False}),
+        pytest.raises(ValidationError, match=overflow_match("sdca")),
+    ):
+        dl1.fit(X, y, alpha=0.01, solver="sdca", max_epochs=2, client=local_cluster)
 
 
 @pytest.mark.parametrize("loss,solver", CLASSIFICATION)

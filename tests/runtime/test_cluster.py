@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 
@@ -66,7 +67,8 @@ def test_fit_on_a_real_scheduler_and_workers(tmp_path, recipe_cluster):
         def watch(entry):  # the workers serve the fit's direct calls (dl1.runtime.rpc)
             during.append(client.run(served))
 
-        remote = dl1.fit(store, alpha=0.01, tol=1e-10, client=client, callback=watch)
+        with dask.config.set({"dl1.one-piece": False}):  # distributed, with direct calls
+            remote = dl1.fit(store, alpha=0.01, tol=1e-10, client=client, callback=watch)
         assert during and all(n > before[w] for w, n in during[-1].items())
         assert {h["transport"] for h in remote.history_} == {"direct"}
         # the workers are separate processes started by the recipe
