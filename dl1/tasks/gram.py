@@ -32,12 +32,6 @@ GRAM_DTYPE = np.float32
 GRAM_CACHE: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 GRAM_CACHE_ENTRIES = 2
 
-#: Multiply-adds of epochs between two gap estimates: an estimate is a few dozen NumPy calls
-#: (a fixed cost of the order of 0.1 ms) while an epoch costs ``m^2``, so on a small working
-#: set the estimate is tested every ``ESTIMATE_EVERY_FLOPS / m^2`` epochs, and at every
-#: epoch once ``m^2`` reaches it. Deterministic in the shape, so every mode stops alike.
-ESTIMATE_EVERY_FLOPS = 1 << 16
-
 
 class GramGapEstimate:
     """The restricted duality gap at ``w``, from Gram-matrix quantities only (squared loss).
@@ -98,15 +92,14 @@ def gram_epochs(
     """Covariance-update epochs (``w`` and ``h = -grad F`` updated in place) with Anderson
     extrapolation every ``anderson + 1`` epochs (kept if it lowers the objective, computed
     exactly from ``Q``), until the gap estimate ``est`` falls within ``target_gap`` (tested
-    from the ``min_between``-th epoch, every :func:`estimate_stride` epochs), ``max_between``
-    epochs, or ``max_epochs``. ``hist`` carries the extrapolation's iterates across calls.
-    Returns the epochs run and whether the estimate stopped them."""
+    from the ``min_between``-th epoch), ``max_between`` epochs, or ``max_epochs``. ``hist``
+    carries the extrapolation's iterates across calls. Returns the epochs run and whether
+    the estimate stopped them."""
     from dl1.kernels.gram import gram_cd_epochs, gram_matvec
 
     a1, a2 = penalty.alpha_l1, penalty.alpha_l2
     hist = [] if hist is None else hist
     qd = np.empty(w.shape[0])
-    stride = estimate_stride(w.shape[0])
     epochs = 0
     for since in range(1, max_between + 1):
         if epochs >= max_epochs:
@@ -132,15 +125,9 @@ def gram_epochs(
             hist.clear()
         if epochs >= max_epochs:
             break
-        if since >= min_between and (since - min_between) % stride == 0:
-            if est.gap(w, h) <= target_gap:
-                return epochs, True
+        if since >= min_between and est.gap(w, h) <= target_gap:
+            return epochs, True
     return epochs, False
-
-
-def estimate_stride(m: int) -> int:
-    """Epochs between two gap estimates on a working set of ``m`` columns (at least 1)."""
-    return max(1, ESTIMATE_EVERY_FLOPS // max(1, m * m))
 
 
 #: The memory limit of the worker whose partition server runs in this thread
