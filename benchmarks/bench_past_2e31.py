@@ -63,7 +63,7 @@ def _fit(args: argparse.Namespace) -> None:
     with (
         local_cluster(
             n_workers=2, threads_per_worker=1, processes=True,
-            memory_limit=args.memory_limit, dashboard_address=None,
+            memory_limit=args.memory_limit, dashboard_address="127.0.0.1:0",
         ) as cluster,
         Client(cluster) as client,
     ):  # fmt: skip

@@ -97,7 +97,7 @@ if __name__ == "__main__":
     assert soft_threshold(2.0, 0.5) == 1.5
     import numba
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         (worker,) = client.run(lambda: __import__("numba").config.CACHE_DIR).values()
     print(numba.config.CACHE_DIR)
     print(worker)

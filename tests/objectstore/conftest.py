@@ -39,7 +39,7 @@ def s3_cluster(s3_endpoint):
             threads_per_worker=1,
             processes=True,
             host="127.0.0.1",
-            dashboard_address=None,
+            dashboard_address="127.0.0.1:0",
         ) as cluster,
         Client(cluster, set_as_default=False) as client,
     ):
