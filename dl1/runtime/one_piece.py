@@ -35,6 +35,7 @@ where dl1 picks its client, not Dask's global configuration another task would s
 from __future__ import annotations
 
 import contextvars
+import copy
 import dataclasses
 import pickle
 import queue
@@ -212,7 +213,7 @@ def _compact(arg: Any) -> Any:
     coef = getattr(arg, "coef_", None)
     if not isinstance(coef, np.ndarray) or coef.ndim != 1:
         return arg
-    arg = copy_of(arg)
+    arg = copy.copy(arg)  # the solver's own result keeps its dense coef_
     nz = np.flatnonzero(coef)
     arg.coef_ = SparseCoef(coef.shape[0], nz.astype(np.int64), coef[nz])
     return arg
@@ -226,13 +227,6 @@ def _expand(arg: Any) -> Any:
         coef[sparse.indices] = sparse.values
         arg.coef_ = coef
     return arg
-
-
-def copy_of(obj: Any) -> Any:
-    """A shallow copy of ``obj`` (its attributes shared, not its ``__dict__``)."""
-    import copy
-
-    return copy.copy(obj)
 
 
 class Relay:
