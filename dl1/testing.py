@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from unittest import mock
 
 __all__ = ["s3_server"]
 
@@ -41,20 +42,6 @@ def _wait_until_up(url: str, proc: subprocess.Popen, timeout: float) -> None:
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"the S3 server at {url} did not answer within {timeout} s")
-
-
-@contextlib.contextmanager
-def _environ(**values: str) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextlib.contextmanager
@@ -105,7 +92,7 @@ def s3_server(
         "AWS_DEFAULT_REGION": "us-east-1",
     }
     try:
-        with _environ(**env):
+        with mock.patch.dict(os.environ, env):
             _wait_until_up(url, proc, start_timeout)
             yield url
     finally:

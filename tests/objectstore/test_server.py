@@ -48,6 +48,9 @@ def test_the_server_helper_names_what_is_missing_and_bounds_its_wait(monkeypatch
 def test_the_environment_is_restored(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "before")
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    with testing._environ(AWS_ACCESS_KEY_ID="during", AWS_SESSION_TOKEN="t"):
-        assert os.environ["AWS_ACCESS_KEY_ID"] == "during" and os.environ["AWS_SESSION_TOKEN"]
+    with testing.s3_server(key="during") as url:
+        assert os.environ["AWS_ACCESS_KEY_ID"] == "during"
+        assert os.environ["AWS_ENDPOINT_URL"] == url
+        os.environ["AWS_SESSION_TOKEN"] = "t"  # set inside the block: gone after it too
     assert os.environ["AWS_ACCESS_KEY_ID"] == "before" and "AWS_SESSION_TOKEN" not in os.environ
+    assert os.environ.get("AWS_ENDPOINT_URL") != url
