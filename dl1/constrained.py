@@ -39,9 +39,21 @@ from dl1.solvers.result import ConvergenceWarning
 DEFAULT_TOL = 1e-4
 
 
+def fw_inputs(X: Any, y: Any, loss: str, fit_intercept: bool, split: str) -> Any:
+    """The constrained solver's validated inputs, read once: refused before any block is
+    loaded when they carry sample weights or (with an intercept) one class of labels."""
+    inputs = read_inputs(X, y, None, loss, split)
+    if inputs.sample_weight.shape[0]:
+        raise ValidationError(
+            "the constrained solver takes no sample weights (the store holds some, or X is a "
+            "Dataset view of some rows); use dl1.fit"
+        )
+    check_two_classes(inputs, loss, fit_intercept)
+    return inputs
+
+
 def fw_problem(
-    X: Any,
-    y: Any,
+    inputs: Any,
     *,
     loss: str,
     fit_intercept: bool,
@@ -53,18 +65,12 @@ def fw_problem(
     split: str,
     l2: float = 0.0,
 ) -> tuple[FWProblem, float]:
-    """The blocks in worker memory and the fixed data of the FW solver (``sigma = X^T y``).
+    """The blocks in worker memory and the fixed data of the FW solver (``sigma = X^T y``),
+    for inputs from :func:`fw_inputs`.
 
     Returns the problem and the seconds spent loading the blocks.
     """
-    inputs = read_inputs(X, y, None, loss, split)
-    check_two_classes(inputs, loss, fit_intercept)
     Xd, yv, sw, store = inputs.X, inputs.y, inputs.sample_weight, inputs.store
-    if sw.shape[0]:
-        raise ValidationError(
-            "the constrained solver takes no sample weights (the store holds some, or X is a "
-            "Dataset view of some rows); use dl1.fit"
-        )
     ex = executor_for(client)
     if decide_stream(stream, store, split, ex, inputs.dataset):
         raise ValidationError(
@@ -174,9 +180,9 @@ def fit_constrained(
         verbose=verbose, callback=callback,
     )  # fmt: skip
     prob, t_load = fw_problem(
-        X, y, loss=loss, fit_intercept=fit_intercept, standardize=standardize,
-        n_partitions=n_partitions, sample=sample, stream=stream, client=client, split=split,
-        l2=l2,
+        fw_inputs(X, y, loss, fit_intercept, split), loss=loss, fit_intercept=fit_intercept,
+        standardize=standardize, n_partitions=n_partitions, sample=sample, stream=stream,
+        client=client, split=split, l2=l2,
     )  # fmt: skip
     res, _ = solver.solve(ConstrainedProblem(prob, float(delta)))
     res.load_seconds_ = t_load
@@ -401,14 +407,14 @@ def path_constrained(
         stop=stop, tol=tol, step_tol=step_tol, max_iter=max_iter, seed=seed, certify=certify
     )
     where = dict(fit_intercept=fit_intercept, standardize=standardize, client=client, split=split)
-    # labels refused before the radii's penalised fit, which is of the squared loss
-    check_two_classes(read_inputs(X, y, None, loss, split), loss, fit_intercept)
+    # inputs refused before the radii's penalised fit, which is of the squared loss
+    inputs = fw_inputs(X, y, loss, fit_intercept, split)
     grid = radii(
         X, y, n_deltas=n_deltas, eps=eps, deltas=deltas, largest=delta_max,
         n_partitions=n_partitions, **where,
     )  # fmt: skip
     prob, _ = fw_problem(
-        X, y, loss=loss, n_partitions=n_partitions, sample=sample, stream=stream, l2=l2, **where
+        inputs, loss=loss, n_partitions=n_partitions, sample=sample, stream=stream, l2=l2, **where
     )
     test = test_data(X, X_test, y_test)
     records, extra, misses = [], [], []
