@@ -69,8 +69,16 @@ def _wait_for_no_tasks(client, timeout: float = 10.0) -> int:
 
 
 def _rss(dask_worker=None) -> int:
+    """The worker's resident memory once its garbage is collected and glibc has returned
+    its free heap pages: what the worker holds, not when its collector or allocator last
+    gave memory back (a solve's result freed after the solve leaves free pages in the
+    heap until the next trim)."""
     import psutil
 
+    from dl1.runtime.worker import trim_memory
+
+    gc.collect()
+    trim_memory()
     return psutil.Process().memory_info().rss
 
 
