@@ -101,6 +101,37 @@ def margin_value(code, gamma, y, z, sw, u, shift, t):
 
 
 @njit(**_JIT)
+def margin_value_grad_hess(code, gamma, y, z, sw, u, shift, t, g, h):
+    """:func:`margin_value` at ``z + t (u + shift)``, and the per-sample derivatives there
+    written as :func:`margin_grad_hess` does (``g = -s y c``, ``h = s phi''``): a line
+    search's trial, whose derivatives are the next Newton step's once it is accepted, in one
+    pass and one ``exp`` a sample.
+
+    Parameters
+    ----------
+    code, gamma, y, z, sw, u, shift, t
+        As in :func:`margin_value`.
+    g, h : ndarray of float64, shape (n,)
+        Overwritten.
+    """
+    n = y.shape[0]
+    weighted = sw.shape[0] > 0
+    has_u = u.shape[0] > 0
+    total = 0.0
+    for lo in range(0, n, BLOCK):
+        part = 0.0
+        for i in range(lo, min(lo + BLOCK, n)):
+            zi = z[i] + t * ((u[i] if has_u else 0.0) + shift)
+            loss, c, curv = margin_terms(code, gamma, y[i] * zi)
+            s = sw[i] if weighted else 1.0
+            part += s * loss if weighted else loss
+            g[i] = -s * y[i] * c
+            h[i] = s * curv
+        total += part
+    return total
+
+
+@njit(**_JIT)
 def margin_shift_sums(code, gamma, y, z, sw, shift):
     """At ``z + shift``: ``(sum s phi, sum theta, sum |theta|, sum s phi'')``, the four
     sums of a Newton step on the intercept (``theta = s y c``, ``|theta| = s c``)."""
@@ -282,14 +313,12 @@ def margin_conjugate(code, gamma, y, theta, sw):
 
 
 @njit(**_JIT)
-def axpy_shift(z, u, t, shift):
-    """``z += t u + shift`` in place (``u`` empty: ``z += shift``)."""
-    if u.shape[0] == 0:
-        for i in range(z.shape[0]):
-            z[i] += shift
-        return
+def move_along(z, u, shift, t):
+    """``z += t (u + shift)`` in place (``u`` empty: ``z += t shift``), rounded as the
+    trial points of :func:`margin_value` and :func:`margin_value_grad_hess` are."""
+    has_u = u.shape[0] > 0
     for i in range(z.shape[0]):
-        z[i] += t * u[i] + shift
+        z[i] = z[i] + t * ((u[i] if has_u else 0.0) + shift)
 
 
 @njit(**_JIT)

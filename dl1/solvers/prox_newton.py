@@ -6,18 +6,22 @@ The working-set subproblem ``min_w F(X_W w + b) + pen(w)`` of a smooth non-quadr
 models with skglm", NeurIPS 2022; after Lee, Sun & Saunders, SIAM J. Optim. 2014):
 
 1. at the current point, the per-sample gradient ``g`` and diagonal Hessian ``h`` of ``n F``
-   (one fused pass, :meth:`~dl1.objective.datafits.margin.MarginLoss.grad_hess`);
+   (computed by the pass that evaluated the point, below);
 2. the quadratic model ``(g^T v + v^T diag(h) v / 2) / n + pen(w + d)``, ``v = X_W d + e``,
    minimised approximately by cyclic coordinate descent on the columns
    (:func:`dl1.kernels.cd.weighted_cd_epochs`), the intercept step ``e`` profiled out;
 3. a backtracking line search on the true objective along ``(d, e)`` (Armijo's rule with the
-   model's predicted decrease), the trial points never formed
-   (:meth:`~dl1.objective.datafits.margin.MarginLoss.value_along`).
+   model's predicted decrease), the trial points never formed; each trial's pass also
+   writes ``g`` and ``h`` there
+   (:meth:`~dl1.objective.datafits.margin.MarginLoss.value_along`), so the accepted one
+   starts the next step with no pass of its own.
 
-After each step the restricted duality gap is computed exactly from the columns (the
-coordinator's pass certifies the fit, not this gap); the solve stops at ``target_gap``.
-Any datafit exposing ``grad_hess``, ``value_along`` and ``beta`` (bound on the loss's second
-derivative) besides the usual methods can use it.
+After each step the restricted duality gap is computed exactly from the columns at the dual
+point ``-g`` (the coordinator's pass certifies the fit, not this gap); the solve stops at
+``target_gap``. A step costs one pass over the samples with ``exp`` (two when the full step
+is refused), one with ``log`` (the gap's conjugate) and light ones, besides its epochs.
+Any datafit exposing ``grad_hess``, ``value_along`` (with ``g`` and ``h``) and ``beta``
+(bound on the loss's second derivative) besides the usual methods can use it.
 """
 
 from __future__ import annotations
@@ -28,9 +32,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dl1.kernels.cd import weighted_cd_epochs, weighted_col_stats
-from dl1.kernels.linalg import csc_xt_theta_stats
-from dl1.kernels.margins import axpy_shift
-from dl1.objective.gap import duality_gap_from_stats
+from dl1.kernels.linalg import csc_matvec, csc_xt_theta_stats
+from dl1.kernels.margins import NO_WEIGHTS as NO_U
+from dl1.kernels.margins import balance, move_along
+from dl1.objective.gap import dual_from_stats
 
 #: Armijo's constant of the line search.
 ARMIJO = 1e-4
@@ -110,36 +115,41 @@ def prox_newton(
     z = np.array(z, dtype=np.float64)
     s = None if sample_weight.shape[0] == 0 else sample_weight
     sw = np.ascontiguousarray(sample_weight, dtype=np.float64)
-    g, h, u = np.empty(n), np.empty(n), np.empty(n)
+    g, h, u, r = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
     dw, lj, hx = np.empty(m), np.empty(m), np.empty(m)
+    hdata = np.empty(cols.indices.shape[0], dtype=np.float32)  # see weighted_cd_epochs
     floor = CURVATURE_FLOOR * datafit.beta * cols.sqnorm
     shift = np.zeros(2)
     db_total, epochs, steps = 0.0, 0, 0
     # the first step is taken without a check: the caller's pass found the gap above target
-    gap, primal = np.inf, datafit.value(y, z, s) + penalty.value(w)
+    gap = np.inf
+    primal = datafit.value_along(y, z, NO_U, 0.0, 0.0, sw, g, h) / n + penalty.value(w)
     while epochs < max_epochs and steps < MAX_NEWTON:
-        datafit.grad_hess(y, z, sw, g, h)
-        weighted_col_stats(cols.indptr, cols.indices, cols.data, cols.scale, h, lj, hx)
+        # g, h: n grad F and n diag(hess F) at z, from the last accepted trial point
+        weighted_col_stats(cols.indptr, cols.indices, cols.data, cols.scale, h, lj, hx, hdata)
         shift[:] = 0.0
         if fit_intercept:
             h_sum = float(h.sum())
             if h_sum > 0.0:  # the model's optimal intercept step at d = 0
                 shift[:] = (-float(g.sum()) / h_sum, h_sum)
         dw[:] = 0.0
-        u[:] = 0.0
+        r[:] = g
         epochs += weighted_cd_epochs(
-            cols.indptr, cols.indices, cols.data, cols.scale, w, dw, g, h, u, lj, hx, floor,
+            cols.indptr, cols.indices, cols.data, cols.scale, w, dw, r, hdata, lj, hx, floor,
             float(n), penalty.alpha_l1, penalty.alpha_l2, shift,
             min(MAX_INNER, max_epochs - epochs), INNER_RTOL,
         )  # fmt: skip
-        t = _line_search(datafit, penalty, y, z, sw, w, dw, g, u, shift[0], primal)
+        u[:] = 0.0  # the step's X d, from the columns it moved
+        csc_matvec(cols.indptr, cols.indices, cols.data, cols.scale, dw, u)
+        t, f_t = _line_search(datafit, penalty, y, z, sw, w, dw, g, h, u, shift[0], primal)
         if t == 0.0:  # no decrease along the model's step: rounding level reached
             break
         w += t * dw
-        axpy_shift(z, u, t, t * shift[0])
+        move_along(z, u, shift[0], t)  # the accepted trial point, rounded alike
         db_total += t * shift[0]
         steps += 1
-        primal, gap = _restricted_gap(cols, w, y, z, s, datafit, penalty, fit_intercept, u)
+        primal = f_t
+        gap = _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, u, r)
         if gap <= target_gap or not np.isfinite(gap):  # the coordinator names a NaN
             break
     np.subtract(z, z_start, out=z)
@@ -148,24 +158,33 @@ def prox_newton(
     return w, z, db_total, info
 
 
-def _restricted_gap(cols, w, y, z, s, datafit, penalty, fit_intercept, out):
-    """``(primal, gap)`` of the working-set problem at ``(w, z)``, from the columns; ``out``
-    a length-n buffer for the dual point."""
+def _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, out, scratch):
+    """The gap of the working-set problem at the point whose objective is ``primal`` and
+    whose ``n grad F`` is ``g``; ``out`` and ``scratch`` are length-n buffers.
+
+    The dual point is ``theta = -g`` (``-n grad F``), balanced to ``sum theta = 0`` with an
+    intercept, not taken at the optimal intercept shift as the certificate's is: the Newton
+    steps keep the intercept optimal for their model, so the two gaps agree to the first
+    digits near the solution, and this one needs no root finding (passes with ``exp``)."""
     n = y.shape[0]
-    theta = datafit.dual_point(y, z, s, fit_intercept, out=out)
+    theta = np.negative(g, out=out)
+    if fit_intercept:
+        balance(theta)
     am, ex = csc_xt_theta_stats(
         cols.indptr, cols.indices, cols.data, cols.scale, theta, n * penalty.alpha_l1
     )
-    primal, _, gap = duality_gap_from_stats(
-        datafit, penalty, y, z, w, am, ex, s=s, intercept=fit_intercept, theta=theta
-    )
-    return primal, gap
+
+    def conjugate_at(c: float) -> float:
+        return datafit.conjugate(y, np.multiply(theta, c, out=scratch), s)
+
+    return primal - dual_from_stats(penalty, conjugate_at, am, ex, n)
 
 
-def _line_search(datafit, penalty, y, z, sw, w, dw, g, u, e, f0) -> float:
+def _line_search(datafit, penalty, y, z, sw, w, dw, g, h, u, e, f0) -> tuple[float, float]:
     """The step ``t`` (1, 1/2, ...) along ``(d, e)`` satisfying Armijo's rule on the true
-    objective (``f0`` at ``t = 0``) with the model's first-order decrease; 0 if none
-    does."""
+    objective (``f0`` at ``t = 0``) with the model's first-order decrease, and the objective
+    there; ``(0, f0)`` if none does. Each trial fills ``g`` and ``h`` at its point, so they
+    hold the accepted point's for the next step."""
     n = y.shape[0]
     pen0 = penalty.value(w)
     # directional derivative of F plus the penalty's change at t = 1 (convex: an upper
@@ -177,8 +196,8 @@ def _line_search(datafit, penalty, y, z, sw, w, dw, g, u, e, f0) -> float:
     rounding = VALUE_ROUNDING * abs(f0)
     t = 1.0
     for _ in range(MAX_HALVINGS):
-        f_t = datafit.value_along(y, z, u, e, t, sw) / n + penalty.value(w + t * dw)
+        f_t = datafit.value_along(y, z, u, e, t, sw, g, h) / n + penalty.value(w + t * dw)
         if f_t <= f0 + ARMIJO * t * slope + (rounding if t == 1.0 else 0.0):
-            return t
+            return t, f_t
         t *= 0.5
-    return 0.0
+    return 0.0, f0

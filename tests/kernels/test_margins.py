@@ -13,13 +13,14 @@ from dl1.kernels.margins import (
     SMOOTH_HINGE,
     SQUARED_HINGE,
     abs_max,
-    axpy_shift,
     balance,
     margin_conjugate,
     margin_grad_hess,
     margin_shift_sums,
     margin_theta,
     margin_value,
+    margin_value_grad_hess,
+    move_along,
 )
 from tests.kernel_helpers import EMPTY
 
@@ -82,6 +83,35 @@ def test_sums_theta_and_derivatives_match_numpy(code, gamma, weighted, n):
     margin_grad_hess(code, gamma, y, z + shift, sw, g, h)
     np.testing.assert_allclose(g, -s * y * c, rtol=1e-13, atol=1e-300)
     np.testing.assert_allclose(h, s * curv, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize(("code", "gamma"), LOSSES)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("n", [6, 3001])
+def test_trial_value_and_derivatives_match_numpy(code, gamma, weighted, n):
+    y, z, sw = data(n, 4, weighted)
+    s = weights(sw, n)
+    u = np.random.default_rng(2).normal(size=n)
+    shift, t = -0.2, 0.75
+    g, h = np.full(n, np.nan), np.full(n, np.nan)
+    value = margin_value_grad_hess(code, gamma, y, z, sw, u, shift, t, g, h)
+    # summed in another (vectorised) order than margin_value's
+    assert value == pytest.approx(margin_value(code, gamma, y, z, sw, u, shift, t), rel=1e-14)
+    phi, c, curv = reference_terms(code, gamma, y * (z + t * (u + shift)))
+    assert value == pytest.approx(s @ phi, rel=1e-12)
+    np.testing.assert_allclose(g, -s * y * c, rtol=1e-13, atol=1e-300)
+    np.testing.assert_allclose(h, s * curv, rtol=1e-12, atol=1e-300)
+    # the point a line search moves to is its trial point, to the last bit
+    moved = z.copy()
+    move_along(moved, u, shift, t)
+    g_at, h_at = np.empty(n), np.empty(n)
+    margin_grad_hess(code, gamma, y, moved, sw, g_at, h_at)
+    np.testing.assert_array_equal(g_at, g)
+    np.testing.assert_array_equal(h_at, h)
+    value = margin_value_grad_hess(code, gamma, y, z, sw, EMPTY, shift, t, g, h)
+    phi, c, curv = reference_terms(code, gamma, y * (z + t * shift))
+    assert value == pytest.approx(s @ phi, rel=1e-12)
+    np.testing.assert_allclose(g, -s * y * c, rtol=1e-13, atol=1e-300)
 
 
 def reference_conjugate(code, gamma, y, theta, s):
@@ -147,9 +177,9 @@ def test_balance_and_vector_helpers_match_numpy(n):
         assert abs(theta.sum()) <= 1e-12 * np.abs(theta).sum()
     z, u = rng.normal(size=n), rng.normal(size=n)
     z0 = z.copy()
-    axpy_shift(z, u, 0.25, -0.5)
+    move_along(z, u, -2.0, 0.25)
     np.testing.assert_allclose(z, z0 + 0.25 * u - 0.5, rtol=1e-14, atol=1e-15)
-    axpy_shift(z, EMPTY, 0.25, 2.0)
+    move_along(z, EMPTY, 8.0, 0.25)
     np.testing.assert_allclose(z, z0 + 0.25 * u + 1.5, rtol=1e-14, atol=1e-15)
     assert abs_max(u) == np.abs(u).max()
     u[-1] = math.nan

@@ -17,6 +17,7 @@ from dl1.kernels.margins import (
     margin_grad_hess,
     margin_theta,
     margin_value,
+    margin_value_grad_hess,
 )
 from dl1.objective.datafits.quadratic import optional_weights
 
@@ -77,11 +78,22 @@ class MarginLoss:
         return margin_value(self.code, self.gamma, y, z, sw, NO_WEIGHTS, 0.0, 0.0) / y.shape[0]
 
     def value_along(
-        self, y: NDArray, z: NDArray, u: NDArray, shift: float, t: float, sw: NDArray
+        self,
+        y: NDArray,
+        z: NDArray,
+        u: NDArray,
+        shift: float,
+        t: float,
+        sw: NDArray,
+        g: NDArray | None = None,
+        h: NDArray | None = None,
     ) -> float:
         """``n F(z + t (u + shift))`` (a line search's trial point, not formed); ``sw`` as
-        :func:`kernel_weights` returns it."""
-        return margin_value(self.code, self.gamma, y, z, sw, u, shift, t)
+        :func:`kernel_weights` returns it. Given ``g`` and ``h``, also fills them as
+        :meth:`grad_hess` does at the trial point, in the same pass."""
+        if g is None or h is None:
+            return margin_value(self.code, self.gamma, y, z, sw, u, shift, t)
+        return margin_value_grad_hess(self.code, self.gamma, y, z, sw, u, shift, t, g, h)
 
     def grad_hess(self, y: NDArray, z: NDArray, sw: NDArray, g: NDArray, h: NDArray) -> None:
         """Fill ``g = n grad F(z)`` and ``h = n diag(hess F(z))`` (per-sample ``s_i
