@@ -13,6 +13,13 @@ Each configuration runs in its own child process with its own LocalCluster of
 ``--json``.
 
     python benchmarks/bench_transport.py --presets tfidf log1p --repeat 3
+
+``--fixed-cost`` times instead what shipping a solve in one piece costs: on one warm
+LocalCluster, the fit in one piece and the same fit in the calling process (no client),
+interleaved ``--repeat`` times; it prints both medians, the median of their differences and
+the load average.
+
+    python benchmarks/bench_transport.py --fixed-cost --presets small short --repeat 40
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import time
@@ -64,6 +72,59 @@ def _child(config: dict, store: str, kind: str, args: argparse.Namespace, out: m
     out.put([r[0] for r in runs] + [max(r[1] for r in runs)])
 
 
+def _fixed_cost(store: str, args: argparse.Namespace) -> dict:
+    """Seconds of the fit in one piece on a warm cluster and in this process, interleaved."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    import dl1
+
+    with (
+        LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                     host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster,
+        Client(cluster) as client,
+    ):  # fmt: skip
+        kw = {"alpha": dl1.alpha_max(store, loss=args.loss, client=client) / args.ratio,
+              "tol": args.tol, "loss": args.loss}  # fmt: skip
+
+        def timed(where: object) -> float:
+            t0 = time.perf_counter()
+            if where is None:  # the calling process, whatever the default client
+                with dask.config.set(scheduler="sync"):
+                    dl1.fit(store, client=None, **kw)
+            else:
+                with dask.config.set({"dl1.one-piece": True}):
+                    dl1.fit(store, client=where, **kw)
+            return time.perf_counter() - t0
+
+        for _ in range(3):  # warm: both workers and this process
+            timed(client), timed(None)
+        pairs = [(timed(client), timed(None)) for _ in range(args.repeat)]
+    return {
+        "one piece": statistics.median(a for a, _ in pairs),
+        "in process": statistics.median(b for _, b in pairs),
+        "difference": statistics.median(a - b for a, b in pairs),
+        "runs": len(pairs),
+        "load": os.getloadavg(),
+    }
+
+
+def fixed_cost(args: argparse.Namespace, store_for: object) -> None:
+    """Print (and write to ``--json``) :func:`_fixed_cost` of each preset."""
+    rows = []
+    print("| preset | one piece | in process | difference (median of pairs) | runs | load |")
+    print("|---|---|---|---|---|---|")
+    for preset in args.presets:
+        store = str(store_for(preset, args.loss, Path(args.data_dir), False))
+        r = {"preset": preset, **_fixed_cost(store, args)}
+        rows.append(r)
+        load = " ".join(f"{x:.1f}" for x in r["load"])
+        print(f"| {preset} | {r['one piece']:.3f} s | {r['in process']:.3f} s "
+              f"| {r['difference']:+.3f} s | {r['runs']} | {load} |", flush=True)  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--presets", nargs="+", default=["tfidf", "log1p"])
@@ -77,9 +138,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--loss", default="squared", choices=["squared", "logistic"])
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--fixed-cost",
+        action="store_true",
+        help="time one piece against the calling process (module docstring)",
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_matrix import store_for
+
+    if args.fixed_cost:
+        fixed_cost(args, store_for)
+        return
 
     rows = []
     ctx = mp.get_context("spawn")

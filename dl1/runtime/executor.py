@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
@@ -62,6 +63,12 @@ class Executor(Protocol):
 
 #: Whether this process has run :func:`warm_up` (a worker serves many fits).
 _WARM = False
+
+#: The baseline memory of each worker this process warmed up (:func:`warm_up` run there by
+#: :func:`~dl1.runtime.memory.warm_baseline`), by scheduler id and worker address: a worker
+#: is warmed by the first solve that finds it listed, and later solves ask it nothing.
+_BASELINES: dict[tuple[str, str], int] = {}
+_BASELINES_LOCK = threading.Lock()
 
 
 def warm_up() -> None:
@@ -216,29 +223,39 @@ class DistributedExecutor:
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        self.watch = Watchdog(client)
-        self.baselines = self._warm_up()
-        view = cluster_view(client)
+        self.watch = Watchdog(client)  # asks the scheduler for the cluster as it starts
+        view = self.watch.first
         listed = view.workers if view.reachable else client.scheduler_info()["workers"]
         self.workers = sorted(listed)
         self.n_workers = len(self.workers)
         self.limits = {a: w.limit for a, w in view.workers.items()}
         self.watch.workers = list(self.workers)
+        self.baselines = self._warm_up(view)
 
-    def _warm_up(self) -> dict[str, int]:
-        """Every worker warmed up (:func:`dl1.runtime.memory.warm_baseline`): its baseline
-        memory in bytes, by address (workers that failed, e.g. restarted, are left out).
-        The coordinating process loads the few kernels it runs itself meanwhile."""
-        got = self.run(warm_baseline, what="the workers to load dl1 (warm-up)")
+    def _warm_up(self, view: Any) -> dict[str, int]:
+        """The workers warmed up (:func:`dl1.runtime.memory.warm_baseline`) and their
+        baseline memory in bytes, by address: each worker once (:data:`_BASELINES`), so a
+        solve on workers warmed by an earlier one asks them nothing; those that failed (e.g.
+        restarted) are left out, and tried again by the next solve. The coordinating process
+        loads the few kernels it runs itself meanwhile."""
+        sid = view.scheduler_id
+        cold = [a for a in self.workers if (sid, a) not in _BASELINES]
+        if cold or not view.reachable:
+            got = self.run(warm_baseline, what="the workers to load dl1 (warm-up)",
+                           workers=cold if view.reachable else None)  # fmt: skip
+            with _BASELINES_LOCK:
+                _BASELINES.update({(sid, a): v for a, v in got.items() if isinstance(v, int)})
         warm_coordinator()
-        return {a: v for a, v in got.items() if isinstance(v, int)}
+        return {a: _BASELINES[sid, a] for a in self.workers if (sid, a) in _BASELINES}
 
-    def run(self, fn: Callable, *args: Any, what: str, bound: float | None = None) -> dict:
+    def run(self, fn: Callable, *args: Any, what: str, bound: float | None = None,
+            workers: list[str] | None = None) -> dict:  # fmt: skip
         """``client.run(fn, *args)`` on the workers the scheduler lists now (one lost since
-        would cost Dask's connect timeout), each one's result or error by address; waited
-        for by the watchdog (alive while those workers are listed), or at most ``bound``
-        seconds (then an empty dict: for optimisations)."""
-        return run_listed(self.client, self.watch, fn, *args, what=what, bound=bound)
+        would cost Dask's connect timeout), or on those of them in ``workers``, each one's
+        result or error by address; waited for by the watchdog (alive while those workers
+        are listed), or at most ``bound`` seconds (then an empty dict: for optimisations)."""
+        return run_listed(self.client, self.watch, fn, *args, what=what, bound=bound,
+                          among=workers)  # fmt: skip
 
     def check_memory(self, floor: DataFloor) -> None:
         """Raise :class:`~dl1.errors.WorkerMemoryError` if the workers' limits cannot hold

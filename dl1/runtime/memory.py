@@ -4,7 +4,7 @@ A worker whose memory limit is below what dl1 needs does not fail cleanly in Das
 paused at 80% of its limit runs no task and the fit waits for ever; one above 95% is
 restarted by its nanny until the task ends in a bare ``KilledWorker``. The coordinator
 measures each worker's baseline (resident memory with dl1 loaded and its kernels compiled,
-minus the data it holds: :func:`warm_baseline`, run as the solve starts), adds the data the
+minus the data it holds: :func:`warm_baseline`, run once per worker), adds the data the
 solve makes it hold (:class:`DataFloor`, from the store's sizes) and raises
 :class:`~dl1.errors.WorkerMemoryError` up front, naming the limit each worker needs, when
 that exceeds the point where Dask pauses it (or, with pausing off, restarts it). A worker

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import dataclasses
+import functools
 import pickle
 import queue
 import time
@@ -172,15 +173,21 @@ def fits(ex: Any, nbytes: float | None) -> bool:
 def room(ex: Any) -> dict[str, float]:
     """Each worker's memory for data: its limit (else the host's memory shared by the
     workers) less its measured baseline."""
-    import psutil
-
     from dl1.runtime.worker import WORKER_BASELINE
 
-    share = psutil.virtual_memory().total / max(1, ex.n_workers)
+    share = host_memory() / max(1, ex.n_workers)
     return {
         a: float((ex.limits.get(a) or share) - ex.baselines.get(a, WORKER_BASELINE))
         for a in ex.workers
     }
+
+
+@functools.cache
+def host_memory() -> int:
+    """This machine's memory in bytes (asked once)."""
+    import psutil
+
+    return int(psutil.virtual_memory().total)
 
 
 class Caught(NamedTuple):
@@ -367,7 +374,8 @@ def run_many(
     at once by ``ex``'s watchdog; the workers' warnings re-raised here, once each; the
     entries' ``callback`` calls, if given, relayed to it here while the tasks run.
 
-    A shipment travels as scattered data, not in the task's graph (which the scheduler
+    A shipment travels pickled in its task's arguments up to :data:`INLINE_BYTES`
+    (:func:`inline`), else as scattered data, not in the task's graph (which the scheduler
     would hold and warns about past 10 MiB); scattered data is not recomputable, so a
     shipment lost with its worker is sent again, at most :data:`RESENDS` times.
     """
@@ -407,12 +415,35 @@ def _submitted(ex: Any, shipments: list[Shipment], blocks: list[Any], spread: bo
             where = {}
             if workers:
                 where = {"workers": [workers[k % len(workers)]], "allow_other_workers": True}
-            sent.append(_scatter(ex, shipment, where.get("workers")))
-            futures.append(ex.client.submit(in_worker, sent[-1], blocks, pure=False, **where))
-        return ex.gather(futures) if listener is None else listener.gather(ex, futures)
+            packed = inline(shipment)
+            if packed is None:
+                sent.append(_scatter(ex, shipment, where.get("workers")))
+            arg = sent[-1] if packed is None else packed
+            futures.append(ex.client.submit(in_worker, arg, blocks, pure=False, **where))
+        answers = ex.gather(futures) if listener is None else listener.gather(ex, futures)
     finally:
         for f in futures + sent:
             f.release()
+    return [a._replace(result=_expand(a.result)) for a in answers]
+
+
+#: A shipment pickled to at most this many bytes travels in its task's arguments: the call
+#: and the task in one message to the scheduler. A larger one is scattered first (one more
+#: round trip): the scheduler keeps a task's arguments, and warns of graphs past 10 MiB.
+INLINE_BYTES = 2**20
+
+
+def inline(shipment: Shipment) -> bytes | None:
+    """``shipment`` pickled, if it takes at most :data:`INLINE_BYTES` (an in-memory array
+    larger than that is not pickled to find out); else None. As bytes, Dask looks for no
+    futures or keys inside (it would in a dataclass's fields)."""
+    import cloudpickle
+    from dask.sizeof import sizeof
+
+    if sizeof(shipment.X) > INLINE_BYTES:
+        return None
+    packed = cloudpickle.dumps(shipment, protocol=5)
+    return packed if len(packed) <= INLINE_BYTES else None
 
 
 def _scatter(ex: Any, shipment: Shipment, workers: list[str] | None) -> Any:
@@ -426,15 +457,18 @@ def _scatter(ex: Any, shipment: Shipment, workers: list[str] | None) -> Any:
 QUIET = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
 
 
-def in_worker(shipment: Shipment, blocks: list[Any]) -> Answer:
+def in_worker(shipment: Shipment | bytes, blocks: list[Any]) -> Answer:
     """The task: the entry point called in this process (no cluster: the in-process solver,
     :func:`in_task` set for this task only), its warnings recorded to travel back, its
-    callback's calls relayed (:class:`Relay`)."""
+    callback's calls relayed (:class:`Relay`). ``shipment`` may come pickled
+    (:func:`inline`); the result goes back with its ``coef_`` as its nonzeros."""
     from distributed import get_worker
 
     from dl1.runtime.worker import heap_for_solve
 
     t0 = time.perf_counter()
+    if isinstance(shipment, bytes):
+        shipment = pickle.loads(shipment)
     X = shipment.X if shipment.dataset is None else shipment.dataset.local(blocks)
     relay = shipment.kwargs.get("callback")
     if isinstance(relay, Relay):
@@ -446,7 +480,7 @@ def in_worker(shipment: Shipment, blocks: list[Any]) -> Answer:
             result = entry(shipment.entry)(X, client=None, **kwargs)
     got = [Caught(w.category, str(w.message)) for w in caught if not issubclass(w.category, QUIET)]
     relayed = relay.calls if isinstance(relay, Relay) else 0
-    return Answer(result, got, time.perf_counter() - t0, relayed)
+    return Answer(_compact(result), got, time.perf_counter() - t0, relayed)
 
 
 def computed_here(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -396,16 +396,20 @@ class Watchdog:
 
 
 def run_listed(
-    client: Any, watch: Watchdog | None, fn: Callable, *args: Any, what: str, bound: float | None
-) -> dict:
+    client: Any, watch: Watchdog | None, fn: Callable, *args: Any, what: str, bound: float | None,
+    among: Iterable[str] | None = None,
+) -> dict:  # fmt: skip
     """``client.run(fn, *args)`` on the workers the scheduler lists now (Dask's broadcast
-    to a worker lost since would wait out its connect timeout), each one's result or error
-    by address. Waited for by ``watch`` (alive while those workers are listed), or for at
-    most ``bound`` seconds, after which it is cancelled and ``{}`` returned (optimisations
-    that may be skipped: these skip the workers :func:`lagging` too, which would not
-    answer in time)."""
+    to a worker lost since would wait out its connect timeout), or on those of them
+    ``among`` names, each one's result or error by address. Waited for by ``watch`` (alive
+    while those workers are listed), or for at most ``bound`` seconds, after which it is
+    cancelled and ``{}`` returned (optimisations that may be skipped: these skip the
+    workers :func:`lagging` too, which would not answer in time)."""
     view = cluster_view(client)
     targets = sorted(view.workers) if view.reachable else None
+    if targets is not None and among is not None:
+        wanted = set(among)
+        targets = [a for a in targets if a in wanted]
     if targets and bound is not None:
         targets = [a for a in targets if a not in lagging(view)]
     if targets == []:

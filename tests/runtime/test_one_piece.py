@@ -290,3 +290,23 @@ def test_paused_workers_stall_a_one_piece_fit_within_the_timeout():
             dl1.fit(X, y, alpha=0.01, client=client)
         assert time.monotonic() - t0 < STALL_S + SLACK_S
         client.run(_free)
+
+
+def test_a_small_call_travels_in_its_task_and_a_large_one_is_scattered(local_cluster,
+                                                                        monkeypatch):  # fmt: skip
+    """A call pickled within INLINE_BYTES is the task's argument (nothing scattered); a larger
+    one is scattered first; both give the same answer."""
+    from dl1.runtime import one_piece
+
+    X, y = _regression()
+    kw = dict(alpha=0.01, tol=1e-8)
+    scattered = []
+    scatter = one_piece._scatter
+    monkeypatch.setattr(one_piece, "_scatter", lambda *a: scattered.append(1) or scatter(*a))
+    small, tasks = _solve(local_cluster, True, dl1.fit, X, y, **kw)
+    assert len(tasks) == 1 and not scattered
+    monkeypatch.setattr(one_piece, "INLINE_BYTES", 100)
+    large, tasks = _solve(local_cluster, True, dl1.fit, X, y, **kw)
+    assert len(tasks) == 1 and scattered == [1]
+    np.testing.assert_array_equal(small.coef_, large.coef_)
+    assert small.coef_.shape == (X.shape[1],) and np.count_nonzero(small.coef_)
