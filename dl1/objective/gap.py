@@ -127,9 +127,14 @@ def duality_gap_from_stats(
     if theta is None:
         theta = datafit.dual_point(y, z, s, intercept)
     theta = np.asarray(theta, dtype=np.float64)
+    line = getattr(datafit, "conjugate_line", None)
+    if line is not None:  # one pass for every scale
+        conjugate_at = line(y, theta, s)
+    else:
+        conjugate_at = lambda c: datafit.conjugate(y, c * theta, s)  # noqa: E731
     dual = dual_from_stats(
         penalty,
-        lambda c: datafit.conjugate(y, c * theta, s),
+        conjugate_at,
         xt_theta_absmax,
         xt_theta_excess_sq,
         n,

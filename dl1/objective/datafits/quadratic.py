@@ -11,6 +11,7 @@ residual, and the datafit part of the dual objective is ``-conjugate(y, theta, s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -280,15 +281,36 @@ class Quadratic:
         -------
         float
         """
-        y = np.asarray(y, dtype=np.float64)
-        theta = np.asarray(theta, dtype=np.float64)
+        return self.conjugate_line(y, theta, s)(1.0)
+
+    def conjugate_line(
+        self, y: ArrayLike, theta: ArrayLike, s: ArrayLike | None = None
+    ) -> Callable[[float], float]:
+        """``c -> conjugate(y, c * theta, s)``, from one pass over ``theta``: the conjugate
+        is ``(c^2 q / 2 - c l) / n`` with ``q = sum_i theta_i^2 / s_i`` and ``l = theta . y``
+        (:func:`dl1.kernels.vectors.dual_sums`; no temporaries, no BLAS threads).
+
+        Parameters
+        ----------
+        y, theta : array_like of shape (n,)
+        s : array_like of shape (n,), optional
+
+        Returns
+        -------
+        callable
+            float -> float (``inf`` where ``theta`` leaves the domain, as :meth:`conjugate`).
+        """
+        from dl1.kernels.vectors import dual_sums
+
+        y = np.ascontiguousarray(y, dtype=np.float64)
+        theta = np.ascontiguousarray(theta, dtype=np.float64)
         n = theta.shape[0]
         s = optional_weights(s, n)
-        if s is None:
-            quad = 0.5 * float(theta @ theta)
-        else:
-            pos = s > 0
-            if np.any(theta[~pos] != 0.0):
+        quad, lin = dual_sums(y, theta, np.zeros(0) if s is None else np.ascontiguousarray(s))
+
+        def at(c: float) -> float:
+            if math.isinf(quad) and c != 0.0:
                 return math.inf
-            quad = 0.5 * float(theta[pos] @ (theta[pos] / s[pos]))
-        return (quad - float(theta @ y)) / n
+            return (0.5 * c * c * quad - c * lin) / n if c != 0.0 else 0.0
+
+        return at
