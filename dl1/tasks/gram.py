@@ -52,10 +52,12 @@ class GramGapEstimate:
     """
 
     def __init__(self, datafit, penalty, y, z, theta, h0, w0, s, g_y):
+        from dl1.kernels.vectors import dual_sums
+
         self.n = y.shape[0]
         self.penalty = penalty
         self.a0 = 2.0 * self.n * datafit.value(y, z, s)
-        self.b0 = float(theta @ y)
+        self.b0 = dual_sums(y, theta, np.zeros(0))[1]  # theta . y, without BLAS threads
         self.h0 = h0.copy()
         self.w0 = w0.copy()
         self.g_y = g_y
@@ -184,7 +186,7 @@ def working_set_gram(
     result, of :data:`GRAM_DTYPE` (entries formed in float64, then rounded), is cached under
     ``key`` (replacing the previous entry) and must not be modified by the caller.
     """
-    from dl1.kernels.gram import csc_cross_gram, csc_dense_rows, take_submatrix
+    from dl1.kernels.gram import take_submatrix
 
     m = ws.shape[0]
     hit = GRAM_CACHE.pop(key, None) if key is not None else None
@@ -203,36 +205,55 @@ def working_set_gram(
     else:
         new = np.arange(m, dtype=np.int64)
     if new.shape[0]:
-        k = new.shape[0]
-        nnz_new = int(np.diff(indptr)[new].sum())
-        weighted = s.shape[0] > 0
-        if indices.shape[0] / (n * m) * nnz_new / (n * k) > 0.01:
-            # the products of dense-enough columns are far cheaper through BLAS
-            rows = int(max(1, min(n, scratch_max // m)))
-            cursor = indptr[:-1].copy()
-            part = np.zeros((m, k))
-            for r0 in range(0, n, rows):
-                r1 = min(n, r0 + rows)
-                chunk = np.zeros((m, r1 - r0))  # column i's rows r0..r1 in chunk[i]
-                csc_dense_rows(indptr, indices, vals, cursor, r1, chunk)
-                # a copy even when every column is new: NumPy would take chunk @ chunk.T as a
-                # SYRK, whose rounding differs from the GEMM of later, partly cached calls
-                right = chunk[new]
-                if weighted:
-                    right *= s[None, r0:r1]
-                part += chunk @ right.T
-                del chunk, right
-        else:
-            part = np.zeros((m, k))
-            csc_cross_gram(indptr, indices, vals, n, new.astype(np.int64), s, part)
+        # the rows of the new columns: X_new^T S X (k x m), then scaled and profiled
+        part_t = _new_rows(indptr, indices, vals, n, s, new, scratch_max)
         if factor != 1.0:
-            part *= factor
+            part_t *= factor
         if c is not None:
-            part -= np.outer(c, c[new])
-        G[:, new] = part
-        G[new, :] = part.T
+            part_t -= np.outer(c[new], c)
+        G[:, new] = part_t.T
+        G[new, :] = part_t  # last: entry (a, b) of the new block is sum x_b (s x_a) either way
     if key is not None:
         GRAM_CACHE[key] = (ws.copy(), G)
         while len(GRAM_CACHE) > GRAM_CACHE_ENTRIES:
             GRAM_CACHE.popitem(last=False)
     return G
+
+
+def _new_rows(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    vals: np.ndarray,
+    n: int,
+    s: np.ndarray,
+    new: np.ndarray,
+    scratch_max: int,
+) -> np.ndarray:
+    """``X_new^T S X`` (``len(new) x m``, float64) of the working set's CSC columns, ``new``
+    the positions of its new columns (:func:`working_set_gram`): by BLAS on row blocks when
+    the columns are dense enough, else by the sparse product
+    :func:`dl1.kernels.gram.csc_cross_gram`."""
+    from dl1.kernels.gram import csc_cross_gram, csc_dense_rows
+
+    m, k = indptr.shape[0] - 1, new.shape[0]
+    nnz_new = int(np.diff(indptr)[new].sum())
+    if indices.shape[0] / (n * m) * nnz_new / (n * k) <= 0.01:
+        part_t = np.zeros((k, m))
+        csc_cross_gram(indptr, indices, vals, n, new.astype(np.int64), s, part_t)
+        return part_t
+    # the products of dense-enough columns are far cheaper through BLAS
+    rows = int(max(1, min(n, scratch_max // m)))
+    cursor = indptr[:-1].copy()
+    part = np.zeros((m, k))
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        chunk = np.zeros((m, r1 - r0))  # column i's rows r0..r1 in chunk[i]
+        csc_dense_rows(indptr, indices, vals, cursor, r1, chunk)
+        # a copy even when every column is new: NumPy would take chunk @ chunk.T as a
+        # SYRK, whose rounding differs from the GEMM of later, partly cached calls
+        right = chunk[new]
+        if s.shape[0] > 0:
+            right *= s[None, r0:r1]
+        part += chunk @ right.T
+        del chunk, right
+    return part.T

@@ -38,9 +38,9 @@ def test_tiles_match_a_dense_product_and_each_other_bit_for_bit(weighted):
     want = Ad.T @ ((s[:, None] if weighted else 1.0) * Ad[:, new])
     outs = []
     for tile in (1, 7, 256, 4096):  # one row, a few, uneven, one tile for all
-        out = np.zeros((m, new.shape[0]))
+        out = np.zeros((new.shape[0], m))
         csc_cross_gram(A.indptr.astype(np.int64), A.indices, A.data, n, new, s, out, tile)
-        np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(out.T, want, rtol=1e-12, atol=1e-12)
         outs.append(out)
     for out in outs[1:]:  # every entry sums its rows in the same order
         np.testing.assert_array_equal(out, outs[0])
@@ -50,6 +50,6 @@ def test_the_product_is_added_to_out_and_columns_outside_new_are_only_read():
     A = _short_rows(300, 12, 9)
     new = np.array([2, 5], dtype=np.int64)
     Ad = A.toarray()
-    out = np.ones((12, 2))
+    out = np.ones((2, 12))
     csc_cross_gram(A.indptr.astype(np.int64), A.indices, A.data, 300, new, np.zeros(0), out, 16)
-    np.testing.assert_allclose(out, 1.0 + Ad.T @ Ad[:, new], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out.T, 1.0 + Ad.T @ Ad[:, new], rtol=1e-12, atol=1e-12)

@@ -253,7 +253,7 @@ def test_csc_cross_gram_matches_scipy(weighted, dtype):
     s = rng.uniform(0.1, 2.0, n)
     Ad = A.toarray().astype(np.float64)
     want = Ad.T @ ((s[:, None] if weighted else 1.0) * Ad[:, new])
-    out = np.zeros((m, new.shape[0]))
+    out = np.zeros((new.shape[0], m))
     csc_cross_gram(A.indptr.astype(np.int64), A.indices, A.data, n, new,
                    s if weighted else np.zeros(0), out)  # fmt: skip
-    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out.T, want, rtol=1e-12, atol=1e-12)
