@@ -12,7 +12,10 @@ from sklearn.svm import LinearSVC
 
 import dl1
 import dl1.tasks.subproblem as subproblem_module
+from dl1.kernels.linalg import csc_col_sqnorms
 from dl1.objective.datafits import Logistic, Quadratic, SquaredHinge
+from dl1.objective.penalties import ElasticNet
+from dl1.solvers.prox_newton import Columns, _restricted_gap, prox_newton
 from dl1.solvers.subproblems import ColumnCD, GatheredGram, GatheredProxNewton, choose_mode
 from tests.test_penalised import as_dask, make_classification, objective
 
@@ -132,3 +135,27 @@ def test_cluster_gives_the_in_process_answer(local_cluster):
     assert there.converged_
     np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-7)
     assert there.intercept_ == pytest.approx(here.intercept_, abs=1e-7)
+
+
+@pytest.mark.parametrize("max_epochs", [1, 3, 50])
+def test_reported_gap_is_the_returned_points(max_epochs):
+    """Stopped by its epoch limit after steps whose gap it skipped (a target of 0), the
+    solve still reports the restricted gap at the point it returns."""
+    X, y = make_classification(n=120, p=25, seed=8)
+    X.sort_indices()
+    ip, ix = X.indptr.astype(np.int64), X.indices.astype(np.int32)
+    data, empty = X.data.astype(np.float64), np.zeros(0)
+    cols = Columns(ip, ix, data, empty, csc_col_sqnorms(ip, ix, data, empty, empty))
+    datafit = Logistic()
+    penalty = ElasticNet(dl1.alpha_max(X, y, loss="logistic") / 10, 1.0)
+    z0 = np.full(y.shape[0], datafit.initial_intercept(y))
+    w, dz, db, info = prox_newton(cols, np.zeros(25), y, z0, empty, datafit, penalty, True,
+                                  0.0, max_epochs)  # fmt: skip
+    assert info["epochs"] <= max_epochs and info["newton"] >= 1
+    z = z0 + dz
+    g, h, out, scratch = (np.empty(y.shape[0]) for _ in range(4))
+    datafit.grad_hess(y, z, empty, g, h)
+    primal = datafit.value(y, z) + penalty.value(w)
+    expected = _restricted_gap(cols, w, y, g, None, datafit, penalty, True, primal, out, scratch)
+    assert info["gap"] == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert db == pytest.approx(float(np.mean(dz - X @ w)), abs=1e-10)
