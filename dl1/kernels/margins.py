@@ -86,18 +86,8 @@ def margin_value(code, gamma, y, z, sw, u, shift, t):
         A direction of ``z`` (a line search's), or empty.
     shift, t : float
     """
-    n = y.shape[0]
-    weighted = sw.shape[0] > 0
-    has_u = u.shape[0] > 0
-    total = 0.0
-    for lo in range(0, n, BLOCK):
-        part = 0.0
-        for i in range(lo, min(lo + BLOCK, n)):
-            zi = z[i] + t * ((u[i] if has_u else 0.0) + shift)
-            loss, _, _ = margin_terms(code, gamma, y[i] * zi)
-            part += sw[i] * loss if weighted else loss
-        total += part
-    return total
+    none = np.empty(0)
+    return margin_value_grad_hess(code, gamma, y, z, sw, u, shift, t, none, none)
 
 
 @njit(**_JIT)
@@ -111,12 +101,13 @@ def margin_value_grad_hess(code, gamma, y, z, sw, u, shift, t, g, h):
     ----------
     code, gamma, y, z, sw, u, shift, t
         As in :func:`margin_value`.
-    g, h : ndarray of float64, shape (n,)
-        Overwritten.
+    g, h : ndarray of float64, shape (n,) or (0,)
+        Overwritten; both empty for the value alone (:func:`margin_value`).
     """
     n = y.shape[0]
     weighted = sw.shape[0] > 0
     has_u = u.shape[0] > 0
+    derivatives = g.shape[0] > 0
     total = 0.0
     for lo in range(0, n, BLOCK):
         part = 0.0
@@ -125,8 +116,9 @@ def margin_value_grad_hess(code, gamma, y, z, sw, u, shift, t, g, h):
             loss, c, curv = margin_terms(code, gamma, y[i] * zi)
             s = sw[i] if weighted else 1.0
             part += s * loss if weighted else loss
-            g[i] = -s * y[i] * c
-            h[i] = s * curv
+            if derivatives:
+                g[i] = -s * y[i] * c
+                h[i] = s * curv
         total += part
     return total
 
