@@ -42,6 +42,10 @@ class Datafit(Protocol):
 
     def conjugate(self, y: ArrayLike, theta: ArrayLike, s: ArrayLike | None = None) -> float: ...
 
+    def conjugate_line(
+        self, y: ArrayLike, theta: ArrayLike, s: ArrayLike | None = None
+    ) -> Callable[[float], float]: ...
+
 
 def duality_gap(
     datafit: Datafit,
@@ -127,14 +131,9 @@ def duality_gap_from_stats(
     if theta is None:
         theta = datafit.dual_point(y, z, s, intercept)
     theta = np.asarray(theta, dtype=np.float64)
-    line = getattr(datafit, "conjugate_line", None)
-    if line is not None:  # one pass for every scale
-        conjugate_at = line(y, theta, s)
-    else:
-        conjugate_at = lambda c: datafit.conjugate(y, c * theta, s)  # noqa: E731
     dual = dual_from_stats(
         penalty,
-        conjugate_at,
+        datafit.conjugate_line(y, theta, s),
         xt_theta_absmax,
         xt_theta_excess_sq,
         n,

@@ -7,6 +7,8 @@ worker computes them as fast as a plain process. A subclass names its loss by ``
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -175,3 +177,10 @@ class MarginLoss:
         y, theta = as_vector(y), as_vector(theta)
         sw = kernel_weights(s, y.shape[0])
         return margin_conjugate(self.code, self.gamma, y, theta, sw) / y.shape[0]
+
+    def conjugate_line(
+        self, y: ArrayLike, theta: ArrayLike, s: ArrayLike | None = None
+    ) -> Callable[[float], float]:
+        """``c -> conjugate(y, c * theta, s)``: a pass over ``theta`` per scale (the
+        conjugate of a margin loss is not a polynomial in ``c``)."""
+        return lambda c: self.conjugate(y, c * np.asarray(theta, dtype=np.float64), s)
