@@ -355,20 +355,52 @@ class DistributedExecutor:
         ]
 
 
-@contextlib.contextmanager
-def quiet_blas(client: Any) -> Iterator[None]:
-    """This process's BLAS limited to one thread while it coordinates ``client``'s cluster
-    (nothing without a client; the limit is the process's, restored afterwards).
+class _BlasHold:
+    """One BLAS thread while any solve in this process asks for it: the first to enter
+    sets the limit, the last to leave restores what it found, so solves in several threads
+    (each entering and leaving in its own order) never leave the process limited."""
 
-    The coordinator's arithmetic is on length-n vectors, which gains nothing from BLAS
-    threads, while OpenBLAS's idle threads spin for about 0.1 s after each call and take a
-    core from the workers of a LocalCluster (figures in ``benchmarks/RESULTS.md``).
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holders = 0
+        self.limited: Any = None
+
+    def enter(self) -> None:
+        with self.lock:
+            if self.holders == 0:
+                self.limited = blas_controller().limit(limits=1, user_api="blas")
+            self.holders += 1
+
+    def leave(self) -> None:
+        with self.lock:
+            self.holders -= 1
+            if self.holders == 0:
+                self.limited.restore_original_limits()
+                self.limited = None
+
+
+_BLAS_HOLD = _BlasHold()
+
+
+@contextlib.contextmanager
+def quiet_blas() -> Iterator[None]:
+    """This process's BLAS held to one thread while it runs or coordinates a solve (the
+    limit is the process's, restored when the last solve holding it ends).
+
+    dl1's kernels are single-threaded (numba); BLAS does the coordinator's arithmetic on
+    length-n vectors and, in process, the Gram products of working sets (row blocks of at
+    most a few thousand columns): OpenBLAS's threads gain little there, then spin for
+    about 0.1 s after each call and take a core from the kernels that follow and from a
+    LocalCluster's workers (2 cores under load, in process: the ``small`` preset's fit took
+    0.14 s of CPU with every thread and 0.07 s with one, tfidf's 1.12 s and 0.55 s;
+    ``benchmarks/RESULTS.md``). Dask's workers start with one BLAS
+    thread (``OPENBLAS_NUM_THREADS=1``), so a solve in one piece runs the same way.
     """
-    if client is None:
+    _BLAS_HOLD.enter()
+    try:
         yield
-        return
-    with blas_controller().limit(limits=1, user_api="blas"):
-        yield
+    finally:
+        _BLAS_HOLD.leave()
 
 
 @functools.cache
@@ -431,7 +463,7 @@ def coordinating(func: Callable) -> Callable:
             held = held_by(args[0]) if args else NOT_HELD
             client = kwargs["client"] = current_client() if held is NOT_HELD else held
         check_client(client)
-        with low_latency(client, lazy=True), quiet_blas(client), as_current(client):
+        with low_latency(client, lazy=True), quiet_blas(), as_current(client):
             return func(*args, **kwargs)
 
     return wrapper

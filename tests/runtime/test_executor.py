@@ -55,3 +55,57 @@ def test_each_worker_is_warmed_once_and_a_late_one_when_first_used(monkeypatch):
     assert warmed == [first.workers, sorted(set(third.workers) - set(first.workers))]
     assert second.baselines == first.baselines and set(third.baselines) == set(third.workers)
     assert all(b > 0 for b in third.baselines.values())
+
+
+def _blas_threads() -> int:
+    from dl1.runtime.executor import blas_controller
+
+    return min(lib.num_threads for lib in blas_controller().select(user_api="blas").lib_controllers)
+
+
+def _two_blas_threads():
+    """BLAS set to two threads within (skips where the library cannot have two)."""
+    import pytest
+
+    from dl1.runtime.executor import blas_controller
+
+    limited = blas_controller().limit(limits=2, user_api="blas")
+    if _blas_threads() != 2:
+        limited.restore_original_limits()
+        pytest.skip("this BLAS cannot run two threads here")
+    return limited
+
+
+def test_a_fit_in_process_holds_blas_to_one_thread_and_restores_it():
+    """In process (no client) as on a cluster, a solve runs with one BLAS thread (seen by
+    its callback), and the process's setting is back afterwards."""
+    import numpy as np
+
+    import dl1
+    from tests.helpers import random_csr
+
+    X = random_csr(300, 40, 0.2, 0)
+    y = X @ np.arange(40.0)
+    seen = []
+    with _two_blas_threads():
+        res = dl1.fit(X, y, alpha=0.1, tol=1e-8, client=None,
+                      callback=lambda h: seen.append(_blas_threads()))  # fmt: skip
+        after = _blas_threads()
+    assert res.converged_ and seen and set(seen) == {1}
+    assert after == 2
+
+
+def test_solves_in_threads_leave_blas_as_they_found_it():
+    """Solves entering and leaving in any order (threads): BLAS is held to one thread
+    while any runs and restored once the last ends, not left at one by an early leaver."""
+    from dl1.runtime.executor import quiet_blas
+
+    with _two_blas_threads():
+        first, second = quiet_blas(), quiet_blas()
+        first.__enter__()
+        second.__enter__()
+        assert _blas_threads() == 1
+        first.__exit__(None, None, None)  # the first to enter leaves first
+        assert _blas_threads() == 1
+        second.__exit__(None, None, None)
+        assert _blas_threads() == 2
