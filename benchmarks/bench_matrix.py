@@ -30,7 +30,22 @@ iterations: tighter tols than 1e-6 can stall it), Snap ML. Peers start
 at tolerances meant to reach 1e-6 (``PEER_TOL``); a fit (or a path's alpha) that the check
 does not certify is redone once with a 100x tighter tol (that time counts for a path's
 alpha; a fit's reported times are all at the final tol); a peer still short is marked ✗.
-A peer's path stops after ``--time-limit`` seconds. Times are medians of ``--repeat`` runs
+
+Peers are stopped at a limit per cell: dl1 and dl1-inproc run first, and a peer's run of a
+(preset, loss, kind) is stopped after ``--peer-limit-factor`` (5) times the larger of dl1's
+two medians on it, at least ``--peer-limit-min`` (10) seconds; a path's limit is also at most
+``--time-limit``. Only the timed library calls count (the child announces each call's
+start, with a path's timed seconds so far, and its end): a path stops after the alpha that
+passes the limit, and a call still running ``--peer-limit-grace`` (10) seconds past the
+limit has its child process (and anything it started) killed, the job recorded as stopped
+with its timed seconds, and a new child goes on with the next job (reloading the data).
+dl1's children are never stopped. Within its limit a peer runs as before (every repeat,
+every retry at a tighter tol). A stopped peer reads ``> t s (stopped)`` (``t``: its timed
+seconds when stopped, at least its limit), its memory the peak until then (``≥ MB``). The
+speed-up is taken against the fastest certified peer when its median is below every
+stopped peer's ``t``; otherwise, if a peer was stopped, against the smallest ``t``, as a
+lower bound ``> x`` (every peer then either stopped, took longer, or was not certified:
+:func:`peer_reference`). Times are medians of ``--repeat`` runs
 (``--path-repeat`` for paths, ``--peer-path-repeat`` for the peers' paths); peak memory is
 the high-water RSS of each process over a job (dl1 on the cluster: the coordinator and each
 worker).
@@ -187,33 +202,106 @@ def _load(store: str) -> tuple[sp.csc_matrix, np.ndarray]:
     return sp.csc_matrix(st.to_dask().compute(scheduler="sync")), st.read("y")
 
 
-def run_children(target, jobs: list[Job], *args) -> list[dict[str, Any]]:
-    """Run ``target(jobs, *args, q)`` in a spawned child; one record per job, an error
-    record for every job the child did not report (it raised or died)."""
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=target, args=(jobs, *args, q))
-    p.start()
-    out: dict[int, dict[str, Any]] = {}
-    while len(out) < len(jobs):
+def _hwm_mb(pid: int) -> float | None:
+    """High-water RSS of process ``pid`` (since its last :func:`_reset_peak`), in MB."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _kill_tree(p) -> None:
+    """Kill the child ``p`` and every process it started (none expected of a peer)."""
+    import psutil
+
+    try:
+        procs = psutil.Process(p.pid).children(recursive=True)
+    except psutil.Error:
+        procs = []
+    p.kill()
+    for proc in procs:
         try:
-            k, rec = q.get(timeout=5.0)
-        except queue.Empty:
-            if not p.is_alive():
-                break
-            continue
-        out[k] = rec
-    p.join(timeout=60)
-    if p.is_alive():
-        p.kill()
+            proc.kill()
+        except psutil.Error:
+            pass
+    p.join(timeout=30)
+    psutil.wait_procs(procs, timeout=30)
+
+
+def run_children(
+    target, jobs: list[Job], *args, limits: list[float | None] | None = None, grace: float = 0.0
+) -> list[dict[str, Any]]:
+    """Run ``target(jobs, *args, q)`` in a spawned child; one record per job, an error
+    record for every job the child did not report (it raised or died).
+
+    ``limits``: per job, ``None`` or the seconds after which its timed runs are stopped.
+    The child reports ``(k, "run", (wall clock, timed seconds so far))`` before each timed
+    call and ``(k, "run", None)`` after it; when the job's timed seconds would pass
+    ``limit + grace`` during a call, the child (and anything it started) is killed, the
+    job recorded as stopped with its timed seconds then, and a new child runs the jobs
+    after it."""
+    limits = limits or [None] * len(jobs)
+    out: dict[int, dict[str, Any]] = {}
+    start = 0
+    while start < len(jobs):
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        p = ctx.Process(target=target, args=(jobs[start:], *args, q))
+        p.start()
+        deadline: float | None = None  # wall clock at which the running job is stopped
+        tick: tuple[int, float, float] | None = None  # (job, wall clock, timed seconds)
+        stopped, t_stop = None, 0.0
+        try:
+            while len(out) < len(jobs):
+                wait = 5.0 if deadline is None else min(5.0, max(0.05, deadline - time.time()))
+                try:
+                    k, what, rec = q.get(timeout=wait)
+                except queue.Empty:
+                    if deadline is not None and time.time() >= deadline:
+                        stopped, t_stop = tick, time.time()
+                        break
+                    if not p.is_alive():
+                        break
+                    continue
+                k += start
+                if what == "done":
+                    out[k] = rec
+                    deadline = tick = None
+                elif rec is None or limits[k] is None:  # "run": job k's timed call ended
+                    deadline = tick = None
+                else:  # "run": a timed call of job k starts
+                    wall, so_far = rec
+                    tick = (k, wall, so_far)
+                    deadline = wall + max(0.0, limits[k] - so_far) + grace
+        finally:
+            if stopped is not None or (p.is_alive() and len(out) < len(jobs)):
+                peak = _hwm_mb(p.pid)
+                _kill_tree(p)
+            else:
+                peak = None
+                p.join(timeout=60)
+                if p.is_alive():
+                    p.kill()
+            q.close()
+            q.cancel_join_thread()
+        if stopped is None:
+            break
+        k, wall, so_far = stopped
+        out[k] = {"stopped": True, "stopped_s": so_far + t_stop - wall,
+                  "limit_s": limits[k], "peaks_mb": [] if peak is None else [peak]}  # fmt: skip
+        start = k + 1
     return [out.get(k, {"error": f"child exited with code {p.exitcode}"}) for k in range(len(jobs))]
 
 
 def _guard(q, k: int, fn, *args) -> None:
     try:
-        q.put((k, fn(*args)))
+        q.put((k, "done", fn(*args)))
     except Exception:  # reported in the table; the child goes on with its next job
-        q.put((k, {"error": traceback.format_exc(limit=3).strip().splitlines()[-1]}))
+        q.put((k, "done", {"error": traceback.format_exc(limit=3).strip().splitlines()[-1]}))
 
 
 # ------------------------------------------------------------------------------- dl1
@@ -373,10 +461,14 @@ def _peer_child(jobs: list[Job], name: str, q) -> None:
             data.clear()
             X, y = _load(job.store)
             data[job.store] = (X, y)
-        _guard(q, k, _peer_job, name, job, *data[job.store])
+
+        def tick(so_far: float | None, k=k) -> None:  # a timed call starts, or (None) ended
+            q.put((k, "run", None if so_far is None else (time.time(), so_far)))
+
+        _guard(q, k, _peer_job, name, job, *data[job.store], tick)
 
 
-def _peer_job(name: str, job: Job, X, y) -> dict[str, Any]:
+def _peer_job(name: str, job: Job, X, y, tick) -> dict[str, Any]:
     _reset_peak()
     peer = Peer(name, job.loss, warm=job.kind == "path")
     Xp = peer.prepare(X)
@@ -388,19 +480,23 @@ def _peer_job(name: str, job: Job, X, y) -> dict[str, Any]:
         return rel_gap(X, y, job.loss, coef, b, alpha, job.p0)
 
     if job.kind == "fit":
-        return _peer_fit(peer, job, Xp, X, y, tol0, gap)
+        return _peer_fit(peer, job, Xp, X, y, tol0, gap, tick)
     times, sols, gaps, tols = [], [], [], []
     for _ in range(job.peer_repeat):
         peer = Peer(name, job.loss, warm=True)
         t_total, sols, gaps, tols = 0.0, [], [], []
         for alpha in job.alphas:
             tol = tol0
+            tick(t_total)
             coef, b, dt = peer.fit(Xp, X, y, alpha, tol)
+            tick(None)
             t_total += dt
             g = gap(coef, b, alpha)
             if g > TARGET and t_total <= job.time_limit:
                 tol = tol0 / RETRY_FACTOR
+                tick(t_total)
                 coef, b, dt = peer.fit(Xp, X, y, alpha, tol)
+                tick(None)
                 t_total += dt
                 g = gap(coef, b, alpha)
             sols.append((_sparse(coef), b))
@@ -409,20 +505,31 @@ def _peer_job(name: str, job: Job, X, y) -> dict[str, Any]:
             if t_total > job.time_limit:
                 break
         times.append(t_total)
-    return {"times": times, "solutions": sols, "gaps": gaps, "tols": tols,
-            "peaks_mb": [_peak_mb()]}  # fmt: skip
+        if len(sols) < len(job.alphas):  # stopped at the limit: no more repeats
+            break
+    rec = {"times": times, "solutions": sols, "gaps": gaps, "tols": tols,
+           "peaks_mb": [_peak_mb()]}  # fmt: skip
+    if len(sols) < len(job.alphas):
+        rec.update(stopped=True, stopped_s=t_total, limit_s=job.time_limit)
+    return rec
 
 
-def _peer_fit(peer: Peer, job: Job, Xp, X, y, tol0: float, gap) -> dict[str, Any]:
+def _peer_fit(peer: Peer, job: Job, Xp, X, y, tol0: float, gap, tick) -> dict[str, Any]:
     alpha = job.alphas[0]
     tol = tol0
+    tick(0.0)
     coef, b, dt = peer.fit(Xp, X, y, alpha, tol)
+    tick(None)
     if gap(coef, b, alpha) > TARGET:
         tol = tol0 / RETRY_FACTOR
+        tick(0.0)
         coef, b, dt = peer.fit(Xp, X, y, alpha, tol)
+        tick(None)
     times = [dt]
     for _ in range(job.peer_repeat - 1):
+        tick(0.0)
         coef, b, dt = peer.fit(Xp, X, y, alpha, tol)
+        tick(None)
         times.append(dt)
     return {"times": times, "solutions": [(_sparse(coef), b)], "tols": [tol],
             "peaks_mb": [_peak_mb()]}  # fmt: skip
@@ -471,6 +578,9 @@ def certify(rec: dict[str, Any], job: Job, X, y) -> None:
     """Add the check's gaps, ``certified`` and nonzeros to a solver's record."""
     if "error" in rec:
         return
+    if "solutions" not in rec:  # stopped (killed) before a timed run finished
+        rec.update(alphas_done=0, certified=False)
+        return
     if "gaps" not in rec:
         rec["gaps"] = [
             rel_gap(X, y, job.loss, _dense(c, X.shape[1]), b, a, job.p0)
@@ -510,9 +620,28 @@ def _cells(args, data_dir: Path):
             yield jobs, shape, (X, y)
 
 
-def run_group(cells: list, solvers: list[str], workers: int) -> list[dict[str, Any]]:
-    """Every solver on the jobs of ``cells``, one child process per solver."""
+def peer_limit(records: list[dict[str, Any]], job: Job, factor: float, least: float):
+    """The seconds after which a peer's run of ``job``'s cell is stopped: ``factor`` times
+    the larger of dl1's two medians on the cell, at least ``least``; a path's also at most
+    ``job.time_limit``. ``None`` (a fit) or ``job.time_limit`` (a path) without dl1's
+    medians or with ``factor <= 0``."""
+    cell = (job.preset, job.loss, job.kind)
+    meds = [r["median_s"] for r in records if r["solver"] in DL1 and "median_s" in r
+            and (r["preset"], r["loss"], r["kind"]) == cell]  # fmt: skip
+    limit = max(factor * max(meds), least) if meds and factor > 0 else None
+    if job.kind == "path":
+        limit = job.time_limit if limit is None else min(limit, job.time_limit)
+    return limit
+
+
+def run_group(
+    cells: list, solvers: list[str], workers: int, factor: float = 0.0, least: float = 0.0,
+    grace: float = 0.0,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Every solver on the jobs of ``cells``, one child process per solver (dl1's first: its
+    medians set the peers' limits, :func:`peer_limit`; ``grace``: see :func:`run_children`)."""
     records = []
+    solvers = [s for s in solvers if s in DL1] + [s for s in solvers if s not in DL1]
     for solver in solvers:
         mine = [(job, shape, data) for jobs, shape, data in cells for job in jobs
                 if solver in DL1 or solver in PEERS[job.loss]]  # fmt: skip
@@ -524,7 +653,10 @@ def run_group(cells: list, solvers: list[str], workers: int) -> list[dict[str, A
             mode = "cluster" if solver == "dl1" else "inproc"
             recs = run_children(_dl1_child, jobs, mode, workers)
         else:
-            recs = run_children(_peer_child, jobs, solver)
+            limits = [peer_limit(records, job, factor, least) for job in jobs]
+            jobs = [dataclasses.replace(job, time_limit=lim) if job.kind == "path" else job
+                    for job, lim in zip(jobs, limits, strict=True)]  # fmt: skip
+            recs = run_children(_peer_child, jobs, solver, limits=limits, grace=grace)
         for (job, shape, (X, y)), rec in zip(mine, recs, strict=True):
             certify(rec, job, X, y)
             rec.update(preset=job.preset, loss=job.loss, kind=job.kind, solver=solver,
@@ -562,7 +694,15 @@ def main(argv: list[str] | None = None) -> None:
         default=2,
         help="dl1's untimed warm-up fits per job (each worker runs a first fit)",
     )
-    ap.add_argument("--time-limit", type=float, default=3600.0, help="seconds per peer path")
+    ap.add_argument("--time-limit", type=float, default=3600.0,
+                    help="seconds per peer path, at most")  # fmt: skip
+    ap.add_argument("--peer-limit-factor", type=float, default=5.0,
+                    help="a peer's run is stopped after this times the larger of dl1's two "
+                    "medians on the cell (0: no such limit)")  # fmt: skip
+    ap.add_argument("--peer-limit-min", type=float, default=10.0,
+                    help="seconds: the least limit of a peer's run")  # fmt: skip
+    ap.add_argument("--peer-limit-grace", type=float, default=10.0,
+                    help="seconds past its limit before a peer's timed call is killed")  # fmt: skip
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", default=None, help="write every record here")
     ap.add_argument("--quick", action="store_true",
@@ -580,6 +720,7 @@ def main(argv: list[str] | None = None) -> None:
     solvers = [s for s in (*DL1, *PEERS["squared"], "liblinear")
                if not args.solvers or s in args.solvers]  # fmt: skip
 
+    limit_args = (args.peer_limit_factor, args.peer_limit_min, args.peer_limit_grace)
     records: list[dict[str, Any]] = []
     t_start = time.perf_counter()
     settings = {k: v for k, v in vars(args).items() if k != "json"}
@@ -592,10 +733,10 @@ def main(argv: list[str] | None = None) -> None:
                                                   indent=1, default=float))  # fmt: skip
 
     if args.quick:  # everything in memory, one child per solver
-        records += run_group(list(_cells(args, data_dir)), solvers, args.workers)
+        records += run_group(list(_cells(args, data_dir)), solvers, args.workers, *limit_args)
     else:  # one (preset, loss) at a time: one data set in memory
         for cell in _cells(args, data_dir):
-            records += run_group([cell], solvers, args.workers)
+            records += run_group([cell], solvers, args.workers, *limit_args)
             save()
             del cell
     save()
@@ -609,6 +750,9 @@ def _cell(rec: dict[str, Any] | None) -> str:
         return "—"
     if "error" in rec:
         return f"error: {rec['error'][:60]}"
+    if rec.get("stopped"):
+        done = f", {rec['alphas_done']}/{rec['n_alphas']} alphas" if rec["kind"] == "path" else ""
+        return f"> {rec['stopped_s']:.3g} s (stopped{done})"
     s = f"{rec['median_s']:.2f}"
     if rec["alphas_done"] < rec["n_alphas"]:
         return f"> {s} ({rec['alphas_done']}/{rec['n_alphas']} alphas) ✗"
@@ -616,11 +760,11 @@ def _cell(rec: dict[str, Any] | None) -> str:
 
 
 def _mem(rec: dict[str, Any] | None) -> str:
-    if rec is None or "error" in rec:
+    if rec is None or "error" in rec or not rec["peaks_mb"]:
         return "—"
     peaks = rec["peaks_mb"]
-    if len(peaks) == 1:
-        return f"{peaks[0]:.0f}"
+    if len(peaks) == 1:  # a stopped peer: its peak until it stopped
+        return f"≥ {peaks[0]:.0f}" if rec.get("stopped") else f"{peaks[0]:.0f}"
     return f"{peaks[0]:.0f} + " + " + ".join(f"{m:.0f}" for m in peaks[1:])
 
 
@@ -644,6 +788,26 @@ def _dl1_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def peer_reference(row: dict[str, dict[str, Any]]) -> tuple[str, float, bool] | None:
+    """The peer time dl1's speed-up is taken against: ``(label, seconds, lower bound?)``.
+
+    The fastest certified peer's median counts when it is below every stopped peer's
+    stopped time (each at least its limit). Otherwise, when some peer was stopped (and no
+    certified peer is faster than the first to stop), the smallest stopped time is a lower
+    bound on the fastest certified peer's time: the speed-up is ``> stopped / dl1``. Peers
+    neither certified nor stopped (✗, errors) do not count. ``None``: no peer to compare."""
+    peers = {s: r for s, r in row.items() if s not in DL1 and "error" not in r}
+    ok = {s: r["median_s"] for s, r in peers.items() if r.get("certified")}
+    stopped = {s: r["stopped_s"] for s, r in peers.items() if r.get("stopped")}
+    best = min(ok, key=ok.__getitem__) if ok else None
+    first = min(stopped, key=stopped.__getitem__) if stopped else None
+    if best is not None and (first is None or ok[best] < stopped[first]):
+        return best, ok[best], False
+    if first is not None:
+        return first, stopped[first], True
+    return None
+
+
 def tables(records: list[dict[str, Any]]) -> str:
     """Markdown: seconds (✗: not certified at 1e-6) and speed-ups; peak MB per process."""
     peers = ("celer", "skglm", "sklearn", "liblinear", "snapml")
@@ -656,18 +820,20 @@ def tables(records: list[dict[str, Any]]) -> str:
     mem = ["| " + " | ".join(head[:3] + ["dl1 (coordinator + workers)", "dl1 (in process)",
                                          *peers]) + " |", "|" + "---|" * 10]  # fmt: skip
     for (preset, loss, kind), row in cells.items():
-        ok = {s: r for s, r in row.items() if s in peers and r.get("certified")}
-        best = min(ok, key=lambda s: ok[s]["median_s"]) if ok else None
+        ref = peer_reference(row)
 
-        def speed(solver: str, row=row, ok=ok, best=best) -> str:
+        def speed(solver: str, row=row, ref=ref) -> str:
             r = row.get(solver)
-            if best is None or r is None or "error" in r:
+            if ref is None or r is None or "median_s" not in r:
                 return "n/a"
-            return f"{ok[best]['median_s'] / r['median_s']:.2f}x"
+            return f"{'> ' if ref[2] else ''}{ref[1] / r['median_s']:.2f}x"
 
+        best = "none" if ref is None else ref[0]
+        if ref is not None and ref[2]:
+            best = f"> {ref[1]:.3g} s ({ref[0]} stopped)"
         lines.append("| " + " | ".join([
             preset, loss, kind, _cell(row.get("dl1")), _cell(row.get("dl1-inproc")),
-            *(_cell(row.get(p)) for p in peers), best or "none",
+            *(_cell(row.get(p)) for p in peers), best,
             speed("dl1"), speed("dl1-inproc")]) + " |")  # fmt: skip
         mem.append("| " + " | ".join([preset, loss, kind, _mem(row.get("dl1")),
                                       _mem(row.get("dl1-inproc")),
@@ -675,7 +841,8 @@ def tables(records: list[dict[str, Any]]) -> str:
     return (
         _dl1_table(records)
         + "\n\nSeconds (median; ✗: not certified at relative gap 1e-6 by the check, with its gap;"
-        " speed-up: the fastest certified peer's seconds / dl1's)\n\n"
+        " > t s (stopped): stopped at its limit after t s; speed-up: the fastest certified peer's"
+        " seconds / dl1's, > x: a lower bound from the first peer stopped)\n\n"
         + "\n".join(lines)
         + "\n\nPeak memory per process, MB\n\n"
         + "\n".join(mem)
