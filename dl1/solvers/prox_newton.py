@@ -160,21 +160,21 @@ def prox_newton(
         decrease, primal = primal - f_t, f_t
         checked = not decrease > CHECK_DECREASE * target_gap
         if checked:
-            gap = _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, u, r)
+            gap = _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, u)
             if gap <= target_gap or not np.isfinite(gap):  # the coordinator names a NaN
                 break
     if not checked:  # the point's gap, for the caller (g may hold a refused trial's)
         datafit.grad_hess(y, z, sw, g, h)
-        gap = _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, u, r)
+        gap = _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, u)
     np.subtract(z, z_start, out=z)
     info = {"epochs": epochs, "newton": steps, "gap": float(gap),
             "kernel_s": time.perf_counter() - t0}  # fmt: skip
     return w, z, db_total, info
 
 
-def _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, out, scratch):
+def _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, out):
     """The gap of the working-set problem at the point whose objective is ``primal`` and
-    whose ``n grad F`` is ``g``; ``out`` and ``scratch`` are length-n buffers.
+    whose ``n grad F`` is ``g``; ``out`` is a length-n buffer.
 
     The dual point is ``theta = -g`` (``-n grad F``), balanced to ``sum theta = 0`` with an
     intercept, not taken at the optimal intercept shift as the certificate's is: the Newton
@@ -187,10 +187,7 @@ def _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, o
     am, ex = csc_xt_theta_stats(
         cols.indptr, cols.indices, cols.data, cols.scale, theta, n * penalty.alpha_l1
     )
-
-    def conjugate_at(c: float) -> float:
-        return datafit.conjugate(y, np.multiply(theta, c, out=scratch), s)
-
+    conjugate_at = datafit.conjugate_line(y, theta, s)
     return primal - dual_from_stats(penalty, conjugate_at, am, ex, n)
 
 

@@ -160,6 +160,24 @@ def test_conjugate_matches_numpy_and_its_domain(code, gamma, weighted):
         assert margin_conjugate(code, gamma, y, bad, sw) == math.inf
 
 
+@pytest.mark.parametrize(("code", "gamma"), LOSSES)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_conjugate_at_a_scale_is_the_conjugate_of_the_scaled_point(code, gamma, weighted):
+    n = 3000
+    y, z, sw = data(n, 5, weighted)
+    s = weights(sw, n)
+    theta = np.empty(n)
+    margin_theta(code, gamma, y, z, sw, 0.0, theta)
+    for scale in [1.0, 0.3, 1.0 / 3.0, 0.999999]:
+        expected = reference_conjugate(code, gamma, y, scale * theta, s)
+        got = margin_conjugate(code, gamma, y, theta, sw, scale)
+        assert got == pytest.approx(expected, rel=1e-12)
+        # the scaled entries are rounded as NumPy's product: the same sum, bit for bit
+        assert got == margin_conjugate(code, gamma, y, scale * theta, sw)
+    if code != SQUARED_HINGE:  # scaled out of the domain
+        assert margin_conjugate(code, gamma, y, theta, sw, 2.0) == math.inf
+
+
 @pytest.mark.parametrize("n", [1, 50, 2500])
 def test_balance_and_vector_helpers_match_numpy(n):
     rng = np.random.default_rng(n)

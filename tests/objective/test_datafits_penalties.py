@@ -132,6 +132,24 @@ def test_conjugate_fenchel_young_and_brute_force(loss, weighted):
     np.testing.assert_allclose(-datafit.conjugate(y, theta, s), total, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("loss", ["quadratic", "logistic"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_conjugate_line_is_the_conjugate_of_the_scaled_point(loss, weighted):
+    """``conjugate_line(y, theta, s)(c)`` (the form the gap and proximal Newton use) is the
+    conjugate at ``c * theta``, computed without forming it."""
+    X, y, s = make_problem(loss, seed=2)
+    s = s if weighted else None
+    datafit = datafit_of(loss)
+    z = np.random.default_rng(12).standard_normal(N)
+    theta = datafit.dual_point(y, z, s, intercept=True)
+    line = datafit.conjugate_line(y, theta, s)
+    for c in [1.0, 0.8, 1.0 / 3.0]:
+        np.testing.assert_allclose(line(c), datafit.conjugate(y, c * theta, s), rtol=1e-13)
+    if loss == "logistic":  # exactly the same operations as forming c * theta
+        assert all(line(c) == datafit.conjugate(y, c * theta, s) for c in [0.8, 1.0 / 3.0])
+        assert line(1.5) == np.inf
+
+
 def test_conjugate_domain():
     y = np.array([1.0, -1.0])
     assert Logistic().conjugate(y, np.array([1.5, -0.5])) == np.inf

@@ -153,9 +153,9 @@ def test_reported_gap_is_the_returned_points(max_epochs):
                                   0.0, max_epochs)  # fmt: skip
     assert info["epochs"] <= max_epochs and info["newton"] >= 1
     z = z0 + dz
-    g, h, out, scratch = (np.empty(y.shape[0]) for _ in range(4))
+    g, h, out = (np.empty(y.shape[0]) for _ in range(3))
     datafit.grad_hess(y, z, empty, g, h)
     primal = datafit.value(y, z) + penalty.value(w)
-    expected = _restricted_gap(cols, w, y, g, None, datafit, penalty, True, primal, out, scratch)
+    expected = _restricted_gap(cols, w, y, g, None, datafit, penalty, True, primal, out)
     assert info["gap"] == pytest.approx(expected, rel=1e-9, abs=1e-15)
     assert db == pytest.approx(float(np.mean(dz - X @ w)), abs=1e-10)

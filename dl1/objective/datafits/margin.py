@@ -182,5 +182,10 @@ class MarginLoss:
         self, y: ArrayLike, theta: ArrayLike, s: ArrayLike | None = None
     ) -> Callable[[float], float]:
         """``c -> conjugate(y, c * theta, s)``: a pass over ``theta`` per scale (the
-        conjugate of a margin loss is not a polynomial in ``c``)."""
-        return lambda c: self.conjugate(y, c * np.asarray(theta, dtype=np.float64), s)
+        conjugate of a margin loss is not a polynomial in ``c``), without forming ``c *
+        theta``. ``theta`` is read when the function is called, not copied: it must not
+        change in between."""
+        y, theta = as_vector(y), as_vector(theta)
+        sw = kernel_weights(s, y.shape[0])
+        code, gamma, n = self.code, self.gamma, y.shape[0]
+        return lambda c: margin_conjugate(code, gamma, y, theta, sw, float(c)) / n
