@@ -98,7 +98,8 @@ def score(
     otherwise (``y`` in {-1, +1}).
 
     ``y=None`` takes the targets of ``X``: a store's ``y`` of ``split``, or a Dataset's
-    ``y``. Lazy predictions are computed on the current Dask scheduler or client.
+    ``y``. Lazy targets and predictions are computed on the current client, or in this
+    thread within a solve in one piece (:func:`dl1.loading.computed`).
     """
     from sklearn.metrics import accuracy_score, r2_score
 
@@ -106,9 +107,9 @@ def score(
     y = _targets(X, y, split)
     pred = predict(X, coef, intercept, loss, split=split)
     if _is_dask(pred):
-        import dask
+        from dl1.loading import computed
 
-        (pred,) = dask.compute(pred)
+        (pred,) = computed(pred)
     if y.shape[0] != pred.shape[0]:
         raise ValidationError(f"y has {y.shape[0]} values, X has {pred.shape[0]} rows")
     sw = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).ravel()
@@ -209,7 +210,9 @@ def _targets(X: Any, y: Any, split: str) -> np.ndarray:
         else:
             raise ValidationError("y is required unless X is a store or a Dataset with y")
     if _is_dask(y):
-        y = y.compute()
+        from dl1.loading import computed
+
+        (y,) = computed(y)
     return np.asarray(y, dtype=np.float64).ravel()
 
 
