@@ -27,6 +27,8 @@ from typing import Any
 
 import cloudpickle
 
+from dl1.runtime.wire import BlockMoved
+
 #: Buffers of at least this many bytes travel as frames of their own (out of band).
 OUT_OF_BAND_BYTES = 64 * 2**10
 
@@ -141,9 +143,12 @@ class Call:
         self._started.wait()
 
     def result(self, timeout: float | None = None) -> Any:
-        """The call's result (its error raised here); TimeoutError if none came within
-        ``timeout`` seconds (the call stays pending)."""
+        """The call's result (its error raised here; BlockMoved for a server's answer that a
+        block moved); TimeoutError if none came within ``timeout`` seconds (the call stays
+        pending)."""
         reply = self._future.result(timeout=timeout)
+        if "moved" in reply:
+            raise BlockMoved(reply["moved"])
         return unpack(reply["result"])
 
 

@@ -11,7 +11,15 @@ from typing import Any
 import numpy as np
 
 from dl1.runtime.calls import Call, Packed, pack_result, start_call, unpack
-from dl1.runtime.wire import SERVED, BlockMissing, ScanPlan, WireBlock, WireGroup, WireValue
+from dl1.runtime.wire import (
+    SERVED,
+    BlockMissing,
+    BlockMoved,
+    ScanPlan,
+    WireBlock,
+    WireGroup,
+    WireValue,
+)
 from dl1.solvers.records import SubproblemCall
 from dl1.tasks.columns import compact_task, extract_task
 from dl1.tasks.gram import SERVER_MEMORY_LIMIT
@@ -63,7 +71,7 @@ class PartitionServer:
             return self._worker.data[b.key]
         except KeyError:
             where = self._worker.address
-            raise BlockMissing(f"block {b.key!r} is not in the memory of {where}") from None
+            raise BlockMoved(f"block {b.key!r} is not in the memory of {where}") from None
 
     def _ask(self, holder: str, method: str, *args: Any) -> Call:
         """A call of this solve's server on the peer ``holder``; its reply is read by the

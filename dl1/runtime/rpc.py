@@ -28,6 +28,7 @@ from dl1.runtime.wire import (
     PROBE_S,
     ROUTED,
     BlockMissing,
+    BlockMoved,
     GroupRef,
     ScanPlan,
     ValueRef,
@@ -53,6 +54,10 @@ class RpcFuture:
     def result(self) -> Any:
         try:
             return self._ex.wait_call(self._fut)
+        except BlockMoved:
+            # this step by tasks; the next ones go where the scheduler now has the blocks
+            self._ex.forget_holders()
+            return self._fallback()
         except Exception:
             # a lost worker, a moved block, or the function's own error: the task path
             # recomputes what the servers held, and raises the function's own errors itself
@@ -218,6 +223,10 @@ class RpcExecutor(DistributedExecutor):
             pass
 
     # -- where things are ------------------------------------------------------------------
+    def forget_holders(self) -> None:
+        """Look the blocks up again at the next call (Dask moved one: :class:`BlockMoved`)."""
+        self._holder.clear()
+
     def _holders(self, futures: list[Any]) -> list[str | None]:
         unknown = [f for f in futures if f.key not in self._holder]
         if unknown:

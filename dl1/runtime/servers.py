@@ -20,7 +20,7 @@ from distributed.protocol import to_serialize
 
 from dl1.runtime.calls import Packed
 from dl1.runtime.partition_server import PartitionServer
-from dl1.runtime.wire import MAX_SERVERS, PLUGIN_NAME, ServerClosed
+from dl1.runtime.wire import MAX_SERVERS, PLUGIN_NAME, BlockMoved, ServerClosed
 
 #: Seconds between a worker's checks that the clients of its servers are connected: the
 #: longest a server outlives a client that could not close it (a killed process).
@@ -127,7 +127,10 @@ class PartitionServers(WorkerPlugin):
         if server is None:
             raise ServerClosed(f"no server {session} on {self.worker.address}")
         self.servers.move_to_end(session)
-        result = await asyncio.wrap_future(server.calls.submit(server.serve, payload))
+        try:
+            result = await asyncio.wrap_future(server.calls.submit(server.serve, payload))
+        except BlockMoved as exc:  # an answer, not an error to log (see BlockMoved)
+            return {"moved": str(exc)}
         self.calls_served += 1
         return {"result": to_serialize(result)}
 

@@ -32,6 +32,14 @@ class BlockMissing(RuntimeError):
     """A block the coordinator expected in a worker's memory is not there (or the worker)."""
 
 
+class BlockMoved(BlockMissing):
+    """A server does not hold a block the coordinator placed on its worker: Dask moved it
+    after the coordinator looked it up (its active memory manager drops extra replicas, and
+    a task elsewhere that read the block made one). An expected outcome: the handler answers
+    it instead of raising (no error in the worker's log) and the coordinator looks its
+    blocks up again."""
+
+
 class ServerClosed(RuntimeError):
     """A call named a server that its worker does not hold (closed, or never opened)."""
 
@@ -115,5 +123,3 @@ class GroupRef:
         self.parent = parent
         self.keep = None if keep is None else np.asarray(keep, dtype=np.int64)
         self.future: Any = None
-
-

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from distributed.active_memory_manager import ActiveMemoryManagerPolicy
 
 import dl1
 from dl1.objective.datafits import Logistic, Quadratic
@@ -340,3 +341,68 @@ def test_workers_a_client_cannot_reach_get_their_calls_through_the_scheduler(loc
     assert not ux.direct_calls and not ux.broken
     assert {h["transport"] for h in res.history_} == {"direct"}
     assert local_cluster.run_on_scheduler(_proxied) >= res.n_rounds_
+
+
+class DropReplica(ActiveMemoryManagerPolicy):
+    """An active memory manager policy dropping one replica of one key, once: what Dask's
+    ``ReduceReplicas`` does to a block that a task on another worker copied."""
+
+    def __init__(self, key: str, address: str) -> None:
+        self.key, self.address = key, address
+
+    def run(self):
+        scheduler = self.manager.scheduler
+        yield "drop", scheduler.tasks[self.key], {scheduler.workers[self.address]}
+        self.manager.policies.discard(self)
+
+
+def move_block(client, future, to: str) -> None:
+    """Copy ``future``'s block to the worker ``to`` (a task there reads it), then let Dask's
+    active memory manager drop every other replica."""
+    client.submit(type, future, workers=[to], pure=False).result()
+    others = [a for a in client.who_has([future])[future.key] if a != to]
+
+    def drop(dask_scheduler) -> None:
+        amm = dask_scheduler.extensions["amm"]
+        for address in others:
+            amm.add_policy(DropReplica(future.key, address))
+        amm.run_once()
+
+    client.run_on_scheduler(drop)
+    deadline = time.monotonic() + 30
+    while set(client.who_has([future])[future.key]) != {to}:
+        assert time.monotonic() < deadline, "the replica was not dropped"
+        time.sleep(0.05)
+
+
+def test_a_block_dask_moves_mid_solve_is_looked_up_again(local_cluster):
+    """Dask moves a block after the coordinator looked it up (a copy elsewhere, then its
+    memory manager drops the first replica): the step that finds it gone runs by task, the
+    later ones go by direct calls to where the block now is, the answer is unchanged, and no
+    worker logs an error."""
+    X, y = make_regression(n=200, p=120, seed=4)
+    ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y)
+    pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 50)
+    ref, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+    assert ref.n_rounds_ >= 3
+    rx = RpcExecutor(ex)
+    rx.wait(blocks)
+    held = rx._holders(blocks)  # cached, as during a solve
+    j = next(k for k, h in enumerate(held) if h is not None)
+    to = next(a for a in rx._ready() if a != held[j])
+    moved = []
+
+    def move_one(entry):
+        if entry["round"] == 1:
+            move_block(local_cluster, blocks[j], to)
+            moved.append(local_cluster.run(calls_served))
+
+    res, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, callback=move_one, **KW)
+    _same(res, ref)
+    assert moved and not rx.broken
+    assert {h["transport"] for h in res.history_} == {"direct"}
+    assert rx._holders([blocks[j]]) == [to]
+    after = local_cluster.run(calls_served)
+    assert all(after[w] > moved[0][w] for w in after)  # calls went on to both workers
+    logs = local_cluster.get_worker_logs()
+    assert not any("dl1_call" in line for lines in logs.values() for _, line in lines)
