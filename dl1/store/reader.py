@@ -39,7 +39,6 @@ from dl1.store.location import Location, OversizeObjectError, as_location
 from dl1.store.manifest import (
     MAX_MANIFEST_BYTES,
     MAX_METADATA_BYTES,
-    check_inside,
     validate_manifest,
 )
 
@@ -106,20 +105,31 @@ def _array_entries(split: str, entry: dict[str, Any]):
                     yield f"{block_key(split, fmt, i, j)}/{name}", a
 
 
-def _check_chunks_present(root: Path, key: str, a: dict[str, Any]) -> tuple[int, ...]:
+def _check_chunks_present(
+    root: Path, key: str, a: dict[str, Any], resolved: dict[str, str] | None = None
+) -> tuple[int, ...]:
     """Every chunk file of an array is a regular file inside the store, of its recorded size.
 
-    The array's folders are resolved once (a symlink out of the store is refused), each
-    chunk file is ``lstat``-ed (a symlinked chunk is refused): nothing outside the store is
-    opened, and whether a path outside exists is never revealed. Returns the stamp of the
-    array's metadata file (inode, size, modification time; empty when it is missing).
+    The array's folders are resolved (a symlink out of the store is refused), each chunk
+    file is ``lstat``-ed (a symlinked chunk is refused): nothing outside the store is
+    opened, and whether a path outside exists is never revealed. ``resolved`` keeps the
+    folders resolved so far (:func:`_resolved`), shared by the arrays of one opening.
+    Returns the stamp of the array's metadata file (inode, size, modification time; empty
+    when it is missing).
     """
-    check_inside(root, root / key / "c", f"array {key!r}", StoreCorruptError)
-    if n_chunks(a) and not (root / key).is_dir():
-        raise StoreCorruptError(f"array {key!r} cannot be opened: {root / key} is missing")
-    meta = root / key / "zarr.json"
+    resolved = {} if resolved is None else resolved
+    real_root = resolved.get("") or resolved.setdefault("", os.path.realpath(root))
+    real = _resolved(real_root, f"{key}/c", resolved)
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise StoreCorruptError(
+            f"array {key!r} resolves to {real}, outside {real_root} (a symlink or traversal)"
+        )
+    folder = os.path.join(root, key)
+    if n_chunks(a) and not os.path.isdir(folder):
+        raise StoreCorruptError(f"array {key!r} cannot be opened: {folder} is missing")
+    meta = os.path.join(folder, "zarr.json")
     try:
-        mst = meta.lstat()
+        mst = os.lstat(meta)
     except (FileNotFoundError, NotADirectoryError):
         mst = None  # zarr names the missing metadata when the array is opened
     if mst is not None and stat.S_ISLNK(mst.st_mode):
@@ -130,9 +140,9 @@ def _check_chunks_present(root: Path, key: str, a: dict[str, Any]) -> tuple[int,
             f"{MAX_METADATA_BYTES:,} accepted ({meta})"
         )
     for k in range(n_chunks(a)):
-        f = chunk_path(root, key, k)
+        f = os.path.join(folder, "c", str(k))  # as chunk_path names it
         try:
-            st = f.lstat()
+            st = os.lstat(f)
         except (FileNotFoundError, NotADirectoryError):
             raise StoreCorruptError(f"chunk {k} of array {key!r} is missing ({f})") from None
         if not stat.S_ISREG(st.st_mode):
@@ -144,6 +154,23 @@ def _check_chunks_present(root: Path, key: str, a: dict[str, Any]) -> tuple[int,
                 f"{a['chunk_bytes'][k]} (truncated or replaced: {f})"
             )
     return () if mst is None else (mst.st_ino, mst.st_size, mst.st_mtime_ns)
+
+
+def _resolved(real_root: str, rel: str, resolved: dict[str, str]) -> str:
+    """``os.path.realpath(real_root / rel)`` (``real_root`` resolved), a component at a
+    time from its resolved parent: a plain name that is no symlink resolves to itself under
+    its parent; a symlink, ``.`` or ``..`` is resolved by ``realpath``. Each folder's answer is
+    kept in ``resolved``, so arrays of one opening share their parents' ``lstat``s."""
+    got = resolved.get(rel)
+    if got is not None:
+        return got
+    head, _, name = rel.rpartition("/")
+    parent = _resolved(real_root, head, resolved) if head else real_root
+    path = os.path.join(parent, name)
+    plain = name not in ("", ".", "..") and not os.path.islink(path)
+    got = path if plain else os.path.realpath(path)
+    resolved[rel] = got
+    return got
 
 
 def _check_listing(loc: Location, listing: dict[str, int], key: str, a: dict[str, Any]) -> None:
@@ -731,6 +758,21 @@ class Store:
         return da.Array(dsk, tok, (tuple(np.diff(rb).tolist()),), meta=np.empty(0, np.float64))
 
 
+def manifest_store(
+    path: str | os.PathLike | Location | Any, storage_options: dict[str, Any] | None = None
+) -> Store:
+    """A dl1 store with its manifest read and validated, its chunks not checked: for a
+    decision made from the manifest alone (shapes, nonzeros, dtypes) by a process that will
+    not read the store itself. Whoever reads it opens it with :func:`open_store`.
+
+    Parameters
+    ----------
+    path, storage_options : as for :func:`open_store`.
+    """
+    loc = as_location(path, storage_options)
+    return Store(loc, _load_manifest(loc))
+
+
 def open_store(
     path: str | os.PathLike | Location | Any, storage_options: dict[str, Any] | None = None
 ) -> Store:
@@ -758,8 +800,9 @@ def open_store(
         for key, a in _array_entries(split, entry)
     ]  # fmt: skip
     if loc.is_local:
+        resolved: dict[str, str] = {}
         for key, a in arrays:
-            _check_chunks_present(loc.path, key, a)
+            _check_chunks_present(loc.path, key, a, resolved)
     else:
         expected = sum(n_chunks(a) + 1 for _, a in arrays)
         listing = loc.listing(max_entries=2 * expected + MAX_OTHER_OBJECTS)
