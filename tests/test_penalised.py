@@ -544,9 +544,10 @@ def _blas_threads() -> set[int]:
 
 
 def test_a_coordinating_process_keeps_its_blas_to_one_thread(local_cluster):
-    """While dl1.fit or dl1.path coordinates a cluster, this process's BLAS runs on one
-    thread (spinning BLAS threads took a core from the workers of a LocalCluster); the
-    process's own setting is back when they return, and a fit without a client keeps it."""
+    """While dl1.fit or dl1.path coordinates a cluster, and while a fit runs without a
+    client, this process's BLAS runs on one thread (spinning BLAS threads took a core from
+    the workers of a LocalCluster, and from the kernels in process); the process's own
+    setting is back when they return."""
     from threadpoolctl import threadpool_limits
 
     X, y = make_regression(n=80, p=30, seed=4)
@@ -573,4 +574,4 @@ def test_a_coordinating_process_keeps_its_blas_to_one_thread(local_cluster):
         assert seen[-1] == {1} and _blas_threads() == before
         local: list[set[int]] = []
         dl1.fit(as_dask(X, 2), y, alpha=0.01, callback=lambda e: local.append(_blas_threads()))
-        assert local and all(s == before for s in local)
+        assert local and all(s == {1} for s in local) and _blas_threads() == before
