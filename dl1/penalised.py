@@ -7,6 +7,7 @@ import inspect
 import os
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import dask
@@ -14,6 +15,7 @@ import numpy as np
 
 from dl1.errors import ValidationError
 from dl1.loading import (
+    LOSSES,
     col_scales,
     decide_stream,
     load_problem,
@@ -88,14 +90,19 @@ def _set_up(
 def check_call(inputs: Any, client: Any, solver: Any, loss: str, n_partitions: int) -> None:
     """Refuse before any work a non-smooth loss for the solvers that need a curvature
     bound, and a data handle of another cluster or partitioning."""
+    check_solver(inputs.datafit, solver, loss)
+    check_dataset(inputs, client, n_partitions)
+
+
+def check_solver(datafit: Any, solver: Any, loss: str) -> None:
+    """Refuse a non-smooth loss for the solvers that need a curvature bound."""
     smooths = getattr(solver, "smooths", False)  # it smooths the loss itself
-    if solver.layout == "columns" and not smooths and not np.isfinite(inputs.datafit.beta):
+    if solver.layout == "columns" and not smooths and not np.isfinite(datafit.beta):
         raise ValidationError(
             f"loss={loss!r} is not smooth: solver={solver.name!r} needs a bound on "
             "its curvature; use 'smoothing' or a sample-wise solver ('sdca', 'sgd', 'fobos', "
             "'rda', 'smidas'), or loss='smooth_hinge'"
         )
-    check_dataset(inputs, client, n_partitions)
 
 
 def check_dataset(inputs: Any, client: Any, n_partitions: int) -> None:
@@ -115,6 +122,32 @@ def check_dataset(inputs: Any, client: Any, n_partitions: int) -> None:
             f"the Dataset was persisted for n_partitions={ds.n_partitions}, the fit asks "
             f"for {n_partitions}; use the same (or persist again)"
         )
+
+
+@dataclass(frozen=True)
+class StoreDecision:
+    """What :func:`store_in_one_piece` found: the executor it made to decide (None when the
+    data is no store) and, when the solve ran in one piece, its answer."""
+
+    ex: Any = None
+    shipped: bool = False
+    result: Any = None
+
+
+def store_in_one_piece(
+    entry: str, call: dict[str, Any], solver: Any, refusal: Any
+) -> StoreDecision:
+    """``entry``'s ``call`` on a store solved in one piece, when the rule chooses it from the
+    store's manifest alone: the worker opens, checks and reads the store and validates the
+    call (its errors are raised here as they are). Other inputs are decided once read."""
+    X, loss = call["X"], call["loss"]
+    if not one_piece.names_store(X):
+        return StoreDecision()
+    ex = executor_for(call["client"])
+    if not one_piece.chosen(ex, lambda: one_piece.manifest_bytes(X, call["split"]), refusal):
+        return StoreDecision(ex)
+    check_solver(LOSSES[loss](), solver, loss)
+    return StoreDecision(ex, True, one_piece.ship(ex, entry, X, call))
 
 
 def direct_calls(ex: Any, solver: Any, streamed: bool) -> Any:
@@ -238,18 +271,21 @@ def fit(
     """
     call = dict(locals())
     validate_params(PENALISED, call, "dl1.fit()")
-    inputs = read_inputs(X, y, sample_weight, loss, split)
     solver_obj = make_solver(
-        solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=inputs.datafit,
+        solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=LOSSES[loss](),
         n_epochs=n_epochs,
         random_order=random_order, seed=seed, screen=screen, spread=spread, verbose=verbose,
         callback=callback,
     )  # fmt: skip
-    check_call(inputs, client, solver_obj, loss, n_partitions)
-    ex = executor_for(client)
     refusal = excluded(stream=stream, verbose=verbose)
+    early = store_in_one_piece("fit", call, solver_obj, refusal)
+    if early.shipped:
+        return early.result
+    inputs = read_inputs(X, y, sample_weight, loss, split)
+    check_call(inputs, client, solver_obj, loss, n_partitions)
+    ex = executor_for(client) if early.ex is None else early.ex
     if one_piece.chosen(ex, lambda: one_piece.data_bytes(X, inputs), refusal):
-        return one_piece.ship(ex, "fit", X, inputs, call)
+        return one_piece.ship(ex, "fit", X, call, inputs.dataset)
     problem, t_load = _set_up(
         inputs, ex, stream, solver_obj, penalty=ElasticNet(alpha, l1_ratio),
         fit_intercept=fit_intercept, standardize=standardize, tol=tol,
@@ -451,20 +487,23 @@ def path(
                        **{**settings, "alphas": cvres.alphas[0]})  # fmt: skip
         res.cv_ = cvres
         return res
-    inputs = read_inputs(X, y, sample_weight, loss, split)
     solver_obj = make_solver(
-        solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=inputs.datafit,
+        solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=LOSSES[loss](),
         random_order=random_order,
         seed=seed, screen=screen, spread=spread,
         # warm-started from the previous alpha, the working set is usually right: its
         # subproblem is solved to the target gap at once (one pass per alpha, not two)
         tight_inner=True,
     )  # fmt: skip
-    check_call(inputs, client, solver_obj, loss, n_partitions)
-    ex = executor_for(client)
     refusal = excluded(stream=stream, checkpoint=checkpoint, verbose=verbose)
+    early = store_in_one_piece("path", call, solver_obj, refusal)
+    if early.shipped:
+        return early.result
+    inputs = read_inputs(X, y, sample_weight, loss, split)
+    check_call(inputs, client, solver_obj, loss, n_partitions)
+    ex = executor_for(client) if early.ex is None else early.ex
     if one_piece.chosen(ex, lambda: one_piece.data_bytes(X, inputs), refusal):
-        return one_piece.ship(ex, "path", X, inputs, call)
+        return one_piece.ship(ex, "path", X, call, inputs.dataset)
     problem, _ = _set_up(
         inputs, ex, stream, solver_obj, penalty=ElasticNet(1.0, l1_ratio),
         fit_intercept=fit_intercept, standardize=standardize, tol=tol,

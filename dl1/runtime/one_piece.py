@@ -9,7 +9,8 @@ dependencies) and only waits, under the watchdog, for the answer; a worker lost 
 is survived as any task is (the scheduler runs it again elsewhere).
 
 The rule (:func:`chosen`, :func:`fits`): a cluster, the data's size known (a store's
-blocks from its manifest, a :class:`~dl1.dataset.Dataset`'s held blocks, an in-memory
+blocks from its manifest, which is all the caller reads of a store it ships:
+:func:`manifest_bytes`; a :class:`~dl1.dataset.Dataset`'s held blocks, an in-memory
 array, a dense dask array), at most ``dl1.one-piece-max-bytes`` (Dask configuration,
 default 64 MiB: beyond it the workers sharing each pass win) and at most
 ``dl1.one-piece-fraction`` (default 0.25) of a worker's memory for data (its
@@ -127,6 +128,26 @@ def data_bytes(X: Any, inputs: Any) -> float | None:
     if hasattr(X, "nbytes") and not hasattr(X, "dask"):  # pydata sparse in memory
         return float(X.nbytes)
     return None
+
+
+def names_store(X: Any) -> bool:
+    """Whether ``X`` is a store (opened, or a path, URL or zarr store naming one), whose
+    solve in one piece can be decided from its manifest alone (:func:`manifest_bytes`)."""
+    from dl1.store import Store
+    from dl1.store.location import is_store_source
+
+    return isinstance(X, Store) or is_store_source(X)
+
+
+def manifest_bytes(X: Any, split: str) -> float:
+    """Bytes the blocks of ``split`` of store ``X`` take in memory, from its manifest alone:
+    the caller that ships the solve neither checks nor reads the store's chunks, the worker
+    does (as it opens the store to solve)."""
+    from dl1.loading import block_memory
+    from dl1.store import Store
+    from dl1.store.reader import manifest_store
+
+    return float(block_memory(X if isinstance(X, Store) else manifest_store(X), split))
 
 
 class Refusal(NamedTuple):
@@ -345,15 +366,15 @@ def chosen(ex: Any, nbytes: Callable[[], float | None], refusal: Refusal | None)
     return mode is True or fits(ex, nbytes())
 
 
-def ship(ex: Any, entry: str, X: Any, inputs: Any, call: dict[str, Any]) -> Any:
+def ship(ex: Any, entry: str, X: Any, call: dict[str, Any], dataset: Any = None) -> Any:
     """The answer of entry point ``entry`` called with ``X`` and ``call`` (its other
     arguments; ``client`` is dropped; a ``callback`` is called here, see :class:`Listener`),
-    computed in one piece on ``ex``'s cluster."""
+    computed in one piece on ``ex``'s cluster; ``dataset``: ``X``'s data handle, if any."""
     kwargs = {k: v for k, v in call.items() if k not in ("X", "client", "callback")}
     callback = call.get("callback")
-    if inputs.dataset is None:
+    if dataset is None:
         return run_many(ex, [Shipment(entry, X, kwargs)], [], callback=callback)[0]
-    recipe, blocks = inputs.dataset.shipped()
+    recipe, blocks = dataset.shipped()
     return run_many(ex, [Shipment(entry, None, kwargs, recipe)], blocks, callback=callback)[0]
 
 

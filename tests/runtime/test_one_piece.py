@@ -76,6 +76,37 @@ def test_a_store_is_read_by_the_worker_and_a_path_matches(local_cluster, tmp_pat
     np.testing.assert_allclose(a, b, atol=1e-3 * np.abs(b).max())
 
 
+def test_a_store_is_decided_from_its_manifest_and_read_by_the_worker_only(
+    local_cluster, tmp_path, monkeypatch
+):
+    """The caller of a solve in one piece on a store reads its manifest only (no chunk,
+    no check of the chunk files): the worker opens, checks and reads it, and its refusal
+    of a damaged store is raised here."""
+    import dl1.penalised
+    import dl1.store.reader
+    from dl1.errors import StoreCorruptError
+
+    X, y = _regression(seed=4)
+    path = tmp_path / "s.zarr"
+    dl1.from_scipy(X, y, path)
+    kw = dict(alpha=dl1.alpha_max(X, y) / 10, tol=1e-8)
+    ref = dl1.fit(X, y, client=None, **kw)
+    opened = dl1.open_store(path)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the caller read the store")
+
+    monkeypatch.setattr(dl1.penalised, "read_inputs", refused)
+    monkeypatch.setattr(dl1.store.reader, "_check_chunks_present", refused)
+    for X_given in (str(path), opened):
+        res, tasks = _solve(local_cluster, "auto", dl1.fit, X_given, **kw)
+        assert len(tasks) == 1 and res.converged_
+        np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-4 * np.abs(ref.coef_).max())
+    os.remove(path / "train" / "y" / "c" / "0")
+    with pytest.raises(StoreCorruptError, match=r"chunk 0 of array 'train/y' is missing"):
+        _solve(local_cluster, "auto", dl1.fit, str(path), **kw)
+
+
 def test_folds_run_side_by_side_on_different_workers(local_cluster):
     X, y = _regression(n=600, seed=3)
     with dl1.persist(X, y, client=local_cluster) as ds:
