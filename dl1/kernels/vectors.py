@@ -57,9 +57,14 @@ def residual_sums(y, z, sw):
     return t1, t2, ts
 
 
-@njit(nogil=True, cache=True)
-def _neumaier_add(total, comp, v):
-    """``total + v`` and the updated compensation ``comp`` (Neumaier's summation)."""
+@njit(nogil=True, cache=True, fastmath=False)
+def neumaier_add(total, comp, v):
+    """``total + v`` and the updated compensation ``comp`` (Neumaier's summation).
+
+    ``fastmath=False`` is stated, not left to the default: numba compiles a callee with the
+    fast-math flags of its first caller unless it sets its own, and reassociation reduces
+    the compensation ``(total - u) + v`` to 0 (the fused margin kernels that call this one
+    are fast-math)."""
     u = total + v
     if abs(total) >= abs(v):
         comp += (total - u) + v
@@ -90,11 +95,11 @@ def dual_sums(y, theta, sw):
     tq, cq, tl, cl = 0.0, 0.0, 0.0, 0.0
     for i in range(n):
         t = theta[i]
-        tl, cl = _neumaier_add(tl, cl, t * y[i])
+        tl, cl = neumaier_add(tl, cl, t * y[i])
         if not weighted:
-            tq, cq = _neumaier_add(tq, cq, t * t)
+            tq, cq = neumaier_add(tq, cq, t * t)
         elif sw[i] > 0.0:
-            tq, cq = _neumaier_add(tq, cq, t * t / sw[i])
+            tq, cq = neumaier_add(tq, cq, t * t / sw[i])
         elif t != 0.0:
             return np.inf, tl + cl
     return tq + cq, tl + cl

@@ -46,6 +46,15 @@ class Datafit(Protocol):
         self, y: ArrayLike, theta: ArrayLike, s: ArrayLike | None = None
     ) -> Callable[[float], float]: ...
 
+    def value_conjugates(
+        self,
+        y: ArrayLike,
+        z: ArrayLike,
+        theta: ArrayLike,
+        s: ArrayLike | None = None,
+        scales: tuple[float, ...] = (1.0,),
+    ) -> tuple[float, tuple[float, ...]]: ...
+
 
 def duality_gap(
     datafit: Datafit,
@@ -111,6 +120,10 @@ def duality_gap_from_stats(
 ) -> tuple[float, float, float]:
     """:func:`duality_gap` from block-reduced statistics of ``X^T theta``.
 
+    The datafit's terms (``F(z)`` and its conjugate at each of :func:`dual_scales`) come
+    from one :meth:`Datafit.value_conjugates` call: one pass over the samples for the
+    margin losses (:func:`dl1.kernels.margins.margin_gap_sums`).
+
     Parameters
     ----------
     datafit, penalty, y, z, w, s, intercept, theta
@@ -127,18 +140,36 @@ def duality_gap_from_stats(
     """
     y = np.asarray(y, dtype=np.float64)
     n = y.shape[0]
-    primal = datafit.value(y, z, s) + penalty.value(w)
     if theta is None:
         theta = datafit.dual_point(y, z, s, intercept)
     theta = np.asarray(theta, dtype=np.float64)
-    dual = dual_from_stats(
-        penalty,
-        datafit.conjugate_line(y, theta, s),
-        xt_theta_absmax,
-        xt_theta_excess_sq,
-        n,
-    )
+    scales = dual_scales(penalty, xt_theta_absmax, n)
+    value, conjugates = datafit.value_conjugates(y, z, theta, s, scales)
+    primal = value + penalty.value(w)
+    dual = dual_from_conjugates(penalty, conjugates, xt_theta_excess_sq, n)
     return primal, dual, primal - dual
+
+
+def dual_scales(penalty: ElasticNet, xt_theta_absmax: float, n: int) -> tuple[float, ...]:
+    """The scales ``c`` of ``theta`` whose dual values certify a point: ``theta`` rescaled
+    to be feasible for the L1 part (the scikit-learn / celer rule) and, with an L2 part
+    (for which ``theta`` itself is feasible too), 1 when the rescaling shrinks it."""
+    scale = penalty.dual_feasible_scale(xt_theta_absmax, n)
+    if penalty.alpha_l2 > 0.0 and scale < 1.0:
+        return (scale, 1.0)
+    return (scale,)
+
+
+def dual_from_conjugates(
+    penalty: ElasticNet, conjugates: tuple[float, ...], xt_theta_excess_sq: float, n: int
+) -> float:
+    """The dual value from the datafit's conjugates at :func:`dual_scales`: the better of
+    the two when there are two."""
+    dual = -conjugates[0]
+    if len(conjugates) > 1:
+        unscaled = -conjugates[1] - penalty.conjugate_from_stats(xt_theta_excess_sq, n)
+        dual = max(dual, unscaled)
+    return dual
 
 
 def dual_from_stats(
@@ -154,9 +185,6 @@ def dual_from_stats(
     ``theta`` rescaled to be feasible for the L1 part (the scikit-learn / celer rule); with
     an L2 part, ``theta`` itself is feasible too and the better of the two is kept.
     """
-    scale = penalty.dual_feasible_scale(xt_theta_absmax, n)
-    dual = -conjugate_at(scale)
-    if penalty.alpha_l2 > 0.0 and scale < 1.0:
-        unscaled = -conjugate_at(1.0) - penalty.conjugate_from_stats(xt_theta_excess_sq, n)
-        dual = max(dual, unscaled)
-    return dual
+    scales = dual_scales(penalty, xt_theta_absmax, n)
+    conjugates = tuple(conjugate_at(c) for c in scales)
+    return dual_from_conjugates(penalty, conjugates, xt_theta_excess_sq, n)

@@ -241,3 +241,141 @@ def test_slope_sums_and_intercept_root_match_scipy(code, gamma, weighted):
     db = intercept_root(code, gamma, y, z, sw, beta[code], 1e-13, 200)
     assert db == pytest.approx(brentq(theta_sum, -50.0, 50.0, xtol=1e-14), abs=1e-9)
     assert abs(theta_sum(db)) <= 1e-9 * (s @ reference_terms(code, gamma, y * (z + db))[1])
+
+
+@pytest.mark.parametrize(("code", "gamma"), LOSSES)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("n", [6, 3001])
+def test_theta_with_its_sums_in_one_pass(code, gamma, weighted, n):
+    """The dual point written with the intercept's sums and the two sign sides balance
+    weighs: NumPy's values, margin_slope_sums' sums to rounding, the root and the balanced
+    point those of intercept_root and balance."""
+    from dl1.kernels.margins import (
+        balance_sides,
+        intercept_root,
+        intercept_root_from,
+        margin_slope_sums,
+        margin_theta_sums,
+    )
+
+    y, z, sw = data(n, 7, weighted)
+    s = weights(sw, n)
+    for shift in [0.0, 0.4]:
+        theta = np.full(n, np.nan)
+        got = margin_theta_sums(code, gamma, y, z, sw, shift, theta)
+        _, c, curv = reference_terms(code, gamma, y * (z + shift))
+        ref = s * y * c
+        np.testing.assert_allclose(theta, ref, rtol=1e-13, atol=1e-300)
+        expected = (ref.sum(), s @ c, s @ curv, ref[ref > 0].sum(), -ref[ref <= 0].sum())
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+        slope = margin_slope_sums(code, gamma, y, z, sw, shift)
+        np.testing.assert_allclose(slope, got[:3], rtol=1e-13, atol=1e-13)
+        unwritten = margin_theta_sums(code, gamma, y, z, sw, shift, EMPTY)
+        np.testing.assert_allclose(unwritten[:3], got[:3], rtol=1e-14)
+        balanced = theta.copy()
+        balance(balanced)
+        balance_sides(theta, got[3], got[4])
+        np.testing.assert_allclose(theta, balanced, rtol=1e-15, atol=1e-300)
+    if code != SMOOTH_HINGE or gamma > 0.0:
+        beta = {LOGISTIC: 0.25, SQUARED_HINGE: 2.0, SMOOTH_HINGE: 1.0 / max(gamma, 1e-300)}
+        sums = margin_theta_sums(code, gamma, y, np.clip(z, -5, 5), sw, 0.0, EMPTY)[:3]
+        root = intercept_root_from(code, gamma, y, np.clip(z, -5, 5), sw, beta[code], 1e-13,
+                                   200, *sums)  # fmt: skip
+        assert root == intercept_root(code, gamma, y, np.clip(z, -5, 5), sw, beta[code],
+                                      1e-13, 200)  # fmt: skip
+
+
+def reference_gap_sums(code, gamma, y, z, theta, s, scales):
+    """``(n F(z), n F^*(-a theta / n) for a in scales)`` by NumPy, summed exactly."""
+    phi = reference_terms(code, gamma, y * z)[0]
+    value = math.fsum(s * phi)
+    conj = []
+    for a in scales:
+        th = a * theta
+        pos = s > 0
+        if reference_conjugate(code, gamma, y, th, s) == math.inf:
+            conj.append(math.inf)
+            continue
+        c = y[pos] * th[pos] / s[pos]
+        c = np.maximum(c, 0.0) if code == SQUARED_HINGE else np.clip(c, 0.0, 1.0)
+        if code == LOGISTIC:
+            v = xlogy(c, c) + xlogy(1 - c, 1 - c)
+        elif code == SQUARED_HINGE:
+            v = c * c / 4 - c
+        else:
+            v = gamma * c * c / 2 - c
+        conj.append(math.fsum(s[pos] * v))
+    return value, conj
+
+
+@pytest.mark.parametrize(("code", "gamma"), LOSSES)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("n", [7, 20000])
+def test_gap_sums_match_numpy_and_the_separate_kernels(code, gamma, weighted, n):
+    from dl1.kernels.margins import margin_gap_sums
+
+    y, z, sw = data(n, 8, weighted)
+    s = weights(sw, n)
+    theta = np.empty(n)
+    margin_theta(code, gamma, y, z + 0.1, sw, 0.0, theta)  # a dual point of another z
+    for a, b in [(0.37, 1.0), (1.0, 0.5)]:
+        got = margin_gap_sums(code, gamma, y, z, theta, sw, a, b, True)
+        value, (ca, cb) = reference_gap_sums(code, gamma, y, z, theta, s, (a, b))
+        assert got[0] == pytest.approx(value, rel=1e-14)
+        assert got[1] == pytest.approx(ca, rel=1e-12)  # c rounded as margin_conjugate's
+        assert got[2] == pytest.approx(cb, rel=1e-12)
+        one = margin_gap_sums(code, gamma, y, z, theta, sw, a, b, False)
+        assert one[:2] == got[:2] and one[2] == 0.0
+        # the separate kernels' blocked sums, to their rounding
+        sep = margin_value(code, gamma, y, z, sw, EMPTY, 0.0, 0.0)
+        assert got[0] == pytest.approx(sep, rel=1e-13)
+        assert got[1] == pytest.approx(margin_conjugate(code, gamma, y, theta, sw, a), rel=1e-13)
+
+
+@pytest.mark.parametrize(("code", "gamma"), LOSSES)
+def test_gap_sums_domain_and_nonfinite(code, gamma):
+    from dl1.kernels.margins import margin_gap_sums
+
+    n = 300
+    y, z, sw = data(n, 9, True)
+    theta = np.empty(n)
+    margin_theta(code, gamma, y, z, sw, 0.0, theta)
+    value = margin_value(code, gamma, y, z, sw, EMPTY, 0.0, 0.0)
+    bad = theta.copy()
+    bad[9] = -0.1 * y[9]  # c < 0 at every scale
+    got = margin_gap_sums(code, gamma, y, z, bad, sw, 0.5, 1.0, True)
+    assert got[1:] == (math.inf, math.inf)
+    assert got[0] == pytest.approx(value, rel=1e-13)  # the value is still the value
+    bad = theta.copy()
+    bad[5] = 1e-3  # nonzero where the weight is 0
+    assert margin_gap_sums(code, gamma, y, z, bad, sw, 0.5, 1.0, True)[1:] == (math.inf,) * 2
+    assert margin_gap_sums(code, gamma, y, z, bad, sw, 0.0, 1.0, True)[1] < math.inf
+    if code != SQUARED_HINGE:  # c > 1 at scale 2 only
+        got = margin_gap_sums(code, gamma, y, z, theta, sw, 1.0, 2.0, True)
+        assert got[1] < math.inf and got[2] == math.inf
+    bad = theta.copy()
+    bad[10] = math.nan
+    assert margin_gap_sums(code, gamma, y, z, bad, sw, 1.0, 1.0, False)[1] == math.inf
+    zn = z.copy()
+    zn[3] = math.nan
+    assert math.isnan(margin_gap_sums(code, gamma, y, zn, theta, sw, 1.0, 1.0, False)[0])
+
+
+def test_gap_sums_are_compensated():
+    """Exact terms (squared hinge at margin 0: loss 1, conjugate -7/16 at c = 1/2): a first
+    block weighing 2^60 per sample, then blocks summing to 2^10 each. Summed in order, every
+    later block is lost below the ulp of 2^70; compensated, the total is the exact sum
+    rounded once (and the compensation is not optimised away by fast-math flags)."""
+    from dl1.kernels.margins import BLOCK, margin_gap_sums
+
+    n = 200 * BLOCK
+    y = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    z = np.zeros(n)
+    sw = np.ones(n)
+    sw[:BLOCK] = 2.0**60
+    theta = 0.5 * sw * y  # c = 1/2
+    got = margin_gap_sums(SQUARED_HINGE, 0.0, y, z, theta, sw, 1.0, 0.5, True)
+    assert got[0] == math.fsum(sw) == 2.0**70 + 2.0**18  # 2^70 + 199 * 2^10, rounded
+    assert got[0] != 2.0**70
+    assert got[1] == math.fsum(-0.4375 * sw)  # c = 1/2
+    assert got[2] == math.fsum((0.25 * 0.0625 - 0.25) * sw)  # c = 1/4

@@ -394,3 +394,62 @@ def test_logistic_shift_sums_match_numpy(weighted):
         q = expit(m)
         want = (w @ np.logaddexp(0.0, m) / n, w @ (y * q), w @ q, w @ (q * (1 - q)))
         np.testing.assert_allclose(at(shift), want, rtol=1e-13)
+
+
+@pytest.mark.parametrize("intercept", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.6])
+def test_logistic_gap_in_one_pass_agrees_with_the_separate_passes(intercept, weighted, l1_ratio):
+    """The certificate's datafit terms from one fused pass (value_conjugates) agree with the
+    value, the conjugate at each scale and the dual point computed pass by pass (the
+    computation before the fusion), to rounding relative to the objective."""
+    from scipy.optimize import brentq
+    from scipy.special import expit
+
+    from dl1.objective.gap import dual_from_stats
+
+    X, y, s = make_problem("logistic", seed=11, n=3000)
+    s = s if weighted else None
+    sv = np.ones(y.shape[0]) if s is None else s
+    datafit, rng = Logistic(), np.random.default_rng(11)
+    pen = ElasticNet(alpha_for(datafit, X, y, s, intercept, 0.3, l1_ratio), l1_ratio)
+    for step in [1.0, 1e-3, 0.0]:  # a shifted point: its intercept is not optimal
+        w = rng.standard_normal(P) * 0.2
+        z = X @ w + 0.3 * step
+        if intercept and step == 0.0:  # the coordinator updates the intercept first
+            z = z + datafit.intercept_update(y, z, s, max_iter=20)
+        theta = datafit.dual_point(y, z, s, intercept)
+        # the dual point: the optimal intercept shift's, then balanced
+        shift = 0.0
+        if intercept:
+            shift = brentq(lambda b, z=z: sv @ (y * expit(-y * (z + b))), -20, 20, xtol=1e-15)
+        ref = sv * y * expit(-y * (z + shift))
+        if intercept:
+            pos = ref > 0
+            big, small = (pos, ~pos) if ref[pos].sum() > -ref[~pos].sum() else (~pos, pos)
+            ref[big] *= abs(ref[small].sum() / ref[big].sum())
+        np.testing.assert_allclose(theta, ref, rtol=1e-9, atol=1e-15)
+        xt = X.T @ theta
+        absmax, excess = pen.xt_theta_stats(xt, y.shape[0])
+        primal, dual, gap = duality_gap_from_stats(
+            datafit, pen, y, z, w, absmax, excess, s=s, intercept=intercept, theta=theta
+        )
+        old_primal = datafit.value(y, z, s) + pen.value(w)
+        line = datafit.conjugate_line(y, theta, s)
+        old_dual = dual_from_stats(pen, line, absmax, excess, y.shape[0])
+        assert abs(primal - old_primal) <= 1e-13 * abs(old_primal)
+        assert abs(dual - old_dual) <= 1e-13 * abs(old_primal)
+        assert abs(gap - (old_primal - old_dual)) <= 1e-12 * abs(old_primal)
+        value, conj = datafit.value_conjugates(y, z, theta, s, (0.5, 1.0))
+        assert value == pytest.approx(datafit.value(y, z, s), rel=1e-13)
+        np.testing.assert_allclose(conj, [line(0.5), line(1.0)], rtol=1e-13)
+
+
+def test_quadratic_value_conjugates_are_its_value_and_line():
+    X, y, s = make_problem("quadratic", seed=12)
+    datafit = Quadratic()
+    z = X @ np.random.default_rng(12).standard_normal(P) * 0.1
+    theta = datafit.dual_point(y, z, s, True)
+    value, conj = datafit.value_conjugates(y, z, theta, s, (0.25, 1.0))
+    line = datafit.conjugate_line(y, theta, s)
+    assert value == datafit.value(y, z, s) and conj == (line(0.25), line(1.0))

@@ -15,7 +15,12 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dl1.errors import ValidationError
-from dl1.kernels.margins import LOGISTIC, intercept_root, margin_shift_sums
+from dl1.kernels.margins import (
+    LOGISTIC,
+    intercept_root,
+    intercept_root_from,
+    margin_shift_sums,
+)
 from dl1.objective.datafits.margin import MarginLoss, as_vector, kernel_weights
 from dl1.objective.datafits.quadratic import optional_weights, validate_labels
 
@@ -124,6 +129,16 @@ class Logistic(MarginLoss):
         derivative, :func:`dl1.kernels.margins.intercept_root`: no loss values needed)."""
         sw = kernel_weights(s, y.shape[0])
         return intercept_root(LOGISTIC, 0.0, as_vector(y), as_vector(z), sw, self.beta, 1e-13, 50)
+
+    shift_from_sums = True
+
+    def _dual_shift_from(
+        self, y: NDArray, z: NDArray, sw: NDArray, sums: tuple[float, float, float]
+    ) -> float:
+        """:meth:`_dual_shift` from its first sums: the pass that wrote the dual point at
+        ``z`` is its first step, and the point is kept when the shift is 0 (the coordinator's
+        passes update the intercept just before)."""
+        return intercept_root_from(LOGISTIC, 0.0, y, z, sw, self.beta, 1e-13, 50, *sums)
 
     def _newton_shift(
         self,

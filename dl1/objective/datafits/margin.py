@@ -15,9 +15,12 @@ from numpy.typing import ArrayLike, NDArray
 from dl1.kernels.margins import (
     NO_WEIGHTS,
     balance,
+    balance_sides,
     margin_conjugate,
+    margin_gap_sums,
     margin_grad_hess,
     margin_theta,
+    margin_theta_sums,
     margin_value,
     margin_value_grad_hess,
 )
@@ -60,6 +63,17 @@ class MarginLoss:
         """The intercept shift at which the dual point of a fit with an intercept is
         taken."""
         return self.intercept_update(y, z, s)
+
+    #: Whether :meth:`_dual_shift_from` starts from the sums of the pass writing the dual
+    #: point at ``z`` (then that point is kept when the shift is 0: one pass, not three).
+    shift_from_sums = False
+
+    def _dual_shift_from(
+        self, y: NDArray, z: NDArray, sw: NDArray, sums: tuple[float, float, float]
+    ) -> float:
+        """:meth:`_dual_shift` given the intercept's optimality sums at ``z``
+        (:func:`~dl1.kernels.margins.margin_theta_sums`); see :attr:`shift_from_sums`."""
+        raise NotImplementedError
 
     def value(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None) -> float:
         """``F(z) = (1/n) sum_i s_i phi(y_i z_i)``.
@@ -151,12 +165,43 @@ class MarginLoss:
         if z.shape != y.shape:
             raise ValueError(f"z has shape {z.shape}, expected {y.shape}")
         s = optional_weights(s, y.shape[0])
-        shift = self._dual_shift(y, z, s) if intercept else 0.0
+        sw = kernel_weights(s, y.shape[0])
         theta = np.empty_like(y) if out is None else out
-        margin_theta(self.code, self.gamma, y, z, kernel_weights(s, y.shape[0]), shift, theta)
+        if intercept and self.shift_from_sums:  # theta at z and its sums, one pass
+            *sums, pos, neg = margin_theta_sums(self.code, self.gamma, y, z, sw, 0.0, theta)
+            shift = self._dual_shift_from(y, z, sw, (sums[0], sums[1], sums[2]))
+            if shift == 0.0:  # z's intercept is already optimal (a pass just updated it)
+                balance_sides(theta, pos, neg)
+                return theta
+        else:
+            shift = self._dual_shift(y, z, s) if intercept else 0.0
+        margin_theta(self.code, self.gamma, y, z, sw, shift, theta)
         if intercept:
             balance(theta)
         return theta
+
+    def value_conjugates(
+        self,
+        y: ArrayLike,
+        z: ArrayLike,
+        theta: ArrayLike,
+        s: ArrayLike | None = None,
+        scales: tuple[float, ...] = (1.0,),
+    ) -> tuple[float, tuple[float, ...]]:
+        """``F(z)`` and ``conjugate(y, c * theta, s)`` for each ``c`` of ``scales`` (one or
+        two): a duality gap's datafit terms, in one pass over the samples
+        (:func:`~dl1.kernels.margins.margin_gap_sums`, compensated sums)."""
+        y, z, theta = as_vector(y), as_vector(z), as_vector(theta)
+        if not 1 <= len(scales) <= 2:
+            raise ValueError(f"one or two scales, not {len(scales)}")
+        n = y.shape[0]
+        sw = kernel_weights(s, n)
+        two = len(scales) == 2
+        value, conj, conj2 = margin_gap_sums(
+            self.code, self.gamma, y, z, theta, sw, float(scales[0]),
+            float(scales[-1]), two,
+        )  # fmt: skip
+        return value / n, (conj / n, conj2 / n)[: len(scales)]
 
     def conjugate(self, y: ArrayLike, theta: ArrayLike, s: ArrayLike | None = None) -> float:
         """``F^*(-theta / n) = (1/n) sum_i s_i phi^*(-c_i)``, ``c_i = y_i theta_i / s_i``.

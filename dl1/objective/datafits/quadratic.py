@@ -283,6 +283,19 @@ class Quadratic:
         """
         return self.conjugate_line(y, theta, s)(1.0)
 
+    def value_conjugates(
+        self,
+        y: ArrayLike,
+        z: ArrayLike,
+        theta: ArrayLike,
+        s: ArrayLike | None = None,
+        scales: tuple[float, ...] = (1.0,),
+    ) -> tuple[float, tuple[float, ...]]:
+        """``F(z)`` and ``conjugate(y, c * theta, s)`` for each ``c`` of ``scales``: a
+        duality gap's datafit terms (one pass for the value, one for every scale)."""
+        line = self.conjugate_line(y, theta, s)
+        return self.value(y, z, s), tuple(line(c) for c in scales)
+
     def conjugate_line(
         self, y: ArrayLike, theta: ArrayLike, s: ArrayLike | None = None
     ) -> Callable[[float], float]:
