@@ -100,8 +100,11 @@ def stored_targets(X: Any, split: str) -> np.ndarray | None:
 
 
 def computed(a: Any) -> np.ndarray:
-    """A dask array computed (length-n vectors only), anything else as an ndarray."""
-    return np.asarray(a.compute() if hasattr(a, "compute") else a)
+    """A dask array computed (length-n vectors only) on the scheduler a solve here uses
+    (:func:`dl1.loading.computed`), anything else as an ndarray."""
+    from dl1.loading import computed as compute_here
+
+    return np.asarray(compute_here(a)[0] if hasattr(a, "compute") else a)
 
 
 class DL1Estimator(BaseEstimator):
