@@ -378,6 +378,7 @@ def test_process_killed_mid_write_leaves_a_refused_store(tmp_path):
     assert proc.stdout.readline().strip() == "writing"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    proc.stdout.close()
     assert path.exists()
     with pytest.raises(IncompleteStoreError, match="not completely written"):
         dl1.open(path)
