@@ -401,7 +401,9 @@ def test_a_block_dask_moves_mid_solve_is_looked_up_again(local_cluster):
     _same(res, ref)
     assert moved and not rx.broken
     assert {h["transport"] for h in res.history_} == {"direct"}
-    assert rx._holders([blocks[j]]) == [to]
+    # the coordinator's holder holds the block now (a task's copy may have come back)
+    (holder,) = rx._holders([blocks[j]])
+    assert holder in local_cluster.who_has([blocks[j]])[blocks[j].key]
     after = local_cluster.run(calls_served)
     assert all(after[w] > moved[0][w] for w in after)  # calls went on to both workers
     logs = local_cluster.get_worker_logs()
