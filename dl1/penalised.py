@@ -150,6 +150,32 @@ def store_in_one_piece(
     return StoreDecision(ex, True, one_piece.ship(ex, entry, X, call))
 
 
+@dataclass(frozen=True)
+class Ready:
+    """A call's inputs read and checked, with its executor; or (``shipped``) its answer,
+    computed in one piece."""
+
+    shipped: bool = False
+    result: Any = None
+    inputs: Any = None
+    ex: Any = None
+
+
+def read_or_ship(entry: str, call: dict[str, Any], solver: Any, refusal: Any) -> Ready:
+    """``entry``'s ``call`` shipped in one piece when the rule chooses it (a store from its
+    manifest alone, other data once read); else its inputs read and checked."""
+    early = store_in_one_piece(entry, call, solver, refusal)
+    if early.shipped:
+        return Ready(True, early.result)
+    X, loss = call["X"], call["loss"]
+    inputs = read_inputs(X, call["y"], call["sample_weight"], loss, call["split"])
+    check_call(inputs, call["client"], solver, loss, call["n_partitions"])
+    ex = executor_for(call["client"]) if early.ex is None else early.ex
+    if one_piece.chosen(ex, lambda: one_piece.data_bytes(X, inputs), refusal):
+        return Ready(True, one_piece.ship(ex, entry, X, call, inputs.dataset))
+    return Ready(inputs=inputs, ex=ex)
+
+
 def direct_calls(ex: Any, solver: Any, streamed: bool) -> Any:
     """``ex`` with direct calls to the workers' partition servers when the solver's rounds
     gain from them (blocks in worker memory, gathered subproblems), unless Dask's
@@ -278,14 +304,10 @@ def fit(
         callback=callback,
     )  # fmt: skip
     refusal = excluded(stream=stream, verbose=verbose)
-    early = store_in_one_piece("fit", call, solver_obj, refusal)
-    if early.shipped:
-        return early.result
-    inputs = read_inputs(X, y, sample_weight, loss, split)
-    check_call(inputs, client, solver_obj, loss, n_partitions)
-    ex = executor_for(client) if early.ex is None else early.ex
-    if one_piece.chosen(ex, lambda: one_piece.data_bytes(X, inputs), refusal):
-        return one_piece.ship(ex, "fit", X, call, inputs.dataset)
+    ready = read_or_ship("fit", call, solver_obj, refusal)
+    if ready.shipped:
+        return ready.result
+    inputs, ex = ready.inputs, ready.ex
     problem, t_load = _set_up(
         inputs, ex, stream, solver_obj, penalty=ElasticNet(alpha, l1_ratio),
         fit_intercept=fit_intercept, standardize=standardize, tol=tol,
@@ -496,14 +518,10 @@ def path(
         tight_inner=True,
     )  # fmt: skip
     refusal = excluded(stream=stream, checkpoint=checkpoint, verbose=verbose)
-    early = store_in_one_piece("path", call, solver_obj, refusal)
-    if early.shipped:
-        return early.result
-    inputs = read_inputs(X, y, sample_weight, loss, split)
-    check_call(inputs, client, solver_obj, loss, n_partitions)
-    ex = executor_for(client) if early.ex is None else early.ex
-    if one_piece.chosen(ex, lambda: one_piece.data_bytes(X, inputs), refusal):
-        return one_piece.ship(ex, "path", X, call, inputs.dataset)
+    ready = read_or_ship("path", call, solver_obj, refusal)
+    if ready.shipped:
+        return ready.result
+    inputs, ex = ready.inputs, ready.ex
     problem, _ = _set_up(
         inputs, ex, stream, solver_obj, penalty=ElasticNet(1.0, l1_ratio),
         fit_intercept=fit_intercept, standardize=standardize, tol=tol,
