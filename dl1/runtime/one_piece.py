@@ -508,10 +508,12 @@ def computed_here(kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` with its dask collections (targets, weights, test data given as dask
     arrays) computed in this thread: within a task, Dask's default would send them to the
     cluster through the worker's client."""
+    from dl1.loading import computed
+
     lazy = {k: v for k, v in kwargs.items() if dask.is_dask_collection(v)}
     if not lazy:
         return kwargs
-    values = dask.compute(*lazy.values(), scheduler="sync")
+    values = computed(*lazy.values())  # in this thread: called within solving_here()
     return {**kwargs, **dict(zip(lazy, values, strict=True))}
 
 

@@ -130,14 +130,12 @@ class Logistic(MarginLoss):
         sw = kernel_weights(s, y.shape[0])
         return intercept_root(LOGISTIC, 0.0, as_vector(y), as_vector(z), sw, self.beta, 1e-13, 50)
 
-    shift_from_sums = True
-
     def _dual_shift_from(
         self, y: NDArray, z: NDArray, sw: NDArray, sums: tuple[float, float, float]
     ) -> float:
-        """:meth:`_dual_shift` from its first sums: the pass that wrote the dual point at
-        ``z`` is its first step, and the point is kept when the shift is 0 (the coordinator's
-        passes update the intercept just before)."""
+        """:meth:`_dual_shift` from its first sums (:class:`~.margin.ShiftFromSums`): the
+        pass that wrote the dual point at ``z`` is its first step, and the point is kept when
+        the shift is 0 (the coordinator's passes update the intercept just before)."""
         return intercept_root_from(LOGISTIC, 0.0, y, z, sw, self.beta, 1e-13, 50, *sums)
 
     def _newton_shift(

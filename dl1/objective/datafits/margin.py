@@ -8,6 +8,7 @@ worker computes them as fast as a plain process. A subclass names its loss by ``
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -25,6 +26,20 @@ from dl1.kernels.margins import (
     margin_value_grad_hess,
 )
 from dl1.objective.datafits.quadratic import optional_weights
+
+
+@runtime_checkable
+class ShiftFromSums(Protocol):
+    """A margin loss whose dual point's intercept shift starts from the sums of the pass
+    that writes the dual point at ``z`` (:func:`~dl1.kernels.margins.margin_theta_sums`):
+    that point is then kept when the shift is 0, one pass instead of three."""
+
+    def _dual_shift_from(
+        self, y: NDArray, z: NDArray, sw: NDArray, sums: tuple[float, float, float]
+    ) -> float:
+        """The shift :meth:`MarginLoss._dual_shift` finds, given the intercept's optimality
+        sums at ``z``."""
+        ...
 
 
 def as_vector(a: ArrayLike) -> NDArray[np.float64]:
@@ -63,17 +78,6 @@ class MarginLoss:
         """The intercept shift at which the dual point of a fit with an intercept is
         taken."""
         return self.intercept_update(y, z, s)
-
-    #: Whether :meth:`_dual_shift_from` starts from the sums of the pass writing the dual
-    #: point at ``z`` (then that point is kept when the shift is 0: one pass, not three).
-    shift_from_sums = False
-
-    def _dual_shift_from(
-        self, y: NDArray, z: NDArray, sw: NDArray, sums: tuple[float, float, float]
-    ) -> float:
-        """:meth:`_dual_shift` given the intercept's optimality sums at ``z``
-        (:func:`~dl1.kernels.margins.margin_theta_sums`); see :attr:`shift_from_sums`."""
-        raise NotImplementedError
 
     def value(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None) -> float:
         """``F(z) = (1/n) sum_i s_i phi(y_i z_i)``.
@@ -167,7 +171,7 @@ class MarginLoss:
         s = optional_weights(s, y.shape[0])
         sw = kernel_weights(s, y.shape[0])
         theta = np.empty_like(y) if out is None else out
-        if intercept and self.shift_from_sums:  # theta at z and its sums, one pass
+        if intercept and isinstance(self, ShiftFromSums):  # theta at z and its sums, one pass
             *sums, pos, neg = margin_theta_sums(self.code, self.gamma, y, z, sw, 0.0, theta)
             shift = self._dual_shift_from(y, z, sw, (sums[0], sums[1], sums[2]))
             if shift == 0.0:  # z's intercept is already optimal (a pass just updated it)
