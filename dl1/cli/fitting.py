@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
@@ -34,7 +34,9 @@ from dl1.cli.stores import (
     where,
 )
 from dl1.params import COMMON, CONSTRAINED_PATH, PATH, PENALISED, POSITIVE, validate_params
-from dl1.store import Store
+
+if TYPE_CHECKING:
+    from dl1.store import Store
 
 LOSSES = ["squared", "logistic", "hinge", "smooth_hinge", "squared_hinge"]
 

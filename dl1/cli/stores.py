@@ -12,7 +12,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
@@ -21,7 +21,9 @@ from dl1.cli.app import cli, command_options, output
 from dl1.cli.progress import Progress
 from dl1.errors import ValidationError
 from dl1.params import COMMON, validate_params
-from dl1.store import Store, open_store
+
+if TYPE_CHECKING:
+    from dl1.store import Store
 
 #: ``--storage-options`` longer than this is refused unparsed.
 MAX_STORAGE_OPTIONS_CHARS = 64 << 10
@@ -79,6 +81,8 @@ def located(path: str, storage_options: dict[str, Any] | None) -> Any:
 
 def open_input(path: str, storage_options: dict[str, Any] | None = None) -> Store:
     """The store at ``path`` (a local path or URL), opened and checked."""
+    from dl1.store import open_store  # here: zarr and the kernels load in ~1.3 s
+
     return open_store(located(path, storage_options))
 
 
