@@ -358,9 +358,10 @@ class DropReplica(ActiveMemoryManagerPolicy):
 
 def move_block(client, future, to: str) -> None:
     """Copy ``future``'s block to the worker ``to`` (a task there reads it), then let Dask's
-    active memory manager drop every other replica. Both are asked again until done: the
-    scheduler may not list the copy yet, the manager never drops a last replica, and its
-    own ``ReduceReplicas`` policy may drop the copy first."""
+    active memory manager drop every other replica. Its automatic runs are stopped
+    meanwhile (``client.amm``): their ``ReduceReplicas`` policy may drop the fresh copy
+    instead. Asked again until done: the scheduler may not list the copy yet, and the
+    manager never drops a last replica."""
 
     def drop(dask_scheduler) -> None:
         amm = dask_scheduler.extensions["amm"]
@@ -369,13 +370,18 @@ def move_block(client, future, to: str) -> None:
                 amm.add_policy(DropReplica(future.key, ws.address))
         amm.run_once()
 
-    deadline = time.monotonic() + 60
-    while (holders := set(client.who_has([future])[future.key])) != {to}:
-        assert time.monotonic() < deadline, f"the block is still on {holders}, not only {to}"
-        if to not in holders:
-            client.submit(type, future, workers=[to], pure=False).result()
-        client.run_on_scheduler(drop)
-        time.sleep(0.2)
+    client.amm.stop()
+    try:
+        deadline = time.monotonic() + 60
+        while (holders := set(client.who_has([future])[future.key])) != {to}:
+            assert time.monotonic() < deadline, f"the block is on {holders}, not only {to}"
+            if to not in holders:
+                client.submit(type, future, workers=[to], pure=False).result()
+            else:
+                client.run_on_scheduler(drop)
+            time.sleep(0.2)
+    finally:
+        client.amm.start()
 
 
 def test_a_block_dask_moves_mid_solve_is_looked_up_again(local_cluster):
