@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Stop the processes started by cluster/start-local.sh, cleanly: the workers first (SIGTERM:
-# each nanny closes its worker, which says goodbye to the still running scheduler), then
-# the scheduler. Each step waits at most DL1_STOP_TIMEOUT seconds (default 30) for the
-# processes to exit; whatever is still alive after that is killed (SIGKILL), and named.
+# Stop the processes started by cluster/start-local.sh, cleanly: the workers first, one at
+# a time (SIGTERM: its nanny closes the worker, which says goodbye to the still running
+# scheduler; the scheduler then tells the other workers that it left, so none of them may
+# be closing meanwhile), then the scheduler. Each step waits at most DL1_STOP_TIMEOUT
+# seconds (default 30) for its process to exit; whatever is still alive after that is
+# killed (SIGKILL), and named.
 # No CommClosedError tracebacks or "still alive ... killing" warnings in the logs.
 set -u
 pids=dl1-cluster.pids
@@ -30,7 +32,8 @@ stop() {  # SIGTERM the pids, wait (bounded) for them to exit, SIGKILL the rest
     fi
 }
 
-# shellcheck disable=SC2086 # pids: one word each
-stop $workers
-stop $scheduler
+for worker in $workers; do
+    stop "$worker"
+done
+stop "$scheduler"
 rm -f "$pids"

@@ -302,16 +302,20 @@ async def _terminate_nanny(dask_worker: Any) -> bool:
 
 def stop_nannies(client: Any, timeout: float = CLOSE_TIMEOUT) -> None:
     """Stop the batch jobs' workers through their nannies while the scheduler still runs,
-    and wait (at most ``timeout`` seconds) until they have left it: cancelling the jobs
-    (dask-jobqueue's close) stops the scheduler and the workers at once, and the workers'
-    logs then hold ``CommClosedError`` tracebacks."""
+    one at a time, and wait (at most ``timeout`` seconds in all) until they have left it.
+
+    Cancelling the jobs (dask-jobqueue's close) stops the scheduler and the workers at
+    once, and the workers' logs then hold ``CommClosedError`` tracebacks. One at a time:
+    when a worker leaves, the scheduler tells the others, and one closing meanwhile makes
+    it log "Batched Comm Closed" with a traceback."""
     import time
 
+    deadline = time.monotonic() + timeout
     try:
-        client.run(_terminate_nanny)
-        deadline = time.monotonic() + timeout
-        while client.scheduler_info()["workers"] and time.monotonic() < deadline:
-            time.sleep(0.2)
+        for address in client.nthreads():
+            client.run(_terminate_nanny, workers=[address])
+            while address in client.nthreads() and time.monotonic() < deadline:
+                time.sleep(0.1)
     except (OSError, TimeoutError):  # the cluster's close cancels whatever is left
         return
 
