@@ -264,7 +264,7 @@ def weighted_col_stats(indptr, indices, data, col_scale, h, lj, hx, hdata):
 @njit(nogil=True, cache=True)
 def weighted_cd_epochs(
     indptr, indices, data, col_scale, w, dw, r, hdata, lj, hx, floor, n, alpha_l1, alpha_l2,
-    shift, max_epochs, rtol,
+    shift, max_epochs, rtol, progress,
 ):  # fmt: skip
     """Cyclic coordinate descent on the proximal Newton model of a working set.
 
@@ -314,6 +314,9 @@ def weighted_cd_epochs(
         decrease so far: an epoch's steps decrease the model by about ``mv = sum_j L_j d_j^2
         / 2``; with the rate ``q`` of two epochs' ``mv`` (linear convergence), about
         ``mv q / (1 - q)`` remains.
+    progress : ndarray of float64, shape (3,)
+        The rule's state, carried between calls on one model (pass ``[inf, 0, 0]`` for a new
+        one): the last epoch's ``mv``, their sum, and 1 once the rule has stopped.
 
     Returns
     -------
@@ -324,8 +327,8 @@ def weighted_cd_epochs(
     profile = shift[1] > 0.0
     m = w.shape[0]
     epochs = 0
-    prev = np.inf
-    total = 0.0
+    prev = progress[0]
+    total = progress[1]
     for _ in range(max_epochs):
         epochs += 1
         moved = 0.0
@@ -359,7 +362,10 @@ def weighted_cd_epochs(
             moved += 0.5 * curv * delta * delta
         total += moved
         rate = moved / prev  # 0 after the first epoch: no estimate yet
-        if moved == 0.0 or (0.0 < rate < 1.0 and moved * rate <= rtol * total * (1.0 - rate)):
-            break
         prev = moved
+        if moved == 0.0 or (0.0 < rate < 1.0 and moved * rate <= rtol * total * (1.0 - rate)):
+            progress[2] = 1.0
+            break
+    progress[0] = prev
+    progress[1] = total
     return epochs

@@ -9,6 +9,11 @@ from dl1.kernels.cd import weighted_cd_epochs, weighted_col_stats
 from tests.kernel_helpers import DTYPES, EMPTY, arrays, make_csc, maybe_scale, scaled_dense
 
 
+def fresh() -> np.ndarray:
+    """The stopping rule's state for a new model."""
+    return np.array([np.inf, 0.0, 0.0])
+
+
 def reference_epochs(dense, w, g, h, floor, n, a1, a2, e, h_sum, n_epochs):
     """Cyclic coordinate descent on ``(g^T v + v^T H v / 2) / n + pen(w + d)``, ``v = X d +
     e``, the intercept step ``e`` profiled out when ``h_sum > 0``."""
@@ -60,7 +65,7 @@ def test_weighted_cd_epochs_match_reference(dtype, hdtype, use_scale, profile, a
     shift = np.array([e0, h_sum])
     dw, r = np.zeros(p), g.copy()
     epochs = weighted_cd_epochs(ip, ix, data, scale, w, dw, r, hdata, lj, hx, floor, float(n),
-                                0.02, a2, shift, 3, 0.0)  # fmt: skip
+                                0.02, a2, shift, 3, 0.0, fresh())  # fmt: skip
     assert epochs == 3
     d, u_ref, e = reference_epochs(dense, w, g, h, floor, n, 0.02, a2, e0, h_sum, 3)
     # float32 Hessian weights perturb the model by float32's rounding only
@@ -87,7 +92,7 @@ def test_weighted_cd_epochs_stop_at_rtol_and_reach_the_model_minimum():
     def run(rtol, max_epochs=10_000):
         dw, r = np.zeros(p), g.copy()
         k = weighted_cd_epochs(ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, float(n),
-                               0.0, 0.0, np.zeros(2), max_epochs, rtol)  # fmt: skip
+                               0.0, 0.0, np.zeros(2), max_epochs, rtol, fresh())  # fmt: skip
         return k, dw
 
     k_loose, _ = run(1e-1)
