@@ -103,3 +103,39 @@ def test_weighted_cd_epochs_stop_at_rtol_and_reach_the_model_minimum():
     keep = np.diag(H) > 0
     d_ref = np.linalg.lstsq(H[np.ix_(keep, keep)], -(dense.T @ g)[keep], rcond=None)[0]
     np.testing.assert_allclose(dw[keep], d_ref, rtol=1e-5, atol=1e-7)
+
+
+def test_epochs_one_at_a_time_carry_the_stopping_rule():
+    """Pass: calls of one epoch each, carrying ``progress``, end where one call of many
+    ends: the same epochs run, the same step ``dw``, ``r`` and intercept step, and the rule's
+    stop flagged."""
+    n, p = 60, 8
+    rng = np.random.default_rng(5)
+    X = make_csc(n, p, 0.5, np.float64, 2)
+    ip, ix, data = arrays(X)
+    g, h, w = rng.normal(size=n), rng.uniform(0.05, 0.25, n), rng.normal(size=p)
+    lj, hx = np.empty(p), np.empty(p)
+    weighted_col_stats(ip, ix, data, EMPTY, h, lj, hx, EMPTY)
+    hdata, floor = h[ix] * data, np.zeros(p)
+    shift0 = np.array([-g.sum() / h.sum(), h.sum()])
+
+    def state():
+        return np.zeros(p), g.copy(), shift0.copy(), fresh()
+
+    def call(dw, r, shift, progress, max_epochs):
+        return weighted_cd_epochs(
+            ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, float(n), 0.01, 0.0, shift,
+            max_epochs, 1e-6, progress,
+        )  # fmt: skip
+
+    dw, r, shift, progress = state()
+    k = call(dw, r, shift, progress, 10_000)
+    assert 2 <= k < 10_000 and progress[2] == 1.0
+    dw1, r1, shift1, progress1 = state()
+    k1 = 0
+    while progress1[2] == 0.0 and k1 < 10_000:
+        k1 += call(dw1, r1, shift1, progress1, 1)
+    assert k1 == k
+    np.testing.assert_array_equal(dw1, dw)
+    np.testing.assert_array_equal(r1, r)
+    np.testing.assert_array_equal(shift1, shift)
