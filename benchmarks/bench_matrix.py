@@ -39,6 +39,8 @@ start, with a path's timed seconds so far, and its end): a path stops after the 
 passes the limit, and a call still running ``--peer-limit-grace`` (10) seconds past the
 limit has its child process (and anything it started) killed, the job recorded as stopped
 with its timed seconds, and a new child goes on with the next job (reloading the data).
+A peer's untimed warm-up (a fit on 500 rows) is bounded by the same limit; a peer stopped
+there reads ``(stopped in its warm-up)`` and is no bound on the speed-up.
 dl1's children are never stopped. Within its limit a peer runs as before (every repeat,
 every retry at a tighter tol). A stopped peer reads ``> t s (stopped)`` (``t``: its timed
 seconds when stopped, at least its limit), its memory the peak until then (``≥ MB``). The
@@ -239,8 +241,9 @@ def run_children(
     record for every job the child did not report (it raised or died).
 
     ``limits``: per job, ``None`` or the seconds after which its timed runs are stopped.
-    The child reports ``(k, "run", (wall clock, timed seconds so far))`` before each timed
-    call and ``(k, "run", None)`` after it; when the job's timed seconds would pass
+    The child reports ``(k, "run", (wall clock, timed seconds so far, warm-up?))`` before
+    each timed call (or untimed warm-up) and ``(k, "run", None)`` after it; when the job's
+    timed seconds would pass
     ``limit + grace`` during a call, the child (and anything it started) is killed, the
     job recorded as stopped with its timed seconds then, and a new child runs the jobs
     after it."""
@@ -253,7 +256,7 @@ def run_children(
         p = ctx.Process(target=target, args=(jobs[start:], *args, q))
         p.start()
         deadline: float | None = None  # wall clock at which the running job is stopped
-        tick: tuple[int, float, float] | None = None  # (job, wall clock, timed seconds)
+        tick: tuple[int, float, float, bool] | None = None  # (job, wall, timed s, warm-up)
         stopped, t_stop = None, 0.0
         try:
             while len(out) < len(jobs):
@@ -274,8 +277,8 @@ def run_children(
                 elif rec is None or limits[k] is None:  # "run": job k's timed call ended
                     deadline = tick = None
                 else:  # "run": a timed call of job k starts
-                    wall, so_far = rec
-                    tick = (k, wall, so_far)
+                    wall, so_far, warm = rec
+                    tick = (k, wall, so_far, warm)
                     deadline = wall + max(0.0, limits[k] - so_far) + grace
         finally:
             if stopped is not None or (p.is_alive() and len(out) < len(jobs)):
@@ -290,8 +293,8 @@ def run_children(
             q.cancel_join_thread()
         if stopped is None:
             break
-        k, wall, so_far = stopped
-        out[k] = {"stopped": True, "stopped_s": so_far + t_stop - wall,
+        k, wall, so_far, warm = stopped
+        out[k] = {"stopped": True, "stopped_s": so_far + t_stop - wall, "in_warmup": warm,
                   "limit_s": limits[k], "peaks_mb": [] if peak is None else [peak]}  # fmt: skip
         start = k + 1
     return [out.get(k, {"error": f"child exited with code {p.exitcode}"}) for k in range(len(jobs))]
@@ -462,8 +465,9 @@ def _peer_child(jobs: list[Job], name: str, q) -> None:
             X, y = _load(job.store)
             data[job.store] = (X, y)
 
-        def tick(so_far: float | None, k=k) -> None:  # a timed call starts, or (None) ended
-            q.put((k, "run", None if so_far is None else (time.time(), so_far)))
+        def tick(so_far: float | None, warmup: bool = False, k=k) -> None:
+            """A timed call (or the warm-up) starts, or (``None``) ended."""
+            q.put((k, "run", None if so_far is None else (time.time(), so_far, warmup)))
 
         _guard(q, k, _peer_job, name, job, *data[job.store], tick)
 
@@ -473,7 +477,9 @@ def _peer_job(name: str, job: Job, X, y, tick) -> dict[str, Any]:
     peer = Peer(name, job.loss, warm=job.kind == "path")
     Xp = peer.prepare(X)
     m = min(X.shape[0], 500)  # warm-up on a few rows: numba compilation, imports
+    tick(0.0, warmup=True)  # bounded by the limit too (liblinear's on log1p: > 7 min)
     Peer(name, job.loss, warm=False).fit(Xp[:m], X[:m], y[:m], job.alphas[0], 1e-3)
+    tick(None)
     tol0 = PEER_TOL[(name, job.loss)]
 
     def gap(coef, b, alpha):
@@ -752,6 +758,8 @@ def _cell(rec: dict[str, Any] | None) -> str:
         return f"error: {rec['error'][:60]}"
     if rec.get("stopped"):
         done = f", {rec['alphas_done']}/{rec['n_alphas']} alphas" if rec["kind"] == "path" else ""
+        if rec.get("in_warmup"):
+            return f"> {rec['stopped_s']:.3g} s (stopped in its warm-up on 500 rows)"
         return f"> {rec['stopped_s']:.3g} s (stopped{done})"
     s = f"{rec['median_s']:.2f}"
     if rec["alphas_done"] < rec["n_alphas"]:
@@ -795,10 +803,12 @@ def peer_reference(row: dict[str, dict[str, Any]]) -> tuple[str, float, bool] | 
     stopped time (each at least its limit). Otherwise, when some peer was stopped (and no
     certified peer is faster than the first to stop), the smallest stopped time is a lower
     bound on the fastest certified peer's time: the speed-up is ``> stopped / dl1``. Peers
-    neither certified nor stopped (✗, errors) do not count. ``None``: no peer to compare."""
+    neither certified nor stopped (✗, errors), or stopped in their untimed warm-up on a few
+    rows, do not count. ``None``: no peer to compare."""
     peers = {s: r for s, r in row.items() if s not in DL1 and "error" not in r}
     ok = {s: r["median_s"] for s, r in peers.items() if r.get("certified")}
-    stopped = {s: r["stopped_s"] for s, r in peers.items() if r.get("stopped")}
+    stopped = {s: r["stopped_s"] for s, r in peers.items()
+               if r.get("stopped") and not r.get("in_warmup")}  # fmt: skip
     best = min(ok, key=ok.__getitem__) if ok else None
     first = min(stopped, key=stopped.__getitem__) if stopped else None
     if best is not None and (first is None or ok[best] < stopped[first]):
