@@ -264,7 +264,7 @@ def weighted_col_stats(indptr, indices, data, col_scale, h, lj, hx, hdata):
 @njit(nogil=True, cache=True)
 def weighted_cd_epochs(
     indptr, indices, data, col_scale, w, dw, r, hdata, lj, hx, floor, n, alpha_l1, alpha_l2,
-    shift, max_epochs, rtol, progress,
+    shift, order, max_epochs, rtol, progress,
 ):  # fmt: skip
     """Cyclic coordinate descent on the proximal Newton model of a working set.
 
@@ -308,6 +308,8 @@ def weighted_cd_epochs(
     shift : ndarray of float64, shape (2,)
         ``shift[0]`` the intercept step ``e`` (start with the one giving ``sum(g + h e) =
         0``); ``shift[1] = sum(h)``, or 0 to leave the intercept alone.
+    order : ndarray of int64
+        The columns an epoch visits, in order (all of them, or an active set).
     max_epochs : int
     rtol : float
         Stop once the model's remaining decrease is estimated at most ``rtol`` times its
@@ -325,14 +327,14 @@ def weighted_cd_epochs(
     """
     has_scale = col_scale.shape[0] > 0
     profile = shift[1] > 0.0
-    m = w.shape[0]
     epochs = 0
     prev = progress[0]
     total = progress[1]
     for _ in range(max_epochs):
         epochs += 1
         moved = 0.0
-        for j in range(m):
+        for jj in range(order.shape[0]):
+            j = order[jj]
             cj = col_scale[j] if has_scale else 1.0
             lc = lj[j]
             if profile:

@@ -148,7 +148,8 @@ class GatheredGram:
         run.w[ws] = out.w_ws
         run.z += out.dz
         b = run.b + out.db
-        return SubproblemReport(b, out.info["epochs"], out.info["kernel_s"], {}, next_scan)
+        counts = {"newton_steps": out.info["newton"]} if "newton" in out.info else {}
+        return SubproblemReport(b, out.info["epochs"], out.info["kernel_s"], counts, next_scan)
 
 
 @dataclass(frozen=True)
