@@ -363,7 +363,9 @@ def weighted_cd_epochs(
                 shift[0] -= delta * hx[j] / shift[1]
             moved += 0.5 * curv * delta * delta
         total += moved
-        rate = moved / prev  # 0 after the first epoch: no estimate yet
+        # 0 after the first epoch: no estimate yet; inf after an epoch that moved nothing
+        # (an active set's last, before an epoch over every column)
+        rate = moved / prev if prev > 0.0 else np.inf
         prev = moved
         if moved == 0.0 or (0.0 < rate < 1.0 and moved * rate <= rtol * total * (1.0 - rate)):
             progress[2] = 1.0

@@ -168,3 +168,20 @@ def test_weighted_cd_epochs_visit_only_the_columns_in_order():
     np.testing.assert_allclose(r, g + h * u_ref, rtol=1e-10, atol=1e-12)
     assert shift[0] == pytest.approx(e, rel=1e-10, abs=1e-12)
     assert not dw[np.setdiff1d(np.arange(p), order)].any()
+
+
+def test_an_epoch_after_one_that_moved_nothing_goes_on():
+    """Pass: after an epoch that moved nothing (an active set's last, ``progress[0] = 0``),
+    an epoch that moves columns is no division by zero and does not stop the rule."""
+    n, p = 40, 6
+    rng = np.random.default_rng(9)
+    X = make_csc(n, p, 0.5, np.float64, 4)
+    ip, ix, data = arrays(X)
+    g, h = rng.normal(size=n), rng.uniform(0.05, 0.25, n)
+    lj, hx = np.empty(p), np.empty(p)
+    weighted_col_stats(ip, ix, data, EMPTY, h, lj, hx, EMPTY)
+    dw, r, progress = np.zeros(p), g.copy(), np.array([0.0, 1.0, 0.0])
+    k = weighted_cd_epochs(ip, ix, data, EMPTY, np.zeros(p), dw, r, h[ix] * data, lj, hx,
+                           np.zeros(p), float(n), 0.0, 0.0, np.zeros(2), np.arange(p), 1, 1e-3,
+                           progress)  # fmt: skip
+    assert k == 1 and dw.any() and progress[2] == 0.0
