@@ -243,8 +243,8 @@ def run_children(
     ``limits``: per job, ``None`` or the seconds after which its timed runs are stopped.
     The child reports ``(k, "run", (wall clock, timed seconds so far, warm-up?))`` before
     each timed call (or untimed warm-up) and ``(k, "run", None)`` after it; when the job's
-    timed seconds would pass
-    ``limit + grace`` during a call, the child (and anything it started) is killed, the
+    timed seconds would pass ``limit + grace`` during a call, the child (and anything it
+    started) is killed, the
     job recorded as stopped with its timed seconds then, and a new child runs the jobs
     after it."""
     limits = limits or [None] * len(jobs)
@@ -477,7 +477,7 @@ def _peer_job(name: str, job: Job, X, y, tick) -> dict[str, Any]:
     peer = Peer(name, job.loss, warm=job.kind == "path")
     Xp = peer.prepare(X)
     m = min(X.shape[0], 500)  # warm-up on a few rows: numba compilation, imports
-    tick(0.0, warmup=True)  # bounded by the limit too (liblinear's on log1p: > 7 min)
+    tick(0.0, warmup=True)  # bounded by the limit too: a warm-up can take minutes
     Peer(name, job.loss, warm=False).fit(Xp[:m], X[:m], y[:m], job.alphas[0], 1e-3)
     tick(None)
     tol0 = PEER_TOL[(name, job.loss)]

@@ -54,10 +54,9 @@ MAX_NEWTON = 100
 #: checking (a pass with ``log`` over the samples and one over the columns) would be
 #: wasted. A wrong guess costs one more Newton step, never the answer.
 CHECK_DECREASE = 1e2
-#: Coordinate-descent epochs at most per Newton step. Inexact steps cost less in all: on
-#: log1p's logistic path (alphas 88-91, 3,000-4,000 active of 6,000-9,000 columns) a cap of
-#: 200, 100, 50, 25 took 137.9, 103.5, 86.2, 77.0 s, each step's gain falling less than its
-#: epochs; one-alpha fits on small, short and tfidf were level or faster (skglm caps at 20).
+#: Coordinate-descent epochs at most per Newton step: inexact steps cost less in all, each
+#: step's gain falling less than its epochs (skglm caps at 20; benchmarks/RESULTS.md,
+#: "Issue 31, session 8").
 MAX_INNER = 25
 #: Epochs between Anderson extrapolations of the model's coordinate descent.
 ANDERSON = 5
