@@ -3,9 +3,10 @@
 ``bench_matrix.py`` runs each solver's repeats back to back in its own child process, one
 solver after another; on a shared or drifting machine (the same fit 1.1 s in one minute and
 1.7 s in the next, ``benchmarks/RESULTS.md``) a ratio of two such medians carries the drift
-between them. Here every round runs each solver once, in the same order, so that each
-round's ratio compares runs seconds apart; the speed-up quoted is the median over rounds of
-(fastest certified peer's seconds in the round) / (dl1's seconds in the round), beside each
+between them. Here every round runs each solver once (each round starting one solver
+later, every timed call after a pause of ``--settle`` seconds), so that each round's ratio
+compares runs seconds apart; the speed-up quoted is the median over rounds of (fastest
+certified peer's seconds in the round) / (dl1's seconds in the round), beside each
 solver's median seconds.
 
 - ``dl1``: ``dl1.fit`` on a cluster of a real ``dask scheduler`` and ``--workers``
@@ -165,9 +166,14 @@ def cell(preset: str, loss: str, args: argparse.Namespace, client: Any) -> dict[
             del solvers[name]
         print(f"  {preset}/{loss} warm-up {name:10s} {dt:8.3f} s  gap {g:.1e}"
               + ("  (left out)" if left_out else ""), file=sys.stderr, flush=True)  # fmt: skip
+    names = list(solvers)
     for r in range(args.rounds):
-        for name, solver in solvers.items():
-            coef, b, dt = solver.fit(alpha)
+        # each round starts one solver later, and each timed call after a pause: no
+        # solver always follows the same one, nor is charged with its leftover work
+        # (threads still spinning, memory being returned)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            time.sleep(args.settle)
+            coef, b, dt = solvers[name].fit(alpha)
             rec["solvers"][name]["times"].append(dt)
             if r == args.rounds - 1:
                 rec["solvers"][name]["gap"] = gap(coef, b)
@@ -217,6 +223,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--ratio", type=float, default=20.0, help="alpha = alpha_max / ratio")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--settle", type=float, default=0.5,
+                    help="seconds of pause before each timed call")
     ap.add_argument("--peers", nargs="+", default=sorted({p for ps in PEERS.values() for p in ps}),
                     help="a subset of the peers (a warm-up fit is never stopped: leave out a "
                     "peer known to take minutes)")  # fmt: skip
