@@ -68,8 +68,14 @@ GLIBC_DEFAULT_THRESHOLD = 128 * 2**10
 #: The environment variables that fix glibc's thresholds.
 _THRESHOLD_VARS = {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"}
 
+#: A solve's freed heap stays with the worker, for the next solve's temporaries (their
+#: pages already faulted in), when the worker's resident memory is at most this many bytes
+#: above what it was when the solve began; more is returned to the system.
+HEAP_KEPT = 128 * 2**20
+
 _heap_lock = threading.Lock()
 _heap_users = 0
+_heap_start_rss = 0
 
 
 @contextlib.contextmanager
@@ -82,13 +88,13 @@ def heap_for_solve() -> Iterator[None]:
     then a fresh mapping, zeroed by the kernel and unmapped when freed, which made a solve
     in a worker 1.4-2x slower than in a plain process (``benchmarks/RESULTS.md``). For the
     duration of a solve in one piece (:mod:`dl1.runtime.one_piece`) the thresholds are
-    raised; afterwards they are set back to the environment's values and the freed heap
-    returned to the system (:func:`trim_memory`), so the worker holds what it held before.
-    Nested or concurrent solves restore when the last ends. Nothing where glibc is absent
-    or where neither variable is set (glibc's own threshold then adapts, and setting any
-    would fix it).
+    raised; afterwards they are set back to the environment's values, and the freed heap is
+    returned to the system (:func:`trim_memory`) if the worker then holds more than
+    :data:`HEAP_KEPT` bytes beyond what it held before. Nested or concurrent solves restore
+    when the last ends. Nothing where glibc is absent or where neither variable is set (glibc's own
+    threshold then adapts, and setting any would fix it).
     """
-    global _heap_users
+    global _heap_users, _heap_start_rss
     lib = _libc()
     if lib is None or not hasattr(lib, "mallopt") or not _THRESHOLD_VARS & set(os.environ):
         yield  # glibc's dynamic threshold (no variable set) already serves a solve well
@@ -96,6 +102,7 @@ def heap_for_solve() -> Iterator[None]:
     with _heap_lock:
         _heap_users += 1
         if _heap_users == 1:
+            _heap_start_rss = _resident()
             lib.mallopt(M_MMAP_THRESHOLD, SOLVE_MMAP_THRESHOLD)
             lib.mallopt(M_TRIM_THRESHOLD, 2 * SOLVE_MMAP_THRESHOLD)
     try:
@@ -107,7 +114,15 @@ def heap_for_solve() -> Iterator[None]:
                 for param, name in ((M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"),
                                     (M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_")):  # fmt: skip
                     lib.mallopt(param, _env_threshold(name))
-                trim_memory()
+                if _resident() > _heap_start_rss + HEAP_KEPT:
+                    trim_memory()
+
+
+def _resident() -> int:
+    """This process's resident memory, bytes."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
 
 
 def _env_threshold(name: str) -> int:

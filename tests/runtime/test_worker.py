@@ -182,3 +182,33 @@ def test_a_solve_in_a_worker_takes_its_temporaries_from_the_heap():
     out = subprocess.run([sys.executable, "-c", _MAPPINGS], env=env, capture_output=True,
                          text=True, check=True, timeout=120).stdout  # fmt: skip
     assert out.split() == ["0", "1", "1", "0"]
+
+
+_KEPT = """
+import numpy as np
+import dl1.runtime.worker as w
+
+calls = []
+w.trim_memory = lambda: calls.append(1) or True
+with w.heap_for_solve():
+    a = np.ones(2**20)  # 8 MiB, freed: kept for the next solve
+    del a
+kept = len(calls)
+with w.heap_for_solve():  # 16 MiB blocks between smaller ones, freed: holes stay resident
+    held = [(np.ones(2**21), np.ones(2**14)) for _ in range(w.HEAP_KEPT // 2**24 + 4)]
+    held = [small for _, small in held]
+print(kept, len(calls))
+"""
+
+
+@glibc
+def test_a_solve_returns_its_freed_heap_only_beyond_what_is_kept():
+    """After a solve in a worker, freed heap up to ``HEAP_KEPT`` stays with the process (the
+    next solve's temporaries reuse it); beyond that it is trimmed."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": "65536"}
+    out = subprocess.run([sys.executable, "-c", _KEPT], env=env, capture_output=True,
+                         text=True, check=True, timeout=120).stdout  # fmt: skip
+    assert out.split() == ["0", "1"]
