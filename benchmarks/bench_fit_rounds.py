@@ -169,8 +169,7 @@ def cell(preset: str, loss: str, args: argparse.Namespace, client: Any) -> dict[
     names = list(solvers)
     for r in range(args.rounds):
         # each round starts one solver later, and each timed call after a pause: no
-        # solver always follows the same one, nor is charged with its leftover work
-        # (threads still spinning, memory being returned)
+        # solver always runs right after the same one
         for name in names[r % len(names) :] + names[: r % len(names)]:
             time.sleep(args.settle)
             coef, b, dt = solvers[name].fit(alpha)

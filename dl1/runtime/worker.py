@@ -91,8 +91,8 @@ def heap_for_solve() -> Iterator[None]:
     raised; afterwards they are set back to the environment's values, and the freed heap is
     returned to the system (:func:`trim_memory`) if the worker then holds more than
     :data:`HEAP_KEPT` bytes beyond what it held before. Nested or concurrent solves restore
-    when the last ends. Nothing where glibc is absent or where neither variable is set (glibc's own
-    threshold then adapts, and setting any would fix it).
+    when the last ends. Nothing where glibc is absent or where neither variable is set
+    (glibc's own threshold then adapts, and setting any would fix it).
     """
     global _heap_users, _heap_start_rss
     lib = _libc()
