@@ -151,7 +151,7 @@ def test_a_dl1_worker_spills_results_beyond_its_managed_target():
 
 _MAPPINGS = """
 import numpy as np
-from dl1.runtime.worker import heap_for_solve
+from dl1.runtime.worker import heap_for_solve, trim_memory
 
 def on_heap():  # whether a 4 MiB array lies in glibc's main heap (not a mapping of its own)
     a = np.ones(2**19)
@@ -165,6 +165,7 @@ with heap_for_solve():
     with heap_for_solve():  # nested: the outer one restores
         pass
     nested = on_heap()
+trim_memory()  # the heap a solve keeps (HEAP_KEPT) would serve the next array
 after = on_heap()
 print(outside, inside, nested, after)
 """
@@ -174,7 +175,8 @@ print(outside, inside, nested, after)
 def test_a_solve_in_a_worker_takes_its_temporaries_from_the_heap():
     """With Dask's worker environment (glibc's thresholds fixed at 64 KiB), a 4 MiB array is
     a mapping of its own; inside ``heap_for_solve`` it comes from the heap, and the
-    environment's behaviour is back afterwards (after the outermost of nested uses)."""
+    environment's thresholds are back afterwards (after the outermost of nested uses): once
+    the heap is trimmed, such an array is a mapping again."""
     import os
     import subprocess
 
