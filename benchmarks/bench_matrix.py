@@ -244,9 +244,8 @@ def run_children(
     The child reports ``(k, "run", (wall clock, timed seconds so far, warm-up?))`` before
     each timed call (or untimed warm-up) and ``(k, "run", None)`` after it; when the job's
     timed seconds would pass ``limit + grace`` during a call, the child (and anything it
-    started) is killed, the
-    job recorded as stopped with its timed seconds then, and a new child runs the jobs
-    after it."""
+    started) is killed, the job recorded as stopped with its timed seconds then, and a new
+    child runs the jobs after it."""
     limits = limits or [None] * len(jobs)
     out: dict[int, dict[str, Any]] = {}
     start = 0
