@@ -21,6 +21,11 @@ solver's median seconds.
   the rounds and reported as "> t s (once)". A warm-up is not stopped: ``--peers`` leaves
   out a peer known to take minutes (``bench_matrix.py`` stops its runs).
 
+Memory, per solver, the largest over its timed calls: the growth of this process's RSS
+during the call (Linux's high-water mark, restarted before each call), and for ``dl1`` its
+workers' peak RSS (the peers and ``dl1-inproc`` hold their data in this process from the
+start; ``bench_matrix.py`` reports whole-process peaks, each solver in its own child).
+
     python benchmarks/bench_fit_rounds.py --presets small short --losses squared logistic \\
         --rounds 7 --data-dir bench-out --json bench-out/fit-rounds.json
 """
@@ -41,6 +46,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import bench_matrix
+import cloudpickle
 import numpy as np
 from bench_matrix import (
     PEER_TOL,
@@ -49,6 +56,8 @@ from bench_matrix import (
     TARGET,
     Peer,
     _load,
+    _peak_mb,
+    _reset_peak,
     p_zero,
     rel_gap,
     store_for,
@@ -137,6 +146,24 @@ def warm_up(solver: Any, alpha: float, gap: Any) -> tuple[float, float]:
     return dt, g
 
 
+def reset_peaks(client: Any) -> float:
+    """Restart the high-water RSS of this process (and of ``client``'s workers, if given);
+    returns this process's RSS now, in MB."""
+    _reset_peak()
+    if client is not None:
+        client.run(_reset_peak)
+    return _peak_mb()
+
+
+def peaks(client: Any, before: float) -> dict[str, Any]:
+    """Memory of the call since :func:`reset_peaks`: this process's peak RSS above its RSS
+    ``before`` (MB), and the peak RSS of each of ``client``'s workers (MB), if given."""
+    out: dict[str, Any] = {"here_mb": _peak_mb() - before}
+    if client is not None:
+        out["workers_mb"] = sorted(client.run(_peak_mb).values())
+    return out
+
+
 def cell(preset: str, loss: str, args: argparse.Namespace, client: Any) -> dict[str, Any]:
     """One (preset, loss): the solvers warmed up, then ``args.rounds`` rounds."""
     store = str(store_for(preset, loss, Path(args.data_dir), False))
@@ -161,7 +188,8 @@ def cell(preset: str, loss: str, args: argparse.Namespace, client: Any) -> dict[
             limit = max(args.peer_limit_min, args.peer_limit_factor * dt)
         left_out = name not in ("dl1", "dl1-inproc") and dt > limit
         rec["solvers"][name] = {"warmup_s": dt, "gap": g, "left_out": left_out,
-                                "tol": getattr(solver, "tol", TARGET), "times": []}  # fmt: skip
+                                "tol": getattr(solver, "tol", TARGET), "times": [],
+                                "peaks": []}  # fmt: skip
         if left_out:
             del solvers[name]
         print(f"  {preset}/{loss} warm-up {name:10s} {dt:8.3f} s  gap {g:.1e}"
@@ -171,9 +199,12 @@ def cell(preset: str, loss: str, args: argparse.Namespace, client: Any) -> dict[
         # each round starts one solver later, and each timed call after a pause: no
         # solver always runs right after the same one
         for name in names[r % len(names) :] + names[: r % len(names)]:
+            on = client if name == "dl1" else None
+            before = reset_peaks(on)
             time.sleep(args.settle)
             coef, b, dt = solvers[name].fit(alpha)
             rec["solvers"][name]["times"].append(dt)
+            rec["solvers"][name]["peaks"].append(peaks(on, before))
             if r == args.rounds - 1:
                 rec["solvers"][name]["gap"] = gap(coef, b)
     return rec
@@ -189,8 +220,11 @@ def speed_ups(rec: dict[str, Any], dl1: str) -> list[float]:
     return [min(p["times"][r] for p in peers) / ours[r] for r in range(len(ours))]
 
 
+NAMES = ["dl1", "dl1-inproc", "celer", "skglm", "sklearn", "liblinear", "snapml"]
+
+
 def table(records: list[dict[str, Any]]) -> str:
-    names = ["dl1", "dl1-inproc", "celer", "skglm", "sklearn", "liblinear", "snapml"]
+    names = NAMES
     head = ("| preset | loss | " + " | ".join(names)
             + " | speed-up (cluster) | speed-up (in process) |")  # fmt: skip
     lines = [head, "|" + "---|" * (len(names) + 4)]
@@ -214,6 +248,24 @@ def table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def memory_table(records: list[dict[str, Any]]) -> str:
+    """The largest memory of each solver's timed calls: ``+x``, the growth of this process's
+    RSS during the call (the peers and ``dl1-inproc`` run here, on data loaded beforehand;
+    ``dl1`` holds only the client here); for ``dl1``, its workers' peak RSS after it."""
+    lines = ["| preset | loss | " + " | ".join(NAMES) + " |", "|" + "---|" * (len(NAMES) + 2)]
+    for rec in records:
+        cells = []
+        for n in NAMES:
+            got = (rec["solvers"].get(n) or {}).get("peaks") or []
+            cell = f"+{max(p['here_mb'] for p in got):.0f}" if got else ""
+            if got and "workers_mb" in got[0]:
+                each = np.max([p["workers_mb"] for p in got], axis=0)
+                cell += "; workers " + ", ".join(f"{v:.0f}" for v in each)
+            cells.append(cell)
+        lines.append(f"| {rec['preset']} | {rec['loss']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--presets", nargs="+", default=["small", "short"])
@@ -233,6 +285,8 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the cluster on the way out
+    # the workers cannot import bench_matrix: its functions they run travel by value
+    cloudpickle.register_pickle_by_value(bench_matrix)
     records = []
     with dask_cluster(args.workers) as client:
         for preset in args.presets:
@@ -241,6 +295,9 @@ def main() -> None:
     print("Seconds, medians of", args.rounds, "interleaved rounds; speed-up: median over"
           " rounds of the fastest certified peer's seconds / dl1's (range in brackets)\n")
     print(table(records))
+    print("\nMemory, MB, the largest over the rounds: +x, this process's RSS growth during"
+          " the call; dl1's workers: their peak RSS\n")
+    print(memory_table(records))
     if args.json:
         Path(args.json).write_text(json.dumps({"settings": vars(args), "records": records},
                                               indent=1, default=list))  # fmt: skip
