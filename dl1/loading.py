@@ -410,6 +410,8 @@ def load_blocks(
     if store is not None and len(stored) - 1 < n_partitions:
         col_nnz = store.read("stats/col_nnz", split)
     cb = finer_bounds(stored, n_partitions, col_nnz)
+    if store is not None and ex.transport == "local":
+        return blocks_here(store, split, stored, cb, sw, standardize, center), cb
     K = len(cb) - 1
     dl = Xd.to_delayed()
     tasks = []
@@ -435,6 +437,38 @@ def load_blocks(
         ]
     )
     return ex.compute(tasks, workers=part_of.tolist()), cb
+
+
+def blocks_here(
+    store: Store,
+    split: str,
+    stored: np.ndarray,
+    cb: np.ndarray,
+    sw: np.ndarray,
+    standardize: bool,
+    center: bool,
+) -> list[Block]:
+    """The feature blocks of columns ``cb`` read from ``store`` in this process, as
+    :func:`load_blocks` would compute them, without a task graph: building and running one
+    costs a small in-process fit (or a solve in one piece) as much as the read itself. A
+    stored block cut into pieces is read once, its pieces views of it (together they keep
+    all of it)."""
+    n_row_blocks = len(store.row_bounds(split)) - 1
+    fmt = store.column_format(split)
+    blocks, read, chunks = [], -1, []
+    for j in range(len(cb) - 1):
+        s = int(np.searchsorted(stored, cb[j], side="right") - 1)  # the stored block holding j
+        if s != read:
+            chunks = [store.read_block(split, i, s, fmt) for i in range(n_row_blocks)]
+            read = s
+        pieces = chunks
+        if (cb[j], cb[j + 1]) != (stored[s], stored[s + 1]):
+            lo, hi = int(cb[j] - stored[s]), int(cb[j + 1] - stored[s])
+            pieces = [csc_column_range(c, lo, hi, copy=False) for c in chunks]
+        blocks.append(
+            assemble_block(j, int(cb[j]), sw, standardize, center, *pieces, verified=True)
+        )
+    return blocks
 
 
 def finer_bounds(

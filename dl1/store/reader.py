@@ -553,16 +553,16 @@ def read_block_task(root, split, fmt, i, j, blk, shape, chunk_type):
     return _to_chunk(read_block_arrays(root, split, fmt, i, j, blk, shape), shape, fmt, chunk_type)
 
 
-def csc_column_range(m: Any, lo: int, hi: int) -> sp.csc_matrix:
+def csc_column_range(m: Any, lo: int, hi: int, copy: bool = True) -> sp.csc_matrix:
     """Columns ``[lo, hi)`` of ``m`` (a chunk of any kind, made CSC): one contiguous run of
-    entries, copied as such (SciPy's general slicing takes several times longer), not
-    viewed (a view would keep all of ``m`` alive)."""
+    entries (SciPy's general slicing takes several times longer), copied unless ``copy`` is
+    False (a view keeps all of ``m`` alive: for pieces that together keep all of it)."""
     m = as_csc(m)
     a, b = int(m.indptr[lo]), int(m.indptr[hi])
-    return sp.csc_matrix(
-        (m.data[a:b].copy(), m.indices[a:b].copy(), m.indptr[lo : hi + 1] - a),
-        shape=(m.shape[0], hi - lo),
-    )
+    data, indices = m.data[a:b], m.indices[a:b]
+    if copy:
+        data, indices = data.copy(), indices.copy()
+    return sp.csc_matrix((data, indices, m.indptr[lo : hi + 1] - a), shape=(m.shape[0], hi - lo))
 
 
 def read_columns_task(root, split, fmt, i, j, blk, shape, lo, hi):

@@ -56,3 +56,38 @@ def test_one_block_store_is_shared_by_both_workers_and_fits_right(local_cluster,
     ref = Lasso(alpha=amax / 10, tol=1e-12, max_iter=100_000).fit(X, y)
     np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-6)
     assert res.intercept_ == pytest.approx(ref.intercept_, abs=1e-6)
+
+
+def columns_of(blocks):
+    """The blocks' matrix (dense), column scales and squared norms, in feature order."""
+    dense = np.hstack([sp.csc_matrix((b.data, b.indices, b.indptr), shape=(b.n, b.ncols))
+                       .toarray() for b in blocks])  # fmt: skip
+    scale = np.concatenate([b.col_scale for b in blocks])
+    return dense, scale, np.concatenate([b.col_sqnorm for b in blocks])
+
+
+@pytest.mark.parametrize("n_partitions", [2, 5])
+def test_a_store_read_in_process_gives_the_blocks_its_task_graph_gives(tmp_path, n_partitions):
+    """Pass criterion: in this process a store's blocks are read without a task graph
+    (whole, or as pieces of its stored blocks, each over several row blocks); their columns,
+    scales and norms equal those computed through dask from the store's dask array, at
+    standardisation with sample weights, and the columns are X's."""
+    from dl1.loading import load_blocks, read_inputs
+    from dl1.runtime.executor import LocalExecutor
+
+    X, y = zipf_columns(n=300, p=50)
+    sw = np.random.default_rng(1).uniform(0.5, 2.0, X.shape[0])
+    path = tmp_path / "pieces.zarr"
+    dl1.from_scipy(X, y, path, n_feature_blocks=2, row_block_rows=120)
+    inputs = read_inputs(str(path), None, sw, "squared", "train")
+    assert len(inputs.X.chunks[0]) == 3 and len(inputs.X.chunks[1]) == 2
+    ex = LocalExecutor()
+    args = (inputs.sample_weight, True, True, n_partitions)
+    here, cb = load_blocks(ex, inputs.X, *args, inputs.store, "train")
+    graph, _ = load_blocks(ex, inputs.X, *args, None, "train")  # no store: the dask graph
+    assert len(here) == len(cb) - 1 >= n_partitions
+    assert [b.j for b in here] == list(range(len(here)))
+    got, want = columns_of(here), columns_of(graph)
+    for a, b, name in zip(got, want, ("columns", "scales", "norms"), strict=True):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    np.testing.assert_array_equal(got[0], X.toarray())
