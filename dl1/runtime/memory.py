@@ -37,12 +37,11 @@ async def warm_baseline(dask_worker: Any = None) -> int:
     worker silent for seconds is taken for a stopped one, :mod:`dl1.runtime.watchdog`)."""
     import asyncio
 
-    import psutil
-
     from dl1.runtime.executor import warm_up
+    from dl1.runtime.worker import resident
 
     await asyncio.to_thread(warm_up)
-    rss = psutil.Process().memory_info().rss
+    rss = resident()
     return max(rss - _held_in_memory(dask_worker), 0)
 
 

@@ -102,7 +102,7 @@ def heap_for_solve() -> Iterator[None]:
     with _heap_lock:
         _heap_users += 1
         if _heap_users == 1:
-            _heap_start_rss = _resident()
+            _heap_start_rss = resident()
             lib.mallopt(M_MMAP_THRESHOLD, SOLVE_MMAP_THRESHOLD)
             lib.mallopt(M_TRIM_THRESHOLD, 2 * SOLVE_MMAP_THRESHOLD)
     try:
@@ -114,11 +114,11 @@ def heap_for_solve() -> Iterator[None]:
                 for param, name in ((M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"),
                                     (M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_")):  # fmt: skip
                     lib.mallopt(param, _env_threshold(name))
-                if _resident() > _heap_start_rss + HEAP_KEPT:
+                if resident() > _heap_start_rss + HEAP_KEPT:
                     trim_memory()
 
 
-def _resident() -> int:
+def resident() -> int:
     """This process's resident memory, bytes."""
     import psutil
 
@@ -147,9 +147,6 @@ class MemoryTrimmer:
     def __init__(
         self, limit: float, fraction: float = TRIM_FRACTION, growth: float = TRIM_GROWTH
     ) -> None:
-        import psutil
-
-        self._proc = psutil.Process()
         self.threshold = fraction * limit
         self.growth = growth
         self.floor: float | None = None  # resident memory after the last trim
@@ -158,13 +155,13 @@ class MemoryTrimmer:
         self.seconds = 0.0
 
     def __call__(self) -> None:
-        rss = float(self._proc.memory_info().rss)
+        rss = float(resident())
         if rss < self.threshold or (self.floor is not None and rss < self.floor + self.growth):
             return
         t0 = time.perf_counter()
         trim_memory()
         self.seconds += time.perf_counter() - t0
-        self.floor = float(self._proc.memory_info().rss)
+        self.floor = float(resident())
         self.freed += max(rss - self.floor, 0.0)
         self.trims += 1
 
