@@ -7,7 +7,9 @@ between them. Here every round runs each solver once (each round starting one so
 later, every timed call after a pause of ``--settle`` seconds), so that each round's ratio
 compares runs seconds apart; the speed-up quoted is the median over rounds of (fastest
 certified peer's seconds in the round) / (dl1's seconds in the round), beside each
-solver's median seconds.
+solver's median seconds. The pause matters: after a fit, celer and scikit-learn leave a
+thread of this process spinning for about 0.1 s (their OpenMP or OpenBLAS threads waiting
+for work), which on two cores takes one from whatever runs next.
 
 - ``dl1``: ``dl1.fit`` on a cluster of a real ``dask scheduler`` and ``--workers``
   single-threaded ``dask worker`` processes on 127.0.0.1 (this process holds only the
