@@ -46,7 +46,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -258,26 +258,29 @@ def _expand(arg: Any) -> Any:
 
 
 class Relay:
-    """A solve's callback as it travels to the worker: each call logs its arguments (pickled,
-    a result's coefficients as their nonzeros) as an event of ``topic``; :meth:`bind` gives
-    it the worker first (a call from any thread of the task then reaches it)."""
+    """A solve's callback as it travels to the worker, in shipment ``part`` of a call: each
+    call logs the part, its number (from 0 in each run of the task) and its arguments
+    (pickled, a result's coefficients as their nonzeros) as an event of ``topic``;
+    :meth:`bind` gives it the worker first (a call from any thread of the task then
+    reaches it)."""
 
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
+    def __init__(self, topic: str, part: int = 0) -> None:
+        self.topic, self.part = topic, part
         self.calls = 0
         self._worker: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"topic": self.topic}
+        return {"topic": self.topic, "part": self.part}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["topic"])
+        self.__init__(state["topic"], state["part"])
 
     def bind(self, worker: Any) -> None:
         self._worker = worker
 
     def __call__(self, *args: Any) -> None:
-        msg = pickle.dumps(tuple(_compact(a) for a in args), protocol=5)
+        args = tuple(_compact(a) for a in args)
+        msg = pickle.dumps((self.part, self.calls, args), protocol=5)
         self._worker.log_event(self.topic, msg)
         self.calls += 1
 
@@ -292,21 +295,32 @@ LATE_CALLS_S = 10.0
 class Listener:
     """The calling process's side of a :class:`Relay`: subscribed to a topic of its own
     (unsubscribed when done), it hands each relayed call to ``callback`` in the thread that
-    waits for the task."""
+    waits for the task, once each and in order: a task run again (its worker lost, or its
+    shipment sent again) repeats the calls made so far, which are dropped."""
 
     def __init__(self, client: Any, callback: Callable[..., Any]) -> None:
         self.client, self.callback = client, callback
-        self.relay = Relay(f"dl1-progress-{uuid.uuid4().hex}")
+        self.topic = f"dl1-progress-{uuid.uuid4().hex}"
         self.events: queue.SimpleQueue = queue.SimpleQueue()
-        self.delivered = 0
+        self.next: dict[int, int] = {}  # by part: the number of its next call to hand over
+        self.early: dict[tuple[int, int], tuple] = {}  # calls that came before an earlier one
+
+    def relay(self, part: int) -> Relay:
+        """The callback of shipment ``part``, as it travels."""
+        return Relay(self.topic, part)
+
+    @property
+    def delivered(self) -> int:
+        """The calls handed to the callback."""
+        return sum(self.next.values())
 
     def __enter__(self) -> Listener:
-        self.client.subscribe_topic(self.relay.topic, self.events.put)
+        self.client.subscribe_topic(self.topic, self.events.put)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *_: Any) -> None:
         try:
-            self.client.unsubscribe_topic(self.relay.topic)
+            self.client.unsubscribe_topic(self.topic)
         except Exception:
             if kind is None:  # else the solve's own error (a lost scheduler) says more
                 raise
@@ -340,8 +354,13 @@ class Listener:
         if event is None:  # the tasks ended
             return
         _, msg = event
-        self.delivered += 1
-        self.callback(*(_expand(a) for a in pickle.loads(msg)))
+        part, number, args = pickle.loads(msg)
+        if number >= self.next.setdefault(part, 0):  # else a repeat: dropped
+            self.early[part, number] = args
+        while (part, self.next[part]) in self.early:  # each part's calls in order
+            args = self.early.pop((part, self.next[part]))
+            self.next[part] += 1
+            self.callback(*(_expand(a) for a in args))
 
 
 @dataclass(frozen=True)
@@ -402,33 +421,28 @@ def run_many(
     """
     from distributed.client import FutureCancelledError
 
-    for attempt in range(RESENDS + 1):
-        try:
-            answers = _run_once(ex, shipments, blocks, spread, callback)
-            break
-        except FutureCancelledError:
-            if attempt == RESENDS:
-                raise
+    listener = None if callback is None else Listener(ex.client, callback)
+    with listener or nullcontext():
+        for attempt in range(RESENDS + 1):
+            try:
+                answers = _submitted(ex, shipments, blocks, spread, listener)
+                break
+            except FutureCancelledError:
+                if attempt == RESENDS:
+                    raise
     caught = [c for a in answers for c in a.caught]
     for c in dict.fromkeys(caught):
         warnings.warn(c.message, c.category, stacklevel=4)
     return [a.result for a in answers]
 
 
-def _run_once(ex: Any, shipments: list[Shipment], blocks: list[Any], spread: bool,
-              callback: Callable[..., Any] | None) -> list[Any]:  # fmt: skip
-    if callback is None:
-        return _submitted(ex, shipments, blocks, spread, None)
-    with Listener(ex.client, callback) as listener:
-        relayed = [dataclasses.replace(s, kwargs={**s.kwargs, "callback": listener.relay})
-                   for s in shipments]  # fmt: skip
-        return _submitted(ex, relayed, blocks, spread, listener)
-
-
 def _submitted(ex: Any, shipments: list[Shipment], blocks: list[Any], spread: bool,
                listener: Listener | None) -> list[Any]:  # fmt: skip
     """The answers of ``shipments`` sent as tasks, waited for (with ``listener``'s calls
     delivered meanwhile, if given)."""
+    if listener is not None:
+        shipments = [dataclasses.replace(s, kwargs={**s.kwargs, "callback": listener.relay(k)})
+                     for k, s in enumerate(shipments)]  # fmt: skip
     workers = ex.workers if spread else []
     futures, sent = [], []
     try:

@@ -264,7 +264,9 @@ def test_an_error_in_the_worker_is_raised_here(local_cluster):
 
 def test_a_worker_lost_mid_task_is_survived():
     """The worker running the one piece is killed: the scheduler runs the task again on
-    the other worker (its nanny restarts the first), and the answer is the same."""
+    the other worker (its nanny restarts the first), and the answer is the same; the
+    callback got each alpha once, in order (the second run's repeats of the alphas the
+    first had relayed are dropped)."""
     X, y = _regression(n=3000, p=3000, seed=7)
     kw = dict(n_alphas=60, eps=1e-3, tol=1e-9)
     ref = dl1.path(X, y, client=None, **kw)
@@ -273,28 +275,39 @@ def test_a_worker_lost_mid_task_is_survived():
                      dashboard_address="127.0.0.1:0") as cluster,
         Client(cluster, set_as_default=False) as client,
     ):  # fmt: skip
-        killed = []
+        killed, alphas = [], []
+        relayed = threading.Event()
 
         def kill_the_runner():
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and not killed:
                 busy = [w for w, keys in client.processing().items()
                         if any(str(k).startswith("in_worker") for k in keys)]  # fmt: skip
-                if busy:
-                    time.sleep(0.3)  # inside the solve
+                if busy and relayed.wait(10):  # inside the solve, some alphas relayed
                     killed.append(busy[0])
                     with contextlib.suppress(Exception):  # the worker dies before answering
                         client.run(os._exit, 1, workers=busy[:1])
                 time.sleep(0.05)
 
+        killed_at = []
+
+        def on_alpha(k, *_):
+            alphas.append(k)
+            if k == 2:
+                relayed.set()
+            if killed and not killed_at:
+                killed_at.append(k)
+
         killer = threading.Thread(target=kill_the_runner, daemon=True)
         killer.start()
         with dask.config.set({ONE: True}), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the killed worker's comm
-            res = dl1.path(X, y, client=client, **kw)
+            res = dl1.path(X, y, client=client, callback=on_alpha, **kw)
         killer.join(5)
     assert killed, "the one-piece task was never seen running"
     assert res.converged_.all()
+    assert 0 < killed_at[0] < kw["n_alphas"], killed_at
+    assert alphas == list(range(kw["n_alphas"]))
     np.testing.assert_array_equal(res.coefs_.toarray(), ref.coefs_.toarray())
 
 
