@@ -13,7 +13,9 @@ for work), which on two cores takes one from whatever runs next.
 
 - ``dl1``: ``dl1.fit`` on a cluster of a real ``dask scheduler`` and ``--workers``
   single-threaded ``dask worker`` processes on 127.0.0.1 (this process holds only the
-  client, as a user's would), its store read in every run;
+  client, as a user's would), or with ``--cluster local`` on Dask's ``LocalCluster`` of
+  as many worker processes (its scheduler in this process, as ``bench_matrix.py`` runs
+  dl1), its store read in every run;
 - ``dl1-inproc``: ``dl1.fit(..., client=None)`` in this process under ``dask.config``'s
   scheduler ``sync`` (the client stays connected, unused);
 - the peers (``bench_matrix.Peer``): ``X`` in memory (loading not timed), at the tol that
@@ -100,6 +102,20 @@ def dask_cluster(n_workers: int) -> Iterator[Any]:
                     p.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     p.kill()
+
+
+@contextlib.contextmanager
+def local_cluster(n_workers: int) -> Iterator[Any]:
+    """A client of Dask's ``LocalCluster`` of ``n_workers`` one-thread worker processes on
+    127.0.0.1 (the scheduler in this process), closed on exit."""
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                     host="127.0.0.1", dashboard_address=":0") as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):  # fmt: skip
+        yield client
 
 
 class Dl1:
@@ -276,6 +292,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--ratio", type=float, default=20.0, help="alpha = alpha_max / ratio")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--cluster", choices=["scheduler", "local"], default="scheduler",
+                    help="dl1's cluster: dask scheduler and worker processes, or Dask's "
+                    "LocalCluster")  # fmt: skip
     ap.add_argument("--settle", type=float, default=0.5,
                     help="seconds of pause before each timed call")
     ap.add_argument("--peers", nargs="+", default=sorted({p for ps in PEERS.values() for p in ps}),
@@ -290,7 +309,8 @@ def main() -> None:
     # the workers cannot import bench_matrix: its functions they run travel by value
     cloudpickle.register_pickle_by_value(bench_matrix)
     records = []
-    with dask_cluster(args.workers) as client:
+    start = dask_cluster if args.cluster == "scheduler" else local_cluster
+    with start(args.workers) as client:
         for preset in args.presets:
             for loss in args.losses:
                 records.append(cell(preset, loss, args, client))
