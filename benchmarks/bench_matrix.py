@@ -583,8 +583,8 @@ def certify(rec: dict[str, Any], job: Job, X, y) -> None:
     """Add the check's gaps, ``certified`` and nonzeros to a solver's record."""
     if "error" in rec:
         return
-    if "solutions" not in rec:  # stopped (killed) before a timed run finished
-        rec.update(alphas_done=0, certified=False)
+    if "solutions" not in rec:  # killed inside a timed run: how far it got is not known
+        rec.update(alphas_done=None, certified=False)
         return
     if "gaps" not in rec:
         rec["gaps"] = [
@@ -756,7 +756,10 @@ def _cell(rec: dict[str, Any] | None) -> str:
     if "error" in rec:
         return f"error: {rec['error'][:60]}"
     if rec.get("stopped"):
-        done = f", {rec['alphas_done']}/{rec['n_alphas']} alphas" if rec["kind"] == "path" else ""
+        done = ""
+        if rec["kind"] == "path":
+            n = rec["alphas_done"]
+            done = ", killed inside an alpha" if n is None else f", {n}/{rec['n_alphas']} alphas"
         if rec.get("in_warmup"):
             return f"> {rec['stopped_s']:.3g} s (stopped in its warm-up on 500 rows)"
         return f"> {rec['stopped_s']:.3g} s (stopped{done})"
