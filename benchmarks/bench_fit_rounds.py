@@ -242,13 +242,12 @@ NAMES = ["dl1", "dl1-inproc", "celer", "skglm", "sklearn", "liblinear", "snapml"
 
 
 def table(records: list[dict[str, Any]]) -> str:
-    names = NAMES
-    head = ("| preset | loss | " + " | ".join(names)
+    head = ("| preset | loss | " + " | ".join(NAMES)
             + " | speed-up (cluster) | speed-up (in process) |")  # fmt: skip
-    lines = [head, "|" + "---|" * (len(names) + 4)]
+    lines = [head, "|" + "---|" * (len(NAMES) + 4)]
     for rec in records:
         cells = []
-        for n in names:
+        for n in NAMES:
             s = rec["solvers"].get(n)
             if s is None:
                 cells.append("")

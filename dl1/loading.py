@@ -416,10 +416,10 @@ def load_blocks(
     dl = Xd.to_delayed()
     tasks = []
     for j in range(K):
-        s = int(np.searchsorted(stored, cb[j], side="right") - 1)  # the stored block holding j
+        s, piece = stored_piece(stored, cb, j)
         chunks = dl[:, s].tolist()
-        if (cb[j], cb[j + 1]) != (stored[s], stored[s + 1]):  # a piece of stored block s
-            lo, hi = int(cb[j] - stored[s]), int(cb[j + 1] - stored[s])
+        if piece is not None:
+            lo, hi = piece
             if store is not None and ex.n_workers > 1:  # each piece read where it is kept
                 fmt = store.column_format(split)
                 chunks = [store.column_piece(split, fmt, i, s, lo, hi) for i in range(len(chunks))]
@@ -437,6 +437,17 @@ def load_blocks(
         ]
     )
     return ex.compute(tasks, workers=part_of.tolist()), cb
+
+
+def stored_piece(
+    stored: np.ndarray, cb: np.ndarray, j: int
+) -> tuple[int, tuple[int, int] | None]:
+    """The stored block (of column bounds ``stored``) holding block ``j`` of bounds ``cb``,
+    and ``j``'s columns ``(lo, hi)`` within it; None for a block stored whole."""
+    s = int(np.searchsorted(stored, cb[j], side="right") - 1)
+    if (cb[j], cb[j + 1]) == (stored[s], stored[s + 1]):
+        return s, None
+    return s, (int(cb[j] - stored[s]), int(cb[j + 1] - stored[s]))
 
 
 def blocks_here(
@@ -457,14 +468,13 @@ def blocks_here(
     fmt = store.column_format(split)
     blocks, read, chunks = [], -1, []
     for j in range(len(cb) - 1):
-        s = int(np.searchsorted(stored, cb[j], side="right") - 1)  # the stored block holding j
+        s, piece = stored_piece(stored, cb, j)
         if s != read:
             chunks = [store.read_block(split, i, s, fmt) for i in range(n_row_blocks)]
             read = s
         pieces = chunks
-        if (cb[j], cb[j + 1]) != (stored[s], stored[s + 1]):
-            lo, hi = int(cb[j] - stored[s]), int(cb[j + 1] - stored[s])
-            pieces = [csc_column_range(c, lo, hi, copy=False) for c in chunks]
+        if piece is not None:
+            pieces = [csc_column_range(c, *piece, copy=False) for c in chunks]
         blocks.append(
             assemble_block(j, int(cb[j]), sw, standardize, center, *pieces, verified=True)
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import threading
 import time
@@ -120,9 +121,15 @@ def heap_for_solve() -> Iterator[None]:
 
 def resident() -> int:
     """This process's resident memory, bytes."""
+    return int(_process(os.getpid()).memory_info().rss)
+
+
+@functools.cache
+def _process(pid: int) -> Any:
+    """The ``psutil.Process`` of ``pid``, made once (a forked child asks with its own)."""
     import psutil
 
-    return int(psutil.Process().memory_info().rss)
+    return psutil.Process(pid)
 
 
 def _env_threshold(name: str) -> int:
