@@ -1,6 +1,11 @@
-"""Helpers shared by the tests: random sparse data."""
+"""Helpers shared by the tests: random sparse data, the tasks a cluster ran."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -28,3 +33,34 @@ def store_reads(task_stream) -> int:
 
     return sum(1 for e in task_stream
                if name(e["key"]).startswith(("dl1-train-", "read_columns_task")))  # fmt: skip
+
+
+@dataclass
+class TaskStream:
+    """The task stream records of the tasks a scheduler saw end while a block ran."""
+
+    data: list[dict] = field(default_factory=list)
+
+
+def _records_since(first: int | None, dask_scheduler: Any = None) -> tuple[int, list[dict]]:
+    """On the scheduler: its task stream's record count, and the records from number
+    ``first`` on (none when ``first`` is None)."""
+    plugin = dask_scheduler.plugins["task-stream"]
+    if first is None:
+        return plugin.index, []
+    held = plugin.index - len(plugin.buffer)  # records before these left the buffer
+    return plugin.index, list(plugin.buffer)[max(0, first - held):]
+
+
+@contextlib.contextmanager
+def task_stream(client: Any) -> Iterator[TaskStream]:
+    """The tasks the cluster of ``client`` reported ended while the block ran, by the
+    scheduler's count of records, as recent ``distributed.get_task_stream`` does. The
+    oldest distributed dl1 supports chooses them by the time a task ended, as the worker
+    stamps it (its clock corrected by a heartbeat's estimate of the offset), so a task that
+    ended just before the block could be counted in it."""
+    client.get_task_stream(start=0, stop=0)  # the scheduler's task stream plugin, made
+    first, _ = client.run_on_scheduler(_records_since, None)
+    stream = TaskStream()
+    yield stream
+    _, stream.data = client.run_on_scheduler(_records_since, first)

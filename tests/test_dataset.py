@@ -12,7 +12,7 @@ from sklearn.linear_model import ElasticNet, Lasso
 
 import dl1
 from dl1.errors import ValidationError
-from tests.helpers import random_csr, store_reads
+from tests.helpers import random_csr, store_reads, task_stream
 
 
 def _problem(n=240, p=60, seed=0):
@@ -126,16 +126,14 @@ def small_store(tmp_path_factory):
 
 
 def test_a_handle_reads_each_block_once_for_many_fits(local_cluster, small_store):
-    from distributed import get_task_stream
-
     client = local_cluster
     store = small_store
-    with get_task_stream(client) as loading:
+    with task_stream(client) as loading:
         ds = dl1.persist(store, client=client)
     n_row_blocks = len(store.row_bounds("train")) - 1
     assert store_reads(loading.data) == n_row_blocks * (len(ds.col_bounds) - 1)
     amax = dl1.alpha_max(ds)
-    with get_task_stream(client) as fitting:
+    with task_stream(client) as fitting:
         alphas = amax * np.geomspace(0.5, 0.05, 10)
         fits = [dl1.fit(ds, alpha=a, tol=1e-6) for a in alphas]
         rows = np.arange(0, ds.shape[0], 2)

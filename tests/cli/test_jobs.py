@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.helpers import task_stream
+
 REPO = Path(__file__).resolve().parents[2]
 ENV = {
     **os.environ,
@@ -76,9 +78,7 @@ def test_path_in_one_piece_logs_a_line_per_alpha_while_it_runs(reg, scheduler, l
                                                                 tmp_path):  # fmt: skip
     """Pass: a path solved in one piece (one task on the session's cluster, which the
     command joins) logs each alpha's line while the command runs, as a distributed one."""
-    from distributed import get_task_stream
-
-    with get_task_stream(local_cluster) as ts:
+    with task_stream(local_cluster) as ts:
         stdout, stderr = _path_lines(reg.path, tmp_path / "plots", "--scheduler", scheduler,
                                      one_piece=True)  # fmt: skip
     pieces = [e for e in ts.data if str(e["key"]).startswith("in_worker")]

@@ -17,7 +17,7 @@ from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import dl1
-from tests.helpers import random_csr, store_reads
+from tests.helpers import random_csr, store_reads, task_stream
 
 
 def _regression(n=240, p=50, seed=0):
@@ -154,8 +154,6 @@ def test_cv_on_a_cluster_reads_once_and_runs_folds_side_by_side(
 ):
     """Distributed, each fold's path is coordinated by a thread of its own; in one piece
     (the handle fits a worker), each fold is one task, on both workers at once."""
-    from distributed import get_task_stream
-
     import dl1.paths.cv as cvmod
 
     spans: list[tuple[float, float]] = []
@@ -170,7 +168,7 @@ def test_cv_on_a_cluster_reads_once_and_runs_folds_side_by_side(
         return out
 
     monkeypatch.setattr(cvmod, "fold_scores", timed)
-    with dask.config.set({"dl1.one-piece": one_piece}), get_task_stream(local_cluster) as ts:
+    with dask.config.set({"dl1.one-piece": one_piece}), task_stream(local_cluster) as ts:
         est = dl1.LassoCV(alphas=6, eps=0.05, cv=3, tol=1e-6, client=local_cluster).fit(store)
     assert store_reads(ts.data) == _block_reads(store)  # each stored block (or piece) once
     if one_piece:  # the folds' tasks (and the refit's), as the scheduler ran them
@@ -188,8 +186,6 @@ def test_cv_on_a_cluster_reads_once_and_runs_folds_side_by_side(
 
 
 def test_grid_search_on_a_handle_reads_each_block_once(local_cluster, store, monkeypatch):
-    from distributed import get_task_stream
-
     import dl1.store.reader as reader
 
     local_reads = []  # reads in this process (a dask array computed here would read)
@@ -197,12 +193,12 @@ def test_grid_search_on_a_handle_reads_each_block_once(local_cluster, store, mon
     monkeypatch.setattr(reader, "read_block_arrays",
                         lambda *a, **k: local_reads.append(a) or inner(*a, **k))  # fmt: skip
 
-    with get_task_stream(local_cluster) as loading:
+    with task_stream(local_cluster) as loading:
         ds = dl1.persist(store, client=local_cluster)
     n_read = store_reads(loading.data)
     amax = dl1.alpha_max(ds)
     grid = {"alpha": list(amax * np.geomspace(0.5, 0.02, 10))}
-    with get_task_stream(local_cluster) as searching:
+    with task_stream(local_cluster) as searching:
         search = GridSearchCV(dl1.Lasso(tol=1e-5, client=local_cluster), grid, cv=3).fit(ds)
     assert n_read == _block_reads(store)
     assert store_reads(searching.data) == 0 and not local_reads

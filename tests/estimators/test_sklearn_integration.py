@@ -21,6 +21,7 @@ import dl1
 from dl1.errors import ValidationError
 from dl1.estimators import ElasticNet, Lasso, LinearSVC, LogisticRegression
 from dl1.params import InvalidParameterError
+from tests.helpers import task_stream
 
 
 @pytest.fixture(autouse=True)
@@ -209,10 +210,8 @@ def test_a_client_is_shared_by_clone_and_left_out_of_pickles(local_cluster):
     """Pass: an estimator fitted with client= on a 2-process LocalCluster (tasks ran there)
     equals the in-process fit; clone shares the client; its pickle has no client and
     predicts identically in this process."""
-    from distributed import get_task_stream
-
     X, y = regression(seed=10, sparse=True)
-    with get_task_stream(client=local_cluster) as stream:
+    with task_stream(local_cluster) as stream:
         est = Lasso(0.02, tol=1e-8, client=local_cluster).fit(X, y)
     assert len(stream.data) > 0
     np.testing.assert_array_equal(est.coef_, Lasso(0.02, tol=1e-8).fit(X, y).coef_)

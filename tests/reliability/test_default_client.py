@@ -7,6 +7,7 @@ import pytest
 
 import dl1
 from dl1.estimators import Lasso
+from tests.helpers import task_stream
 
 CALLS = {
     "fit": lambda X, y: dl1.fit(X, y, alpha=0.05),
@@ -27,9 +28,7 @@ def data():
 
 def tasks_run(client, call, X, y) -> int:
     """How many tasks the cluster of ``client`` ran during ``call(X, y)``."""
-    from distributed import get_task_stream
-
-    with get_task_stream(client=client) as stream:
+    with task_stream(client) as stream:
         call(X, y)
     return len(stream.data)
 

@@ -13,11 +13,11 @@ import warnings
 import dask
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster, get_task_stream
+from distributed import Client, LocalCluster
 
 import dl1
 from dl1.errors import ValidationError
-from tests.helpers import random_csr
+from tests.helpers import random_csr, task_stream
 
 ONE = "dl1.one-piece"
 
@@ -43,7 +43,7 @@ def _pieces(stream) -> list[dict]:
 def _solve(client, mode, fn, *args, **kwargs):
     """``fn(*args, client=client, **kwargs)`` with ``dl1.one-piece`` = ``mode``, and the
     one-piece tasks it ran."""
-    with dask.config.set({ONE: mode}), get_task_stream(client) as ts:
+    with dask.config.set({ONE: mode}), task_stream(client) as ts:
         out = fn(*args, client=client, **kwargs)
     return out, _pieces(ts.data)
 
@@ -245,7 +245,7 @@ def test_a_one_piece_task_leaves_the_process_config_to_other_tasks():
     ):  # fmt: skip
         before = client.submit(_config, pure=False).result(timeout=180)
         shipment = Shipment("path", X, {"y": y, "n_alphas": 3, "callback": _hold})
-        with get_task_stream(client) as ts:
+        with task_stream(client) as ts:
             solve = client.submit(in_worker, shipment, [], pure=False)
             seen = client.submit(_probe, pure=False).result(timeout=180)
             answer = solve.result(timeout=180)

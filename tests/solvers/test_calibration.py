@@ -9,7 +9,6 @@ import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from distributed import get_task_stream
 from sklearn.linear_model import Lasso
 
 import dl1
@@ -25,6 +24,7 @@ from dl1.solvers.result import ConvergenceWarning
 from dl1.solvers.sgd import StochasticGradientSolver
 from dl1.tasks.rows import assemble_rows
 from dl1.tasks.stochastic import SGDSettings, SGDTrial, calibration_task, learning_rates
+from tests.helpers import task_stream
 
 SOLVERS = ["sgd", "fobos", "rda", "smidas"]
 
@@ -109,7 +109,7 @@ def test_on_a_cluster_the_calibration_runs_on_the_workers(local_cluster, problem
         kw = dict(alpha=alpha, solver=defaults(solver), tol=1e-12, n_partitions=2)
         with (
             dask.config.set({"dl1.one-piece": False}),
-            get_task_stream(client=local_cluster) as ts,
+            task_stream(local_cluster) as ts,
         ):
             res = fit_quietly(X, y, client=local_cluster, **kw)
         assert res.primal_ <= 1.10 * optimum, solver
