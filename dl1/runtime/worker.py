@@ -89,11 +89,13 @@ def heap_for_solve() -> Iterator[None]:
     then a fresh mapping, zeroed by the kernel and unmapped when freed, which made a solve
     in a worker 1.4-2x slower than in a plain process (``benchmarks/RESULTS.md``). For the
     duration of a solve in one piece (:mod:`dl1.runtime.one_piece`) the thresholds are
-    raised; afterwards they are set back to the environment's values, and the freed heap is
-    returned to the system (:func:`trim_memory`) if the worker then holds more than
-    :data:`HEAP_KEPT` bytes beyond what it held before. Nested or concurrent solves restore
-    when the last ends. Nothing where glibc is absent or where neither variable is set
-    (glibc's own threshold then adapts, and setting any would fix it).
+    raised. Afterwards the mmap threshold is set back to the environment's value and the
+    trim threshold to at least :data:`HEAP_KEPT`, so that glibc keeps that much freed heap
+    for the next solve; the freed heap is returned to the system (:func:`trim_memory`) if
+    the worker then holds more than :data:`HEAP_KEPT` bytes beyond what it held before.
+    Nested or concurrent solves restore when the last ends. Nothing where glibc is absent
+    or where neither variable is set (glibc's own threshold then adapts, and setting any
+    would fix it).
     """
     global _heap_users, _heap_start_rss
     lib = _libc()
@@ -112,9 +114,11 @@ def heap_for_solve() -> Iterator[None]:
         with _heap_lock:
             _heap_users -= 1
             if _heap_users == 0:
-                for param, name in ((M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"),
-                                    (M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_")):  # fmt: skip
-                    lib.mallopt(param, _env_threshold(name))
+                lib.mallopt(M_MMAP_THRESHOLD, _env_threshold("MALLOC_MMAP_THRESHOLD_"))
+                # at the environment's trim threshold glibc would give the heap's freed top
+                # back at the next free, and the next solve would fault its pages in again
+                kept = max(_env_threshold("MALLOC_TRIM_THRESHOLD_"), HEAP_KEPT)
+                lib.mallopt(M_TRIM_THRESHOLD, kept)
                 if resident() > _heap_start_rss + HEAP_KEPT:
                     trim_memory()
 

@@ -186,6 +186,41 @@ def test_a_solve_in_a_worker_takes_its_temporaries_from_the_heap():
     assert out.split() == ["0", "1", "1", "0"]
 
 
+_FAULTS = """
+import resource
+import numpy as np
+from dl1.runtime.worker import heap_for_solve
+
+def solve():  # the page faults of a solve's 8 MiB temporary; its 8 MiB result
+    with heap_for_solve():
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        temporary = np.ones(2**20)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        del temporary
+        return faults, np.ones(2**20)
+
+first, result = solve()
+del result  # freed after the solve, as a task's result and data are
+print(first, solve()[0])
+"""
+
+
+@glibc
+def test_the_next_solve_reuses_the_heap_pages_the_last_one_freed():
+    """With Dask's worker environment, an 8 MiB temporary of a solve faults its pages in;
+    when the solve's result is freed after it, the next solve's temporary of that size
+    reuses them (before: glibc, back at the environment's 64 KiB trim threshold, gave the
+    heap's top back at that free)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": "65536"}
+    out = subprocess.run([sys.executable, "-c", _FAULTS], env=env, capture_output=True,
+                         text=True, check=True, timeout=120).stdout  # fmt: skip
+    first, second = map(int, out.split())
+    assert first >= 4 and second <= first // 4, (first, second)
+
+
 _KEPT = """
 import numpy as np
 import dl1.runtime.worker as w
