@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ from bench_matrix import (
     _load,
     _peak_mb,
     _reset_peak,
+    local_cluster,
     p_zero,
     rel_gap,
     store_for,
@@ -102,20 +104,6 @@ def dask_cluster(n_workers: int) -> Iterator[Any]:
                     p.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     p.kill()
-
-
-@contextlib.contextmanager
-def local_cluster(n_workers: int) -> Iterator[Any]:
-    """A client of Dask's ``LocalCluster`` of ``n_workers`` one-thread worker processes on
-    127.0.0.1 (the scheduler in this process), closed on exit."""
-    from distributed import Client, LocalCluster
-
-    with (
-        LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                     host="127.0.0.1", dashboard_address=":0") as cluster,
-        Client(cluster, set_as_default=False) as client,
-    ):  # fmt: skip
-        yield client
 
 
 class Dl1:
@@ -308,7 +296,8 @@ def main() -> None:
     # the workers cannot import bench_matrix: its functions they run travel by value
     cloudpickle.register_pickle_by_value(bench_matrix)
     records = []
-    start = dask_cluster if args.cluster == "scheduler" else local_cluster
+    local = partial(local_cluster, as_default=False)
+    start = dask_cluster if args.cluster == "scheduler" else local
     with start(args.workers) as client:
         for preset in args.presets:
             for loss in args.losses:

@@ -63,6 +63,7 @@ as markdown tables (times, speed-ups, memory) and written to ``--json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import multiprocessing as mp
@@ -73,6 +74,7 @@ import tempfile
 import time
 import traceback
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -312,19 +314,29 @@ def _dl1_child(jobs: list[Job], mode: str, n_workers: int, q) -> None:
         for k, job in enumerate(jobs):
             _guard(q, k, _dl1_job, job, None)
         return
-    from distributed import Client, LocalCluster
-
     import dl1
 
-    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", dashboard_address=":0")  # fmt: skip
-    client = Client(cluster)
-    try:
+    with local_cluster(n_workers) as client:
         dl1.runtime.executor.DistributedExecutor(client)  # workers' numba warm-up
         for k, job in enumerate(jobs):
             _guard(q, k, _dl1_job, job, client)
+
+
+@contextlib.contextmanager
+def local_cluster(n_workers: int, *, as_default: bool = True) -> Iterator[Any]:
+    """A client of Dask's ``LocalCluster`` of ``n_workers`` one-thread worker processes on
+    127.0.0.1 (the scheduler in this process), as a user would start it; the default
+    client unless ``as_default`` is False. Closed on exit, leniently: on a busy machine
+    the nannies may time out closing, after the results were sent."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                           host="127.0.0.1", dashboard_address=":0")  # fmt: skip
+    client = Client(cluster, set_as_default=as_default)
+    try:
+        yield client
     finally:
-        try:  # on a busy machine the nannies may time out closing: the results are sent
+        try:
             client.close()
             cluster.close(timeout=60)
         except Exception:
