@@ -410,7 +410,7 @@ def load_blocks(
     if store is not None and len(stored) - 1 < n_partitions:
         col_nnz = store.read("stats/col_nnz", split)
     cb = finer_bounds(stored, n_partitions, col_nnz)
-    if store is not None and ex.transport == "local":
+    if store is not None and ex.in_process:
         return blocks_here(store, split, stored, cb, sw, standardize, center), cb
     K = len(cb) - 1
     dl = Xd.to_delayed()

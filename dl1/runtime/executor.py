@@ -48,6 +48,7 @@ class Executor(Protocol):
 
     n_workers: int
     transport: str  # "local", "tasks" or "direct": how the last round's steps travelled
+    in_process: bool  # whether the steps run in this process (blocks may be read here)
 
     def submit(self, fn: Callable, *args: Any) -> Any: ...
     def submit_to(self, part: int, fn: Callable, *args: Any) -> Any: ...
@@ -170,6 +171,7 @@ class LocalExecutor:
 
     n_workers = 1
     transport = "local"
+    in_process = True
 
     def __init__(self) -> None:
         warm_up()
@@ -220,6 +222,7 @@ class DistributedExecutor:
     """
 
     transport = "tasks"
+    in_process = False
 
     def __init__(self, client: Any) -> None:
         self.client = client

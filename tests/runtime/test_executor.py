@@ -19,6 +19,7 @@ def test_every_executor_implements_the_protocol(local_cluster):
         for ex, transport in ((local, "local"), (tasks, "tasks"), (direct, "direct")):
             assert isinstance(ex, Executor), type(ex)
             assert ex.transport == transport
+            assert ex.in_process is (ex is local)
             assert ex.n_workers == (1 if ex is local else 2)
         assert local.submit_pass() is None and tasks.submit_then_scan() is None
     finally:
