@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 # -- batching intervals -----------------------------------------------------------------------
@@ -22,6 +24,80 @@ from typing import Any
 #: Seconds between batched messages while a fit runs (Dask: 10 ms client to scheduler, 5 ms
 #: scheduler to worker, 2 ms worker to scheduler).
 LOW_LATENCY_INTERVAL = 0.0005
+
+
+@dataclass
+class _Shortened:
+    """A client's stream while shortened: the interval Dask gave it, and how many users
+    hold it shortened (a solve's :class:`LowLatency` and :func:`client_low_latency` may
+    overlap)."""
+
+    comm: Any
+    dask_interval: float
+    users: int = 0
+
+
+#: The client streams shortened now, by ``id(client)``.
+_CLIENT_HELD: dict[int, _Shortened] = {}
+_client_lock = threading.Lock()
+
+
+def _shorten_client(client: Any, interval: float) -> bool:
+    """Shorten ``client``'s batched-send interval to the scheduler (counted: the last of
+    overlapping users restores Dask's); whether its stream has one."""
+    comm = getattr(client, "scheduler_comm", None)
+    if comm is None or not hasattr(comm, "interval"):
+        return False
+    with _client_lock:
+        held = _CLIENT_HELD.setdefault(id(client), _Shortened(comm, comm.interval))
+        held.users += 1
+        comm.interval = min(interval, comm.interval)
+    return True
+
+
+def _restore_client(client: Any) -> None:
+    """Undo one :func:`_shorten_client` of ``client``."""
+    with _client_lock:
+        held = _CLIENT_HELD.get(id(client))
+        if held is None:
+            return
+        held.users -= 1
+        if held.users == 0:
+            del _CLIENT_HELD[id(client)]
+            held.comm.interval = held.dask_interval
+
+
+def held_short(client: Any) -> bool:
+    """Whether dl1 holds ``client``'s stream shortened now (a solve, or the linger after
+    one in one piece)."""
+    with _client_lock:
+        return id(client) in _CLIENT_HELD
+
+
+#: Seconds a client's stream stays shortened after a solve in one piece: the release of the
+#: solve's futures, which the client's event loop sends after the solve has returned,
+#: leaves at once too, and a fit that follows within it (a search's next) finds the stream
+#: still short.
+CLIENT_LINGER_S = 0.05
+
+
+@contextlib.contextmanager
+def client_low_latency(client: Any) -> Iterator[None]:
+    """The client's batching interval shortened while a solve in one piece is sent and
+    answered, and :data:`CLIENT_LINGER_S` after: its messages (the task, then the release
+    of its futures) leave at once, and the next fit's task is not held behind the last
+    one's release for up to Dask's 10 ms. Only the client's own stream changes: no call to
+    the scheduler or the workers."""
+    shortened = _shorten_client(client, LOW_LATENCY_INTERVAL)
+    try:
+        yield
+    finally:
+        if shortened:
+            loop = client.loop
+            try:  # the restore runs on the client's loop, after the releases it has queued
+                loop.add_callback(loop.call_later, CLIENT_LINGER_S, _restore_client, client)
+            except RuntimeError:  # the loop is closed (the client with it): at once
+                _restore_client(client)
 
 
 def _scheduler_interval(interval: float, dask_scheduler: Any = None) -> float | None:
@@ -80,10 +156,9 @@ class LowLatency:
             return
         self.saved = saved = {}
         client, interval = self.client, self.interval
-        comm = getattr(client, "scheduler_comm", None)
         try:
-            if comm is not None and hasattr(comm, "interval"):
-                saved["client"], comm.interval = comm.interval, interval
+            if _shorten_client(client, interval):
+                saved["client"] = True
             on_scheduler = client.run_on_scheduler(_scheduler_interval, interval,
                                                    asynchronous=True)  # fmt: skip
             saved["scheduler"] = bounded(client, on_scheduler, INTERVAL_CALL_S)
@@ -102,8 +177,8 @@ class LowLatency:
         if not saved:
             return
         with contextlib.suppress(Exception):
-            if "client" in saved:
-                client.scheduler_comm.interval = saved["client"]
+            if saved.get("client"):
+                _restore_client(client)
             if client.status == "running" and saved.get("scheduler") is not None:
                 old = client.run_on_scheduler(
                     _scheduler_interval, saved["scheduler"], asynchronous=True

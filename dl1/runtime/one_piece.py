@@ -56,6 +56,7 @@ import scipy.sparse as sp
 from dask.utils import parse_bytes
 
 from dl1.errors import ValidationError
+from dl1.runtime.dask_workarounds import client_low_latency
 
 ONE_PIECE_KEY = "dl1.one-piece"
 FRACTION_KEY = "dl1.one-piece-fraction"
@@ -422,7 +423,7 @@ def run_many(
     from distributed.client import FutureCancelledError
 
     listener = None if callback is None else Listener(ex.client, callback)
-    with listener or nullcontext():
+    with client_low_latency(ex.client), listener or nullcontext():
         for attempt in range(RESENDS + 1):
             try:
                 answers = _submitted(ex, shipments, blocks, spread, listener)

@@ -186,6 +186,46 @@ def test_a_callback_gets_each_round_and_alpha_here_while_one_piece_runs(local_cl
     assert [e["gap"] for e in entries] == [h["gap"] for h in fit.history_]
 
 
+def _released(client, bound: float = 10.0) -> bool:
+    """Whether dl1 lets go of ``client``'s batching interval within ``bound`` seconds."""
+    from dl1.runtime.dask_workarounds import held_short
+
+    deadline = time.monotonic() + bound
+    while held_short(client) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not held_short(client)
+
+
+def test_the_clients_batching_is_short_while_a_solve_in_one_piece_runs(local_cluster):
+    """Pass: while a fit runs in one piece (seen from its callback, which runs here) the
+    client's stream to the scheduler batches at dl1's short interval, so the task and the
+    release of its futures (sent by the client's loop once the fit has returned) leave at
+    once; Dask's interval is back soon after, also when the shortening overlaps a solve's
+    ``low_latency`` (the last of the two restores it)."""
+    from dl1.runtime.dask_workarounds import LOW_LATENCY_INTERVAL, low_latency
+
+    X, y = _regression()
+    comm = local_cluster.scheduler_comm
+
+    def restored() -> bool:
+        return _released(local_cluster) and comm.interval == dask_interval
+
+    assert _released(local_cluster)  # an earlier test's fit let go of it
+    dask_interval = comm.interval
+    assert dask_interval > LOW_LATENCY_INTERVAL
+
+    seen: list[float] = []
+    _solve(local_cluster, True, dl1.fit, X, y, alpha=0.01, tol=1e-8,
+           callback=lambda _: seen.append(comm.interval))  # fmt: skip
+    assert seen and set(seen) == {LOW_LATENCY_INTERVAL}
+    assert restored()
+    with low_latency(local_cluster):
+        _solve(local_cluster, True, dl1.fit, X, y, alpha=0.01, tol=1e-8)
+        time.sleep(0.2)
+        assert comm.interval == LOW_LATENCY_INTERVAL  # the outer user still holds it
+    assert restored()
+
+
 def test_an_error_of_the_callback_ends_the_solve_in_one_piece(local_cluster):
     X, y = _regression()
 
