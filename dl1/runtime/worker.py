@@ -81,7 +81,7 @@ _heap_start_rss = 0
 
 @contextlib.contextmanager
 def heap_for_solve() -> Iterator[None]:
-    """Serve a whole solve's allocations from glibc's heap, then give the heap back.
+    """Serve a whole solve's allocations from glibc's heap, and keep some of it for the next.
 
     Dask starts workers with ``MALLOC_TRIM_THRESHOLD_`` (and dl1's with
     ``MALLOC_MMAP_THRESHOLD_``) set, which fixes glibc's mmap threshold at 64-128 KiB: every
@@ -100,7 +100,7 @@ def heap_for_solve() -> Iterator[None]:
     global _heap_users, _heap_start_rss
     lib = _libc()
     if lib is None or not hasattr(lib, "mallopt") or not _THRESHOLD_VARS & set(os.environ):
-        yield  # glibc's dynamic threshold (no variable set) already serves a solve well
+        yield  # glibc's dynamic thresholds (no variable set), which setting one would end
         return
     with _heap_lock:
         _heap_users += 1
