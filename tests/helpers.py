@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,3 +65,14 @@ def task_stream(client: Any) -> Iterator[TaskStream]:
     stream = TaskStream()
     yield stream
     _, stream.data = client.run_on_scheduler(_records_since, first)
+
+
+def released_batching(client: Any, bound: float = 10.0) -> bool:
+    """Whether dl1 lets go of ``client``'s batching interval within ``bound`` seconds (a fit
+    in one piece holds it a moment after it returns)."""
+    from dl1.runtime.dask_workarounds import held_short
+
+    deadline = time.monotonic() + bound
+    while held_short(client) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not held_short(client)

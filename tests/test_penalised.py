@@ -517,11 +517,10 @@ def _intervals(client):
 
 
 def test_low_latency_sets_and_restores_dask_batching_intervals(local_cluster):
-    from dl1.runtime.dask_workarounds import LOW_LATENCY_INTERVAL, held_short, low_latency
+    from dl1.runtime.dask_workarounds import LOW_LATENCY_INTERVAL, low_latency
+    from tests.helpers import released_batching
 
-    deadline = time.monotonic() + 10  # an earlier test's fit in one piece lets go of it
-    while held_short(local_cluster) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert released_batching(local_cluster)  # an earlier test's fit in one piece let go
     before = _intervals(local_cluster)
     assert before[0] != LOW_LATENCY_INTERVAL  # Dask's defaults (ms), not ours
     seen = []

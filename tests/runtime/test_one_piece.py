@@ -17,7 +17,7 @@ from distributed import Client, LocalCluster
 
 import dl1
 from dl1.errors import ValidationError
-from tests.helpers import random_csr, task_stream
+from tests.helpers import random_csr, released_batching, task_stream
 
 ONE = "dl1.one-piece"
 
@@ -186,16 +186,6 @@ def test_a_callback_gets_each_round_and_alpha_here_while_one_piece_runs(local_cl
     assert [e["gap"] for e in entries] == [h["gap"] for h in fit.history_]
 
 
-def _released(client, bound: float = 10.0) -> bool:
-    """Whether dl1 lets go of ``client``'s batching interval within ``bound`` seconds."""
-    from dl1.runtime.dask_workarounds import held_short
-
-    deadline = time.monotonic() + bound
-    while held_short(client) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return not held_short(client)
-
-
 def test_the_clients_batching_is_short_while_a_solve_in_one_piece_runs(local_cluster):
     """Pass: while a fit runs in one piece (seen from its callback, which runs here) the
     client's stream to the scheduler batches at dl1's short interval, so the task and the
@@ -208,9 +198,9 @@ def test_the_clients_batching_is_short_while_a_solve_in_one_piece_runs(local_clu
     comm = local_cluster.scheduler_comm
 
     def restored() -> bool:
-        return _released(local_cluster) and comm.interval == dask_interval
+        return released_batching(local_cluster) and comm.interval == dask_interval
 
-    assert _released(local_cluster)  # an earlier test's fit let go of it
+    assert released_batching(local_cluster)  # an earlier test's fit let go of it
     dask_interval = comm.interval
     assert dask_interval > LOW_LATENCY_INTERVAL
 
