@@ -104,3 +104,58 @@ def violation_scores(c, threshold, cols, col_sqnorm, support):  # pragma: no cov
         else:
             c[t] = e
     return absmax, excess + part
+
+
+@njit(nogil=True, cache=True)
+def _ranks_before(score, a, b):  # pragma: no cover - compiled
+    """Whether position ``a`` ranks before ``b``: a higher score, ties to the lower position."""
+    return score[a] > score[b] or (score[a] == score[b] and a < b)
+
+
+@njit(nogil=True, cache=True)
+def _sift_down(heap, size, i, score):  # pragma: no cover - compiled
+    """Restore the heap below ``i``: every parent ranks after its children (the root last)."""
+    while True:
+        worst = i
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < size and _ranks_before(score, heap[worst], heap[child]):
+                worst = child
+        if worst == i:
+            return
+        heap[i], heap[worst] = heap[worst], heap[i]
+        i = worst
+
+
+@njit(nogil=True, cache=True)
+def top_scores(score, k):  # pragma: no cover - compiled
+    """Positions of the ``k`` best finite scores, best first (ties to the lower position).
+
+    A heap of the ``k`` best so far, its worst at the root: most scores lose to the root in
+    one comparison, so a block of ``m`` columns costs ``O(m)`` plus ``O(log k)`` per score
+    that joins, where a partial sort of all ``m`` moves them all. ``-inf`` (the support,
+    empty columns) and NaN never join.
+    """
+    k = min(k, score.shape[0])
+    heap = np.empty(k, dtype=np.int64)
+    size = 0
+    for t in range(score.shape[0]):
+        if not score[t] > -np.inf:
+            continue
+        if size < k:  # sift up
+            i = size
+            heap[i] = t
+            size += 1
+            while i > 0 and _ranks_before(score, heap[(i - 1) // 2], heap[i]):
+                p = (i - 1) // 2
+                heap[i], heap[p] = heap[p], heap[i]
+                i = p
+        elif size and _ranks_before(score, t, heap[0]):
+            heap[0] = t
+            _sift_down(heap, size, 0, score)
+    out = np.empty(size, dtype=np.int64)
+    for r in range(size - 1, -1, -1):  # pop the worst into the last free place
+        out[r] = heap[0]
+        size -= 1
+        heap[0] = heap[size]
+        _sift_down(heap, size, 0, score)
+    return out

@@ -175,7 +175,7 @@ def scan_task(
     (unweighted) column norm of the block (-1 otherwise, or for a block not read). Only these
     few numbers travel.
     """
-    from dl1.kernels.screen import csc_scan_screen, violation_scores
+    from dl1.kernels.screen import csc_scan_screen, top_scores, violation_scores
 
     t0 = time.perf_counter()
     out = []
@@ -227,12 +227,7 @@ def scan_task(
         # c becomes the scores: violations, -inf for the support and empty columns
         absmax, excess = violation_scores(c, threshold, visit, b.col_sqnorm, idx)
         score = c
-        kk = min(n_candidates, visit.shape[0])
-        if kk:
-            top = np.argpartition(score, score.shape[0] - kk)[score.shape[0] - kk :]
-            top = top[score[top] > -np.inf]
-        else:
-            top = np.zeros(0, dtype=np.int64)
+        top = top_scores(score, n_candidates)
         out.append(
             BlockScan(
                 GapStats(absmax, excess),
