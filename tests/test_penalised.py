@@ -533,9 +533,13 @@ def test_low_latency_sets_and_restores_dask_batching_intervals(local_cluster):
         seen.append(_intervals(local_cluster))
     want = (LOW_LATENCY_INTERVAL, [LOW_LATENCY_INTERVAL], [LOW_LATENCY_INTERVAL])
     assert seen == [want, want]
+    # the scheduler's and the workers' at once; the client's after the fit's releases
+    assert _intervals(local_cluster)[1:] == before[1:]
+    assert released_batching(local_cluster)
     assert _intervals(local_cluster) == before
     # and dl1.fit sets them for its own duration only
     dl1.fit(as_dask(X, 2), y, alpha=0.01, tol=1e-8, client=local_cluster)
+    assert released_batching(local_cluster)
     assert _intervals(local_cluster) == before
 
 

@@ -74,10 +74,10 @@ def held_short(client: Any) -> bool:
         return id(client) in _CLIENT_HELD
 
 
-#: Seconds a client's stream stays shortened after a solve in one piece: the release of the
-#: solve's futures, which the client's event loop sends after the solve has returned,
-#: leaves at once too, and a fit that follows within it (a search's next) finds the stream
-#: still short.
+#: Seconds a client's stream stays shortened after a solve: the release of the solve's
+#: futures, which the client's event loop sends after the solve has returned, leaves at
+#: once too, and a fit that follows within it (a search's next) finds the stream still
+#: short.
 CLIENT_LINGER_S = 0.05
 
 
@@ -93,11 +93,18 @@ def client_low_latency(client: Any) -> Iterator[None]:
         yield
     finally:
         if shortened:
-            loop = client.loop
-            try:  # the restore runs on the client's loop, after the releases it has queued
-                loop.add_callback(loop.call_later, CLIENT_LINGER_S, _restore_client, client)
-            except RuntimeError:  # the loop is closed (the client with it): at once
-                _restore_client(client)
+            _restore_client_later(client)
+
+
+def _restore_client_later(client: Any) -> None:
+    """Undo one :func:`_shorten_client` of ``client`` :data:`CLIENT_LINGER_S` from now, on
+    the client's loop: after the releases of the solve's futures that the loop has queued
+    (at once if the loop is closed, and the client with it)."""
+    loop = client.loop
+    try:
+        loop.add_callback(loop.call_later, CLIENT_LINGER_S, _restore_client, client)
+    except RuntimeError:
+        _restore_client(client)
 
 
 def _scheduler_interval(interval: float, dask_scheduler: Any = None) -> float | None:
@@ -141,7 +148,9 @@ class LowLatency:
     round trip on a small cluster. The intervals are restored on the workers the scheduler
     still lists (Dask's broadcast to a lost one waits out its connect timeout, 30 s); each
     change is bounded by :data:`INTERVAL_CALL_S`, and a cluster refusing one runs as it is
-    (an optimisation only). Where a Dask version lacks the intervals, nothing changes.
+    (an optimisation only). The client's own interval comes back
+    :data:`CLIENT_LINGER_S` later, so that the release of the solve's futures leaves at
+    once too. Where a Dask version lacks the intervals, nothing changes.
     """
 
     def __init__(self, client: Any, interval: float = LOW_LATENCY_INTERVAL) -> None:
@@ -178,7 +187,7 @@ class LowLatency:
             return
         with contextlib.suppress(Exception):
             if saved.get("client"):
-                _restore_client(client)
+                _restore_client_later(client)
             if client.status == "running" and saved.get("scheduler") is not None:
                 old = client.run_on_scheduler(
                     _scheduler_interval, saved["scheduler"], asynchronous=True
