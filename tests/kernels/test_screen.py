@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dl1.kernels.screen import top_scores, violation_scores
+from dl1.kernels.screen import top_scores, top_scores_heap, violation_scores
 
 
 @pytest.mark.parametrize("m", [0, 1, 1023, 1024, 5000])
@@ -28,9 +28,10 @@ def test_violation_scores_match_numpy(m):
     np.testing.assert_allclose(excess, np.square(ex[ex > 0]).sum(), rtol=1e-13)
 
 
+@pytest.mark.parametrize("select", [top_scores, top_scores_heap])
 @pytest.mark.parametrize("m", [0, 1, 5, 1000, 20000])
 @pytest.mark.parametrize("k", [0, 1, 7, 128, 30000])
-def test_top_scores_match_a_numpy_sort(m, k):
+def test_top_scores_match_a_numpy_sort(select, m, k):
     rng = np.random.default_rng(m + k)
     # rounded, so that ties are common; -inf and NaN never join
     score = np.round(rng.standard_normal(m), 1)
@@ -38,10 +39,11 @@ def test_top_scores_match_a_numpy_sort(m, k):
     score[rng.random(m) < 0.01] = np.nan
     ok = np.flatnonzero(score > -np.inf)
     want = ok[np.lexsort((ok, -score[ok]))][:k]
-    np.testing.assert_array_equal(top_scores(score, k), want)
+    np.testing.assert_array_equal(select(score, k), want)
 
 
-def test_top_scores_keep_the_best_when_scores_rise():
+@pytest.mark.parametrize("select", [top_scores, top_scores_heap])
+def test_top_scores_keep_the_best_when_scores_rise(select):
     # every score joins the heap and pushes the worst out: the sift-down's worst case
     score = np.arange(1000.0)
-    np.testing.assert_array_equal(top_scores(score, 10), np.arange(999, 989, -1))
+    np.testing.assert_array_equal(select(score, 10), np.arange(999, 989, -1))
