@@ -193,7 +193,7 @@ class CoordinateDescentSolver:
             "seconds": time.perf_counter() - t_start,
         }
         if results is not None:
-            kern = max(res.info["kernel_s"] for res in results)
+            kern = max(res.kernel_s for res in results)
             entry.update(wall_s=wall, kernel_s=kern, busy_s=kern)
             entry["overhead_fraction"] = max(0.0, 1.0 - kern / wall) if wall > 0 else 0.0
         if self.verbose:

@@ -37,6 +37,7 @@ from dl1.kernels.linalg import csc_matvec, csc_xt_theta_stats
 from dl1.kernels.margins import NO_WEIGHTS as NO_U
 from dl1.kernels.margins import balance, move_along
 from dl1.objective.gap import dual_from_stats
+from dl1.solvers.records import SubproblemInfo
 
 #: Armijo's constant of the line search.
 ARMIJO = 1e-4
@@ -133,8 +134,8 @@ def prox_newton(
         The change of ``X w + b``.
     db : float
         The change of the intercept.
-    info : dict
-        ``epochs``, ``newton`` (steps taken), ``gap`` (the last restricted gap).
+    info : SubproblemInfo
+        The epochs, the last restricted gap, the kernel seconds and the Newton steps taken.
     """
     t0 = time.perf_counter()
     n, m = y.shape[0], w.shape[0]
@@ -184,9 +185,7 @@ def prox_newton(
         datafit.grad_hess(y, z, sw, g, h)
         gap = _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, u)
     np.subtract(z, z_start, out=z)
-    info = {"epochs": epochs, "newton": steps, "gap": float(gap),
-            "kernel_s": time.perf_counter() - t0}  # fmt: skip
-    return w, z, db_total, info
+    return w, z, db_total, SubproblemInfo(epochs, float(gap), time.perf_counter() - t0, steps)
 
 
 def minimise_model(

@@ -68,35 +68,46 @@ class PartitionScan(NamedTuple):
 class RoundOutput(NamedTuple):
     """A partition's CoCoA+ round (:func:`dl1.tasks.fw.round_task`): the new nonzero
     coefficients of each block as (local ids, values), ``u = X_part dw``, the gap
-    statistics at the start point (None when not asked) and timing information."""
+    statistics at the start point (None when not asked) and the seconds its kernels took."""
 
     coef: list[tuple[np.ndarray, np.ndarray]]
     u: np.ndarray
     stats: list[GapStats] | None
-    info: dict[str, Any]
+    kernel_s: float
 
 
 class SpreadRoundOutput(NamedTuple):
     """A partition's CoCoA+ round of a spread working-set subproblem
     (:func:`dl1.tasks.spread.ws_round_task`): new coefficients of each group's live
-    columns, ``u``, the intercept shift, the restricted gap statistics and timing."""
+    columns, ``u``, the intercept shift, the restricted gap statistics and the seconds its
+    kernels took."""
 
     coef: list[np.ndarray]
     u: np.ndarray
     shift: float
     stats: GapStats
-    info: dict[str, Any]
+    kernel_s: float
+
+
+class SubproblemInfo(NamedTuple):
+    """How a working-set subproblem went: its epochs, its restricted duality gap, the
+    seconds its kernels took and, for proximal Newton, its Newton steps (None for the
+    methods that take none)."""
+
+    epochs: int
+    gap: float
+    kernel_s: float
+    newton_steps: int | None = None
 
 
 class SubproblemOutput(NamedTuple):
     """A gathered working-set subproblem's answer: the working set's new coefficients, the
-    change of ``X w + b``, the change of the intercept, and information (epochs, gap,
-    kernel seconds)."""
+    change of ``X w + b``, the change of the intercept, and how it went."""
 
     w_ws: np.ndarray
     dz: np.ndarray
     db: float
-    info: dict[str, Any]
+    info: SubproblemInfo
 
 
 class SubproblemCall(NamedTuple):

@@ -148,8 +148,9 @@ class GatheredGram:
         run.w[ws] = out.w_ws
         run.z += out.dz
         b = run.b + out.db
-        counts = {"newton_steps": out.info["newton"]} if "newton" in out.info else {}
-        return SubproblemReport(b, out.info["epochs"], out.info["kernel_s"], counts, next_scan)
+        info = out.info
+        counts = {} if info.newton_steps is None else {"newton_steps": info.newton_steps}
+        return SubproblemReport(b, info.epochs, info.kernel_s, counts, next_scan)
 
 
 @dataclass(frozen=True)
@@ -267,7 +268,7 @@ class SpreadCocoa:
                     for i, (q, grp) in enumerate(plan)
                 ]
             )  # fmt: skip
-            kern += max(res.info["kernel_s"] for res in results)
+            kern += max(res.kernel_s for res in results)
             absmax = max(res.stats.absmax for res in results)
             excess = float(sum(res.stats.excess for res in results))
             _, _, gap = duality_gap_from_stats(

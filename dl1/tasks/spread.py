@@ -52,7 +52,7 @@ def ws_round_task(
     u : ndarray (n,), the partition's change of ``X w`` (without the shift).
     shift : float, the partition's intercept change (0.0 without ``col_sums``).
     stats : (max |c_j|, sum_j (|c_j| - threshold)_+^2) over the live columns.
-    info : dict with kernel seconds.
+    kernel_s : float, the seconds the round took.
     """
     from dl1.kernels.screen import csc_scan_screen
 
@@ -103,9 +103,9 @@ def ws_round_task(
                 NO_SHIFT if col_sums is None else shift,
             )
     w_new = [w[np.asarray(k, dtype=np.int64)] for w, k in zip(ws, keeps, strict=True)]
-    info = {"kernel_s": time.perf_counter() - t0}
     shift_b = 0.0 if col_sums is None else float(shift[0])
-    return SpreadRoundOutput(w_new, u, shift_b, GapStats(absmax, excess), info)
+    kernel_s = time.perf_counter() - t0
+    return SpreadRoundOutput(w_new, u, shift_b, GapStats(absmax, excess), kernel_s)
 
 
 # --- the working-set subproblem on a Gram matrix formed across partitions -----------------

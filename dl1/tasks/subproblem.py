@@ -12,10 +12,7 @@ import numpy as np
 from dl1.kernels.cd import cd_block_epochs
 from dl1.kernels.linalg import csc_xt_theta_stats
 from dl1.solvers.prox_newton import Columns, prox_newton
-from dl1.solvers.records import (
-    ColumnGroup,
-    SubproblemOutput,
-)
+from dl1.solvers.records import ColumnGroup, SubproblemInfo, SubproblemOutput
 from dl1.tasks.blocks import NO_PROFILE
 from dl1.tasks.columns import col_sums, gather_columns
 from dl1.tasks.gram import (
@@ -114,7 +111,7 @@ def subproblem_task(
     w_ws : the new coefficients of the working set.
     dz : ndarray (n,), change of ``X w + b``.
     db : float, change of the intercept.
-    info : dict (epochs, restricted gap, kernel seconds).
+    info : SubproblemInfo (epochs, restricted gap, kernel seconds).
     """
 
     t0 = time.perf_counter()
@@ -154,15 +151,13 @@ def subproblem_task(
             ws,
             settings.gram_key,
         )
-        info["kernel_s"] += extract_s
-        return SubproblemOutput(w, dz, db, info)
+        return SubproblemOutput(w, dz, db, info._replace(kernel_s=info.kernel_s + extract_s))
     if settings.method != "cd" and hasattr(datafit, "grad_hess"):
         w, dz, db, info = prox_newton(
             Columns(indptr, indices, data, scale, sqn), w, y, z0, sample_weight, datafit,
             penalty, fit_intercept, target_gap, max_epochs,
         )  # fmt: skip
-        info["kernel_s"] += extract_s
-        return SubproblemOutput(w, dz, db, info)
+        return SubproblemOutput(w, dz, db, info._replace(kernel_s=info.kernel_s + extract_s))
     cols = Columns(indptr, indices, data, scale, sqn)
     return column_cd(cols, w, y, z0, z, s, sample_weight, settings, t0, extract_s)
 
@@ -251,7 +246,7 @@ def column_cd(
                 hist, w, db_total, z, y, s, datafit, penalty, indptr, indices, data, scale
             )
             hist = []
-    info = {"epochs": epochs, "gap": float(gap), "kernel_s": time.perf_counter() - t0 + extract_s}
+    info = SubproblemInfo(epochs, float(gap), time.perf_counter() - t0 + extract_s)
     return SubproblemOutput(w, z - z0, db_total, info)
 
 
@@ -374,5 +369,4 @@ def solve_on_gram(
             max_epochs - epochs, anderson, hist,
         )  # fmt: skip
         epochs += done
-    info = {"epochs": epochs, "gap": float(gap), "kernel_s": time.perf_counter() - t0}
-    return w, zc - z, db_total, info
+    return w, zc - z, db_total, SubproblemInfo(epochs, float(gap), time.perf_counter() - t0)

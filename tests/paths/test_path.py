@@ -172,11 +172,19 @@ def _gram_cache_size() -> int:
     return len(GRAM_CACHE)
 
 
+def _clear_gram_cache() -> None:
+    from dl1.tasks.gram import GRAM_CACHE
+
+    GRAM_CACHE.clear()
+
+
 def test_workers_forget_gram_matrices_after_fit_and_path(local_cluster, monkeypatch):
     """The working-set Gram matrices the workers keep between rounds are dropped when the
     fit or path ends (a long-lived worker does not keep hundreds of MiB per past solve)."""
     from dl1.tasks import subproblem
 
+    # earlier tests' solves run without an entry point (tests.solving.solve_ws) leave theirs
+    local_cluster.run(_clear_gram_cache)
     X, y = make_data(p=400, seed=3)  # wider than a first working set: several rounds
     amax = dl1.alpha_max(X, y)
     seen = []

@@ -208,8 +208,8 @@ def test_a_subproblem_stops_its_epochs_at_a_non_finite_gap():
                                       gram_max=gram_max)  # fmt: skip
         out = subproblem_task([group], [ws], [True], ws, np.zeros(5), y, z, np.zeros(0),
                               settings)  # fmt: skip
-        assert out[3]["epochs"] == 0, gram_max
-        assert not np.isfinite(out[3]["gap"])
+        assert out.info.epochs == 0, gram_max
+        assert not np.isfinite(out.info.gap)
 
 
 def test_the_first_block_with_non_finite_statistics_is_named():

@@ -30,7 +30,7 @@ def newton_calls(monkeypatch):
     def counted(*args):
         out = real(*args)
         if args[8] > 0.0:  # a fit's call (not the executor's warm-up, to target 0)
-            assert out[3]["gap"] <= args[8]  # stopped at its target
+            assert out[3].gap <= args[8]  # stopped at its target
             calls.append(out[3])
         return out
 
@@ -76,7 +76,7 @@ def test_logistic_matches_scikit_learn(newton_calls, fit_intercept, l1_ratio):
     alpha = amax / 8
     res = dl1.fit(X, y, alpha=alpha, l1_ratio=l1_ratio, loss="logistic", tol=1e-11,
                   fit_intercept=fit_intercept, client=None)  # fmt: skip
-    assert res.converged_ and newton_calls and all(c["newton"] >= 1 for c in newton_calls)
+    assert res.converged_ and newton_calls and all(c.newton_steps >= 1 for c in newton_calls)
     coef, b = sklearn_logistic(X, y, alpha, l1_ratio, fit_intercept)
     ours = objective(X, y, res.coef_, res.intercept_, alpha, l1_ratio, "logistic")
     ref = objective(X, y, coef, b, alpha, l1_ratio, "logistic")
@@ -124,7 +124,7 @@ def test_subproblem_goes_to_the_final_target_in_few_rounds(newton_calls):
     alpha = dl1.alpha_max(X, y, loss="logistic") / 20
     res = dl1.fit(X, y, alpha=alpha, loss="logistic", tol=1e-6, client=None)
     assert res.converged_ and res.n_rounds_ <= 3
-    assert all(call["gap"] <= 0.3 * 1e-6 * res.p0_ for call in newton_calls)
+    assert all(call.gap <= 0.3 * 1e-6 * res.p0_ for call in newton_calls)
 
 
 def test_cluster_gives_the_in_process_answer(local_cluster):
@@ -152,13 +152,13 @@ def test_reported_gap_is_the_returned_points(max_epochs):
     z0 = np.full(y.shape[0], datafit.initial_intercept(y))
     w, dz, db, info = prox_newton(cols, np.zeros(25), y, z0, empty, datafit, penalty, True,
                                   0.0, max_epochs)  # fmt: skip
-    assert info["epochs"] <= max_epochs and info["newton"] >= 1
+    assert info.epochs <= max_epochs and info.newton_steps >= 1
     z = z0 + dz
     g, h, out = (np.empty(y.shape[0]) for _ in range(3))
     datafit.grad_hess(y, z, empty, g, h)
     primal = datafit.value(y, z) + penalty.value(w)
     expected = _restricted_gap(cols, w, y, g, None, datafit, penalty, True, primal, out)
-    assert info["gap"] == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert info.gap == pytest.approx(expected, rel=1e-9, abs=1e-15)
     assert db == pytest.approx(float(np.mean(dz - X @ w)), abs=1e-10)
 
 
