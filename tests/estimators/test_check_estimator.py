@@ -12,26 +12,10 @@ from dl1.estimators import ElasticNet, Lasso, LinearSVC, LogisticRegression
 
 ESTIMATORS = [Lasso(), ElasticNet(), LogisticRegression(), LinearSVC()]
 
-#: The checks still failing, with why. At the default tol (relative duality gap 1e-4) the
-#: classifiers' fits with weights and with repeated rows differ by more than the checks'
-#: rtol of 1e-7 on their outputs, though both minimise the same objective and are certified;
-#: whether they happen to agree depends on how far below tol the last subproblem ended. At
-#: tol=1e-8 they agree (test_sample_weight_equivalence_at_a_tight_tol).
-TOLERANCE = (
-    "default tol=1e-4 (relative duality gap) leaves output differences above the check's "
-    "rtol=1e-7; the weighted and repeated problems are the same and agree at tol=1e-8"
-)
 WEIGHT_CHECKS = (
     "check_sample_weight_equivalence_on_dense_data",
     "check_sample_weight_equivalence_on_sparse_data",
 )
-EXPECTED_FAILURES = {
-    name: dict.fromkeys(WEIGHT_CHECKS, TOLERANCE) for name in ("LogisticRegression", "LinearSVC")
-}
-
-
-def expected_failed_checks(estimator):
-    return EXPECTED_FAILURES.get(type(estimator).__name__, {})
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +25,7 @@ def in_process():
         yield
 
 
-@parametrize_with_checks(ESTIMATORS, expected_failed_checks=expected_failed_checks)
+@parametrize_with_checks(ESTIMATORS)
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
 
@@ -49,6 +33,6 @@ def test_sklearn_compatible_estimator(estimator, check):
 @pytest.mark.parametrize("check", WEIGHT_CHECKS)
 @pytest.mark.parametrize("estimator", [LogisticRegression, LinearSVC], ids=lambda c: c.__name__)
 def test_sample_weight_equivalence_at_a_tight_tol(estimator, check):
-    """Pass: the checks listed as failing at the default tol pass at tol=1e-8 (the reason
-    given is the tolerance, not the weights)."""
+    """Pass: the weighted and the repeated-rows fits agree at tol=1e-8 too (the checks
+    above run them at the default tol)."""
     getattr(estimator_checks, check)(estimator.__name__, estimator(tol=1e-8))
