@@ -67,7 +67,8 @@ class PartitionServer:
         try:
             # Worker.data: the worker's store of task results (documented as its data
             # attribute; a read, which brings a spilled block back). Upstream: no public
-            # "value of a key held here" API other than this mapping (no issue found).
+            # "value of a key held here" API other than this mapping (no issue found; the
+            # request to file is quoted in issue 31's note).
             return self._worker.data[b.key]
         except KeyError:
             where = self._worker.address
