@@ -141,10 +141,11 @@ def top_scores(score: np.ndarray, k: int) -> np.ndarray:
     if k * HEAP_RATIO <= score.shape[0]:
         return top_scores_heap(score, k)
     ok = np.flatnonzero(score > -np.inf)
+    s = score[ok]
     if ok.shape[0] > k:  # those at least the k-th best: ties at it still to be broken
-        kth = np.partition(score[ok], ok.shape[0] - k)[ok.shape[0] - k]
-        ok = ok[score[ok] >= kth]
-    return ok[np.lexsort((ok, -score[ok]))[:k]]
+        keep = s >= np.partition(s, ok.shape[0] - k)[ok.shape[0] - k]
+        ok, s = ok[keep], s[keep]
+    return ok[np.lexsort((ok, -s))[:k]]
 
 
 @njit(nogil=True, cache=True)

@@ -66,7 +66,7 @@ class PartitionScan(NamedTuple):
 
 
 class RoundOutput(NamedTuple):
-    """A partition's CoCoA+ round (:func:`dl1.tasks.fw.round_task`): the new nonzero
+    """A partition's CoCoA+ round (:func:`dl1.tasks.passes.round_task`): the new nonzero
     coefficients of each block as (local ids, values), ``u = X_part dw``, the gap
     statistics at the start point (None when not asked) and the seconds its kernels took."""
 
