@@ -516,8 +516,9 @@ def _intervals(client):
     )
 
 
-def test_low_latency_sets_and_restores_dask_batching_intervals(local_cluster):
-    from dl1.runtime.dask_workarounds import LOW_LATENCY_INTERVAL, low_latency
+def test_low_latency_sets_and_restores_dask_batching_intervals(local_cluster, monkeypatch):
+    from dl1.runtime import dask_workarounds
+    from dl1.runtime.dask_workarounds import LOW_LATENCY_INTERVAL, held_short, low_latency
     from tests.helpers import released_batching
 
     assert released_batching(local_cluster)  # an earlier test's fit in one piece let go
@@ -531,9 +532,12 @@ def test_low_latency_sets_and_restores_dask_batching_intervals(local_cluster):
         assert res.converged_
         # a fit inside leaves the outer setting in force when it returns
         seen.append(_intervals(local_cluster))
+        # the client's linger, long enough to be seen however slow this machine is
+        monkeypatch.setattr(dask_workarounds, "CLIENT_LINGER_S", 1.0)
     want = (LOW_LATENCY_INTERVAL, [LOW_LATENCY_INTERVAL], [LOW_LATENCY_INTERVAL])
     assert seen == [want, want]
     # the scheduler's and the workers' at once; the client's after the fit's releases
+    assert held_short(local_cluster)
     assert _intervals(local_cluster)[1:] == before[1:]
     assert released_batching(local_cluster)
     assert _intervals(local_cluster) == before
