@@ -27,6 +27,7 @@ from dl1.objective.datafits import (
     SquaredHinge,
     normalize_sample_weight,
 )
+from dl1.runtime import persisted
 from dl1.runtime.worker import WORKER_BASELINE
 from dl1.solvers.base import DataHandles, Problem, RowData, WorkingSetBudget
 from dl1.store import Store, open_store
@@ -96,30 +97,33 @@ def as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray
     )
 
 
-def computed(*collections: Any) -> tuple[Any, ...]:
+def computed(*collections: Any, what: str = "a dask input") -> tuple[Any, ...]:
     """``dask.compute(*collections)`` on an explicit scheduler, the one a solve running
     here uses: within a solve in one piece (a task on a worker,
     :func:`dl1.runtime.one_piece.in_task`) this thread (``"sync"``; Dask's default there
     sends the graph to the cluster through the worker's client, from a task that holds one
     of the worker's threads); otherwise the current client
     (:func:`dl1.runtime.executor.current_client`, the one ``dask.compute`` would use) or,
-    without one, the local scheduler Dask's configuration names (threads by default)."""
+    without one, the local scheduler Dask's configuration names (threads by default). On
+    a local scheduler, collections holding persisted chunks (``what``, for the errors)
+    get their chunks first (:func:`dl1.runtime.persisted.localized`)."""
     from dl1.runtime import one_piece
     from dl1.runtime.executor import current_client
 
-    if one_piece.in_task():
-        scheduler: Any = "sync"
-    else:
-        client = current_client()
-        scheduler = client if client is not None else dask.config.get("scheduler", "threads")
-    return dask.compute(*collections, scheduler=scheduler)
+    client = None if one_piece.in_task() else current_client()
+    if client is not None:
+        return dask.compute(*collections, scheduler=client)
+    scheduler = "sync" if one_piece.in_task() else dask.config.get("scheduler", "threads")
+    here = [persisted.localized(c, what) if persisted.holds_futures(c) else c
+            for c in collections]  # fmt: skip
+    return dask.compute(*here, scheduler=scheduler)
 
 
 def as_vector(v: Any, n: int, what: str) -> np.ndarray:
     """``v`` as n finite float64 values, refused (naming ``what`` and the entry) when it is
     not 1-D (or a single column), not real numbers (complex parts are never dropped),
     of another length or not finite. A dask array is computed by :func:`computed`."""
-    (v,) = computed(v) if isinstance(v, da.Array) else (v,)
+    (v,) = computed(v, what=what) if isinstance(v, da.Array) else (v,)
     v = np.asarray(v)
     if v.ndim > 2 or (v.ndim == 2 and v.shape[1] != 1):
         raise ValidationError(f"{what} must be 1-D; got an array of shape {v.shape}")

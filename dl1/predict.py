@@ -251,7 +251,9 @@ def _dask_decision(X: Any, coef: np.ndarray, b: float) -> Any:
         int(j): dask.delayed((nz[owner == j] - cb[j], coef[nz[owner == j]]), pure=True)
         for j in np.unique(owner)
     }
-    blocks = X.to_delayed()
+    # unoptimised: Dask's optimisation drops a persisted X's futures from the chunks'
+    # graphs (leaving the keys to its scheduler), which dl1.loading.computed must see
+    blocks = X.to_delayed(optimize_graph=False)
     rows = []
     for i, n_i in enumerate(X.chunks[0]):
         parts = [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
@@ -17,7 +18,7 @@ import dask
 import dask.local
 import numpy as np
 
-from dl1.runtime import one_piece
+from dl1.runtime import one_piece, persisted
 from dl1.runtime.dask_workarounds import engage_low_latency, low_latency
 from dl1.runtime.exposure import check_client
 from dl1.runtime.memory import DataFloor, check_worker_memory, killed_for_memory, warm_baseline
@@ -456,8 +457,10 @@ def coordinating(func: Callable) -> Callable:
     there is none): under :func:`low_latency` (engaged by its first task), :func:`quiet_blas`
     and :func:`as_current`,
     after warning if its scheduler is reached over plain TCP from another machine
-    (:mod:`dl1.runtime.exposure`). One wrapper, so that the entry points' warnings keep
-    their ``stacklevel``."""
+    (:mod:`dl1.runtime.exposure`), its dask arguments holding persisted chunks checked or
+    brought here (:func:`chunks_placed`). One wrapper, so that the entry points' warnings
+    keep their ``stacklevel``."""
+    signature = inspect.signature(func)
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -466,10 +469,29 @@ def coordinating(func: Callable) -> Callable:
             held = held_by(args[0]) if args else NOT_HELD
             client = kwargs["client"] = current_client() if held is NOT_HELD else held
         check_client(client)
+        args, kwargs = chunks_placed(signature, args, kwargs, client)
         with low_latency(client, lazy=True), quiet_blas(), as_current(client):
             return func(*args, **kwargs)
 
     return wrapper
+
+
+def chunks_placed(
+    signature: inspect.Signature, args: tuple, kwargs: dict[str, Any], client: Any
+) -> tuple[tuple, dict[str, Any]]:
+    """An entry point's arguments, those that are dask collections holding persisted
+    chunks checked (:func:`~dl1.runtime.persisted.check_held`: not released, held by
+    ``client``'s cluster) and, for a solve in this process (``client`` None), given their
+    chunks' values (:func:`~dl1.runtime.persisted.localized`): Dask's local scheduler
+    cannot compute their futures."""
+    bound = signature.bind_partial(*args, **kwargs)
+    held = [n for n, v in bound.arguments.items() if persisted.holds_futures(v)]
+    for name in held:
+        if client is None:
+            bound.arguments[name] = persisted.localized(bound.arguments[name], name)
+        else:
+            persisted.check_held(bound.arguments[name], name, client)
+    return (bound.args, bound.kwargs) if held and client is None else (args, kwargs)
 
 
 #: :func:`held_by` of an input that no cluster holds.

@@ -56,6 +56,7 @@ import scipy.sparse as sp
 from dask.utils import parse_bytes
 
 from dl1.errors import ValidationError
+from dl1.runtime import persisted
 from dl1.runtime.dask_workarounds import client_low_latency
 
 ONE_PIECE_KEY = "dl1.one-piece"
@@ -368,12 +369,37 @@ class Listener:
 class Shipment:
     """A call of an entry point, as it travels to the worker: the data as the caller gave
     it (``X``), or, for a data handle, its recipe (``dataset``; its blocks travel as the
-    task's dependencies)."""
+    task's dependencies). ``chunks``: the futures of the arguments that are dask
+    collections holding persisted chunks (:func:`carried`), by argument name; they travel
+    as the task's dependencies, not pickled with the rest."""
 
     entry: str
     X: Any
     kwargs: dict[str, Any] = field(default_factory=dict)
     dataset: Any = None
+    chunks: dict[str, list[Any]] = field(default_factory=dict)
+
+
+def carried(entry: str, X: Any, kwargs: dict[str, Any], client: Any) -> Shipment:
+    """A call of ``entry`` as it travels to a task of ``client``'s cluster: each argument
+    holding persisted chunks, whose futures the worker's local scheduler cannot compute,
+    replaced by its recipe and its chunks' futures (:func:`dl1.runtime.persisted.detached`;
+    put back in place by :func:`attached`)."""
+    given, chunks = {"X": X, **kwargs}, {}
+    for name, value in given.items():
+        if persisted.holds_futures(value):
+            given[name], chunks[name] = persisted.detached(value, name, client)
+    X = given.pop("X")
+    return Shipment(entry, X, given, chunks=chunks)
+
+
+def attached(given: dict[str, Any], chunks: dict[str, list[Any]]) -> dict[str, Any]:
+    """``given`` (a shipment's arguments) with each detached collection rebuilt from the
+    values of its chunks, which arrived as the task's dependencies (``chunks``)."""
+    return {
+        name: value.attached(chunks[name]) if isinstance(value, persisted.Detached) else value
+        for name, value in given.items()
+    }
 
 
 def chosen(ex: Any, nbytes: Callable[[], float | None], refusal: Refusal | None) -> bool:
@@ -393,9 +419,10 @@ def ship(ex: Any, entry: str, X: Any, call: dict[str, Any], dataset: Any = None)
     kwargs = {k: v for k, v in call.items() if k not in ("X", "client", "callback")}
     callback = call.get("callback")
     if dataset is None:
-        return run_many(ex, [Shipment(entry, X, kwargs)], [], callback=callback)[0]
+        return run_many(ex, [carried(entry, X, kwargs, ex.client)], [], callback=callback)[0]
     recipe, blocks = dataset.shipped()
-    return run_many(ex, [Shipment(entry, None, kwargs, recipe)], blocks, callback=callback)[0]
+    shipment = dataclasses.replace(carried(entry, None, kwargs, ex.client), dataset=recipe)
+    return run_many(ex, [shipment], blocks, callback=callback)[0]
 
 
 #: Times a shipment lost with its worker is sent again (as Dask's ``allowed-failures``).
@@ -451,11 +478,13 @@ def _submitted(ex: Any, shipments: list[Shipment], blocks: list[Any], spread: bo
             where = {}
             if workers:
                 where = {"workers": [workers[k % len(workers)]], "allow_other_workers": True}
-            packed = inline(shipment)
+            body = dataclasses.replace(shipment, chunks={})  # they travel as dependencies
+            packed = inline(body)
             if packed is None:
-                sent.append(_scatter(ex, shipment, where.get("workers")))
+                sent.append(_scatter(ex, body, where.get("workers")))
             arg = sent[-1] if packed is None else packed
-            futures.append(ex.client.submit(in_worker, arg, blocks, pure=False, **where))
+            futures.append(ex.client.submit(in_worker, arg, blocks, shipment.chunks,
+                                            pure=False, **where))  # fmt: skip
         answers = ex.gather(futures) if listener is None else listener.gather(ex, futures)
     finally:
         for f in futures + sent:
@@ -493,11 +522,15 @@ def _scatter(ex: Any, shipment: Shipment, workers: list[str] | None) -> Any:
 QUIET = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
 
 
-def in_worker(shipment: Shipment | bytes, blocks: list[Any]) -> Answer:
+def in_worker(
+    shipment: Shipment | bytes, blocks: list[Any], chunks: dict[str, list[Any]] | None = None
+) -> Answer:
     """The task: the entry point called in this process (no cluster: the in-process solver,
     :func:`in_task` set for this task only), its warnings recorded to travel back, its
     callback's calls relayed (:class:`Relay`). ``shipment`` may come pickled
-    (:func:`inline`); the result goes back with its ``coef_`` as its nonzeros."""
+    (:func:`inline`); ``blocks`` are a data handle's blocks, ``chunks`` the persisted chunks
+    of its arguments (:func:`carried`); the result goes back with its ``coef_`` as its
+    nonzeros."""
     from distributed import get_worker
 
     from dl1.runtime.worker import heap_for_solve
@@ -505,12 +538,14 @@ def in_worker(shipment: Shipment | bytes, blocks: list[Any]) -> Answer:
     t0 = time.perf_counter()
     if isinstance(shipment, bytes):
         shipment = pickle.loads(shipment)
-    X = shipment.X if shipment.dataset is None else shipment.dataset.local(blocks)
-    relay = shipment.kwargs.get("callback")
+    given = attached({"X": shipment.X, **shipment.kwargs}, chunks or {})
+    X = given.pop("X") if shipment.dataset is None else shipment.dataset.local(blocks)
+    given.pop("X", None)
+    relay = given.get("callback")
     if isinstance(relay, Relay):
         relay.bind(get_worker())
     with solving_here(), heap_for_solve():
-        kwargs = computed_here(shipment.kwargs)
+        kwargs = computed_here(given)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = entry(shipment.entry)(X, client=None, **kwargs)
