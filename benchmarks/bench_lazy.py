@@ -54,7 +54,8 @@ def rows_of_tall(n_rows: int, root: Path):
 
 
 def time_pass(kernel, X, y, rows, eta, form, l1, l2, repeat):
-    from dl1.kernels.lazy import FORM_CODES, LOSS_CODES
+    from dl1.kernels.codes import LOGISTIC
+    from dl1.kernels.lazy import FORM_CODES
 
     sw = np.ones(X.shape[0])
     times, w = [], None
@@ -62,7 +63,7 @@ def time_pass(kernel, X, y, rows, eta, form, l1, l2, repeat):
         w = np.zeros(X.shape[1])
         t0 = time.perf_counter()
         kernel(X.indptr, X.indices, X.data, y, sw, rows, eta, w, 0.0, True, l1, l2,
-               FORM_CODES[form], LOSS_CODES["logistic"], 1.0)  # fmt: skip
+               FORM_CODES[form], LOGISTIC, 1.0)  # fmt: skip
         times.append((time.perf_counter() - t0) / rows.shape[0])
     return float(np.median(times)), w
 

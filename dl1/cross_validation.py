@@ -19,6 +19,7 @@ import numpy as np
 
 from dl1.errors import ValidationError
 from dl1.loading import as_vector, read_inputs
+from dl1.objective.datafits import datafit_class
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.params import PATH, validate_params
 from dl1.paths.cv import SCORINGS, CVResult, cross_validate, make_folds, path_runner
@@ -101,12 +102,13 @@ def cross_validated(
     grid is ``alphas``, or ``n_alphas`` from the whole data's ``alpha_max`` down to ``eps``
     times it, the same on every fold; or, given ``Cs`` (increasing), each fold's
     ``1 / (C * training weight)``."""
-    scoring = scoring or ("mse" if loss == "squared" else "accuracy")
-    if scoring not in SCORINGS or (scoring == "mse") != (loss == "squared"):
+    classifies = datafit_class(loss).classifies
+    scoring = scoring or ("accuracy" if classifies else "mse")
+    if scoring not in SCORINGS or (scoring == "mse") == classifies:
         raise ValidationError(f"scoring={scoring!r} does not go with loss={loss!r}")
     n = ds.shape[0]
     sw = None if sample_weight is None else as_vector(sample_weight, n, "sample_weight")
-    folds = make_folds(cv, n, ds.y, classifier=loss != "squared")
+    folds = make_folds(cv, n, ds.y, classifier=classifies)
     keys = ("fit_intercept", "standardize", "tol", "max_rounds", "screen", "solver",
             "random_order", "seed")  # fmt: skip
     opts = {"fit_intercept": True, "standardize": False, "tol": 1e-4, "max_rounds": None,

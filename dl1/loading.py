@@ -19,14 +19,7 @@ import scipy.sparse as sp
 
 from dl1.chunks import as_csc, is_pydata_sparse
 from dl1.errors import ValidationError
-from dl1.objective.datafits import (
-    Hinge,
-    Logistic,
-    Quadratic,
-    SmoothHinge,
-    SquaredHinge,
-    normalize_sample_weight,
-)
+from dl1.objective.datafits import make_datafit, normalize_sample_weight
 from dl1.runtime import persisted
 from dl1.runtime.worker import WORKER_BASELINE
 from dl1.solvers.base import DataHandles, Problem, RowData, WorkingSetBudget
@@ -44,9 +37,6 @@ from dl1.tasks.rows import (
     rows_stats_task,
     rows_xt_task,
 )
-
-LOSSES = {"squared": Quadratic, "logistic": Logistic, "hinge": Hinge, "smooth_hinge": SmoothHinge,
-          "squared_hinge": SquaredHinge}
 
 
 @dataclass(frozen=True)
@@ -205,7 +195,7 @@ def read_inputs(
         raise ValidationError("y is required unless X is a dl1 store")
     if store is not None:
         check_store_columns(store, split)
-    datafit = LOSSES[loss]()
+    datafit = make_datafit(loss)
     y = np.zeros(0) if y is None else checked_y(datafit, y, n)
     if sample_weight is None:
         sample_weight = sw_store
@@ -237,7 +227,7 @@ def dataset_inputs(ds: Any, y: Any, sample_weight: Any, loss: str) -> Inputs:
         raise ValidationError("y is required: the Dataset was persisted without y")
     if sample_weight is not None:
         sample_weight = as_vector(sample_weight, ds.shape[0], "sample_weight")
-    datafit = LOSSES[loss]()
+    datafit = make_datafit(loss)
     sw = normalized_weights(ds.row_weights(sample_weight), n)
     return Inputs(held.X, checked_y(datafit, y, n), sw, datafit, held.store, held.split, ds)
 
@@ -585,7 +575,7 @@ def check_two_classes(inputs: Inputs, loss: str, fit_intercept: bool) -> None:
     and the solvers' steps and tolerances, relative to the objective at ``w = 0``, are
     undefined. One check for every classification loss and solver, before any loading."""
     y = inputs.y
-    if not fit_intercept or loss == "squared" or y.shape[0] == 0:
+    if not fit_intercept or not inputs.datafit.classifies or y.shape[0] == 0:
         return
     w = inputs.weights
     for label in (-1.0, 1.0):

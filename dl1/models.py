@@ -35,7 +35,7 @@ import scipy.sparse as sp
 
 from dl1 import __version__
 from dl1.errors import ModelFileError
-from dl1.predict import LOSSES
+from dl1.objective.datafits import LOSSES, datafit_class
 from dl1.store.manifest import FieldChecker, check_inside
 
 FORMAT_NAME = "dl1-model"
@@ -380,10 +380,8 @@ def _load_fit(ck: FieldChecker, path: Path, meta: dict[str, Any], common: dict[s
 
 
 def _load_path(ck: FieldChecker, path: Path, meta: dict[str, Any], common: dict[str, Any]):
-    from dl1.paths.result import METRICS, PathResult
+    from dl1.paths.result import PathResult
 
-    if common["loss"] not in METRICS:
-        ck.fail("loss", f"has no path metrics (one of {sorted(METRICS)})", common["loss"])
     n = ck.integer(ck.key(meta, "n_alphas", "(root)"), "n_alphas")
     kw: dict[str, Any] = {}
     for key, attr, kind, optional in PATH_VECTORS:
@@ -484,18 +482,17 @@ def _finite(path: Path, name: str, a: np.ndarray) -> None:
 
 # -- scikit-learn -----------------------------------------------------------------------------
 def to_sklearn(res: Any) -> Any:
-    """The fitted scikit-learn estimator equivalent to a :class:`dl1.FitResult`.
+    """The fitted scikit-learn estimator equivalent to a :class:`dl1.FitResult`: the one
+    its loss's datafit names (``sklearn_estimator``; :mod:`dl1.objective.datafits`):
 
     - ``"squared"``: :class:`sklearn.linear_model.Lasso` (``l1_ratio == 1``) or
-      :class:`~sklearn.linear_model.ElasticNet`, same ``alpha`` and ``l1_ratio``: the same
-      objective.
+      :class:`~sklearn.linear_model.ElasticNet`, the same objective;
     - ``"logistic"``: :class:`~sklearn.linear_model.LogisticRegression` with
-      ``C = 1 / (n_samples * alpha)``, ``l1_ratio`` and ``solver="saga"``: the same objective
-      without sample weights (with weights ``w``, dl1's is ``C = 1 / (alpha * sum(w))``).
+      ``C = 1 / (n_samples * alpha)`` and ``solver="saga"``, the same objective without
+      sample weights;
     - ``"hinge"``, ``"squared_hinge"``: :class:`~sklearn.linear_model.SGDClassifier` with
-      that loss, ``penalty="elasticnet"``, ``alpha`` and ``l1_ratio``: the same objective.
-      ``"smooth_hinge"`` has no scikit-learn loss: it becomes the hinge SGDClassifier, whose
-      predictions are dl1's but whose objective is not.
+      that loss and the elastic net, the same objective; ``"smooth_hinge"`` the hinge one,
+      whose predictions are dl1's but whose objective is not.
 
     ``coef_``, ``intercept_``, ``n_features_in_``, ``n_iter_`` (dl1's rounds) and, for the
     classifiers, ``classes_ = [-1.0, 1.0]`` are set, so that ``predict``,
@@ -503,50 +500,18 @@ def to_sklearn(res: Any) -> Any:
     convert with skops or ONNX tools. Labels agree with dl1's except at a decision value of
     exactly 0 (scikit-learn: -1, dl1: +1).
     """
-    from sklearn import linear_model as lm
-
     coef = np.array(res.coef_, dtype=np.float64)
     b = float(res.intercept_)
-    fit_intercept = bool(res.fit_intercept)
-    if res.loss == "squared":
-        if res.l1_ratio == 1.0:
-            est = lm.Lasso(alpha=res.alpha, fit_intercept=fit_intercept, tol=res.tol)
-        else:
-            est = lm.ElasticNet(
-                alpha=res.alpha, l1_ratio=res.l1_ratio, fit_intercept=fit_intercept, tol=res.tol
-            )
+    datafit = datafit_class(res.loss)()
+    est = datafit.sklearn_estimator(res)
+    if not datafit.classifies:
         est.coef_, est.intercept_ = coef, b
         est.dual_gap_, est.n_iter_ = res.dual_gap_, int(res.n_rounds_)
     else:
-        est = _classifier(res, lm, fit_intercept)
         est.coef_, est.intercept_ = coef[None, :], np.array([b])
         est.classes_ = np.array([-1.0, 1.0])
         est.n_iter_ = np.array([int(res.n_rounds_)], dtype=np.int32)
     est.n_features_in_ = coef.shape[0]
-    return est
-
-
-def _classifier(res: Any, lm: Any, fit_intercept: bool) -> Any:
-    if res.loss == "logistic":
-        if not res.n_samples_ or res.alpha <= 0:
-            raise ValueError("the logistic model needs n_samples_ and alpha > 0 for C")
-        return lm.LogisticRegression(
-            C=1.0 / (res.n_samples_ * res.alpha),
-            l1_ratio=res.l1_ratio,
-            solver="saga",
-            fit_intercept=fit_intercept,
-            tol=res.tol,
-        )
-    loss = "squared_hinge" if res.loss == "squared_hinge" else "hinge"
-    est = lm.SGDClassifier(
-        loss=loss,
-        penalty="elasticnet",
-        alpha=res.alpha,
-        l1_ratio=res.l1_ratio,
-        fit_intercept=fit_intercept,
-        tol=res.tol,
-    )
-    est.t_ = 1.0
     return est
 
 

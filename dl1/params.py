@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dl1.errors import ValidationError
+from dl1.objective.datafits import LOSSES
 
 
 class InvalidParameterError(ValidationError, TypeError):
@@ -176,7 +177,7 @@ NON_NEGATIVE_INT = Interval(numbers.Integral, 0, None, closed="left")
 
 #: Parameters shared by every fitting entry point (the penalised and the constrained ones).
 COMMON = {
-    "loss": [Options(("squared", "logistic", "hinge", "smooth_hinge", "squared_hinge"))],
+    "loss": [Options(LOSSES)],
     "fit_intercept": ["boolean"],
     "standardize": ["boolean"],
     "n_partitions": [POSITIVE_INT],

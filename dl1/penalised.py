@@ -15,7 +15,6 @@ import numpy as np
 
 from dl1.errors import ValidationError
 from dl1.loading import (
-    LOSSES,
     col_scales,
     decide_stream,
     load_problem,
@@ -23,6 +22,7 @@ from dl1.loading import (
     rows_xt_theta,
     xt_theta_absmax,
 )
+from dl1.objective.datafits import make_datafit
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.params import PATH, PENALISED, validate_params
 from dl1.paths.checkpoint import PathCheckpoint, solver_settings
@@ -146,7 +146,7 @@ def store_in_one_piece(
     ex = executor_for(call["client"])
     if not one_piece.chosen(ex, lambda: one_piece.manifest_bytes(X, call["split"]), refusal):
         return StoreDecision(ex)
-    check_solver(LOSSES[loss](), solver, loss)
+    check_solver(make_datafit(loss), solver, loss)
     return StoreDecision(ex, True, one_piece.ship(ex, entry, X, call))
 
 
@@ -298,7 +298,7 @@ def fit(
     call = dict(locals())
     validate_params(PENALISED, call, "dl1.fit()")
     solver_obj = make_solver(
-        solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=LOSSES[loss](),
+        solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=make_datafit(loss),
         n_epochs=n_epochs,
         random_order=random_order, seed=seed, screen=screen, spread=spread, verbose=verbose,
         callback=callback,
@@ -510,7 +510,7 @@ def path(
         res.cv_ = cvres
         return res
     solver_obj = make_solver(
-        solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=LOSSES[loss](),
+        solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=make_datafit(loss),
         random_order=random_order,
         seed=seed, screen=screen, spread=spread,
         # warm-started from the previous alpha, the working set is usually right: its

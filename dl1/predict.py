@@ -15,11 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dl1.errors import ValidationError
-
-#: Losses whose predictions are labels in {-1, +1}.
-CLASSIFICATION_LOSSES = ("logistic", "hinge", "smooth_hinge", "squared_hinge")
-#: Every loss a linear model of dl1 may have.
-LOSSES = ("squared", *CLASSIFICATION_LOSSES)
+from dl1.objective.datafits import CLASSIFICATION_LOSSES, LOSSES, datafit_class
 
 
 def decision_function(X: Any, coef: Any, intercept: Any, *, split: str = "test") -> Any:
@@ -66,9 +62,8 @@ def predict(X: Any, coef: Any, intercept: Any, loss: str, *, split: str = "test"
     """Decision values (``loss="squared"``) or labels -1.0 / +1.0 (classification losses,
     ``+1`` where the decision value is ``>= 0``), in the container kind
     :func:`decision_function` returns."""
-    _check_loss(loss)
     d = decision_function(X, coef, intercept, split=split)
-    if loss == "squared":
+    if not datafit_class(loss).classifies:
         return d
     if _is_dask(d):
         return d.map_blocks(_labels, dtype=np.float64)
@@ -103,7 +98,7 @@ def score(
     """
     from sklearn.metrics import accuracy_score, r2_score
 
-    _check_loss(loss)
+    datafit_class(loss)  # an unknown loss is refused before any work
     y = _targets(X, y, split)
     pred = predict(X, coef, intercept, loss, split=split)
     if _is_dask(pred):
@@ -113,7 +108,7 @@ def score(
     if y.shape[0] != pred.shape[0]:
         raise ValidationError(f"y has {y.shape[0]} values, X has {pred.shape[0]} rows")
     sw = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).ravel()
-    if loss == "squared":
+    if not datafit_class(loss).classifies:
         return float(r2_score(y, pred, sample_weight=sw))
     bad = ~np.isin(y, (-1.0, 1.0))
     if bad.any():
@@ -178,11 +173,6 @@ def _scalar(x: Any) -> float:
     if a.size != 1:
         raise ValidationError(f"intercept must be a scalar, got shape {a.shape}")
     return float(a.reshape(-1)[0])
-
-
-def _check_loss(loss: str) -> None:
-    if loss not in LOSSES:
-        raise ValidationError(f"loss must be one of {LOSSES}, got {loss!r}")
 
 
 def _labels(d: np.ndarray) -> np.ndarray:
@@ -285,7 +275,7 @@ class LinearPredictor:
 
     def predict_proba(self, X: Any, *, split: str = "test") -> Any:
         """``[P(y = -1), P(y = +1)]`` per row, for the logistic loss only."""
-        if self.loss != "logistic":
+        if not datafit_class(self.loss).log_odds:
             raise ValidationError(f"predict_proba needs the logistic loss, this model's is "
                                   f"{self.loss!r}")  # fmt: skip
         return predict_proba(X, self.coef_, self.intercept_, split=split)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from dl1.objective.datafits import DATAFITS
+
 EMPTY = np.empty(0, dtype=np.float64)
 SHAPES = [(1, 2), (7, 5), (30, 12), (64, 40)]
 DTYPES = [np.float32, np.float64]
@@ -36,3 +38,7 @@ def scaled_dense(X, col_scale):
 
 def maybe_scale(p, use, rng):
     return rng.uniform(0.5, 2.0, p) if use else EMPTY
+
+
+#: The sample-wise kernels' loss codes, by loss name: the registry's losses with row steps.
+LOSS_CODES = {name: cls.code for name, cls in DATAFITS.items() if cls.row_steps}

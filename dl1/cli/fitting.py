@@ -33,13 +33,11 @@ from dl1.cli.stores import (
     summary,
     where,
 )
+from dl1.objective.datafits import LOSSES, datafit_class
 from dl1.params import COMMON, CONSTRAINED_PATH, PATH, PENALISED, POSITIVE, validate_params
 
 if TYPE_CHECKING:
     from dl1.store import Store
-
-LOSSES = ["squared", "logistic", "hinge", "smooth_hinge", "squared_hinge"]
-
 
 def _check_store(path: str, loss: str, storage_options: dict[str, Any] | None = None) -> Store:
     """The store opened and its fit inputs validated (manifest, ``y`` for ``loss``, column
@@ -70,7 +68,7 @@ def _test_metric(store: Store, res: Any, loss: str, client: Any) -> dict[str, fl
     pred = client.compute(decision_function(store, res.coef_, res.intercept_, split="test"))
     pred = pred.result()
     y_test = store.read("y", "test")
-    if loss == "squared":
+    if not datafit_class(loss).classifies:
         return {
             "test_mse": float(np.mean((y_test - pred) ** 2)),
             "test_y_variance": float(np.var(y_test)),
@@ -143,7 +141,7 @@ def _fit_and_report(
     if "test" in store.splits:
         metric = _test_metric(store, res, loss, client)
         out.result.update(metric)
-        if loss == "squared":
+        if not datafit_class(loss).classifies:
             out.say(
                 f"test: MSE {metric['test_mse']:.6g} "
                 f"(variance of y_test {metric['test_y_variance']:.6g})"

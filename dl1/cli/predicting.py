@@ -21,6 +21,7 @@ from dl1.cli.cluster import ClusterSpec, cluster_options, connected
 from dl1.cli.progress import Progress
 from dl1.cli.stores import check_split, open_input, storage_options_option, where
 from dl1.errors import ValidationError
+from dl1.objective.datafits import datafit_class
 
 #: Row blocks of predictions computed at once per worker.
 BLOCKS_IN_FLIGHT_PER_WORKER = 2
@@ -206,7 +207,7 @@ def score(
     with connected(cluster, out.say):
         value = score_of(store, None, fitted.coef_, fitted.intercept_, fitted.loss, split=split)
     dt = time.perf_counter() - t0
-    metric = "r2" if fitted.loss == "squared" else "accuracy"
+    metric = "accuracy" if datafit_class(fitted.loss).classifies else "r2"
     out.say(f"{metric} {value:.6g} on {where(store)} [{split}] ({store.shape(split)[0]:,} rows)")
     out.result.update(
         metric=metric,

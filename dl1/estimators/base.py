@@ -27,6 +27,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from dl1.objective.datafits import datafit_class
 from dl1.params import (
     NON_NEGATIVE_INT,
     PENALISED,
@@ -187,7 +188,7 @@ class DL1Estimator(BaseEstimator):
             own = getattr(X, "sample_weight", None)  # a Dataset's weights, read by dl1.fit
             return X, y, None, float(_n_samples(X) if own is None else np.sum(own))
         X, y = validate_data(self, X, y, accept_sparse=("csr", "csc"), dtype=np.float64,
-                             y_numeric=self._loss == "squared")  # fmt: skip
+                             y_numeric=not datafit_class(self._loss).classifies)  # fmt: skip
         y = self._targets(y, None)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
@@ -247,7 +248,7 @@ class DL1Estimator(BaseEstimator):
         y = stored_targets(X, "test") if y is None else computed(y)
         pred = computed(self.predict(X))
         sw = None if sample_weight is None else computed(sample_weight)
-        metric = r2_score if self._loss == "squared" else accuracy_score
+        metric = accuracy_score if datafit_class(self._loss).classifies else r2_score
         return float(metric(y, pred, sample_weight=sw))
 
     # -- scikit-learn protocol --------------------------------------------------------------

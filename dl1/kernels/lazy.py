@@ -42,11 +42,11 @@ import math
 import numpy as np
 from numba import njit
 
-#: Losses, by kernel code: squared ``(y - z)^2 / 2``, logistic ``log(1 + exp(-y z))``,
-#: hinge ``max(0, 1 - y z)``, smoothed hinge (Shalev-Shwartz & Zhang, Prox-SDCA, Sec. 5.3).
-SQUARED, LOGISTIC, HINGE, SMOOTH_HINGE = 0, 1, 2, 3
-LOSS_CODES = {"squared": SQUARED, "logistic": LOGISTIC, "hinge": HINGE,
-              "smooth_hinge": SMOOTH_HINGE}
+from dl1.kernels.codes import HINGE, LOGISTIC, SMOOTH_HINGE, SQUARED
+
+#: The losses with steps here (by :mod:`dl1.kernels.codes`): squared, logistic, hinge and
+#: smoothed hinge; a datafit says whether it has them (``row_steps``).
+ROW_LOSSES = (SQUARED, LOGISTIC, HINGE, SMOOTH_HINGE)
 
 #: Forms of the regularisation step: plain stochastic (sub)gradient, or FoBoS's prox.
 SGD, FOBOS = 0, 1
@@ -159,7 +159,7 @@ def lazy_pass(indptr, indices, data, y, sw, rows, eta, w, b, fit_intercept, l1, 
     l1, l2 : float
         ``alpha * l1_ratio`` and ``alpha * (1 - l1_ratio)``.
     form, loss : int
-        :data:`FORM_CODES` and :data:`LOSS_CODES` values.
+        :data:`FORM_CODES` and :mod:`dl1.kernels.codes` values.
     gamma : float
         Smoothing of the smoothed hinge.
 

@@ -9,8 +9,9 @@ sample weights), writing at most into a caller's buffer. Measured on this machin
 the scalar ``exp``/``log1p`` loops are also faster than NumPy's ufuncs even in a plain
 process (``benchmarks/bench_logistic.py --kernels``).
 
-A loss is named by an integer ``code`` (:data:`LOGISTIC`, :data:`SQUARED_HINGE`,
-:data:`SMOOTH_HINGE`, whose smoothing is ``gamma``) so that one compiled kernel serves all.
+A loss is named by its integer ``code`` (:mod:`dl1.kernels.codes`: logistic, squared
+hinge; any other code is the smoothed hinge of smoothing ``gamma``, the hinge at 0) so that
+one compiled kernel serves all.
 With ``m = y z`` the margin, ``c = -phi'(m)`` and ``theta = s y c`` (the dual point,
 ``-n grad F``). Sums are blocked (:data:`BLOCK` terms, then the blocks' sums).
 
@@ -25,10 +26,8 @@ import math
 import numpy as np
 from numba import njit
 
+from dl1.kernels.codes import LOGISTIC, SQUARED_HINGE
 from dl1.kernels.vectors import neumaier_add
-
-#: Loss codes.
-LOGISTIC, SQUARED_HINGE, SMOOTH_HINGE = 0, 1, 2
 
 #: Terms summed in order before a partial sum is added to the total.
 BLOCK = 1024

@@ -145,7 +145,7 @@ def rda_pass(indptr, indices, data, y, sw, rows, G, Gb, t, w, fit_intercept, l1,
     gamma_b : float
         ``beta_t`` scale of the intercept (> 0 when ``fit_intercept``).
     loss : int
-        :data:`dl1.kernels.lazy.LOSS_CODES` value.
+        :mod:`dl1.kernels.codes` value.
     gamma : float
         Smoothing of the smoothed hinge.
 

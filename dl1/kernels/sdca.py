@@ -85,7 +85,8 @@ import math
 import numpy as np
 from numba import njit
 
-from dl1.kernels.lazy import HINGE, LOGISTIC, SMOOTH_HINGE, SQUARED, loss_value
+from dl1.kernels.codes import HINGE, LOGISTIC, SMOOTH_HINGE, SQUARED
+from dl1.kernels.lazy import loss_value
 
 #: Newton steps (with bisection safeguard) for the logistic dual step.
 NEWTON_MAX_ITER = 60
@@ -255,7 +256,7 @@ def sdca_epoch(indptr, indices, data, y, sw, rows, alpha, v, vb, n, l1, l2, sigm
     intercept_scale : float
         ``kappa``, the constant feature's value.
     loss : int
-        :data:`dl1.kernels.lazy.LOSS_CODES` value.
+        :mod:`dl1.kernels.codes` value.
     gamma : float
         Smoothing of the smoothed hinge.
     offset : float

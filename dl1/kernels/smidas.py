@@ -122,7 +122,7 @@ def smidas_pass(indptr, indices, data, y, sw, rows, eta, theta, w, b, fit_interc
     p : float
         The link's norm (>= 2; :func:`smidas_p`).
     loss : int
-        :data:`dl1.kernels.lazy.LOSS_CODES` value.
+        :mod:`dl1.kernels.codes` value.
     gamma : float
         Smoothing of the smoothed hinge.
 

@@ -11,6 +11,7 @@ import dask.local
 import numpy as np
 
 from dl1.errors import ValidationError
+from dl1.objective.datafits import datafit_class
 from dl1.store import Store, open_store
 
 
@@ -111,13 +112,15 @@ def crc(a: np.ndarray) -> int:
     return checksum(np.ascontiguousarray(a, dtype=np.float64))
 
 
+#: Validation metrics by name, ``(y, decision values) -> value`` (a loss lists its own:
+#: ``Datafit.metrics``); log-loss only of a log-odds decision function.
+METRIC_FUNCTIONS = {
+    "mse": lambda y, pred: float(np.mean((y - pred) ** 2)),
+    "logloss": lambda y, pred: float(np.mean(np.logaddexp(0.0, -y * pred))),
+    "accuracy": lambda y, pred: float(np.mean(y * pred > 0)),
+}
+
+
 def metrics(loss: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
-    if loss == "squared":
-        return {"mse": float(np.mean((y - pred) ** 2))}
-    margin = y * pred
-    if loss != "logistic":  # a hinge's decision function is no log-odds
-        return {"accuracy": float(np.mean(margin > 0))}
-    return {
-        "logloss": float(np.mean(np.logaddexp(0.0, -margin))),
-        "accuracy": float(np.mean(margin > 0)),
-    }
+    """The validation metrics of ``loss`` of decision values ``pred`` against ``y``."""
+    return {m: METRIC_FUNCTIONS[m](y, pred) for m in datafit_class(loss).metrics}

@@ -9,14 +9,15 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-#: Validation metrics per loss, as named in ``test_metrics`` dicts; the first one is minimised
-#: to choose ``best_alpha_``.
-METRICS = {
-    "squared": ("mse",),
-    "logistic": ("logloss", "accuracy"),
-    "hinge": ("accuracy",),
-    "smooth_hinge": ("accuracy",),
-    "squared_hinge": ("accuracy",),
+from dl1.objective.datafits import datafit_class
+
+#: Where a path keeps each validation metric (a loss lists its own, the first minimised to
+#: choose ``best_alpha_``: ``Datafit.metrics``), its column in the summary, and whether it is
+#: a score (its error is 1 - it) rather than an error.
+METRIC_FIELDS = {
+    "mse": ("test_mse_", "test_mse", False),
+    "logloss": ("test_logloss_", "test_logloss", False),
+    "accuracy": ("test_accuracy_", "test_acc", True),
 }
 _LABELS = {"test_mse": "test MSE", "test_logloss": "test log-loss", "test_acc": "test accuracy"}
 #: Coefficient paths drawn at most (the features of largest max |coef|).
@@ -98,8 +99,7 @@ class PathResult:
     cv_: Any = None
 
     def __post_init__(self) -> None:
-        if self.loss not in METRICS:
-            raise ValueError(f"loss must be one of {sorted(METRICS)}, got {self.loss!r}")
+        datafit_class(self.loss)  # an unknown loss is refused
         self.alphas_ = np.asarray(self.alphas_, dtype=np.float64)
         n = self.alphas_.shape[0]
         self.coefs_ = sp.csc_matrix(self.coefs_, dtype=np.float64)
@@ -184,13 +184,11 @@ class PathResult:
 
     @property
     def validation_error_(self) -> np.ndarray | None:
-        """Test MSE (squared loss), log-loss (logistic) or error rate (hinges), None
-        without test data."""
-        if self.loss == "squared":
-            return self.test_mse_
-        if self.loss == "logistic":
-            return self.test_logloss_
-        return None if self.test_accuracy_ is None else 1.0 - self.test_accuracy_
+        """The error of the loss's first validation metric (test MSE for the squared loss,
+        log-loss for the logistic, error rate for the hinges), None without test data."""
+        attr, _, is_score = METRIC_FIELDS[datafit_class(self.loss).metrics[0]]
+        values = getattr(self, attr)
+        return 1.0 - values if values is not None and is_score else values
 
     @property
     def best_index_(self) -> int | None:
@@ -334,10 +332,9 @@ class PathResult:
         return save_model(self, path, overwrite=overwrite)
 
     def _metric_columns(self) -> list[tuple[str, np.ndarray]]:
-        cols = [("test_mse", self.test_mse_)]
-        if self.loss != "squared":
-            cols = [("test_logloss", self.test_logloss_), ("test_acc", self.test_accuracy_)]
-        return [(name, v) for name, v in cols if v is not None]
+        fields = [METRIC_FIELDS[m] for m in datafit_class(self.loss).metrics]
+        return [(name, getattr(self, attr)) for attr, name, _ in fields
+                if getattr(self, attr) is not None]  # fmt: skip
 
     def __repr__(self) -> str:
         n = self.n_alphas

@@ -107,8 +107,8 @@ class RDASolver(SampleWiseSolver):
 
     def _settings(self, pb: Problem, gamma: float | None) -> RDASettings:
         gamma = self._base_rate(pb) if gamma is None else gamma
-        return RDASettings(pb.loss, pb.penalty.alpha_l1, pb.penalty.alpha_l2, pb.fit_intercept,
-                           float(gamma), float(self.rho), 1.0)  # fmt: skip
+        return RDASettings(pb.datafit.code, pb.penalty.alpha_l1, pb.penalty.alpha_l2,
+                           pb.fit_intercept, float(gamma), float(self.rho), 1.0)  # fmt: skip
 
     def _start(self, pb: Problem, warm: WarmState | None, rate: float | None = None) -> (
         RDAState

@@ -25,6 +25,7 @@ import numpy as np
 
 from dl1.errors import ValidationError
 from dl1.loading import rows_xt_theta
+from dl1.objective.datafits import DATAFITS
 from dl1.objective.datafits.quadratic import balanced
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
@@ -44,15 +45,14 @@ def gap_at(pb: Problem, z: np.ndarray, w: np.ndarray, theta: np.ndarray) -> Cert
     ))  # fmt: skip
 
 
-def check_loss(solver: str, loss: str) -> None:
-    """Refuse a loss the sample-wise kernels have no step for (they name their losses in
-    :data:`dl1.kernels.lazy.LOSS_CODES`)."""
-    from dl1.kernels.lazy import LOSS_CODES
-
-    if loss not in LOSS_CODES:
+def check_loss(solver: str, datafit: Any) -> None:
+    """Refuse a loss the sample-wise kernels have no step for (its datafit's
+    ``row_steps``)."""
+    if not datafit.row_steps:
+        takes = [name for name, cls in DATAFITS.items() if cls.row_steps]
         raise ValidationError(
-            f"solver={solver!r} has no steps for loss={loss!r} (it takes "
-            f"{', '.join(map(repr, LOSS_CODES))}); use solver='ws' or 'cd'"
+            f"solver={solver!r} has no steps for loss={datafit.name!r} (it takes "
+            f"{', '.join(map(repr, takes))}); use solver='ws' or 'cd'"
         )
 
 
@@ -106,7 +106,7 @@ class SampleWiseSolver:
     ]:
         """Epochs until the combined model is certified within ``problem.tol``."""
         pb = problem
-        check_loss(self.name, pb.loss)
+        check_loss(self.name, pb.datafit)
         rate, calibration = self._rate(pb, warm)
         state = self._start(pb, warm, rate)
         history: list[dict[str, Any]] = []

@@ -44,9 +44,6 @@ from dl1.solvers.result import ConvergenceWarning
 from dl1.solvers.rowwise import SampleWiseSolver
 from dl1.tasks.stochastic import SDCAOutput, SDCASettings, sdca_round_task
 
-#: Losses with Prox-SDCA dual steps (closed form, or exact Newton for the logistic loss).
-SDCA_LOSSES = ("squared", "logistic", "hinge", "smooth_hinge")
-
 
 @dataclass(frozen=True)
 class SDCAState:
@@ -107,7 +104,7 @@ class SDCASolver(SampleWiseSolver):
         kappa = 0.0
         if pb.fit_intercept:
             kappa = self.intercept_scale * math.sqrt(max(pb.rows.row_sqnorm_max, 1e-300))
-        return SDCASettings(pb.loss, l1, l2, float(len(pb.rows.parts)), self.n_epochs, pb.n,
+        return SDCASettings(pb.datafit.code, l1, l2, float(len(pb.rows.parts)), self.n_epochs, pb.n,
                             kappa=kappa)  # fmt: skip
 
     def _warn_if_slow(self, pb: Problem, ridge: float) -> None:

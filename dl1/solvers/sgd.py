@@ -118,7 +118,7 @@ class StochasticGradientSolver(SampleWiseSolver):
         if self.form == "sgd" and eta0 * pb.penalty.alpha_l2 >= 1.0:
             eta0 = 0.5 / pb.penalty.alpha_l2  # keeps the ridge factor 1 - eta l2 positive
         return SGDSettings(
-            self.form, pb.loss, pb.penalty.alpha_l1, pb.penalty.alpha_l2, pb.fit_intercept,
+            self.form, pb.datafit.code, pb.penalty.alpha_l1, pb.penalty.alpha_l2, pb.fit_intercept,
             float(eta0), self.learning_rate, 1.0 / pb.n,
         )  # fmt: skip
 

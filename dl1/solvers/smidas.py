@@ -128,7 +128,7 @@ class SMIDASSolver(SampleWiseSolver):
                 "'sdca' for the elastic net"
             )
         eta = self._base_rate(pb) if eta is None else eta
-        return SMIDASSettings(pb.loss, pb.penalty.alpha_l1, pb.fit_intercept, float(eta),
+        return SMIDASSettings(pb.datafit.code, pb.penalty.alpha_l1, pb.fit_intercept, float(eta),
                               smidas_p(pb.p))  # fmt: skip
 
     def _start(self, pb: Problem, warm: WarmState | None, rate: float | None = None) -> (

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import scipy.sparse as sp
 
-from dl1.kernels.lazy import FORM_CODES, LOSS_CODES, lazy_pass, rows_loss
+from dl1.kernels.lazy import FORM_CODES, lazy_pass, rows_loss
 from dl1.kernels.rda import rda_pass, rda_state, rda_weights
 from dl1.kernels.sdca import sdca_epoch
 from dl1.kernels.smidas import smidas_pass
@@ -71,7 +71,7 @@ class SGDSettings:
     """What one stochastic epoch needs besides the data and the model."""
 
     form: str
-    loss: str
+    loss: int  # the datafit's kernel code (dl1.kernels.codes)
     l1: float
     l2: float
     fit_intercept: bool
@@ -125,7 +125,7 @@ def sgd_epoch_task(
         b, prog = lazy_pass(
             v.block.indptr, v.block.indices, v.block.data, v.y, v.sw, v.rows, eta, w, b,
             settings.fit_intercept, settings.l1, settings.l2, FORM_CODES[settings.form],
-            LOSS_CODES[settings.loss], settings.gamma,
+            settings.loss, settings.gamma,
         )  # fmt: skip
         kernel_s += time.perf_counter() - tk
         progressive += prog
@@ -140,7 +140,7 @@ class RDASettings:
     """Xiao's parameters: ``beta_t = gamma sqrt(t)``, the sparsity-enhancing ``rho``, and
     the intercept's own ``gamma_b``."""
 
-    loss: str
+    loss: int  # the datafit's kernel code (dl1.kernels.codes)
     l1: float
     l2: float
     fit_intercept: bool
@@ -182,7 +182,7 @@ def rda_epoch_task(
         Gbk, tk, _, prog = rda_pass(
             v.block.indptr, v.block.indices, v.block.data, v.y, v.sw, v.rows, Gk, Gbk, tk, w,
             settings.fit_intercept, settings.l1, settings.l2, settings.gamma, settings.rho,
-            settings.gamma_b, LOSS_CODES[settings.loss], settings.smoothing,
+            settings.gamma_b, settings.loss, settings.smoothing,
         )  # fmt: skip
         progressive += prog
         by_block.append((v.block.i, prog / max(1, v.rows.shape[0])))
@@ -194,7 +194,7 @@ def rda_epoch_task(
 class SMIDASSettings:
     """The step ``eta`` (constant, as the paper's), ``p`` of the link and the penalty."""
 
-    loss: str
+    loss: int  # the datafit's kernel code (dl1.kernels.codes)
     l1: float
     fit_intercept: bool
     eta: float
@@ -231,7 +231,7 @@ def smidas_epoch_task(
         eta = np.full(v.rows.shape[0], settings.eta)
         b, prog = smidas_pass(
             v.block.indptr, v.block.indices, v.block.data, v.y, v.sw, v.rows, eta, theta, w,
-            b, settings.fit_intercept, settings.l1, settings.p, LOSS_CODES[settings.loss],
+            b, settings.fit_intercept, settings.l1, settings.p, settings.loss,
             settings.smoothing,
         )  # fmt: skip
         progressive += prog
@@ -246,7 +246,7 @@ class SDCASettings:
     """The penalty (``l2 > 0``: the ridge the dual needs), the CoCoA+ ``sigma'`` and the
     local passes per round."""
 
-    loss: str
+    loss: int  # the datafit's kernel code (dl1.kernels.codes)
     l1: float
     l2: float
     sigma_prime: float
@@ -299,7 +299,7 @@ def sdca_round_task(
         da, u, ub, prog = sdca_epoch(
             vis.block.indptr, vis.block.indices, vis.block.data, vis.y, vis.sw, vis.rows, a,
             v0 + s.sigma_prime * dv, vb + s.sigma_prime * dvb, s.n, s.l1, s.l2,
-            s.sigma_prime, s.kappa > 0.0, s.kappa, LOSS_CODES[s.loss], s.smoothing, b,
+            s.sigma_prime, s.kappa > 0.0, s.kappa, s.loss, s.smoothing, b,
         )  # fmt: skip
         d_alpha.append((r0, da))
         dv += u
@@ -429,6 +429,6 @@ def calibration_task(
         for k, value in enumerate(candidates):
             w, b = trial.run(block, ys, sw, value, seed, n_rows)
             losses[k] = rows_loss(block.indptr, block.indices, block.data, ys, sw, w, b,
-                                  LOSS_CODES[st.loss], smoothing)  # fmt: skip
+                                  st.loss, smoothing)  # fmt: skip
             penalties[k] = st.l1 * np.abs(w).sum() + 0.5 * l2 * (w @ w)
     return CalibrationOutput(losses, penalties, block.n_rows)

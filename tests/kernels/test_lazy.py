@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dl1.kernels.lazy import FORM_CODES, LOSS_CODES, RESCALE_BELOW, dense_pass, lazy_pass
+from dl1.kernels.lazy import FORM_CODES, RESCALE_BELOW, dense_pass, lazy_pass
 from tests.helpers import random_csr
+from tests.kernel_helpers import LOSS_CODES
 
 
 def reference_loss_derivative(loss: str, y: float, z: float, gamma: float) -> float:

@@ -8,10 +8,8 @@ import numpy as np
 import pytest
 from scipy.special import expit, xlogy
 
+from dl1.kernels.codes import LOGISTIC, SMOOTH_HINGE, SQUARED_HINGE
 from dl1.kernels.margins import (
-    LOGISTIC,
-    SMOOTH_HINGE,
-    SQUARED_HINGE,
     abs_max,
     balance,
     margin_conjugate,

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 
-from dl1.kernels.lazy import LOSS_CODES
 from dl1.kernels.rda import rda_pass, rda_weight, rda_weights
+from tests.kernel_helpers import LOSS_CODES
 from tests.kernels.row_reference import fista, loss_derivatives, loss_values, objective, problem
 
 

@@ -9,7 +9,6 @@ import pytest
 from scipy.optimize import brentq, minimize_scalar
 from sklearn.linear_model import ElasticNet, Lasso
 
-from dl1.kernels.lazy import LOSS_CODES
 from dl1.kernels.sdca import (
     dual_loss,
     dual_objective,
@@ -18,6 +17,7 @@ from dl1.kernels.sdca import (
     primal_from_dual,
     sdca_epoch,
 )
+from tests.kernel_helpers import LOSS_CODES
 from tests.kernels.row_reference import fista, loss_values, objective, problem
 
 GAMMA = 0.5  # smoothing of the smoothed hinge

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dl1.kernels.lazy import LOSS_CODES
 from dl1.kernels.smidas import smidas_eta, smidas_eta_smooth, smidas_p, smidas_pass
+from tests.kernel_helpers import LOSS_CODES
 from tests.kernels.row_reference import fista, loss_derivatives, loss_values, objective, problem
 
 GAMMA = 0.5

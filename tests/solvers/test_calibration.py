@@ -12,7 +12,8 @@ import scipy.sparse as sp
 from sklearn.linear_model import Lasso
 
 import dl1
-from dl1.kernels.lazy import FORM_CODES, LOSS_CODES, dense_pass, rows_loss
+from dl1.kernels.codes import SQUARED
+from dl1.kernels.lazy import FORM_CODES, dense_pass, rows_loss
 from dl1.solvers.calibration import (
     FACTORS,
     CalibrationSettings,
@@ -25,6 +26,7 @@ from dl1.solvers.sgd import StochasticGradientSolver
 from dl1.tasks.rows import assemble_rows
 from dl1.tasks.stochastic import SGDSettings, SGDTrial, calibration_task, learning_rates
 from tests.helpers import task_stream
+from tests.kernel_helpers import LOSS_CODES
 
 SOLVERS = ["sgd", "fobos", "rda", "smidas"]
 
@@ -143,7 +145,7 @@ def test_the_sample_objective_is_the_dense_passes():
     with each candidate, then the loss summed in NumPy and the penalty, to 1e-10."""
     X, y, alpha = lasso_problem("base", n=400, p=50, seed=2)
     block = assemble_rows(0, 0, X)
-    settings = SGDSettings("sgd", "squared", alpha, 0.0, True, 0.0, "invsqrt", 1.0 / 400)
+    settings = SGDSettings("sgd", SQUARED, alpha, 0.0, True, 0.0, "invsqrt", 1.0 / 400)
     trial = SGDTrial(settings, np.zeros(50), float(y.mean()))
     candidates = [0.01, 0.1, 1.0]
     out = calibration_task([block], y, np.zeros(0), 60, trial, candidates, 7)

@@ -10,9 +10,11 @@ import pytest
 import scipy.sparse as sp
 
 import dl1
-from dl1.kernels.lazy import FORM_CODES, LOSS_CODES, lazy_pass
+from dl1.kernels.codes import SQUARED
+from dl1.kernels.lazy import FORM_CODES, lazy_pass
 from dl1.solvers.result import ConvergenceWarning
 from dl1.tasks.stochastic import SGDSettings, learning_rates
+from tests.kernel_helpers import LOSS_CODES
 
 
 def regression(n=600, p=80, seed=0):
@@ -60,7 +62,7 @@ def test_one_partition_is_sequential_lazy_sgd():
                       fit_intercept=False, tol=1e-12, seed=3)
     eta0 = res.history_[0]["eta0"]
     assert eta0 == res.history_[0]["calibration"].value
-    settings = SGDSettings("fobos", "squared", alpha, 0.0, False, eta0, "invsqrt", 1.0 / 200)
+    settings = SGDSettings("fobos", SQUARED, alpha, 0.0, False, eta0, "invsqrt", 1.0 / 200)
     rng = np.random.default_rng(3 * 1_000_003)
     rng.permutation(1)  # the block order
     rows = rng.permutation(200).astype(np.int64)
@@ -212,7 +214,7 @@ def test_stream_order_certify_at_the_end_and_losses_per_block():
     assert [np.isnan(h["gap"]) for h in end.history_] == [False, True, True, False]
     assert end.gap_ == every.gap_
     first = fit_quietly(Xd, y, solver=StochasticGradientSolver(max_epochs=1, shuffle=False), **kw)
-    settings = SGDSettings("sgd", "squared", alpha, 0.0, False, first.history_[0]["eta0"],
+    settings = SGDSettings("sgd", SQUARED, alpha, 0.0, False, first.history_[0]["eta0"],
                            "invsqrt", 1.0 / 300)
     w = np.zeros(30)
     lazy_pass(X.indptr, X.indices.astype(np.int32), X.data, y, np.ones(300),

@@ -21,13 +21,16 @@ inf``): the sample-wise solvers take it, and the smoothing solver
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dl1.errors import ValidationError
+from dl1.kernels.codes import HINGE, SMOOTH_HINGE
 from dl1.kernels.hinge import hinge_intercept
-from dl1.kernels.margins import SMOOTH_HINGE, abs_max, margin_shift_sums
+from dl1.kernels.margins import abs_max, margin_shift_sums
+from dl1.objective.datafits.base import sgd_classifier
 from dl1.objective.datafits.margin import MarginLoss, as_vector, kernel_weights
 from dl1.objective.datafits.quadratic import optional_weights, validate_labels
 
@@ -47,7 +50,12 @@ class SmoothHinge(MarginLoss):
         ``gamma / 2`` and the hinge.
     """
 
+    name = "smooth_hinge"
     code = SMOOTH_HINGE
+    classifies = True
+    log_odds = False
+    metrics = ("accuracy",)
+    row_steps = True
 
     def __init__(self, gamma: float = 1.0) -> None:
         gamma = float(gamma)
@@ -67,7 +75,12 @@ class SmoothHinge(MarginLoss):
 
     def validate_y(self, y: ArrayLike) -> NDArray[np.float64]:
         """Labels exactly -1 or +1 (the first bad index named)."""
-        return validate_labels(y, "hinge")
+        return validate_labels(y, self.name)
+
+    def sklearn_estimator(self, res: Any) -> Any:
+        """scikit-learn has no smoothed hinge: its ``SGDClassifier(loss="hinge")``, whose
+        predictions are this model's but whose objective is not."""
+        return sgd_classifier("hinge", res)
 
     def _phi(self, m: NDArray[np.float64]) -> NDArray[np.float64]:
         """``phi(m)`` by its definition in NumPy (the tests' reference)."""
@@ -125,11 +138,19 @@ class Hinge(SmoothHinge):
     for the sample-wise solvers (SGD, FoBoS, RDA, SMIDAS, Prox-SDCA) and the smoothing
     solver."""
 
+    name = "hinge"
+    code = HINGE  # the margin kernels' smoothed hinge at gamma = 0
+
     def __init__(self) -> None:
         super().__init__(0.0)
 
     def __repr__(self) -> str:
         return "Hinge()"
+
+    def sklearn_estimator(self, res: Any) -> Any:
+        """scikit-learn's ``SGDClassifier(loss="hinge")``, same elastic net: the same
+        objective."""
+        return sgd_classifier("hinge", res)
 
     def intercept_update(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None,
                          max_iter: int = 1) -> float:  # fmt: skip

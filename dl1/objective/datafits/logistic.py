@@ -15,8 +15,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dl1.errors import ValidationError
+from dl1.kernels.codes import LOGISTIC
 from dl1.kernels.margins import (
-    LOGISTIC,
     intercept_root,
     intercept_root_from,
     margin_shift_sums,
@@ -40,12 +40,29 @@ class Logistic(MarginLoss):
     (:func:`dl1.objective.datafits.normalize_sample_weight`).
     """
 
+    name = "logistic"
+    code = LOGISTIC
+    classifies = True
+    log_odds = True
+    metrics = ("logloss", "accuracy")
+    row_steps = True
     beta: float = 0.25
     """Upper bound of ``loss''`` (Shalev-Shwartz & Tewari 2011, Eq. (7))."""
-    code = LOGISTIC
 
     def __repr__(self) -> str:
         return "Logistic()"
+
+    def sklearn_estimator(self, res: Any) -> Any:
+        """scikit-learn's ``LogisticRegression`` with ``C = 1 / (n_samples * alpha)``,
+        ``l1_ratio`` and ``solver="saga"``: the same objective without sample weights (with
+        weights ``w``, dl1's is ``C = 1 / (alpha * sum(w))``)."""
+        from sklearn.linear_model import LogisticRegression
+
+        if not res.n_samples_ or res.alpha <= 0:
+            raise ValueError("the logistic model needs n_samples_ and alpha > 0 for C")
+        return LogisticRegression(C=1.0 / (res.n_samples_ * res.alpha), l1_ratio=res.l1_ratio,
+                                  solver="saga", fit_intercept=bool(res.fit_intercept),
+                                  tol=res.tol)  # fmt: skip
 
     def validate_y(self, y: ArrayLike) -> NDArray[np.float64]:
         """Check that the labels are exactly -1 or +1.
@@ -63,7 +80,7 @@ class Logistic(MarginLoss):
         ValidationError
             ``y`` is not 1-D or has a label other than -1/+1 (naming the first bad index).
         """
-        return validate_labels(y, "logistic")
+        return validate_labels(y, self.name)
 
     def initial_intercept(self, y: ArrayLike, s: ArrayLike | None = None) -> float:
         """Optimal intercept at ``w = 0``: the log-odds ``log(p / (1 - p))``.

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dl1.errors import ValidationError
+from dl1.kernels.codes import SQUARED
 
 
 def normalize_sample_weight(sample_weight: ArrayLike | None, n: int) -> NDArray[np.float64] | None:
@@ -126,6 +128,12 @@ class Quadratic:
     (:func:`normalize_sample_weight`).
     """
 
+    name = "squared"
+    code = SQUARED
+    classifies = False
+    log_odds = False
+    metrics = ("mse",)
+    row_steps = True
     beta: float = 1.0
     """Upper bound of ``loss''`` (Shalev-Shwartz & Tewari 2011, Eq. (7))."""
     quadratic = True
@@ -133,6 +141,16 @@ class Quadratic:
 
     def __repr__(self) -> str:
         return "Quadratic()"
+
+    def sklearn_estimator(self, res: Any) -> Any:
+        """scikit-learn's ``Lasso`` (``l1_ratio == 1``) or ``ElasticNet``, same ``alpha`` and
+        ``l1_ratio``: the same objective."""
+        from sklearn.linear_model import ElasticNet, Lasso
+
+        kw = dict(alpha=res.alpha, fit_intercept=bool(res.fit_intercept), tol=res.tol)
+        if res.l1_ratio == 1.0:
+            return Lasso(**kw)
+        return ElasticNet(l1_ratio=res.l1_ratio, **kw)
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self)

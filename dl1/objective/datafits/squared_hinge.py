@@ -13,11 +13,14 @@ Dual convention (see :mod:`dl1.objective.gap`): ``theta = -n grad F(z) = s * y *
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dl1.kernels.margins import SQUARED_HINGE, abs_max, margin_slope_sums
+from dl1.kernels.codes import SQUARED_HINGE
+from dl1.kernels.margins import abs_max, margin_slope_sums
+from dl1.objective.datafits.base import sgd_classifier
 from dl1.objective.datafits.margin import MarginLoss, as_vector, kernel_weights
 from dl1.objective.datafits.quadratic import optional_weights, validate_labels
 
@@ -34,16 +37,26 @@ class SquaredHinge(MarginLoss):
     (:func:`dl1.objective.datafits.normalize_sample_weight`).
     """
 
+    name = "squared_hinge"
+    code = SQUARED_HINGE
+    classifies = True
+    log_odds = False
+    metrics = ("accuracy",)
+    row_steps = False
     beta: float = 2.0
     """Upper bound of ``phi''``."""
-    code = SQUARED_HINGE
 
     def __repr__(self) -> str:
         return "SquaredHinge()"
 
+    def sklearn_estimator(self, res: Any) -> Any:
+        """scikit-learn's ``SGDClassifier(loss="squared_hinge")``, same elastic net: the same
+        objective."""
+        return sgd_classifier("squared_hinge", res)
+
     def validate_y(self, y: ArrayLike) -> NDArray[np.float64]:
         """Labels exactly -1 or +1 (the first bad index named)."""
-        return validate_labels(y, "squared_hinge")
+        return validate_labels(y, self.name)
 
     def initial_intercept(self, y: ArrayLike, s: ArrayLike | None = None) -> float:
         """The intercept minimising ``F`` at ``w = 0`` (finite even with one label: the
