@@ -85,6 +85,7 @@ import math
 import numpy as np
 from numba import njit
 
+from dl1.kernels.cd import soft_threshold
 from dl1.kernels.codes import HINGE, LOGISTIC, SMOOTH_HINGE, SQUARED
 from dl1.kernels.lazy import loss_value
 
@@ -92,15 +93,6 @@ from dl1.kernels.lazy import loss_value
 NEWTON_MAX_ITER = 60
 #: Tolerance on the dual feasibility ``c = y alpha / s`` in [0, 1] when evaluating conjugates.
 FEASIBILITY_TOL = 1e-12
-
-
-@njit(nogil=True, cache=True)
-def soft_threshold(x, k):
-    if x > k:
-        return x - k
-    if x < -k:
-        return x + k
-    return 0.0
 
 
 @njit(nogil=True, cache=True)
