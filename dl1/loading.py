@@ -564,7 +564,7 @@ def load_problem(
     )
     problem = Problem(
         ex, blocks, col_bounds, inputs.y, inputs.sample_weight, inputs.datafit, penalty,
-        fit_intercept, tol, n_partitions, loss, budget, handles, rows,
+        fit_intercept, tol, n_partitions, budget, handles, rows,
     )  # fmt: skip
     return problem, seconds
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
 import dl1
@@ -74,6 +75,7 @@ def test_fit_command_on_a_store(tmp_path):
     assert "alpha_max/10" in out
 
 
+@pytest.mark.slow
 def test_path_command_with_checkpoint_and_plots(tmp_path):
     X = random_csr(150, 40, 0.15, seed=3)
     y = X @ np.r_[np.ones(5), np.zeros(35)] + 0.01 * np.arange(150) % 0.1
@@ -114,6 +116,7 @@ def test_path_command_with_checkpoint_and_plots(tmp_path):
     assert strip == [ln.split()[:5] for ln in again.splitlines() if ln[:4].strip().isdigit()]
 
 
+@pytest.mark.slow
 def test_path_command_frank_wolfe(tmp_path):
     X = random_csr(150, 40, 0.15, seed=3)
     y = X @ np.r_[np.ones(5), np.zeros(35)] + 0.01 * np.arange(150) % 0.1

@@ -302,6 +302,7 @@ def test_identical_across_worker_counts_and_runs(local_cluster):
         assert r.n_rounds_ == results[0].n_rounds_
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spread", [False, True])
 def test_a_killed_worker_does_not_fail_the_fit(spread):
     """SIGKILL a worker mid-fit: lost blocks, cached column groups and (``spread``) the

@@ -74,7 +74,6 @@ class Problem:
     fit_intercept: bool = True
     tol: float = 1e-4
     n_partitions: int = 2
-    loss: str = "squared"
     budget: WorkingSetBudget = field(default_factory=WorkingSetBudget)
     handles: DataHandles | None = None
     rows: RowData | None = None
@@ -82,6 +81,11 @@ class Problem:
     def at(self, penalty: Any) -> Problem:
         """The same data and settings with another penalty."""
         return replace(self, penalty=penalty)
+
+    @property
+    def loss(self) -> str:
+        """The loss's name (its datafit's)."""
+        return str(self.datafit.name)
 
     @property
     def n(self) -> int:

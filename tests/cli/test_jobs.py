@@ -18,8 +18,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.helpers import task_stream
+
+#: Processes killed, frozen or started: the full tier (CI), not the everyday one.
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {

@@ -32,6 +32,9 @@ from dl1.runtime.exposure import InsecureClusterWarning, check_scheduler_address
 from dl1.runtime.localcluster import loopback_addresses
 from tests.helpers import random_csr
 
+#: Processes killed, frozen or started: the full tier (CI), not the everyday one.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 

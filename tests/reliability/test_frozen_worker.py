@@ -24,6 +24,9 @@ from dl1.runtime.watchdog import STALL_TIMEOUT_KEY
 from tests.reliability.faults import nanny_cluster, timed, worker_pids
 from tests.test_penalised import as_dask, make_regression
 
+#: Processes killed, frozen or started: the full tier (CI), not the everyday one.
+pytestmark = pytest.mark.slow
+
 #: tens of rounds on 2 workers (tests/reliability/test_worker_faults.py's fit)
 FIT = dict(alpha=1e-4, tol=1e-9, n_partitions=2, max_rounds=100_000)
 #: the stall timeout of the stall cases (the default is 60 s)

@@ -26,6 +26,9 @@ from dl1.runtime.wire import PLUGIN_NAME
 from tests.reliability.faults import REPO, nanny_cluster
 from tests.test_penalised import as_dask, make_regression
 
+#: Processes killed, frozen or started: the full tier (CI), not the everyday one.
+pytestmark = pytest.mark.slow
+
 #: a fit of tens of rounds (as in ``test_worker_faults``), with its servers (not one piece)
 FIT = dict(alpha=1e-4, tol=1e-9, n_partitions=2, max_rounds=100_000)
 

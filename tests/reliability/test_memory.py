@@ -22,6 +22,9 @@ from dl1.runtime.wire import PLUGIN_NAME
 from dl1.runtime.worker import TASK_HEADROOM
 from tests.reliability.faults import nanny_cluster
 
+#: Processes killed, frozen or started: the full tier (CI), not the everyday one.
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("limit", ["250MB", "200MB"])
 def test_workers_too_small_for_dl1_are_told_how_much_they_need(limit, store):

@@ -22,6 +22,9 @@ from dl1.errors import ClusterStalledError
 from dl1.runtime.watchdog import STALL_TIMEOUT_KEY
 from tests.reliability.faults import REPO, assert_same_path, process_cluster, scheduler_address
 
+#: Processes killed, frozen or started: the full tier (CI), not the everyday one.
+pytestmark = pytest.mark.slow
+
 PATH = dict(n_alphas=6, tol=1e-8)
 #: the stall timeout of the test (the default is 60 s)
 STALL_S = 10.0

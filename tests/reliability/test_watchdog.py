@@ -16,6 +16,9 @@ from dl1.runtime.rpc import RpcExecutor
 from dl1.runtime.watchdog import DEFAULT_STALL_TIMEOUT, STALL_TIMEOUT_KEY, stall_timeout
 from tests.reliability.faults import assert_same_path, nanny_cluster
 
+#: Processes killed, frozen or started: the full tier (CI), not the everyday one.
+pytestmark = pytest.mark.slow
+
 #: the stall timeout of these tests (the default is 60 s)
 STALL_S = 3.0
 #: seconds an error may take beyond the stall timeout: polls of 1 s, the scheduler's

@@ -28,6 +28,9 @@ from tests.reliability.faults import (
 )
 from tests.test_penalised import as_dask, make_regression
 
+#: Processes killed, frozen or started: the full tier (CI), not the everyday one.
+pytestmark = pytest.mark.slow
+
 #: the fit of ``tests/test_penalised.py``'s kill test: long enough (tens of rounds) that a
 #: worker killed at round 3 is lost mid-fit
 FIT = dict(alpha=1e-4, tol=1e-9, n_partitions=2, max_rounds=100_000)

@@ -43,6 +43,7 @@ def recipe_cluster(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_fit_on_a_real_scheduler_and_workers(tmp_path, recipe_cluster):
     from distributed import Client
 

@@ -292,6 +292,7 @@ def test_an_error_in_the_worker_is_raised_here(local_cluster):
         dl1.fit(X, y, alpha=0.01, coef_init=np.ones(3), client=local_cluster)
 
 
+@pytest.mark.slow
 def test_a_worker_lost_mid_task_is_survived():
     """The worker running the one piece is killed: the scheduler runs the task again on
     the other worker (its nanny restarts the first), and the answer is the same; the
@@ -341,6 +342,7 @@ def test_a_worker_lost_mid_task_is_survived():
     np.testing.assert_array_equal(res.coefs_.toarray(), ref.coefs_.toarray())
 
 
+@pytest.mark.slow
 def test_paused_workers_stall_a_one_piece_fit_within_the_timeout():
     """Both workers paused for memory before the fit: the one-piece task never starts, and
     the watchdog raises ClusterStalledError within the stall timeout (plus polling slack)."""

@@ -384,6 +384,7 @@ def move_block(client, future, to: str) -> None:
         client.amm.start()
 
 
+@pytest.mark.slow
 def test_a_block_dask_moves_mid_solve_is_looked_up_again(local_cluster):
     """Dask moves a block after the coordinator looked it up (a copy elsewhere, then its
     memory manager drops the first replica): the step that finds it gone runs by task, the

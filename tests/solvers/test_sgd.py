@@ -227,6 +227,7 @@ def test_stream_order_certify_at_the_end_and_losses_per_block():
         every.history_[0]["progressive_loss"], rel=1e-12)
 
 
+@pytest.mark.slow
 def test_streamed_epochs_hold_one_row_block_at_a_time(tmp_path):
     """Pass: out of core (stream=True) on dl1's 1-worker LocalCluster (the allocator
     settings it recommends out of core) limited to 1 GiB, the

@@ -129,6 +129,7 @@ def test_fully_screened_block_is_not_read(store):
     assert a[0][0] == b[0][0] and np.array_equal(a[0][1], b[0][1])
 
 
+@pytest.mark.slow
 def test_out_of_core_path_on_memory_limited_cluster(local_cluster, tmp_path):
     """The path on a store streamed by workers with a small memory limit.
 
