@@ -587,10 +587,7 @@ def _grid(problem: Problem, alphas: Any, n_alphas: int, eps: float, l1_ratio: fl
         if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
             raise ValueError("alphas must be finite and > 0")
         return grid
-    amax = problem_alpha_max(problem, l1_ratio)
-    if not np.isfinite(amax) or amax <= 0:
-        raise ValidationError(f"alpha_max is {amax}; give the alphas explicitly")
-    return alpha_grid(amax, n_alphas, eps)
+    return alpha_grid(problem_alpha_max(problem, l1_ratio), n_alphas, eps)
 
 
 def _resumed(

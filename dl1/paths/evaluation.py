@@ -36,10 +36,24 @@ def fingerprint(X: Any, y: np.ndarray, split: str) -> dict[str, Any]:
     return {"kind": type(X).__name__, "token": tokenize(X), "y_crc32c": checksum(y)}
 
 
+#: The grid of data whose ``alpha_max`` is 0 (a constant ``y``, an all-zero ``X``): every
+#: alpha gives ``w = 0``; scikit-learn's ``_alpha_grid`` puts its alphas here too.
+RESOLUTION = float(np.finfo(float).resolution)
+
+
 def alpha_grid(alpha_max: float, n_alphas: int = 100, eps: float = 1e-2) -> np.ndarray:
-    """``n_alphas`` values from ``alpha_max`` down to ``eps * alpha_max``, geometrically."""
+    """``n_alphas`` values from ``alpha_max`` down to ``eps * alpha_max``, geometrically;
+    ``n_alphas`` times :data:`RESOLUTION` when ``alpha_max`` is not above it (as
+    scikit-learn). An infinite ``alpha_max`` (``l1_ratio = 0``, ridge) has no grid."""
     if n_alphas < 1 or not 0 < eps < 1:
         raise ValueError(f"need n_alphas >= 1 and 0 < eps < 1, got {n_alphas}, {eps}")
+    if not np.isfinite(alpha_max):
+        raise ValidationError(
+            "no alpha grid for l1_ratio=0 (ridge: alpha_max is infinite), as in scikit-learn; "
+            "give the alphas (alphas=...)"
+        )
+    if alpha_max <= RESOLUTION:
+        return np.full(n_alphas, RESOLUTION)
     return np.geomspace(alpha_max, alpha_max * eps, n_alphas)
 
 
