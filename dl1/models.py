@@ -5,7 +5,8 @@ A saved model is a directory::
     MODEL/
       model.json      format name and version, dl1 version, kind ("fit" or "path"), loss,
                       alpha(s), l1_ratio, tol, gaps, converged flags, intercept(s), n_samples,
-                      n_features; every float as a ``float.hex`` string (exact, NaN included)
+                      n_features; every float as a ``float.hex`` string (exact, NaN included);
+                      ``digest``, the SHA-256 of every other field and of the arrays
       coef.npy        float64 (p,)                      kind "fit"
       coefs_data.npy, coefs_indices.npy, coefs_indptr.npy
                       float64 / int64 / int64: the CSC matrix ``coefs_`` (p, n_alphas), kind "path"
@@ -15,13 +16,16 @@ writer leaves no half model; an existing path is replaced only with ``overwrite=
 only if it is a saved model (nothing else a user wrote is deleted). Loading treats the files
 as untrusted: the JSON is size-limited and checked as a schema (types, ranges, lengths), the
 arrays' headers (dtype, shape, order, file size) are checked before they are read, with
-``allow_pickle=False``, and their values after (finite, indices in range). A loaded model
-predicts bit for bit as the saved one. Not saved: histories, timings, screening masks and a
-path's per-alpha ``extra_`` records.
+``allow_pickle=False``, and their values after (finite, indices in range); last, the digest
+(:func:`content_digest`), so that a field edited to another valid value (a loss, an alpha)
+is refused too. A model of format version 1 (before the digest) loads unchecked by it. A
+loaded model predicts bit for bit as the saved one. Not saved: histories, timings,
+screening masks and a path's per-alpha ``extra_`` records.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -39,7 +43,9 @@ from dl1.objective.datafits import LOSSES, datafit_class
 from dl1.store.manifest import FieldChecker, check_inside
 
 FORMAT_NAME = "dl1-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Format versions this dl1 reads: 1 has no digest.
+READABLE_VERSIONS = (1, 2)
 MODEL_JSON = "model.json"
 #: model.json larger than this is refused unread (a path of 10,000 alphas takes ~2 MiB).
 MAX_JSON_BYTES = 16 << 20
@@ -112,7 +118,21 @@ def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False) 
         "dl1_version": __version__,
         **meta,
     }
+    meta["digest"] = content_digest(meta, arrays)
     return _write_dir(Path(path), meta, arrays, overwrite)
+
+
+def content_digest(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 (hex) of a saved model's content: its JSON fields but ``digest`` (canonical:
+    sorted keys, no spaces) and each array's name, dtype, shape and bytes."""
+    h = hashlib.sha256()
+    fields = {k: v for k, v in meta.items() if k != "digest"}
+    h.update(json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False).encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def _hex(x: Any) -> str:
@@ -254,19 +274,36 @@ def load_model(path: str | os.PathLike) -> Any:
     if ck.key(meta, "format", "(root)") != FORMAT_NAME:
         ck.fail("format", f"is not {FORMAT_NAME!r}", meta["format"])
     version = ck.integer(ck.key(meta, "format_version", "(root)"), "format_version")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         ck.fail(
             "format_version",
-            f"is {version}: this dl1 ({__version__}) reads version "
-            f"{FORMAT_VERSION} (the model was saved by dl1 {meta.get('dl1_version')!r})",
+            f"is {version}: this dl1 ({__version__}) reads versions "
+            f"{READABLE_VERSIONS} (the model was saved by dl1 {meta.get('dl1_version')!r})",
         )
     kind = ck.key(meta, "kind", "(root)")
     if kind not in ARRAYS:
         ck.fail("kind", f"is not one of {sorted(ARRAYS)}", kind)
     common = _check_common(ck, meta)
-    return (
-        _load_fit(ck, path, meta, common) if kind == "fit" else _load_path(ck, path, meta, common)
-    )
+    if kind == "fit":
+        model = _load_fit(ck, path, meta, common)
+        arrays = _fit_content(model)[1]
+    else:
+        model = _load_path(ck, path, meta, common)
+        arrays = _path_content(model)[1]
+    if version >= 2:
+        _check_digest(ck, meta, arrays)
+    return model
+
+
+def _check_digest(ck: FieldChecker, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """Refuse a model whose content is not the one its digest was computed from (a field
+    or an array edited, even to a valid value)."""
+    digest = ck.key(meta, "digest", "(root)")
+    if not isinstance(digest, str) or len(digest) != 64:
+        ck.fail("digest", "is not a SHA-256 hex string", digest)
+    if content_digest(meta, arrays) != digest:
+        ck.fail("digest", "does not match the model's fields and arrays (edited or damaged)",
+                digest)  # fmt: skip
 
 
 def _read_json(f: Path) -> Any:

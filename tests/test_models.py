@@ -271,6 +271,10 @@ def saved(tmp_path, fits, paths):
     return fits["squared", 1.0].save(tmp_path / "fit"), paths["squared"].save(tmp_path / "path")
 
 
+def _meta(d):
+    return json.loads((d / MODEL_JSON).read_text())
+
+
 def _edit_json(d, **changes):
     meta = json.loads((d / MODEL_JSON).read_text())
     meta.update(changes)
@@ -305,9 +309,20 @@ def _tamper(kind, fit_dir, path_dir):
     if kind == "missing json":
         (fit_dir / MODEL_JSON).unlink()
         return fit_dir, "model.json is missing"
+    if kind == "valid loss edited":  # squared -> logistic: every field still valid
+        _edit_json(fit_dir, loss="logistic")
+        return fit_dir, "digest does not match the model's fields and arrays"
+    if kind == "valid alpha edited":
+        _edit_json(path_dir, alphas=[float.hex(1.0)] * len(_meta(path_dir)["alphas"]))
+        return path_dir, "digest does not match"
+    if kind == "a coefficient changed":
+        coef = np.load(fit_dir / "coef.npy")
+        coef[0] += 1.0
+        np.save(fit_dir / "coef.npy", coef)
+        return fit_dir, "digest does not match"
     if kind == "format version":
-        _edit_json(fit_dir, format_version=2)
-        return fit_dir, "format_version is 2: this dl1 .* reads version 1"
+        _edit_json(fit_dir, format_version=3)
+        return fit_dir, r"format_version is 3: this dl1 .* reads versions \(1, 2\)"
     if kind == "not hex":
         _edit_json(fit_dir, alpha=0.1)
         return fit_dir, "field alpha is not a float.hex string"
@@ -353,6 +368,9 @@ TAMPERING = [
     "missing file",
     "missing json",
     "format version",
+    "valid loss edited",
+    "valid alpha edited",
+    "a coefficient changed",
     "not hex",
     "bad loss",
     "negative n",
@@ -369,6 +387,17 @@ def test_tampered_files_are_refused(saved, kind):
     where, message = _tamper(kind, *saved)
     with pytest.raises(ModelFileError, match=message):
         dl1.load_model(where)
+
+
+def test_a_model_of_format_version_1_loads_without_a_digest(saved, data, fits):
+    fit_dir, _ = saved
+    meta = _meta(fit_dir)
+    del meta["digest"]
+    meta["format_version"] = 1
+    (fit_dir / MODEL_JSON).write_text(json.dumps(meta))
+    old = dl1.load_model(fit_dir)
+    assert old.loss == "squared"
+    assert _same_bits(old.predict(data[0]), fits["squared", 1.0].predict(data[0]))
 
 
 def test_not_a_model(tmp_path):
