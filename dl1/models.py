@@ -40,6 +40,7 @@ import scipy.sparse as sp
 from dl1 import __version__
 from dl1.errors import ModelFileError
 from dl1.objective.datafits import LOSSES, datafit_class
+from dl1.store.location import open_regular
 from dl1.store.manifest import FieldChecker, check_inside
 
 FORMAT_NAME = "dl1-model"
@@ -311,7 +312,7 @@ def _read_json(f: Path) -> Any:
         size = f.stat().st_size
         if size > MAX_JSON_BYTES:
             raise ModelFileError(f"{f} holds {size} bytes, more than {MAX_JSON_BYTES} (refused)")
-        with open(f, "rb") as fh:
+        with open_regular(f) as fh:
             text = fh.read(MAX_JSON_BYTES + 1)
         if len(text) > MAX_JSON_BYTES:
             raise ModelFileError(f"{f} is larger than {MAX_JSON_BYTES} bytes (refused)")
@@ -478,7 +479,7 @@ def _read_npy(path: Path, name: str, dtype: str, shape: tuple[int, ...]) -> np.n
     where = f"model at {path}: {f.name}"
     check_inside(path, f, f.name, ModelFileError)
     try:
-        with open(f, "rb") as fh:
+        with open_regular(f) as fh:
             version = np.lib.format.read_magic(fh)
             read_header = {
                 (1, 0): np.lib.format.read_array_header_1_0,

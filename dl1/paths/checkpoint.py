@@ -48,7 +48,7 @@ from dl1.errors import (
 )
 from dl1.paths.remote import Lease, Mirror
 from dl1.store.format import write_array, write_manifest
-from dl1.store.location import Location
+from dl1.store.location import Location, open_regular
 from dl1.store.manifest import FieldChecker, check_array_entry, check_inside
 from dl1.store.reader import read_array
 from dl1.store.upload import destination
@@ -816,7 +816,7 @@ def _coef_problem(idx: np.ndarray, val: np.ndarray, p: int) -> str:
 
 def _read_json(f: Path, error: type[StoreError]) -> dict[str, Any]:
     try:
-        with open(f, encoding="utf-8") as fh:
+        with open_regular(f, "r", encoding="utf-8") as fh:
             out = json.load(fh)
     except (OSError, ValueError) as e:
         raise error(f"{f} is missing, unreadable or truncated: {e}") from e

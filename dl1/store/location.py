@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,29 @@ _LOCAL_PROTOCOLS = ("file", "local")
 
 class OversizeObjectError(ValueError):
     """An object holds more bytes than a read accepts (found before its bytes are read)."""
+
+
+class NotRegularFileError(OSError):
+    """A file dl1 reads is a FIFO, a device, a socket or a directory: refused unread (a
+    FIFO's open or read would wait for a writer for ever)."""
+
+
+def open_regular(path: str | os.PathLike, mode: str = "rb", **kwargs: Any) -> Any:
+    """``open(path, mode)`` for reading, refused with :class:`NotRegularFileError` unless
+    ``path`` (symlinks followed) is a regular file: it is opened without blocking (a
+    FIFO's plain open waits for a writer), checked by ``fstat``, then read as usual."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFileError(
+                f"{path} is not a regular file (a FIFO, a device, a socket or a directory): "
+                "refused unread"
+            )
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def is_url(source: Any) -> bool:
@@ -160,17 +184,13 @@ class Location:
         Raises ``FileNotFoundError`` if the object does not exist."""
         p = self.key(rel)
         if self.is_local:
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                size = os.fstat(fd).st_size
+            with open_regular(p) as fh:
+                size = os.fstat(fh.fileno()).st_size
                 if size > max_bytes:
                     raise OversizeObjectError(
                         f"{self.display(rel)} has {size:,} bytes, more than {max_bytes:,}"
                     )
-                with os.fdopen(os.dup(fd), "rb") as fh:
-                    data = fh.read(max_bytes + 1)
-            finally:
-                os.close(fd)
+                data = fh.read(max_bytes + 1)
         else:
             data = self.fs.cat_file(p, start=0, end=max_bytes + 1)
         if len(data) > max_bytes:

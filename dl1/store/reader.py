@@ -35,7 +35,7 @@ from dl1.store.format import (
     chunk_path,
     n_chunks,
 )
-from dl1.store.location import Location, OversizeObjectError, as_location
+from dl1.store.location import Location, NotRegularFileError, OversizeObjectError, as_location
 from dl1.store.manifest import (
     MAX_MANIFEST_BYTES,
     MAX_METADATA_BYTES,
@@ -80,6 +80,8 @@ def _load_manifest(loc: Location) -> dict[str, Any]:
         manifest = json.loads(text)
     except OversizeObjectError:  # grew since the stat
         raise StoreCorruptError(f"{mf} has more than {MAX_MANIFEST_BYTES:,} bytes") from None
+    except NotRegularFileError as e:
+        raise StoreCorruptError(f"the manifest {e}") from None
     except (OSError, ValueError, RecursionError) as e:
         raise IncompleteStoreError(f"{mf} is unreadable or truncated: {e}") from e
     if not isinstance(manifest, dict):
@@ -134,6 +136,8 @@ def _check_chunks_present(
         mst = None  # zarr names the missing metadata when the array is opened
     if mst is not None and stat.S_ISLNK(mst.st_mode):
         raise StoreCorruptError(f"the metadata of array {key!r} is a symlink ({meta})")
+    if mst is not None and not stat.S_ISREG(mst.st_mode):
+        raise StoreCorruptError(f"the metadata of array {key!r} is not a regular file ({meta})")
     if mst is not None and mst.st_size > MAX_METADATA_BYTES:
         raise StoreCorruptError(
             f"the metadata of array {key!r} has {mst.st_size:,} bytes, more than the "
