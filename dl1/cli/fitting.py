@@ -7,6 +7,7 @@ alpha of a path.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from dl1.cli.stores import (
     summary,
     where,
 )
+from dl1.errors import ValidationError
 from dl1.objective.datafits import LOSSES, datafit_class
 from dl1.params import COMMON, CONSTRAINED_PATH, PATH, PENALISED, POSITIVE, validate_params
 
@@ -187,9 +189,32 @@ def model_output_options(saved: str) -> Any:
 
 
 def _check_output(path: str | None, overwrite: bool) -> None:
-    """An ``--output`` that exists is refused before any work (unless ``--overwrite``)."""
+    """An ``--output`` that exists is refused before any work (unless ``--overwrite``), and
+    so is one that cannot be written (:func:`check_writable`)."""
     if path is not None and not overwrite and Path(path).exists():
         raise FileExistsError(f"--output {path} exists; pass --overwrite to replace a saved model")
+    check_writable(path, "--output")
+
+
+def check_writable(path: str | os.PathLike | None, option: str) -> None:
+    """Refuse before any work a local ``path`` given to ``option`` that cannot be written:
+    a file is created and removed in the directory that would hold it (its nearest existing
+    ancestor), as permissions alone do not tell (root, read-only mounts). URLs are not
+    checked here (their writes are checked as they happen)."""
+    if path is None or is_url(str(path)):
+        return
+    p = Path(path).absolute()
+    base = p if p.is_dir() else next((a for a in p.parents if a.exists()), Path("/"))
+    if not base.is_dir():
+        raise ValidationError(f"{option} {path}: {base} is not a directory (nothing is written)")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".dl1-write-check-", dir=base)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise ValidationError(
+            f"{option} {path}: {base} cannot be written ({e.strerror}); nothing was solved"
+        ) from None
 
 
 @cli.command()
@@ -380,6 +405,8 @@ def path_cmd(
         )
     _check_output(model_out, overwrite)
     st = _check_store(store, loss, storage_options)  # before a cluster
+    check_writable(checkpoint, "--checkpoint")
+    check_writable(_plots_dir(plots, store, st), "--plots")
     out = output()
     with connected(cluster, out.say) as client, Progress("path", n_alphas) as progress:
 
@@ -414,13 +441,20 @@ def path_cmd(
         seconds = time.perf_counter() - t0
     out.say(result.summary())
     out.result.update(_path_json(st, result, seconds))
-    if plots or not is_url(store):
-        target = Path(plots) if plots else Path(str(st.path) + "-path-plots")
+    target = _plots_dir(plots, store, st)
+    if target is not None:
         written = [str(f) for f in result.plot(target)]
         for f in written:
             out.say(f"wrote {f}")
         out.result["plots"] = written
     _save(result, model_out, overwrite, out)
+
+
+def _plots_dir(plots: str | None, store: str, st: Store) -> Path | None:
+    """Where ``dl1 path`` draws its figures: ``--plots``, else beside a local store."""
+    if plots:
+        return Path(plots)
+    return None if is_url(store) else Path(str(st.path) + "-path-plots")
 
 
 def _path_json(store: Store, result: Any, seconds: float) -> dict[str, Any]:

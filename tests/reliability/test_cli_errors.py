@@ -57,6 +57,7 @@ def stores(tmp_path_factory):
     Xh[0, 3] = 1e200
     dl1.from_scipy(sp.csr_matrix(Xh), y, root / "huge", n_feature_blocks=2)
     (root / "empty").mkdir()
+    (root / "afile").write_text("a file, not a folder")
     return root
 
 
@@ -70,6 +71,10 @@ def stores(tmp_path_factory):
         (("path", "{huge}", "--constrained"), "its sum of squares overflows float64"),
         (("path", "{s}", "--eps", "2"), "'eps' parameter of dl1 path"),
         (("demo", "--seed=-1"), "'seed' parameter of dl1 demo"),
+        (("fit", "{s}", "--output", "{afile}/m"), "--output {afile}/m: {afile} is not a dir"),
+        (("path", "{s}", "--checkpoint", "{afile}/ck"), "--checkpoint {afile}/ck: {afile} is"),
+        (("path", "{s}", "--plots", "{afile}/p"), "--plots {afile}/p: {afile} is not a dir"),
+        (("path", "{s}", "--output", "{afile}/m"), "--output {afile}/m: {afile} is not a dir"),
     ],
 )
 def test_invalid_input_is_one_line_exit_2_before_any_cluster(stores, args, named):
@@ -78,11 +83,13 @@ def test_invalid_input_is_one_line_exit_2_before_any_cluster(stores, args, named
     scheduler (before: --alpha-ratio 0 raised ZeroDivisionError with a traceback after a
     cluster started; --memory-limit lots a ValueError traceback; the logistic labels were
     checked after the cluster had started, exit 1; the store with a 1e200 value never
-    returned)."""
-    args = [a.format(s=stores / "s", huge=stores / "huge") for a in args]
+    returned; an --output, --checkpoint or --plots that cannot be written failed only after
+    the whole fit or path)."""
+    where = dict(s=stores / "s", huge=stores / "huge", afile=stores / "afile")
+    args = [a.format(**where) for a in args]
     out, seconds = dl1_cli(*args, *(NOWHERE if args[0] != "demo" else ()))
     assert out.returncode == 2, out.stderr
-    assert named in one_line(out)
+    assert named.format(**where) in one_line(out)
     assert "connect" not in out.stderr.lower()
     assert seconds < 60
 
