@@ -8,6 +8,7 @@ down on exit (the client first, then the workers and the scheduler), quietly.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import json
@@ -236,6 +237,7 @@ def _client(
 
         check_scheduler_address(address)
         security = client_security(address, spec)
+        check_scheduler_answers(address, security)
         client = stack.enter_context(Client(address, security=security, set_as_default=True))
         return stack, client
     try:
@@ -252,6 +254,32 @@ def _client(
     elif spec.dashboard:
         click.echo(f"dashboard: {client.dashboard_link}")
     return stack, client
+
+
+def check_scheduler_answers(address: str, security: Any) -> None:
+    """Refuse, naming it, an address where nothing completes Dask's handshake within
+    Dask's connect timeout (``distributed.comm.timeouts.connect``): an HTTP server (the
+    dashboard's port) or another service. Dask's own client would wait there for ever, or
+    read the text as a frame length (``MemoryError``). One Dask comm, opened and closed."""
+    import dask
+    from dask.utils import parse_timedelta
+    from distributed.comm import connect
+
+    bound = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
+    kwargs = security.get_connection_args("client") if security is not None else {}
+
+    async def handshake() -> None:
+        comm = await asyncio.wait_for(connect(address, timeout=bound, **kwargs), bound)
+        await comm.close()
+
+    try:
+        asyncio.run(handshake())
+    except (OSError, TimeoutError, ValueError, MemoryError, EOFError) as e:
+        why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        raise ConnectionError(
+            f"no Dask scheduler answers at {address} within {bound:g} s ({why}); is it the "
+            "scheduler's address (not its dashboard's or another service's)?"
+        ) from None
 
 
 def close_workers(cluster: Any, timeout: float = CLOSE_TIMEOUT) -> None:

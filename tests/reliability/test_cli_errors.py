@@ -7,9 +7,12 @@ on, with a 2 s connect timeout: had they tried to join it they would fail with a
 connection error instead of the expected message.
 """
 
+import contextlib
 import os
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -117,3 +120,40 @@ def test_debug_prints_the_traceback_as_well(stores):
         assert "Traceback (most recent call last)" in out.stderr
         assert "InvalidParameterError" in out.stderr
         assert out.stderr.strip().splitlines()[-1].startswith("dl1: error: the 'tol' parameter")
+
+
+class _Chatty(socketserver.BaseRequestHandler):
+    """A service that answers any connection with HTTP text at once (as an HTTP server does
+    to bytes that are no request), then closes it."""
+
+    def handle(self) -> None:
+        self.request.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+
+class _Silent(socketserver.BaseRequestHandler):
+    """A service that reads and never answers (an HTTP server waiting for a request line)."""
+
+    def handle(self) -> None:
+        self.request.settimeout(30)
+        with contextlib.suppress(OSError):
+            while self.request.recv(1024):
+                pass
+
+
+@pytest.mark.parametrize("handler", [_Chatty, _Silent], ids=["answers text", "never answers"])
+def test_an_address_that_is_no_scheduler_is_one_line_naming_it(stores, handler):
+    """Pass criterion: ``--scheduler`` at a port whose service is not Dask (an HTTP server,
+    the dashboard's port) exits 1 within the connect timeout (2 s here) and a few seconds,
+    with one line naming the address (before: ``MemoryError: Unable to allocate 3.07 EiB``,
+    Dask reading the text as a frame length, or a wait for ever)."""
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler) as server:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        address = f"tcp://127.0.0.1:{server.server_address[1]}"
+        try:
+            out, seconds = dl1_cli("fit", stores / "s", "--scheduler", address)
+        finally:
+            server.shutdown()
+    assert out.returncode == 1, out.stderr
+    assert f"no Dask scheduler answers at {address}" in one_line(out)
+    assert seconds < 30
