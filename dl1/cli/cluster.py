@@ -15,6 +15,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -272,8 +273,9 @@ def check_scheduler_answers(address: str, security: Any) -> None:
         comm = await asyncio.wait_for(connect(address, timeout=bound, **kwargs), bound)
         await comm.close()
 
-    try:
-        asyncio.run(handshake())
+    try:  # in a thread of its own: asyncio.run unsets the calling thread's event loop
+        with ThreadPoolExecutor(1, thread_name_prefix="dl1-handshake") as pool:
+            pool.submit(asyncio.run, handshake()).result()
     except (OSError, TimeoutError, ValueError, MemoryError, EOFError) as e:
         why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         raise ConnectionError(

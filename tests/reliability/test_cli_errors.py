@@ -157,3 +157,22 @@ def test_an_address_that_is_no_scheduler_is_one_line_naming_it(stores, handler):
     assert out.returncode == 1, out.stderr
     assert f"no Dask scheduler answers at {address}" in one_line(out)
     assert seconds < 30
+
+
+def test_the_scheduler_check_leaves_the_calling_threads_event_loop_alone():
+    """Pass criterion: after the check of ``--scheduler`` in a process (as ``CliRunner`` runs
+    the commands in the tests' own process), that thread can still get its event loop
+    (``asyncio.run`` there would unset it, and Dask's nanny kills then fail)."""
+    code = (
+        "import asyncio\n"
+        "from dl1.cli.cluster import check_scheduler_answers\n"
+        "try:\n"
+        "    check_scheduler_answers('tcp://127.0.0.1:9', None)\n"
+        "except ConnectionError:\n"
+        "    pass\n"
+        "asyncio.get_event_loop_policy().get_event_loop()\n"
+        "print('loop ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0 and "loop ok" in done.stdout, done.stderr
