@@ -55,7 +55,7 @@ import numpy as np
 import scipy.sparse as sp
 from dask.utils import parse_bytes
 
-from dl1.errors import ValidationError
+from dl1.errors import Dl1Error, ValidationError
 from dl1.runtime import persisted
 from dl1.runtime.dask_workarounds import client_low_latency
 
@@ -222,12 +222,15 @@ class Caught(NamedTuple):
 
 class Answer(NamedTuple):
     """What the task returns: the entry's result, its warnings, its seconds and the number
-    of callback calls it relayed."""
+    of callback calls it relayed; or ``refused``, the dl1 error the entry raised (bad data,
+    a damaged store: an answer, raised in the caller, not a failed task whose traceback the
+    worker would log)."""
 
     result: Any
     caught: list[Caught]
     seconds: float
     relayed: int = 0
+    refused: Dl1Error | None = None
 
 
 class SparseCoef(NamedTuple):
@@ -461,6 +464,9 @@ def run_many(
     caught = [c for a in answers for c in a.caught]
     for c in dict.fromkeys(caught):
         warnings.warn(c.message, c.category, stacklevel=4)
+    for a in answers:
+        if a.refused is not None:
+            raise a.refused
     return [a.result for a in answers]
 
 
@@ -544,14 +550,16 @@ def in_worker(
     relay = given.get("callback")
     if isinstance(relay, Relay):
         relay.bind(get_worker())
-    with solving_here(), heap_for_solve():
-        kwargs = computed_here(given)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            result = entry(shipment.entry)(X, client=None, **kwargs)
+    result, refused = None, None
+    with solving_here(), heap_for_solve(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = entry(shipment.entry)(X, client=None, **computed_here(given))
+        except Dl1Error as exc:  # a refusal of the data or the store: the caller's error
+            refused = exc
     got = [Caught(w.category, str(w.message)) for w in caught if not issubclass(w.category, QUIET)]
     relayed = relay.calls if isinstance(relay, Relay) else 0
-    return Answer(_compact(result), got, time.perf_counter() - t0, relayed)
+    return Answer(_compact(result), got, time.perf_counter() - t0, relayed, refused)
 
 
 def computed_here(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -292,6 +292,30 @@ def test_an_error_in_the_worker_is_raised_here(local_cluster):
         dl1.fit(X, y, alpha=0.01, coef_init=np.ones(3), client=local_cluster)
 
 
+def test_a_refusal_in_the_worker_is_an_answer_not_a_failed_task(local_cluster, tmp_path):
+    """A damaged store refused by the worker solving it in one piece: the caller gets the
+    store's error, and no worker logs a "Compute Failed" traceback for it (the refusal is
+    the task's answer, not its failure)."""
+    from dl1.errors import StoreCorruptError
+
+    X, y = _regression(seed=6)
+    path = tmp_path / "s.zarr"
+    dl1.from_scipy(X, y, path)
+    os.remove(path / "train" / "y" / "c" / "0")
+    before = _compute_failed(local_cluster)
+    with dask.config.set({ONE: True}), task_stream(local_cluster) as ts:
+        with pytest.raises(StoreCorruptError, match=r"chunk 0 of array 'train/y' is missing"):
+            dl1.fit(str(path), alpha=0.01, client=local_cluster)
+    assert len(_pieces(ts.data)) == 1
+    assert _compute_failed(local_cluster) == before
+
+
+def _compute_failed(client) -> int:
+    """The "Compute Failed" entries in the workers' logs."""
+    logs = client.get_worker_logs()
+    return sum("Compute Failed" in line for lines in logs.values() for _, line in lines)
+
+
 @pytest.mark.slow
 def test_a_worker_lost_mid_task_is_survived():
     """The worker running the one piece is killed: the scheduler runs the task again on
