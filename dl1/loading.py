@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dl1.chunks import as_csc, is_pydata_sparse
-from dl1.errors import ValidationError
+from dl1.errors import StoreCorruptError, ValidationError
 from dl1.objective.datafits import make_datafit, normalize_sample_weight
 from dl1.runtime import persisted
 from dl1.runtime.worker import WORKER_BASELINE
@@ -598,7 +598,8 @@ def load_rows(ex: Any, inputs: Inputs, n_partitions: int, streamed: bool) -> Row
         return held_rows(ex, inputs, n_partitions)
     blocks, rb = row_sources(inputs.store, inputs.split)
     parts = row_parts(len(blocks), n_partitions)
-    return RowData(blocks, rb, parts, checked_rows(ex, blocks, rb, parts, inputs.sample_weight))
+    return RowData(blocks, rb, parts, checked_rows(ex, blocks, rb, parts, inputs.sample_weight,
+                                                   stored_squares(inputs)))  # fmt: skip
 
 
 def held_rows(ex: Any, inputs: Inputs, n_partitions: int) -> RowData:
@@ -609,7 +610,41 @@ def held_rows(ex: Any, inputs: Inputs, n_partitions: int) -> RowData:
         Xd = inputs.store.to_dask(inputs.split, "csr")
     blocks, rb = rows_in_memory(ex, Xd, n_partitions, inputs.store is not None)
     parts = row_parts(len(blocks), n_partitions)
-    return RowData(blocks, rb, parts, checked_rows(ex, blocks, rb, parts, inputs.sample_weight))
+    return RowData(blocks, rb, parts, checked_rows(ex, blocks, rb, parts, inputs.sample_weight,
+                                                   stored_squares(inputs)))  # fmt: skip
+
+
+#: Relative agreement asked of a column's sum of squares from the row blocks and from the
+#: store's statistics: the row blocks square in the data's dtype (float32 rounds each term
+#: by 6e-8), the writer in float64; a layout rewritten with other values differs by far more.
+SQUARES_RTOL = 1e-5
+
+
+def stored_squares(inputs: Inputs) -> tuple[str, np.ndarray] | None:
+    """The store's column sums of squares (written with the store, from the data every
+    layout holds) and where they come from, to tie the row layout to; None for other data
+    or a store without them."""
+    store, split = inputs.store, inputs.split
+    if store is None or "stats/col_sqsum" not in store.entry(split)["arrays"]:
+        return None
+    return f"{store.root} [{split}]", np.asarray(store.read("stats/col_sqsum", split))
+
+
+def check_squares_tie(raw: np.ndarray, stored: tuple[str, np.ndarray]) -> None:
+    """Refuse a store whose row blocks' column sums of squares are not its statistics':
+    its CSR layout holds other values than those it was written with (its blocks' digests
+    in the manifest may have been rewritten to match), which the sample-wise solvers, which
+    read only that layout, would otherwise fit silently."""
+    where, expected = stored
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isclose(raw, expected, rtol=SQUARES_RTOL, atol=0.0)
+    if bad.any():
+        c = int(np.flatnonzero(bad)[0])
+        raise StoreCorruptError(
+            f"store {where}: column {c}'s sum of squares is {raw[c]:.9g} in the row blocks "
+            f"and {expected[c]:.9g} in the store's statistics: its layouts disagree "
+            f"({int(bad.sum())} column(s)); write the store again"
+        )
 
 
 def row_parts(n_blocks: int, n_partitions: int) -> list[list[int]]:
@@ -619,13 +654,15 @@ def row_parts(n_blocks: int, n_partitions: int) -> list[list[int]]:
 
 
 def checked_rows(
-    ex: Any, blocks: list[Any], rb: np.ndarray, parts: list[list[int]], sw: np.ndarray
-) -> float:
+    ex: Any, blocks: list[Any], rb: np.ndarray, parts: list[list[int]], sw: np.ndarray,
+    stored: tuple[str, np.ndarray] | None = None,
+) -> float:  # fmt: skip
     """The largest squared row norm of the row blocks, after the checks the feature blocks
     make (:func:`dl1.tasks.blocks.check_column_squares`: every column's sum of squares,
     raw and weighted, neither overflowing float64 nor, for a nonzero column, underflowing
     it) and that of the steps of the sample-wise solvers (every row's squared norm finite):
-    the same data is refused whatever the layout, before any solver runs."""
+    the same data is refused whatever the layout, before any solver runs. Given a store's
+    sums of squares (``stored``), the row blocks' must be them (:func:`check_squares_tie`)."""
 
     def part_stats(q: int, part: list[int]) -> Any:
         lo, hi = int(rb[part[0]]), int(rb[part[-1] + 1])
@@ -647,6 +684,8 @@ def checked_rows(
                 f"X column {c}: its sum of squares {kind} float64 (largest value {top[0]:.3g}, "
                 f"row {top[1]}; {int(bad.sum())} column(s) in all); rescale the column"
             )
+    if stored is not None:
+        check_squares_tie(raw, stored)
     for s in stats:
         if s.bad_row[0] >= 0:
             raise ValidationError(

@@ -352,6 +352,30 @@ def test_layouts_that_disagree_are_refused(store, tmp_path):
         dl1.open(store)
 
 
+@pytest.mark.parametrize("solver", ["ws", "sdca", "sgd", "fobos", "rda", "smidas"])
+def test_a_row_layout_forged_with_both_digests_is_refused_by_every_solver(store, solver):
+    """Pass: CSR values x3 with their checksums recomputed and the block's content digest
+    rewritten in both layouts' entries (so dl1.open finds them equal) is refused by every
+    solver: the working-set solver by the CSC block's digest, the sample-wise ones, which
+    read only the CSR layout, by the tie of its column sums of squares to the store's
+    statistics. Before: ``sdca``, ``sgd``, ``fobos`` and ``rda`` fitted 3X silently."""
+    m = manifest(store)
+    blocks = m["splits"]["train"]["blocks"]
+    key = "train/X/csr/b0.0/data"
+    blk = blocks["csr"][0][0]
+    blk["arrays"]["data"] = rewrite_array(
+        store, key, read_array(store, key, blk["arrays"]["data"]) * 3
+    )
+    s = open_store(store)
+    ip, ix, dx = s.read_block_arrays(i=0, j=0, fmt="csc")
+    forged = block_digest(ip, ix, dx * 3, s.block_shape("train", 0, 0), "csc")
+    blk["content"] = blocks["csc"][0][0]["content"] = forged
+    put_manifest(store, m)
+    dl1.open(store)  # the manifest is consistent: both layouts record the same digest
+    with pytest.raises(StoreCorruptError, match="layouts disagree|digest"):
+        dl1.fit(str(store), alpha=0.05, solver=solver, max_epochs=2, client=None)
+
+
 def test_layout_digest_is_shared_by_csc_and_csr_and_tells_matrices_apart(tmp_path):
     """Pass: the digest of a block computed from its CSC and from its CSR arrays is the
     same, for float64 and float32; a change of one value by one ulp, a moved entry or a
