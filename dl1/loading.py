@@ -14,6 +14,7 @@ from typing import Any
 
 import dask
 import dask.array as da
+import dask.local
 import numpy as np
 import scipy.sparse as sp
 
@@ -100,10 +101,13 @@ def computed(*collections: Any, what: str = "a dask input") -> tuple[Any, ...]:
     from dl1.runtime import one_piece
     from dl1.runtime.executor import current_client
 
-    client = None if one_piece.in_task() else current_client()
+    in_task = one_piece.in_task()
+    client = None if in_task else current_client()
     if client is not None:
         return dask.compute(*collections, scheduler=client)
-    scheduler = "sync" if one_piece.in_task() else dask.config.get("scheduler", "threads")
+    # in a task, dask.local.get_sync itself: the name "sync" warns (dask < 2024.12) where a
+    # distributed client exists, though this thread is what is meant
+    scheduler = dask.local.get_sync if in_task else dask.config.get("scheduler", "threads")
     here = [persisted.localized(c, what) if persisted.holds_futures(c) else c
             for c in collections]  # fmt: skip
     return dask.compute(*here, scheduler=scheduler)

@@ -550,12 +550,14 @@ def in_worker(
     relay = given.get("callback")
     if isinstance(relay, Relay):
         relay.bind(get_worker())
-    result, refused = None, None
-    with solving_here(), heap_for_solve(), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            result = entry(shipment.entry)(X, client=None, **computed_here(given))
-        except Dl1Error as exc:  # a refusal of the data or the store: the caller's error
+    result, refused, caught = None, None, []
+    with solving_here(), heap_for_solve():
+        try:  # a refusal of the data or the store is the caller's error, not the task's
+            kwargs = computed_here(given)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = entry(shipment.entry)(X, client=None, **kwargs)
+        except Dl1Error as exc:
             refused = exc
     got = [Caught(w.category, str(w.message)) for w in caught if not issubclass(w.category, QUIET)]
     relayed = relay.calls if isinstance(relay, Relay) else 0
