@@ -108,8 +108,10 @@ def computed(*collections: Any, what: str = "a dask input") -> tuple[Any, ...]:
     # in a task, dask.local.get_sync itself: the name "sync" warns (dask < 2024.12) where a
     # distributed client exists, though this thread is what is meant
     scheduler = dask.local.get_sync if in_task else dask.config.get("scheduler", "threads")
-    here = [persisted.localized(c, what) if persisted.holds_futures(c) else c
-            for c in collections]  # fmt: skip
+    here = []
+    for c in collections:
+        held = persisted.held_futures(c, what)
+        here.append(persisted.localized(c, what, held) if held else c)
     return dask.compute(*here, scheduler=scheduler)
 
 

@@ -98,7 +98,7 @@ def score(
     """
     from sklearn.metrics import accuracy_score, r2_score
 
-    datafit_class(loss)  # an unknown loss is refused before any work
+    classifies = datafit_class(loss).classifies  # an unknown loss: refused before any work
     y = _targets(X, y, split)
     pred = predict(X, coef, intercept, loss, split=split)
     if _is_dask(pred):
@@ -108,7 +108,7 @@ def score(
     if y.shape[0] != pred.shape[0]:
         raise ValidationError(f"y has {y.shape[0]} values, X has {pred.shape[0]} rows")
     sw = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).ravel()
-    if not datafit_class(loss).classifies:
+    if not classifies:
         return float(r2_score(y, pred, sample_weight=sw))
     bad = ~np.isin(y, (-1.0, 1.0))
     if bad.any():

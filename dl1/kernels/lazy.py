@@ -42,11 +42,7 @@ import math
 import numpy as np
 from numba import njit
 
-from dl1.kernels.codes import HINGE, LOGISTIC, SMOOTH_HINGE, SQUARED
-
-#: The losses with steps here (by :mod:`dl1.kernels.codes`): squared, logistic, hinge and
-#: smoothed hinge; a datafit says whether it has them (``row_steps``).
-ROW_LOSSES = (SQUARED, LOGISTIC, HINGE, SMOOTH_HINGE)
+from dl1.kernels.codes import HINGE, LOGISTIC, SQUARED
 
 #: Forms of the regularisation step: plain stochastic (sub)gradient, or FoBoS's prox.
 SGD, FOBOS = 0, 1

@@ -480,18 +480,18 @@ def chunks_placed(
     signature: inspect.Signature, args: tuple, kwargs: dict[str, Any], client: Any
 ) -> tuple[tuple, dict[str, Any]]:
     """An entry point's arguments, those that are dask collections holding persisted
-    chunks checked (:func:`~dl1.runtime.persisted.check_held`: not released, held by
+    chunks checked (:func:`~dl1.runtime.persisted.held_futures`: not released, held by
     ``client``'s cluster) and, for a solve in this process (``client`` None), given their
     chunks' values (:func:`~dl1.runtime.persisted.localized`): Dask's local scheduler
     cannot compute their futures."""
     bound = signature.bind_partial(*args, **kwargs)
-    held = [n for n, v in bound.arguments.items() if persisted.holds_futures(v)]
-    for name in held:
-        if client is None:
-            bound.arguments[name] = persisted.localized(bound.arguments[name], name)
-        else:
-            persisted.check_held(bound.arguments[name], name, client)
-    return (bound.args, bound.kwargs) if held and client is None else (args, kwargs)
+    held = {n: persisted.held_futures(v, n, client) for n, v in bound.arguments.items()}
+    held = {n: futures for n, futures in held.items() if futures}
+    if not held or client is not None:
+        return args, kwargs
+    for name, futures in held.items():
+        bound.arguments[name] = persisted.localized(bound.arguments[name], name, futures)
+    return bound.args, bound.kwargs
 
 
 #: :func:`held_by` of an input that no cluster holds.

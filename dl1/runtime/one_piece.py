@@ -390,7 +390,7 @@ def carried(entry: str, X: Any, kwargs: dict[str, Any], client: Any) -> Shipment
     put back in place by :func:`attached`)."""
     given, chunks = {"X": X, **kwargs}, {}
     for name, value in given.items():
-        if persisted.holds_futures(value):
+        if persisted.held_futures(value, name, client):
             given[name], chunks[name] = persisted.detached(value, name, client)
     X = given.pop("X")
     return Shipment(entry, X, given, chunks=chunks)
@@ -545,8 +545,9 @@ def in_worker(
     if isinstance(shipment, bytes):
         shipment = pickle.loads(shipment)
     given = attached({"X": shipment.X, **shipment.kwargs}, chunks or {})
-    X = given.pop("X") if shipment.dataset is None else shipment.dataset.local(blocks)
-    given.pop("X", None)
+    X = given.pop("X")
+    if shipment.dataset is not None:  # a data handle's recipe: its blocks are the task's
+        X = shipment.dataset.local(blocks)
     relay = given.get("callback")
     if isinstance(relay, Relay):
         relay.bind(get_worker())

@@ -18,7 +18,8 @@ solve that runs there takes the chunks' values first, with Dask's own machinery:
 Either way the collection the solver sees has the same chunks (the same feature blocks,
 so the same answer) and a graph without futures. A collection whose chunks were released
 (cancelled, its client closed or its scheduler restarted) or that another cluster holds is
-refused by :func:`check_held`, naming the argument, before any work.
+refused by :func:`held_futures`, naming the argument, before any work; the functions that
+follow take the futures it found rather than walk the graph again.
 """
 
 from __future__ import annotations
@@ -33,31 +34,22 @@ from dl1.errors import ValidationError
 from dl1.runtime.watchdog import Watchdog, pending_keys
 
 
-def futures_in(value: Any) -> list[Any]:
-    """The Dask futures in the graph of ``value`` (none when it is no dask collection)."""
-    if not dask.is_dask_collection(value):
-        return []
-    from distributed import futures_of
-
-    return futures_of(value)
-
-
-def holds_futures(value: Any) -> bool:
-    """Whether ``value`` is a dask collection with persisted chunks in its graph."""
-    return bool(futures_in(value))
-
-
 def scheduler_of(client: Any) -> str | None:
     """The address of ``client``'s scheduler (None when it has none, e.g. closed)."""
     scheduler = getattr(client, "scheduler", None)
     return getattr(scheduler, "address", None)
 
 
-def check_held(value: Any, what: str, client: Any = None) -> None:
-    """Refuse ``value`` (argument ``what``) when its persisted chunks were released or,
-    given the ``client`` a solve runs on, when another cluster holds them: Dask would fail
-    later with a missing key, or wait for a key no scheduler will compute."""
-    futures = futures_in(value)
+def held_futures(value: Any, what: str, client: Any = None) -> list[Any]:
+    """The Dask futures in the graph of ``value`` (argument ``what``; none when it is no
+    dask collection), refused when they were released or, given the ``client`` a solve runs
+    on, when another cluster holds them: Dask would fail later with a missing key, or wait
+    for a key no scheduler will compute."""
+    if not dask.is_dask_collection(value):
+        return []
+    from distributed import futures_of  # distributed: imported only for dask collections
+
+    futures = futures_of(value)
     gone = [f for f in futures if f.status == "cancelled"]
     if gone:
         raise ValidationError(
@@ -66,14 +58,14 @@ def check_held(value: Any, what: str, client: Any = None) -> None:
             "cancelled: the collection was cancelled, its client closed or its scheduler "
             f"restarted); persist {what} again"
         )
-    if client is None or not futures:
-        return
-    here, there = scheduler_of(client), scheduler_of(futures[0].client)
-    if here != there:
-        raise ValidationError(
-            f"{what} is persisted on the cluster of scheduler {there}, the solve runs on "
-            f"{here}; pass that cluster's client, or persist {what} on this one"
-        )
+    if client is not None and futures:
+        here, there = scheduler_of(client), scheduler_of(futures[0].client)
+        if here != there:
+            raise ValidationError(
+                f"{what} is persisted on the cluster of scheduler {there}, the solve runs on "
+                f"{here}; pass that cluster's client, or persist {what} on this one"
+            )
+    return futures
 
 
 @dataclass(frozen=True)
@@ -89,18 +81,13 @@ class Detached:
 
     def attached(self, values: list[Any]) -> Any:
         """The collection, its chunks the given ``values`` (a graph without futures)."""
-        if len(values) != len(self.keys):
-            raise ValidationError(
-                f"{self.what}: {len(values)} chunks arrived for its {len(self.keys)} keys"
-            )
         return self.rebuild(dict(zip(self.keys, values, strict=True)), *self.args)
 
 
 def detached(value: Any, what: str, client: Any) -> tuple[Detached, list[Any]]:
-    """``value`` (holding futures, argument ``what``) as it travels to a task of
-    ``client``'s cluster: its recipe, and the futures of its chunks (the task's
-    dependencies, in the recipe's order)."""
-    check_held(value, what, client)
+    """``value`` (holding futures that :func:`held_futures` accepted, argument ``what``) as
+    it travels to a task of ``client``'s cluster: its recipe, and the futures of its chunks
+    (the task's dependencies, in the recipe's order)."""
     whole = client.persist(value)  # every chunk a future, keyed as in its graph
     graph = dict(whole.__dask_graph__())
     rebuild, args = whole.__dask_postpersist__()
@@ -108,12 +95,12 @@ def detached(value: Any, what: str, client: Any) -> tuple[Detached, list[Any]]:
     return Detached(what, keys, rebuild, tuple(args)), [graph[k] for k in keys]
 
 
-def localized(value: Any, what: str) -> Any:
-    """``value`` (holding futures, argument ``what``) with its chunks' values in place of
-    its futures, gathered into this process from its own cluster under the watchdog (a
-    stalled cluster raises :class:`~dl1.errors.ClusterStalledError`, not a hang)."""
-    check_held(value, what)
-    client = futures_in(value)[0].client
+def localized(value: Any, what: str, held: list[Any]) -> Any:
+    """``value`` (argument ``what``, holding the futures ``held`` that
+    :func:`held_futures` found) with its chunks' values in place of its futures, gathered
+    into this process from its own cluster under the watchdog (a stalled cluster raises
+    :class:`~dl1.errors.ClusterStalledError`, not a hang)."""
+    client = held[0].client
     recipe, futures = detached(value, what, client)
     try:
         coro = client.gather(futures, asynchronous=True)

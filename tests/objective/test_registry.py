@@ -14,7 +14,6 @@ import dl1
 from dl1.errors import ValidationError
 from dl1.kernels.lazy import loss_value
 from dl1.objective.datafits import (
-    CLASSIFICATION_LOSSES,
     DATAFITS,
     LOSSES,
     Datafit,
@@ -28,8 +27,14 @@ from dl1.paths.result import METRIC_FIELDS
 @pytest.mark.parametrize("name", LOSSES)
 def test_each_loss_declares_itself_under_its_name(name):
     cls = DATAFITS[name]
-    assert cls.name == name and isinstance(make_datafit(name), Datafit)
-    assert name in CLASSIFICATION_LOSSES if cls.classifies else name not in CLASSIFICATION_LOSSES
+    datafit = make_datafit(name)
+    assert cls.name == name and isinstance(datafit, Datafit)
+    labels = np.array([1.0, -1.0, 0.5])
+    if cls.classifies:  # a classifier's labels are -1 or +1, and nothing else
+        with pytest.raises(ValidationError, match=r"y\[2\] = 0.5"):
+            datafit.validate_y(labels)
+    else:
+        np.testing.assert_array_equal(datafit.validate_y(labels), labels)
     assert cls.metrics and set(cls.metrics) <= set(METRIC_FUNCTIONS) & set(METRIC_FIELDS)
     assert ("logloss" in cls.metrics) == cls.log_odds  # a log-loss needs log-odds
 

@@ -46,31 +46,38 @@ def _frame(X):
                           npartitions=3)  # fmt: skip
 
 
+def _scipy(client, S, chunks):
+    return client.persist(da.from_array(S, chunks=chunks, asarray=False))
+
+
+#: The inputs, by name: ``(client, dX, held) -> (dask collection, the same data in memory,
+#: its targets)``, ``dX`` the dense data row- and column-chunked, ``held`` it persisted.
+BUILDERS = {
+    "dense": lambda c, dX, held: (dX, *_dense()),
+    "dense, persisted": lambda c, dX, held: (held, *_dense()),
+    "dense, .persist()": lambda c, dX, held: (_persist_method(c, dX), *_dense()),
+    "dense, persisted, sliced": lambda c, dX, held: (held[:, :30], _dense()[0][:, :30],
+                                                     _dense()[1]),  # fmt: skip
+    "dense, persisted, scaled": lambda c, dX, held: (held * 2, _dense()[0] * 2, _dense()[1]),
+    "scipy rows, persisted": lambda c, dX, held: (_scipy(c, _sparse()[0], (N // 3, 60)),
+                                                  *_sparse()),  # fmt: skip
+    "scipy columns, persisted": lambda c, dX, held: (
+        _scipy(c, _sparse()[0].tocsc(), (N, 20)), *_sparse()),
+    "pydata-sparse, persisted": lambda c, dX, held: (
+        _scipy(c, sparse.COO.from_scipy_sparse(_sparse()[0]), (N // 2, 30)), *_sparse()),
+    "dataframe, persisted": lambda c, dX, held: (
+        _frame_array(c, c.persist(_frame(_dense()[0]))), *_dense()),
+    "dataframe array, persisted": lambda c, dX, held: (
+        c.persist(_frame_array(c, _frame(_dense()[0]))), *_dense()),
+}
+INPUTS = tuple(BUILDERS)
+
+
 def _inputs(client, name):
     """Input ``name`` as a dask collection on ``client``'s cluster, the same data in memory
     and its targets."""
-    X, y = _dense()
-    S, ys = _sparse()
-    dX = da.from_array(X, chunks=(N // 2, P // 2))  # row- and column-chunked
-    held = client.persist(dX)
-    made = {
-        "dense": lambda: (dX, X, y),
-        "dense, persisted": lambda: (held, X, y),
-        "dense, .persist()": lambda: (_persist_method(client, dX), X, y),
-        "dense, persisted, sliced": lambda: (held[:, :30], X[:, :30], y),
-        "dense, persisted, scaled": lambda: (held * 2, X * 2, y),
-        "scipy rows, persisted": lambda: (
-            client.persist(da.from_array(S, chunks=(N // 3, 60), asarray=False)), S, ys),
-        "scipy columns, persisted": lambda: (
-            client.persist(da.from_array(S.tocsc(), chunks=(N, 20), asarray=False)), S, ys),
-        "pydata-sparse, persisted": lambda: (
-            client.persist(da.from_array(sparse.COO.from_scipy_sparse(S), chunks=(N // 2, 30),
-                                         asarray=False)), S, ys),  # fmt: skip
-        "dataframe, persisted": lambda: (_frame_array(client, client.persist(_frame(X))), X, y),
-        "dataframe array, persisted": lambda: (
-            client.persist(_frame_array(client, _frame(X))), X, y),
-    }
-    return made[name]()
+    dX = da.from_array(_dense()[0], chunks=(N // 2, P // 2))  # row- and column-chunked
+    return BUILDERS[name](client, dX, client.persist(dX))
 
 
 def _frame_array(client, frame):
@@ -105,18 +112,6 @@ def _sklearn_lasso(X, y, alpha):
     return Lasso(alpha=alpha, tol=1e-12, max_iter=100_000).fit(X, y)
 
 
-INPUTS = (
-    "dense",
-    "dense, persisted",
-    "dense, .persist()",
-    "dense, persisted, sliced",
-    "dense, persisted, scaled",
-    "scipy rows, persisted",
-    "scipy columns, persisted",
-    "pydata-sparse, persisted",
-    "dataframe, persisted",
-    "dataframe array, persisted",
-)
 
 
 @pytest.mark.parametrize("name", INPUTS)

@@ -78,8 +78,8 @@ class SmoothHinge(MarginLoss):
         return validate_labels(y, self.name)
 
     def sklearn_estimator(self, res: Any) -> Any:
-        """scikit-learn has no smoothed hinge: its ``SGDClassifier(loss="hinge")``, whose
-        predictions are this model's but whose objective is not."""
+        """scikit-learn's ``SGDClassifier(loss="hinge")``: the hinge's objective, and for a
+        smoothed hinge (which scikit-learn lacks) its predictions but not its objective."""
         return sgd_classifier("hinge", res)
 
     def _phi(self, m: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -146,11 +146,6 @@ class Hinge(SmoothHinge):
 
     def __repr__(self) -> str:
         return "Hinge()"
-
-    def sklearn_estimator(self, res: Any) -> Any:
-        """scikit-learn's ``SGDClassifier(loss="hinge")``, same elastic net: the same
-        objective."""
-        return sgd_classifier("hinge", res)
 
     def intercept_update(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None,
                          max_iter: int = 1) -> float:  # fmt: skip
