@@ -38,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dl1 import __version__
-from dl1.errors import ModelFileError
+from dl1.errors import ModelFileError, ValidationError
 from dl1.objective.datafits import LOSSES, datafit_class
 from dl1.store.location import open_regular
 from dl1.store.manifest import FieldChecker, check_inside
@@ -160,6 +160,8 @@ def _fit_content(res: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     for key, attr in FIT_INTS:
         meta[key] = int(getattr(res, attr))
     meta["converged"] = bool(res.converged_)
+    if res.loss_params:  # a loss's own parameters (Huber's epsilon)
+        meta["loss_params"] = {k: _hex(v) for k, v in res.loss_params.items()}
     return meta, {"coef": np.ascontiguousarray(res.coef_, dtype="<f8")}
 
 
@@ -407,6 +409,7 @@ def _load_fit(ck: FieldChecker, path: Path, meta: dict[str, Any], common: dict[s
     coef = _read_npy(path, "coef", "<f8", (p,))
     _finite(path, "coef", coef)
     fi = common.pop("fit_intercept")
+    kw["loss_params"] = _loss_params(ck, meta, common["loss"])
     return FitResult(
         coef_=coef,
         converged_=_bool(ck, ck.key(meta, "converged", "(root)"), "converged"),
@@ -415,6 +418,20 @@ def _load_fit(ck: FieldChecker, path: Path, meta: dict[str, Any], common: dict[s
         **common,
         **kw,
     )
+
+
+def _loss_params(ck: FieldChecker, meta: dict[str, Any], loss: str) -> dict[str, float]:
+    """The loss's own parameters (optional: none for most losses), each a float its
+    datafit accepts."""
+    raw = meta.get("loss_params", {})
+    if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):
+        ck.fail("loss_params", "is not an object of named floats", raw)
+    params = {k: _float(ck, raw, k, finite=True) for k in raw}
+    try:
+        datafit_class(loss)(**params)
+    except (TypeError, ValidationError) as e:
+        ck.fail("loss_params", f"are not parameters of loss {loss!r} ({e})", raw)
+    return params
 
 
 def _load_path(ck: FieldChecker, path: Path, meta: dict[str, Any], common: dict[str, Any]):
@@ -540,7 +557,7 @@ def to_sklearn(res: Any) -> Any:
     """
     coef = np.array(res.coef_, dtype=np.float64)
     b = float(res.intercept_)
-    datafit = datafit_class(res.loss)()
+    datafit = datafit_class(res.loss)(**res.loss_params)
     est = datafit.sklearn_estimator(res)
     if not datafit.classifies:
         est.coef_, est.intercept_ = coef, b

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dl1.errors import ValidationError
-from dl1.objective.datafits import LOSSES
+from dl1.objective.datafits import DATAFITS, LOSSES
 
 
 class InvalidParameterError(ValidationError, TypeError):
@@ -169,6 +169,16 @@ def is_callable(value: Any) -> bool:
     return callable(value)
 
 
+class IsDatafit:
+    """A datafit of a registered loss, with its own parameters (``Huber(epsilon=2.0)``)."""
+
+    def __call__(self, value: Any) -> bool:
+        return type(value) in DATAFITS.values()
+
+    def __str__(self) -> str:
+        return "a datafit of dl1.objective.datafits (such as Huber(epsilon=2.0))"
+
+
 POSITIVE = Interval(numbers.Real, 0, None, closed="neither")
 NON_NEGATIVE = Interval(numbers.Real, 0, None, closed="left")
 UNIT = Interval(numbers.Real, 0, 1, closed="both")
@@ -177,7 +187,7 @@ NON_NEGATIVE_INT = Interval(numbers.Integral, 0, None, closed="left")
 
 #: Parameters shared by every fitting entry point (the penalised and the constrained ones).
 COMMON = {
-    "loss": [Options(LOSSES)],
+    "loss": [Options(LOSSES), IsDatafit()],
     "fit_intercept": ["boolean"],
     "standardize": ["boolean"],
     "n_partitions": [POSITIVE_INT],

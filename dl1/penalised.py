@@ -95,14 +95,26 @@ def check_call(inputs: Any, client: Any, solver: Any, loss: str, n_partitions: i
 
 
 def check_solver(datafit: Any, solver: Any, loss: str) -> None:
-    """Refuse a non-smooth loss for the solvers that need a curvature bound."""
+    """Refuse a non-smooth loss for the solvers that need a curvature bound, and a loss
+    whose curvature has no bound (Poisson) for all but the working-set solver without
+    screening (its proximal Newton steps need no bound)."""
     smooths = getattr(solver, "smooths", False)  # it smooths the loss itself
-    if solver.layout == "columns" and not smooths and not np.isfinite(datafit.beta):
+    if solver.layout == "columns" and not smooths and not datafit.smooth:
         raise ValidationError(
             f"loss={loss!r} is not smooth: solver={solver.name!r} needs a bound on "
             "its curvature; use 'smoothing' or a sample-wise solver ('sdca', 'sgd', 'fobos', "
             "'rda', 'smidas'), or loss='smooth_hinge'"
         )
+    if datafit.smooth and not np.isfinite(datafit.beta):
+        if solver.name != "ws" or getattr(solver, "screen", False):
+            raise ValidationError(
+                f"loss={loss!r} has no bound on its curvature: only solver='ws' without "
+                f"screening fits it (its proximal Newton steps need none), not "
+                f"solver={solver.name!r}" + (" with screen=True" if solver.name == "ws" else "")
+            )
+        if getattr(solver, "spread", None) == "cocoa":
+            raise ValidationError(f"loss={loss!r} has no bound on its curvature: "
+                                  "spread='cocoa' needs one")  # fmt: skip
 
 
 def check_dataset(inputs: Any, client: Any, n_partitions: int) -> None:

@@ -64,7 +64,7 @@ def predict(X: Any, coef: Any, intercept: Any, loss: str, *, split: str = "test"
     :func:`decision_function` returns."""
     d = decision_function(X, coef, intercept, split=split)
     if not datafit_class(loss).classifies:
-        return d
+        return datafit_class(loss).response(d)
     if _is_dask(d):
         return d.map_blocks(_labels, dtype=np.float64)
     return _labels(d)

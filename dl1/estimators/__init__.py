@@ -4,14 +4,17 @@ they share)."""
 
 from dl1.estimators.classification import LinearSVC, LogisticRegression
 from dl1.estimators.cv import ElasticNetCV, LassoCV, LogisticRegressionCV
+from dl1.estimators.glm import HuberRegressor, PoissonRegressor
 from dl1.estimators.regression import ElasticNet, Lasso
 
 __all__ = [
     "ElasticNet",
     "ElasticNetCV",
+    "HuberRegressor",
     "Lasso",
     "LassoCV",
     "LinearSVC",
     "LogisticRegression",
     "LogisticRegressionCV",
+    "PoissonRegressor",
 ]

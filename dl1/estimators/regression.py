@@ -7,6 +7,7 @@ from typing import Any
 from sklearn.base import RegressorMixin
 
 from dl1.estimators.base import CONSTRAINTS, SHARED, DL1Estimator, is_out_of_core
+from dl1.objective.datafits import datafit_class
 
 
 def _constraints(*names: str) -> dict[str, list[Any]]:
@@ -18,8 +19,9 @@ class _Regressor(RegressorMixin, DL1Estimator):
 
     def predict(self, X: Any) -> Any:
         """``X @ coef_ + intercept_``: an ndarray for X in memory, a lazy dask array computed
-        blockwise for a dask array, store (its test split) or Dataset."""
-        return self._decision(X)
+        blockwise for a dask array, store (its test split) or Dataset; through the loss's
+        inverse link (``exp`` for Poisson)."""
+        return datafit_class(self._loss).response(self._decision(X))
 
     def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
         """R^2 of :meth:`predict` on X (out of core, y None: X's own targets)."""

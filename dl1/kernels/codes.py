@@ -16,3 +16,7 @@ HINGE = 2
 SMOOTH_HINGE = 3
 #: Squared hinge ``max(0, 1 - y z)^2``.
 SQUARED_HINGE = 4
+#: Poisson ``exp(z) - y z`` (log link).
+POISSON = 5
+#: Huber: ``(y - z)^2 / 2`` within ``epsilon``, linear beyond.
+HUBER = 6

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from dl1.errors import ValidationError
+from dl1.objective.datafits import datafit_class
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.paths.loop import AlphaStep, walk
 from dl1.solvers.result import ConvergenceWarning
@@ -133,7 +134,9 @@ def fold_scores(
     uncertified: list[int] = []
 
     def on_alpha(step: AlphaStep) -> None:
-        out[step.k] = held_out_score(scoring, y[test_rows], step.state.z[test_rows], test_weight)
+        # the held-out predictions: the decision values through the loss's inverse link
+        pred = datafit_class(step.result.loss).response(step.state.z[test_rows])
+        out[step.k] = held_out_score(scoring, y[test_rows], pred, test_weight)
         if not step.result.converged_:
             uncertified.append(step.k)
 

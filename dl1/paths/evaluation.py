@@ -136,5 +136,8 @@ METRIC_FUNCTIONS = {
 
 
 def metrics(loss: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
-    """The validation metrics of ``loss`` of decision values ``pred`` against ``y``."""
-    return {m: METRIC_FUNCTIONS[m](y, pred) for m in datafit_class(loss).metrics}
+    """The validation metrics of ``loss`` of decision values ``pred`` against ``y`` (the
+    loss's predictions: through its inverse link, :meth:`Datafit.response`)."""
+    cls = datafit_class(loss)
+    pred = cls.response(pred)
+    return {m: METRIC_FUNCTIONS[m](y, pred) for m in cls.metrics}

@@ -18,10 +18,9 @@ are solved on the few columns that matter. So:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 
 def choose_solver(datafit: Any) -> str:
     """The registered solver name ``solver="auto"`` means for a problem with ``datafit``."""
-    return "ws" if math.isfinite(datafit.beta) else "smoothing"
+    return "ws" if datafit.smooth else "smoothing"

@@ -147,12 +147,12 @@ def prox_newton(
     g, h, u, r, tmp = np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n)
     dw, lj, hx = np.empty(m), np.empty(m), np.empty(m)
     hdata = np.empty(cols.indices.shape[0], dtype=np.float32)  # see weighted_cd_epochs
-    floor = CURVATURE_FLOOR * datafit.beta * cols.sqnorm
     shift = np.zeros(2)
     db_total, epochs, steps = 0.0, 0, 0
     # the first step is taken without a check: the caller's pass found the gap above target
     gap, checked = np.inf, True
     primal = datafit.value_along(y, z, NO_U, 0.0, 0.0, sw, g, h) / n + penalty.value(w)
+    floor = CURVATURE_FLOOR * curvature_bound(datafit, h, sw) * cols.sqnorm
     while epochs < max_epochs and steps < MAX_NEWTON:
         # g, h: n grad F and n diag(hess F) at z, from the last accepted trial point
         weighted_col_stats(cols.indptr, cols.indices, cols.data, cols.scale, h, lj, hx, hdata)
@@ -186,6 +186,16 @@ def prox_newton(
         gap = _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, u)
     np.subtract(z, z_start, out=z)
     return w, z, db_total, SubproblemInfo(epochs, float(gap), time.perf_counter() - t0, steps)
+
+
+def curvature_bound(datafit: Any, h: np.ndarray, sw: np.ndarray) -> float:
+    """``beta``, or for a loss without a bound (Poisson) the largest per-sample curvature
+    at the subproblem's start, for the floor of the columns' curvatures."""
+    if np.isfinite(datafit.beta):
+        return float(datafit.beta)
+    per_sample = h if sw.shape[0] == 0 else h[sw > 0.0] / sw[sw > 0.0]
+    top = float(per_sample.max()) if per_sample.shape[0] else 0.0
+    return top if np.isfinite(top) and top > 0.0 else 1.0
 
 
 def minimise_model(

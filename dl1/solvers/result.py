@@ -109,6 +109,7 @@ class FitResult(LinearPredictor):
     fit_intercept: bool = True
     n_samples_: int | None = None
     n_features_in_: int | None = None
+    loss_params: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         p = int(np.shape(self.coef_)[0])
@@ -217,6 +218,7 @@ def make_result(
         fit_intercept=bool(problem.fit_intercept),
         n_samples_=int(problem.n),
         n_features_in_=int(problem.p),
+        loss_params=problem.datafit.params(),
         **extra,
     )
     if not converged:

@@ -15,13 +15,15 @@ from typing import Any
 from dl1.errors import ValidationError
 from dl1.objective.datafits.base import Datafit
 from dl1.objective.datafits.hinge import Hinge, SmoothHinge
+from dl1.objective.datafits.huber import Huber
 from dl1.objective.datafits.logistic import Logistic
+from dl1.objective.datafits.poisson import Poisson
 from dl1.objective.datafits.quadratic import Quadratic, normalize_sample_weight
 from dl1.objective.datafits.squared_hinge import SquaredHinge
 
 #: The losses, by the name users pass (``loss=``).
 DATAFITS: dict[str, type] = {
-    cls.name: cls for cls in (Quadratic, Logistic, Hinge, SmoothHinge, SquaredHinge)
+    cls.name: cls for cls in (Quadratic, Logistic, Hinge, SmoothHinge, SquaredHinge, Poisson, Huber)
 }
 #: Every loss name, and those that classify (labels in {-1, +1}).
 LOSSES: tuple[str, ...] = tuple(DATAFITS)
@@ -29,8 +31,10 @@ CLASSIFICATION_LOSSES: tuple[str, ...] = tuple(n for n, c in DATAFITS.items() if
 
 
 def datafit_class(loss: Any) -> type:
-    """The datafit class of loss name ``loss``; an unknown name is refused, listing the
-    losses."""
+    """The datafit class of loss ``loss`` (a name, or a datafit of a registered class); an
+    unknown one is refused, listing the losses."""
+    if type(loss) in DATAFITS.values():
+        return type(loss)
     cls = DATAFITS.get(loss) if isinstance(loss, str) else None
     if cls is None:
         raise ValidationError(f"loss must be one of {', '.join(map(repr, LOSSES))}; got {loss!r}")
@@ -38,11 +42,31 @@ def datafit_class(loss: Any) -> type:
 
 
 def make_datafit(loss: Any) -> Any:
-    """A datafit of loss name ``loss`` (its defaults), refused as :func:`datafit_class`."""
-    return datafit_class(loss)()
+    """The datafit of ``loss``: a loss name (the datafit's defaults) or a datafit with its
+    own parameters (such as ``Huber(epsilon=2.0)``), refused as :func:`datafit_class`."""
+    cls = datafit_class(loss)
+    return loss if isinstance(loss, cls) else cls()
+
+
+def loss_name(loss: Any) -> str:
+    """The name of ``loss`` (a name or a datafit), refused as :func:`datafit_class`."""
+    return datafit_class(loss).name
 
 
 __all__ = [
-    "CLASSIFICATION_LOSSES", "DATAFITS", "Datafit", "Hinge", "LOSSES", "Logistic", "Quadratic",
-    "SmoothHinge", "SquaredHinge", "datafit_class", "make_datafit", "normalize_sample_weight",
+    "CLASSIFICATION_LOSSES",
+    "DATAFITS",
+    "Datafit",
+    "Hinge",
+    "Huber",
+    "LOSSES",
+    "Logistic",
+    "Poisson",
+    "Quadratic",
+    "SmoothHinge",
+    "SquaredHinge",
+    "datafit_class",
+    "loss_name",
+    "make_datafit",
+    "normalize_sample_weight",
 ]

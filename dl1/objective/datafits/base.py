@@ -29,7 +29,10 @@ class Datafit(Protocol):
     metrics : validation metrics of a path's test data, the first minimised to choose the
         best alpha (:data:`dl1.paths.evaluation.METRIC_FUNCTIONS`).
     row_steps : the sample-wise kernels (SGD, FoBoS, RDA, SMIDAS, Prox-SDCA) have its steps.
-    beta : a bound on ``loss''`` (inf for a non-smooth loss).
+    beta : a bound on ``loss''`` (inf for a non-smooth loss, or a smooth one whose
+        curvature has no bound, as Poisson's).
+    smooth : differentiable (proximal Newton fits it; a finite ``beta`` is what the
+        solvers taking fixed steps need besides).
     """
 
     name: ClassVar[str]
@@ -39,11 +42,19 @@ class Datafit(Protocol):
     metrics: ClassVar[tuple[str, ...]]
     row_steps: ClassVar[bool]
     beta: float
+    smooth: bool
 
     def validate_y(self, y: ArrayLike) -> NDArray[np.float64]: ...
     def value(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None) -> float: ...
     def initial_intercept(self, y: ArrayLike, s: ArrayLike | None = None) -> float: ...
     def sklearn_estimator(self, res: Any) -> Any: ...
+    def params(self) -> dict[str, float]:
+        """The loss's own parameters, as its constructor takes them (saved with a model)."""
+        ...
+
+    def response(self, z: Any) -> Any:
+        """The prediction at decision values ``z`` (the inverse link)."""
+        ...
 
 
 def sgd_classifier(loss: str, res: Any) -> Any:

@@ -87,8 +87,9 @@ class SmoothHinge(MarginLoss):
         g = self.gamma
         if g == 0.0:
             return np.maximum(0.0, 1.0 - m)
-        return np.where(m >= 1.0, 0.0,
-                        np.where(m <= 1.0 - g, 1.0 - m - 0.5 * g, (1.0 - m) ** 2 / (2 * g)))
+        return np.where(
+            m >= 1.0, 0.0, np.where(m <= 1.0 - g, 1.0 - m - 0.5 * g, (1.0 - m) ** 2 / (2 * g))
+        )
 
     def initial_intercept(self, y: ArrayLike, s: ArrayLike | None = None) -> float:
         """The intercept minimising ``F`` at ``w = 0``."""

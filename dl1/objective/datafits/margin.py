@@ -7,8 +7,9 @@ worker computes them as fast as a plain process. A subclass names its loss by ``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -63,8 +64,22 @@ class MarginLoss:
     gamma: float = 0.0
     quadratic = False
 
+    @property
+    def smooth(self) -> bool:
+        """Differentiable: every loss here but the hinge (``beta = inf``)."""
+        return math.isfinite(self.beta)
+
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self)
+
+    def params(self) -> dict[str, float]:
+        """None saved (a smoothed hinge's ``gamma`` is its solver's, not the model's)."""
+        return {}
+
+    @staticmethod
+    def response(z: Any) -> Any:
+        """Decision values ``z`` as they are (a classifier predicts their sign)."""
+        return z
 
     def __hash__(self) -> int:
         return hash(type(self).__name__)

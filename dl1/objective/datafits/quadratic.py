@@ -136,6 +136,7 @@ class Quadratic:
     row_steps = True
     beta: float = 1.0
     """Upper bound of ``loss''`` (Shalev-Shwartz & Tewari 2011, Eq. (7))."""
+    smooth = True
     quadratic = True
     """The loss is a quadratic: a Gram matrix gives its exact local model."""
 
@@ -154,6 +155,15 @@ class Quadratic:
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self)
+
+    def params(self) -> dict[str, float]:
+        """No parameters."""
+        return {}
+
+    @staticmethod
+    def response(z: Any) -> Any:
+        """The prediction at decision values ``z``: ``z`` itself."""
+        return z
 
     def __hash__(self) -> int:
         return hash(type(self).__name__)
