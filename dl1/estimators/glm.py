@@ -64,6 +64,11 @@ class PoissonRegressor(ElasticNet):
             max_epochs=max_epochs,
         )  # fmt: skip
 
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.target_tags.positive_only = True  # counts
+        return tags
+
     def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
         """D^2, the fraction of Poisson deviance explained (scikit-learn's
         ``PoissonRegressor.score``); out of core, y None: X's own targets."""

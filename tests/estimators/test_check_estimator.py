@@ -8,9 +8,17 @@ import pytest
 from sklearn.utils import estimator_checks
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from dl1.estimators import ElasticNet, Lasso, LinearSVC, LogisticRegression
+from dl1.estimators import (
+    ElasticNet,
+    HuberRegressor,
+    Lasso,
+    LinearSVC,
+    LogisticRegression,
+    PoissonRegressor,
+)
 
-ESTIMATORS = [Lasso(), ElasticNet(), LogisticRegression(), LinearSVC()]
+ESTIMATORS = [Lasso(), ElasticNet(), LogisticRegression(), LinearSVC(), PoissonRegressor(),
+              HuberRegressor()]  # fmt: skip
 
 WEIGHT_CHECKS = (
     "check_sample_weight_equivalence_on_dense_data",

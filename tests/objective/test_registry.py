@@ -33,6 +33,9 @@ def test_each_loss_declares_itself_under_its_name(name):
     if cls.classifies:  # a classifier's labels are -1 or +1, and nothing else
         with pytest.raises(ValidationError, match=r"y\[2\] = 0.5"):
             datafit.validate_y(labels)
+    elif name == "poisson":  # counts are >= 0
+        with pytest.raises(ValidationError, match=r"y\[1\] = -1.0"):
+            datafit.validate_y(labels)
     else:
         np.testing.assert_array_equal(datafit.validate_y(labels), labels)
     assert cls.metrics and set(cls.metrics) <= set(METRIC_FUNCTIONS) & set(METRIC_FIELDS)
@@ -74,17 +77,17 @@ def test_an_unknown_loss_is_refused_everywhere(tmp_path):
     X = np.eye(3)
     y = np.array([1.0, -1.0, 1.0])
     with pytest.raises(ValidationError, match="loss must be one of 'squared', 'logistic'"):
-        datafit_class("poisson")
+        datafit_class("tweedie")
     with pytest.raises(ValidationError, match="loss"):
-        dl1.fit(X, y, alpha=0.1, loss="poisson", client=None)
+        dl1.fit(X, y, alpha=0.1, loss="tweedie", client=None)
     with pytest.raises(ValidationError, match="loss must be one of"):
-        predict(X, np.ones(3), 0.0, "poisson")
+        predict(X, np.ones(3), 0.0, "tweedie")
     with pytest.raises(ValidationError, match="loss must be one of"):
-        score(X, y, np.ones(3), 0.0, "poisson")
+        score(X, y, np.ones(3), 0.0, "tweedie")
     res = dl1.fit(X, y, alpha=0.1, loss="logistic", client=None)
-    res.loss = "poisson"
+    res.loss = "tweedie"
     with pytest.raises(ValidationError, match="loss must be one of"):
         res.to_sklearn()
-    out = subprocess.run([sys.executable, "-m", "dl1", "fit", str(tmp_path), "--loss", "poisson"],
+    out = subprocess.run([sys.executable, "-m", "dl1", "fit", str(tmp_path), "--loss", "tweedie"],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert out.returncode == 2 and "'poisson' is not one of 'squared'" in out.stderr
+    assert out.returncode == 2 and "'tweedie' is not one of 'squared'" in out.stderr
