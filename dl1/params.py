@@ -220,6 +220,8 @@ PENALISED = {
     "screen": ["boolean"],
     "spread": ["boolean", Options(("cocoa",)), None],
     "coef_init": ["array-like", None],
+    "penalty_factor": ["array-like", None],
+    "positive": ["boolean"],
     "intercept_init": [Interval(numbers.Real, None, None), None],
 }
 

@@ -24,6 +24,7 @@ from dl1.loading import (
 )
 from dl1.objective.datafits import make_datafit
 from dl1.objective.penalties.elastic_net import ElasticNet
+from dl1.objective.penalties.weighted import WeightedElasticNet
 from dl1.params import PATH, PENALISED, validate_params
 from dl1.paths.checkpoint import PathCheckpoint, solver_settings
 from dl1.paths.evaluation import (
@@ -78,6 +79,7 @@ def _set_up(
 ) -> tuple[Problem, float]:
     """The out-of-core decision on executor ``ex`` (given direct calls where ``solver``
     gains from them), and the loaded problem with its loading seconds."""
+    settings["penalty"].check_features(int(inputs.X.shape[1]))
     streamed = decide_stream(stream, inputs.store, inputs.split, ex, inputs.dataset)
     ex = direct_calls(ex, solver, streamed)
     try:
@@ -85,6 +87,31 @@ def _set_up(
     except BaseException:  # an error or an interrupt: the servers started meanwhile go
         ex.close()
         raise
+
+
+def make_penalty(
+    alpha: float, l1_ratio: float, penalty_factor: Any, positive: bool
+) -> ElasticNet:
+    """The penalty of a call: the elastic net, or with per-feature factors or ``positive``
+    the weighted one (checked here, before any work)."""
+    if penalty_factor is None and not positive:
+        return ElasticNet(alpha, l1_ratio)
+    return WeightedElasticNet(alpha, l1_ratio, penalty_factor, positive)
+
+
+def check_penalty(penalty: ElasticNet, solver: Any) -> None:
+    """Refuse per-feature factors and sign constraints for the solvers without them: the
+    working-set solver fits them, without screening (its sphere test is the plain
+    penalty's)."""
+    if penalty.uniform:
+        return
+    if solver.name != "ws" or getattr(solver, "screen", False):
+        raise ValidationError(
+            "penalty_factor and positive are fitted by solver='ws' without screening, not "
+            f"solver={solver.name!r}" + (" with screen=True" if solver.name == "ws" else "")
+        )
+    if getattr(solver, "spread", None) == "cocoa":
+        raise ValidationError("penalty_factor and positive: spread='cocoa' has one penalty")
 
 
 def check_call(inputs: Any, client: Any, solver: Any, loss: str, n_partitions: int) -> None:
@@ -204,6 +231,8 @@ def fit(
     *,
     alpha: float,
     l1_ratio: float = 1.0,
+    penalty_factor: Any = None,
+    positive: bool = False,
     loss: str = "squared",
     fit_intercept: bool = True,
     standardize: bool = False,
@@ -243,6 +272,12 @@ def fit(
         Targets; read from the store when X is a store.
     alpha, l1_ratio : float
         Penalty strength (> 0) and mix (1.0: Lasso / L1 logistic).
+    penalty_factor : array_like (p,), optional
+        Per-feature factors ``f_j > 0`` of the penalty, ``alpha sum_j f_j (l1_ratio |w_j| +
+        (1 - l1_ratio) / 2 w_j^2)`` (glmnet's ``penalty.factor``, not rescaled).
+    positive : bool
+        Coefficients kept ``>= 0`` (scikit-learn's ``positive``, glmnet's ``lower.limits =
+        0``). Both are fitted by ``solver="ws"`` without screening.
     loss : {"squared", "logistic", "hinge", "smooth_hinge"}
         The hinge (``max(0, 1 - y z)``) is not smooth: ``"smoothing"`` certifies it at
         ``tol`` (``"auto"`` picks it), the sample-wise solvers take it too; the smoothed
@@ -315,13 +350,15 @@ def fit(
         random_order=random_order, seed=seed, screen=screen, spread=spread, verbose=verbose,
         callback=callback,
     )  # fmt: skip
+    penalty = make_penalty(alpha, l1_ratio, penalty_factor, positive)
+    check_penalty(penalty, solver_obj)
     refusal = excluded(stream=stream, verbose=verbose)
     ready = read_or_ship("fit", call, solver_obj, refusal)
     if ready.shipped:
         return ready.result
     inputs, ex = ready.inputs, ready.ex
     problem, t_load = _set_up(
-        inputs, ex, stream, solver_obj, penalty=ElasticNet(alpha, l1_ratio),
+        inputs, ex, stream, solver_obj, penalty=penalty,
         fit_intercept=fit_intercept, standardize=standardize, tol=tol,
         n_partitions=n_partitions, loss=loss,
     )  # fmt: skip
@@ -382,6 +419,8 @@ def alpha_max(
     y: Any = None,
     *,
     l1_ratio: float = 1.0,
+    penalty_factor: Any = None,
+    positive: bool = False,
     loss: str = "squared",
     fit_intercept: bool = True,
     standardize: bool = False,
@@ -390,7 +429,9 @@ def alpha_max(
     split: str = "train",
     stream: bool | None = None,
 ) -> float:
-    """Smallest ``alpha`` whose solution is ``w = 0``: ``||X^T grad F(b0)||_inf / l1_ratio``.
+    """Smallest ``alpha`` whose solution is ``w = 0``: ``||X^T grad F(b0)||_inf / l1_ratio``
+    (with ``penalty_factor`` or ``positive``, the dual norm of the weighted penalty:
+    ``max_j e_j / f_j``, ``e_j`` the positive part of ``x_j^T grad`` under ``positive``).
 
     One pass over the data (per-block reductions on the workers; ``stream`` as in
     :func:`fit`).
@@ -401,8 +442,10 @@ def alpha_max(
     ex = executor_for(client)
     streamed = decide_stream(stream, inputs.store, split, ex, inputs.dataset)
     n_parts = inputs.dataset.n_partitions if inputs.dataset else max(1, ex.n_workers)
+    penalty = make_penalty(1.0, l1_ratio, penalty_factor, positive)
+    penalty.check_features(int(inputs.X.shape[1]))
     problem, _ = load_problem(
-        inputs, ex, penalty=ElasticNet(1.0, l1_ratio), fit_intercept=fit_intercept,
+        inputs, ex, penalty=penalty, fit_intercept=fit_intercept,
         standardize=standardize, tol=1.0, n_partitions=n_parts, loss=loss, streamed=streamed,
     )  # fmt: skip
     return problem_alpha_max(problem, l1_ratio)
@@ -417,7 +460,11 @@ def problem_alpha_max(problem: Problem, l1_ratio: float) -> float:
     if pb.rows is not None:
         absmax = float(np.abs(rows_xt_theta(pb.executor, pb.rows, theta0)).max(initial=0.0))
     else:
-        absmax = xt_theta_absmax(pb.executor, pb.blocks, theta0, len(pb.partitions))
+        pen, bounds = pb.penalty, pb.col_bounds
+        factors = None if pen.uniform else [pen.block(int(bounds[j]), int(bounds[j + 1]))
+                                            for j in range(len(pb.blocks))]  # fmt: skip
+        absmax = xt_theta_absmax(pb.executor, pb.blocks, theta0, len(pb.partitions), factors,
+                                 pen.positive)  # fmt: skip
     return ElasticNet.alpha_max(absmax / pb.n, l1_ratio)
 
 
@@ -430,6 +477,8 @@ def path(
     eps: float = 1e-2,
     alphas: Any = None,
     l1_ratio: float = 1.0,
+    penalty_factor: Any = None,
+    positive: bool = False,
     loss: str = "squared",
     fit_intercept: bool = True,
     standardize: bool = False,
@@ -502,9 +551,12 @@ def path(
     """
     call = dict(locals())
     validate_params(PATH, call, "dl1.path()")
+    base = make_penalty(1.0, l1_ratio, penalty_factor, positive)
     if cv is not None:
         if checkpoint is not None:
             raise ValidationError("checkpoint is not available with cv")
+        if not base.uniform:
+            raise ValidationError("penalty_factor and positive are not available with cv yet")
         settings = dict(
             n_alphas=n_alphas, eps=eps, alphas=alphas, l1_ratio=l1_ratio, loss=loss,
             fit_intercept=fit_intercept, standardize=standardize, tol=tol,
@@ -529,13 +581,14 @@ def path(
         # subproblem is solved to the target gap at once (one pass per alpha, not two)
         tight_inner=True,
     )  # fmt: skip
+    check_penalty(base, solver_obj)
     refusal = excluded(stream=stream, checkpoint=checkpoint, verbose=verbose)
     ready = read_or_ship("path", call, solver_obj, refusal)
     if ready.shipped:
         return ready.result
     inputs, ex = ready.inputs, ready.ex
     problem, _ = _set_up(
-        inputs, ex, stream, solver_obj, penalty=ElasticNet(1.0, l1_ratio),
+        inputs, ex, stream, solver_obj, penalty=base,
         fit_intercept=fit_intercept, standardize=standardize, tol=tol,
         n_partitions=n_partitions, loss=loss,
     )  # fmt: skip
@@ -552,6 +605,9 @@ def path(
             "test": None if test is None else crc(np.asarray(test[1])),
             "solver_options": solver_settings(solver_obj),
         }  # fmt: skip
+        if not base.uniform:  # a checkpoint resumes only the same penalty
+            settings["penalty"] = {"positive": positive, "penalty_factor":
+                                   None if penalty_factor is None else crc(base.factors)}
         ck = None
         if checkpoint is not None:
             ck = PathCheckpoint.open_or_create(
@@ -576,7 +632,7 @@ def path(
             records.append(sparse_record(rec))
             _report(step, rec, tol, verbose, callback)
 
-        penalty_at = lambda alpha: ElasticNet(alpha, l1_ratio)  # noqa: E731
+        penalty_at = base.at
         walk(solver_obj, problem, grid, penalty_at, on_alpha, state=state, start=start,
              reproducible=ck is not None)  # fmt: skip
     finally:  # interrupted too: nothing of the solve stays on the workers
@@ -614,7 +670,7 @@ def _resumed(
     # checked (lengths, finiteness) before any kernel sees them: the checkpoint is untrusted
     lengths = {"w": problem.p, "z": problem.n, "xt_bound": 1}
     arrays = ck.state(start - 1, lengths=lengths, required=("w", "z"))
-    at = problem.at(ElasticNet(float(grid[start - 1]), l1_ratio))
+    at = problem.at(problem.penalty.at(float(grid[start - 1])))
     return solver.restore(at, arrays, intercept), start
 
 

@@ -267,7 +267,7 @@ def test_bad_inputs_are_named():
     with pytest.raises(dl1.errors.ValidationError, match=r"y\[4\] is nan"):
         dl1.fit(X, y2, alpha=0.1)
     with pytest.raises(ValueError, match=r"'loss' parameter of dl1.fit\(\) must be one of"):
-        dl1.fit(X, y, alpha=0.1, loss="huber")
+        dl1.fit(X, y, alpha=0.1, loss="tweedie")
     with pytest.raises(ValueError, match=r"'alpha' parameter of dl1.fit\(\) must be"):
         dl1.fit(X, y, alpha=-1)
     with pytest.raises(dl1.errors.ValidationError, match="labels"):

@@ -64,6 +64,7 @@ CONSTRAINTS: dict[str, list[Any]] = {
     "max_iter": PENALISED["max_rounds"],
     "warm_start": ["boolean"],
     "random_state": [is_random_state],
+    "positive": PENALISED["positive"],
 }
 
 
@@ -132,6 +133,10 @@ class DL1Estimator(BaseEstimator):
     def _l1_ratio(self) -> float:
         return 1.0
 
+    def _penalty_options(self) -> dict[str, Any]:
+        """Options of the penalty beyond alpha and l1_ratio (none by default)."""
+        return {}
+
     def _seed(self) -> int:
         rs = self.random_state
         if rs is None:
@@ -168,7 +173,7 @@ class DL1Estimator(BaseEstimator):
         res = dl1_fit(
             X, y, alpha=self._alpha(total), l1_ratio=self._l1_ratio(), loss=self._loss,
             sample_weight=sample_weight, tol=self.tol, max_rounds=self.max_iter,
-            seed=self._seed(), **kwargs, **self._warm_start(dl1_fit),
+            seed=self._seed(), **kwargs, **self._warm_start(dl1_fit), **self._penalty_options(),
         )  # fmt: skip
         self._set_result(res)
         return self

@@ -28,7 +28,7 @@ class PoissonRegressor(ElasticNet):
     l1_ratio : float in [0, 1], default=1.0
         The L1 part of the penalty (0: scikit-learn's ``PoissonRegressor``).
     fit_intercept, tol, max_iter, warm_start, random_state, client, n_partitions, stream,
-    standardize
+    standardize, positive
         As :class:`dl1.Lasso`; ``solver`` is ``"ws"`` (or ``"auto"``) and ``screen`` False.
 
     Attributes
@@ -56,12 +56,13 @@ class PoissonRegressor(ElasticNet):
         standardize: bool = False,
         screen: bool = False,
         max_epochs: int | None = None,
+        positive: bool = False,
     ) -> None:
         super().__init__(
             alpha, l1_ratio=l1_ratio, fit_intercept=fit_intercept, tol=tol, max_iter=max_iter,
             warm_start=warm_start, random_state=random_state, solver=solver, client=client,
             n_partitions=n_partitions, stream=stream, standardize=standardize, screen=screen,
-            max_epochs=max_epochs,
+            max_epochs=max_epochs, positive=positive,
         )  # fmt: skip
 
     def __sklearn_tags__(self) -> Any:
@@ -96,7 +97,7 @@ class HuberRegressor(ElasticNet):
     alpha : float, default=1.0
     l1_ratio : float in [0, 1], default=1.0
     fit_intercept, tol, max_iter, warm_start, random_state, solver, client, n_partitions,
-    stream, standardize, screen, max_epochs
+    stream, standardize, screen, max_epochs, positive
         As :class:`dl1.Lasso`.
 
     Attributes
@@ -106,7 +107,7 @@ class HuberRegressor(ElasticNet):
     """
 
     _parameter_constraints = {**_constraints("alpha", "l1_ratio", "tol", "max_iter",
-                                             "warm_start", "random_state"),
+                                             "warm_start", "random_state", "positive"),
                               "epsilon": [POSITIVE]}  # fmt: skip
 
     def __init__(
@@ -127,13 +128,14 @@ class HuberRegressor(ElasticNet):
         standardize: bool = False,
         screen: bool = False,
         max_epochs: int | None = None,
+        positive: bool = False,
     ) -> None:
         self.epsilon = epsilon
         super().__init__(
             alpha, l1_ratio=l1_ratio, fit_intercept=fit_intercept, tol=tol, max_iter=max_iter,
             warm_start=warm_start, random_state=random_state, solver=solver, client=client,
             n_partitions=n_partitions, stream=stream, standardize=standardize, screen=screen,
-            max_epochs=max_epochs,
+            max_epochs=max_epochs, positive=positive,
         )  # fmt: skip
 
     @property

@@ -17,6 +17,9 @@ def _constraints(*names: str) -> dict[str, list[Any]]:
 class _Regressor(RegressorMixin, DL1Estimator):
     _loss = "squared"
 
+    def _penalty_options(self) -> dict[str, Any]:
+        return {"positive": bool(self.positive)}
+
     def predict(self, X: Any) -> Any:
         """``X @ coef_ + intercept_``: an ndarray for X in memory, a lazy dask array computed
         blockwise for a dask array, store (its test split) or Dataset; through the loss's
@@ -69,6 +72,9 @@ class Lasso(_Regressor):
         Gap-safe screening (working-set solver).
     max_epochs : int, optional
         Passes of the sample-wise solvers at most.
+    positive : bool, default=False
+        Coefficients kept ``>= 0`` (scikit-learn's ``positive``; the working-set solver,
+        without screening).
 
     Attributes
     ----------
@@ -88,7 +94,7 @@ class Lasso(_Regressor):
     """
 
     _parameter_constraints = _constraints("alpha", "tol", "max_iter", "warm_start",
-                                          "random_state")  # fmt: skip
+                                          "random_state", "positive")  # fmt: skip
 
     def __init__(
         self,
@@ -106,6 +112,7 @@ class Lasso(_Regressor):
         standardize: bool = False,
         screen: bool = False,
         max_epochs: int | None = None,
+        positive: bool = False,
     ) -> None:
         self.alpha = alpha
         self.fit_intercept = fit_intercept
@@ -120,6 +127,7 @@ class Lasso(_Regressor):
         self.standardize = standardize
         self.screen = screen
         self.max_epochs = max_epochs
+        self.positive = positive
 
 
 class ElasticNet(_Regressor):
@@ -134,7 +142,7 @@ class ElasticNet(_Regressor):
     l1_ratio : float in [0, 1], default=0.5
         The L1 part of the penalty.
     fit_intercept, tol, max_iter, warm_start, random_state, solver, client, n_partitions,
-    stream, standardize, screen, max_epochs
+    stream, standardize, screen, max_epochs, positive
         As :class:`Lasso`.
 
     Attributes
@@ -144,7 +152,7 @@ class ElasticNet(_Regressor):
     """
 
     _parameter_constraints = _constraints("alpha", "l1_ratio", "tol", "max_iter",
-                                          "warm_start", "random_state")  # fmt: skip
+                                          "warm_start", "random_state", "positive")  # fmt: skip
 
     def __init__(
         self,
@@ -163,6 +171,7 @@ class ElasticNet(_Regressor):
         standardize: bool = False,
         screen: bool = False,
         max_epochs: int | None = None,
+        positive: bool = False,
     ) -> None:
         self.alpha = alpha
         self.l1_ratio = l1_ratio
@@ -178,6 +187,7 @@ class ElasticNet(_Regressor):
         self.standardize = standardize
         self.screen = screen
         self.max_epochs = max_epochs
+        self.positive = positive
 
     def _l1_ratio(self) -> float:
         return float(self.l1_ratio)

@@ -49,6 +49,20 @@ def soft_threshold(x, tau):
 
 
 @njit(nogil=True, cache=True)
+def penalised_step(x, lj, alpha_l1, alpha_l2, factors, j, positive):  # pragma: no cover
+    """The exact coordinate step ``argmin_v lj v^2 / 2 - x v + f_j (alpha_l1 |v| + alpha_l2
+    v^2 / 2)``, over ``v >= 0`` when ``positive``: ``soft_threshold(x, f_j alpha_l1) / (lj +
+    f_j alpha_l2)``, clipped at 0 (a one-dimensional convex problem: clipping its minimiser
+    gives the constrained one). ``f_j = factors[j]`` (glmnet's ``penalty.factor``), 1 when
+    ``factors`` is empty."""
+    f = factors[j] if factors.shape[0] > 0 else 1.0
+    v = soft_threshold(x, f * alpha_l1) / (lj + f * alpha_l2)
+    if positive and v < 0.0:
+        return 0.0
+    return v
+
+
+@njit(nogil=True, cache=True)
 def _splitmix64(state):
     """One step of the SplitMix64 generator.
 
@@ -98,6 +112,8 @@ def cd_block_epochs(
     n,
     alpha_l1,
     alpha_l2,
+    factors,
+    positive,
     n_epochs,
     random_order,
     seed,
@@ -134,7 +150,11 @@ def cd_block_epochs(
     n : float
         Number of samples (the ``1/n`` of ``F``).
     alpha_l1, alpha_l2 : float
-        Penalty ``alpha_l1 |w_j| + alpha_l2 / 2 w_j^2``.
+        Penalty ``f_j (alpha_l1 |w_j| + alpha_l2 / 2 w_j^2)``.
+    factors : ndarray of float64, shape (ncols,) or (0,)
+        Per-column penalty factors ``f_j``; empty for 1 (:func:`penalised_step`).
+    positive : bool
+        Coefficients kept ``>= 0``.
     n_epochs : int
         Passes over ``active``.
     random_order : bool
@@ -220,7 +240,8 @@ def cd_block_epochs(
                     grad += coef * shift[0] * cs
                 lj = coef * sq
                 # Exact minimiser of grad*d + L_j d^2/2 + a1|w+d| + a2/2 (w+d)^2 (paper, Eq. (10)).
-                w_new = soft_threshold(lj * w_old - grad, alpha_l1) / (lj + alpha_l2)
+                w_new = penalised_step(lj * w_old - grad, lj, alpha_l1, alpha_l2, factors, j,
+                                       positive)  # fmt: skip
                 if w_new == w_old:
                     continue
             w[j] = w_new
@@ -264,7 +285,7 @@ def weighted_col_stats(indptr, indices, data, col_scale, h, lj, hx, hdata):
 @njit(nogil=True, cache=True)
 def weighted_cd_epochs(
     indptr, indices, data, col_scale, w, dw, r, hdata, lj, hx, floor, n, alpha_l1, alpha_l2,
-    shift, order, max_epochs, rtol, progress,
+    factors, positive, shift, order, max_epochs, rtol, progress,
 ):  # fmt: skip
     """Cyclic coordinate descent on the proximal Newton model of a working set.
 
@@ -305,6 +326,8 @@ def weighted_cd_epochs(
         squared hinge's inactive rows) or it is constant there when centred; a column with
         ``floor[j] = 0`` and no curvature is left alone.
     n, alpha_l1, alpha_l2 : float
+    factors, positive : per-column penalty factors (empty for 1) and the sign constraint, as
+        in :func:`cd_block_epochs`.
     shift : ndarray of float64, shape (2,)
         ``shift[0]`` the intercept step ``e`` (start with the one giving ``sum(g + h e) =
         0``); ``shift[1] = sum(h)``, or 0 to leave the intercept alone.
@@ -351,7 +374,8 @@ def weighted_cd_epochs(
             grad = (acc * cj + shift[0] * hx[j]) / n
             curv = lc / n
             v_old = w[j] + dw[j]
-            v_new = soft_threshold(curv * v_old - grad, alpha_l1) / (curv + alpha_l2)
+            v_new = penalised_step(curv * v_old - grad, curv, alpha_l1, alpha_l2, factors, j,
+                                   positive)  # fmt: skip
             delta = v_new - v_old
             if delta == 0.0:
                 continue

@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dl1.kernels.cd import soft_threshold
+from dl1.kernels.cd import penalised_step
 
 
 @njit(nogil=True, cache=True)
-def gram_cd_epochs(Q, h, w, alpha_l1, alpha_l2, n_epochs):  # pragma: no cover - compiled
+def gram_cd_epochs(Q, h, w, alpha_l1, alpha_l2, factors, positive, n_epochs):  # pragma: no cover
     """Cyclic coordinate-descent epochs with covariance updates.
 
     Parameters
@@ -28,7 +28,9 @@ def gram_cd_epochs(Q, h, w, alpha_l1, alpha_l2, n_epochs):  # pragma: no cover -
     w : ndarray of float64, shape (m,)
         Coefficients; updated in place.
     alpha_l1, alpha_l2 : float
-        Penalty ``alpha_l1 |w_j| + alpha_l2 / 2 w_j^2``.
+        Penalty ``f_j (alpha_l1 |w_j| + alpha_l2 / 2 w_j^2)``.
+    factors, positive : per-column factors ``f_j`` (empty for 1) and the sign constraint
+        (:func:`dl1.kernels.cd.penalised_step`).
     n_epochs : int
 
     Returns
@@ -45,7 +47,7 @@ def gram_cd_epochs(Q, h, w, alpha_l1, alpha_l2, n_epochs):  # pragma: no cover -
             if L <= 0.0:
                 continue
             old = w[j]
-            new = soft_threshold(L * old + h[j], alpha_l1) / (L + alpha_l2)
+            new = penalised_step(L * old + h[j], L, alpha_l1, alpha_l2, factors, j, positive)
             if new == old:
                 continue
             d = new - old

@@ -108,7 +108,22 @@ def csc_col_sqnorms(indptr, indices, data, col_scale, sw):
 
 
 @njit(nogil=True, cache=True)
-def csc_xt_theta_stats(indptr, indices, data, col_scale, theta, threshold):
+def weighted_dual(c, j, factors, positive):  # pragma: no cover - compiled
+    """``(e_j, f_j)``: ``c = x_j^T theta`` as the penalty's dual norm sees it (``|c|``, or
+    ``max(c, 0)`` for coefficients kept ``>= 0``) divided by column ``j``'s penalty factor
+    ``f_j`` (1 when ``factors`` is empty), and ``f_j``; ``e_j = -1`` for an unpenalised
+    column (``f_j = 0``), which the dual norm does not constrain."""
+    f = factors[j] if factors.shape[0] > 0 else 1.0
+    a = max(c, 0.0) if positive else abs(c)
+    if f <= 0.0:
+        return -1.0, 0.0
+    return a / f, f
+
+
+@njit(nogil=True, cache=True)
+def csc_xt_theta_stats(
+    indptr, indices, data, col_scale, theta, threshold, factors, positive
+):  # pragma: no cover - compiled
     """Dual-gap statistics of ``c = col_scale * (X_k.T @ theta)`` without storing ``c``.
 
     Parameters
@@ -121,14 +136,17 @@ def csc_xt_theta_stats(indptr, indices, data, col_scale, theta, threshold):
     threshold : float
         ``n * alpha_l1`` for the elastic-net conjugate (see
         :meth:`dl1.objective.penalties.ElasticNet.xt_theta_stats`).
+    factors, positive
+        The block's penalty factors (empty for 1) and the sign constraint
+        (:func:`weighted_dual`).
 
     Returns
     -------
     absmax : float
-        ``max_j |c_j|`` (0.0 for a block without columns); the max over blocks is
-        ``||X.T theta||_inf``.
+        ``max_j e_j`` (0.0 for a block without columns; ``e_j = |c_j|`` without factors or
+        signs); the max over blocks is the dual norm of ``X.T theta``.
     excess_sq : float
-        ``sum_j (|c_j| - threshold)_+^2``; sums over blocks.
+        ``sum_j f_j (e_j - threshold)_+^2``; sums over blocks.
     """
     ncols = indptr.shape[0] - 1
     has_scale = col_scale.shape[0] > 0
@@ -140,9 +158,9 @@ def csc_xt_theta_stats(indptr, indices, data, col_scale, theta, threshold):
             acc += data[k] * theta[indices[k]]
         if has_scale:
             acc *= col_scale[j]
-        a = abs(acc)
+        a, f = weighted_dual(acc, j, factors, positive)
         if a > absmax:
             absmax = a
         if a > threshold:
-            excess_sq += (a - threshold) * (a - threshold)
+            excess_sq += f * (a - threshold) * (a - threshold)
     return absmax, excess_sq

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dl1.kernels.linalg import weighted_dual
 from dl1.kernels.vectors import BLOCK
 
 
@@ -69,17 +70,23 @@ def csc_scan_screen(
 
 
 @njit(nogil=True, cache=True)
-def violation_scores(c, threshold, cols, col_sqnorm, support):  # pragma: no cover - compiled
+def violation_scores(
+    c, threshold, cols, col_sqnorm, support, factors, positive
+):  # pragma: no cover - compiled
     """Turn ``c = X^T theta`` of the visited columns into working-set scores, in place.
 
-    ``c_t`` becomes the KKT violation ``|c_t| - threshold`` of column ``cols[t]``, or ``-inf``
-    for a column of the support (``support``: sorted local ids, already in the working set)
-    or an empty one (``col_sqnorm == 0``, never worth a place). ``cols`` is sorted.
+    ``c_t`` becomes the KKT violation ``e_t - threshold`` of column ``cols[t]``, where
+    ``e_t`` is ``|c_t|`` divided by the column's penalty factor, or ``max(c_t, 0)`` divided
+    by it for coefficients kept ``>= 0`` (:func:`~dl1.kernels.linalg.weighted_dual`); or
+    ``-inf`` for a column of the support (``support``: sorted local ids, already in the
+    working set), an empty one (``col_sqnorm == 0``, never worth a place) or an unpenalised
+    one (factor 0: the solver keeps those in every working set). ``cols`` is sorted;
+    ``factors`` is indexed by local column (empty for 1).
 
     Returns
     -------
-    absmax : float, ``max_t |c_t|``.
-    excess : float, ``sum_t (|c_t| - threshold)_+^2``, summed in blocks of
+    absmax : float, ``max_t e_t`` (the dual norm's part of these columns).
+    excess : float, ``sum_t f_t (e_t - threshold)_+^2``, summed in blocks of
         :data:`~dl1.kernels.vectors.BLOCK` terms.
     """
     absmax = 0.0
@@ -87,19 +94,19 @@ def violation_scores(c, threshold, cols, col_sqnorm, support):  # pragma: no cov
     part = 0.0
     k = 0
     for t in range(c.shape[0]):
-        a = abs(c[t])
+        j = cols[t]
+        a, f = weighted_dual(c[t], j, factors, positive)
         if a > absmax:
             absmax = a
         e = a - threshold
         if e > 0.0:
-            part += e * e
+            part += f * e * e
         if (t + 1) % BLOCK == 0:
             excess += part
             part = 0.0
-        j = cols[t]
         while k < support.shape[0] and support[k] < j:
             k += 1
-        if (k < support.shape[0] and support[k] == j) or col_sqnorm[j] == 0.0:
+        if (k < support.shape[0] and support[k] == j) or col_sqnorm[j] == 0.0 or f == 0.0:
             c[t] = -np.inf
         else:
             c[t] = e

@@ -223,7 +223,7 @@ def minimise_model(
         epochs += weighted_cd_epochs(
             cols.indptr, cols.indices, cols.data, cols.scale, w, dw, r, model.hdata, model.lj,
             model.hx, model.floor, float(r.shape[0]), penalty.alpha_l1, penalty.alpha_l2,
-            model.shift, order, 1, INNER_RTOL, progress,
+            penalty.factors, penalty.positive, model.shift, order, 1, INNER_RTOL, progress,
         )  # fmt: skip
         full = order is every
         if progress[2] != 0.0:
@@ -294,7 +294,8 @@ def _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, o
     if fit_intercept:
         balance(theta)
     am, ex = csc_xt_theta_stats(
-        cols.indptr, cols.indices, cols.data, cols.scale, theta, n * penalty.alpha_l1
+        cols.indptr, cols.indices, cols.data, cols.scale, theta, n * penalty.alpha_l1,
+        penalty.factors, penalty.positive,
     )
     conjugate_at = datafit.conjugate_line(y, theta, s)
     return primal - dual_from_stats(penalty, conjugate_at, am, ex, n)

@@ -101,6 +101,15 @@ def sequential_sphere(
     return seed.theta, scale, radius
 
 
+def block_factors(problem: Problem, part: list[int]) -> list[np.ndarray] | None:
+    """The penalty factors of the blocks of partition ``part`` (None: the plain penalty)."""
+    pb = problem
+    if pb.penalty.uniform:
+        return None
+    bounds = pb.col_bounds
+    return [pb.penalty.block(int(bounds[j]), int(bounds[j + 1])) for j in part]
+
+
 def scan_pass(
     problem: Problem,
     theta: np.ndarray,
@@ -120,7 +129,7 @@ def scan_pass(
                 scan_task, [pb.blocks[j] for j in part], theta, threshold,
                 coef_by_block(w, pb.col_bounds, part, support), ws_size,
                 [alive[j] for j in part],
-                sphere, norms,
+                sphere, norms, block_factors(pb, part), pb.penalty.positive,
             )
             for part in pb.partitions
         ]

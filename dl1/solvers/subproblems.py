@@ -114,8 +114,8 @@ def choose_mode(
     use_spread = bool(spread)
     if spread is None:
         use_spread = problem.streamed and 12.0 * problem.n * ws_size > gather_max
-    if not np.isfinite(problem.datafit.beta):  # CoCoA's steps need a curvature bound
-        use_spread = False
+    if not np.isfinite(problem.datafit.beta) or not problem.penalty.uniform:
+        use_spread = False  # CoCoA's steps need a curvature bound; spread modes one penalty
     quadratic = problem.datafit.quadratic
     if not use_spread:
         if quadratic:

@@ -223,7 +223,8 @@ class WorkingSetSolver:
         return not self.spread
 
     def _screens(self, problem: Problem) -> bool:
-        return self.screen and problem.penalty.alpha_l2 == 0.0 and problem.penalty.alpha_l1 > 0
+        pen = problem.penalty
+        return self.screen and pen.uniform and pen.alpha_l2 == 0.0 and pen.alpha_l1 > 0
 
     def _reuses_passes(self, problem: Problem) -> bool:
         """Lasso and L1-logistic without screening: ``X^T theta`` does not depend on alpha,
@@ -356,7 +357,7 @@ class Run:
             scans, self.server_s = self.pending
             self.by_server = True
             return scans
-        if self.screen:
+        if self.screen or not self.problem.penalty.uniform:  # the servers pass the plain one
             return None
         pb = self.problem
         handle = pb.executor.submit_pass(
@@ -396,7 +397,8 @@ class Run:
         self.absmax = absmax
         support = self.support
         self.cert = Certificate(*duality_gap_from_stats(
-            pb.datafit, pb.penalty, pb.y, self.z, self.w[support], absmax, excess,
+            pb.datafit, pb.penalty.restricted(support), pb.y, self.z, self.w[support], absmax,
+            excess,
             s=pb.weights, intercept=pb.fit_intercept, theta=last.theta,
         ))  # fmt: skip
         check_round(
@@ -517,7 +519,8 @@ class Run:
         """The arguments of :func:`subproblem_task` for working set ``ws``."""
         pb, solver = self.problem, self.solver
         settings = SubproblemSettings(
-            pb.datafit, pb.penalty, pb.fit_intercept, targets.gap, solver.max_inner_epochs,
+            pb.datafit, pb.penalty.restricted(ws), pb.fit_intercept, targets.gap,
+            solver.max_inner_epochs,
             random_order=solver.random_order, seed=solver.seed * 7919 + r, gram_max=gram_max,
             dense_max=pb.budget.dense_max, gram_key=self.gram_key, gram_target=targets.gram_gap,
         )  # fmt: skip
@@ -533,7 +536,8 @@ class Run:
         """The subproblem, and with direct calls (no screening) the next pass run by its
         server in the same call; else the subproblem alone as a task."""
         ex = self.problem.executor
-        fused = None if self.screen else ex.submit_then_scan(
+        plain = not self.screen and self.problem.penalty.uniform
+        fused = None if not plain else ex.submit_then_scan(
             *self.pass_plan(), subproblem_task, *call
         )
         if fused is None:

@@ -18,6 +18,8 @@ from dl1.kernels.linalg import csc_col_sqnorms
 #: running shift): the steps are then plain coordinate descent.
 NO_PROFILE = np.zeros(0)
 NO_SHIFT = np.zeros(2)
+#: The kernels' penalty factors for "1 on every column" (the plain elastic net).
+NO_FACTORS = np.zeros(0)
 
 
 @dataclass

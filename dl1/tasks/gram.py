@@ -106,7 +106,7 @@ def gram_epochs(
     for since in range(1, max_between + 1):
         if epochs >= max_epochs:
             break
-        gram_cd_epochs(Q, h, w, a1, a2, 1)
+        gram_cd_epochs(Q, h, w, a1, a2, penalty.factors, penalty.positive, 1)
         epochs += 1
         hist.append(w.copy())
         if len(hist) == anderson + 1:

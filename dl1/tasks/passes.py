@@ -16,15 +16,25 @@ from dl1.solvers.records import (
     PartitionScan,
     RoundOutput,
 )
-from dl1.tasks.blocks import NO_PROFILE, NO_SHIFT, Block, BlockSource, loaded
+from dl1.tasks.blocks import NO_FACTORS, NO_PROFILE, NO_SHIFT, Block, BlockSource, loaded
 
 
-def xt_theta_task(blocks: list[Block | BlockSource], theta: np.ndarray, threshold: float):
-    """Per-block ``(||X_k^T theta||_inf, sum_j (|x_j^T theta| - threshold)_+^2)``."""
+def xt_theta_task(
+    blocks: list[Block | BlockSource],
+    theta: np.ndarray,
+    threshold: float,
+    factors: list[np.ndarray] | None = None,
+    positive: bool = False,
+):
+    """Per-block ``(||X_k^T theta||_inf, sum_j (|x_j^T theta| - threshold)_+^2)``, or with
+    per-block penalty ``factors`` and ``positive`` the weighted penalty's statistics
+    (:func:`~dl1.kernels.linalg.csc_xt_theta_stats`)."""
     out = []
-    for b in blocks:
+    for k, b in enumerate(blocks):
         b = loaded(b)
-        stats = csc_xt_theta_stats(b.indptr, b.indices, b.data, b.col_scale, theta, threshold)
+        f = NO_FACTORS if factors is None else factors[k]
+        stats = csc_xt_theta_stats(b.indptr, b.indices, b.data, b.col_scale, theta, threshold,
+                                   f, positive)  # fmt: skip
         out.append(GapStats(*stats))
     return out
 
@@ -88,6 +98,8 @@ def round_task(
                 float(n),
                 alpha_l1,
                 alpha_l2,
+                NO_FACTORS,
+                False,
                 1,
                 random_order,
                 (seed * 1000003 + epoch * 1009 + k) % (2**32),
@@ -155,6 +167,8 @@ def scan_task(
     alive: list[np.ndarray | None] | None = None,
     prev: tuple[np.ndarray, float, float] | None = None,
     norms: bool = False,
+    factors: list[np.ndarray] | None = None,
+    positive: bool = False,
 ):
     # ``alive``: per block, None (all columns) or the alive columns as packed bits.
     """One pass over a partition: gap statistics, working-set candidates, screening.
@@ -168,7 +182,8 @@ def scan_task(
     indices and scores of the ``n_candidates`` most violating zero coefficients, the new alive
     set (None: all columns), the nonzeros visited and, with ``norms``, the largest
     (unweighted) column norm of the block (-1 otherwise, or for a block not read). Only these
-    few numbers travel.
+    few numbers travel. ``factors`` (per block) and ``positive`` give a weighted penalty's
+    statistics and violations (:func:`~dl1.kernels.screen.violation_scores`).
     """
     from dl1.kernels.screen import csc_scan_screen, top_scores, violation_scores
 
@@ -220,7 +235,8 @@ def scan_task(
                 mask[visit] = True
                 new_alive = np.packbits(mask)  # 1 bit per column travels, not an index list
         # c becomes the scores: violations, -inf for the support and empty columns
-        absmax, excess = violation_scores(c, threshold, visit, b.col_sqnorm, idx)
+        f = NO_FACTORS if factors is None else factors[k_blk]
+        absmax, excess = violation_scores(c, threshold, visit, b.col_sqnorm, idx, f, positive)
         score = c
         top = top_scores(score, n_candidates)
         out.append(

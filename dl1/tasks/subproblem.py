@@ -204,7 +204,8 @@ def column_cd(
             db_total += db
         if epoch % check_every == 0:
             theta = datafit.dual_point(y, z, s, fit_intercept)
-            am, ex = csc_xt_theta_stats(indptr, indices, data, scale, theta, threshold)
+            am, ex = csc_xt_theta_stats(indptr, indices, data, scale, theta, threshold,
+                                        penalty.factors, penalty.positive)  # fmt: skip
             _, _, gap = duality_gap_from_stats(
                 datafit, penalty, y, z, w, am, ex, s=s, intercept=fit_intercept, theta=theta
             )
@@ -227,6 +228,8 @@ def column_cd(
             float(n),
             penalty.alpha_l1,
             penalty.alpha_l2,
+            penalty.factors,
+            penalty.positive,
             1,
             settings.random_order,
             (settings.seed * 1000003 + epoch) % (2**32),

@@ -79,11 +79,12 @@ def test_csc_xt_theta_stats(shape, dtype, use_scale):
     theta = rng.standard_normal(n)
     c = np.abs(scaled_dense(X, col_scale).T @ theta)
     threshold = float(np.median(c))
-    absmax, excess_sq = csc_xt_theta_stats(*arrays(X), col_scale, theta, threshold)
+    absmax, excess_sq = csc_xt_theta_stats(*arrays(X), col_scale, theta, threshold, EMPTY, False)
     np.testing.assert_allclose(absmax, c.max(), rtol=1e-12)
     np.testing.assert_allclose(excess_sq, (np.maximum(c - threshold, 0.0) ** 2).sum(), rtol=1e-12)
     empty_block = csc_xt_theta_stats(
-        np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, dtype), EMPTY, theta, 0.0
+        np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, dtype), EMPTY, theta, 0.0,
+        EMPTY, False,
     )
     assert empty_block == (0.0, 0.0)
 

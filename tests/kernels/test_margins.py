@@ -279,8 +279,10 @@ def test_theta_with_its_sums_in_one_pass(code, gamma, weighted, n):
         sums = margin_theta_sums(code, gamma, y, np.clip(z, -5, 5), sw, 0.0, EMPTY)[:3]
         root = intercept_root_from(code, gamma, y, np.clip(z, -5, 5), sw, beta[code], 1e-13,
                                    200, *sums)  # fmt: skip
-        assert root == intercept_root(code, gamma, y, np.clip(z, -5, 5), sw, beta[code],
-                                      1e-13, 200)  # fmt: skip
+        again = intercept_root(code, gamma, y, np.clip(z, -5, 5), sw, beta[code], 1e-13, 200)
+        # the same steps to the same tolerance; fastmath may reassociate a cached kernel's
+        # sums differently from a freshly compiled one's, which moves the last steps
+        assert root == pytest.approx(again, rel=1e-13, abs=1e-300)
 
 
 def reference_gap_sums(code, gamma, y, z, theta, s, scales):

@@ -5,6 +5,8 @@ import pytest
 
 from dl1.kernels.screen import top_scores, top_scores_heap, violation_scores
 
+EMPTY = np.zeros(0)
+
 
 @pytest.mark.parametrize("m", [0, 1, 1023, 1024, 5000])
 def test_violation_scores_match_numpy(m):
@@ -22,7 +24,7 @@ def test_violation_scores_match_numpy(m):
     want[np.isin(cols, support)] = -np.inf
     want[sqn[cols] == 0] = -np.inf
     got = c.copy()
-    absmax, excess = violation_scores(got, thr, cols, sqn, support)
+    absmax, excess = violation_scores(got, thr, cols, sqn, support, EMPTY, False)
     np.testing.assert_array_equal(got, want)
     assert absmax == (a.max() if m else 0.0)
     np.testing.assert_allclose(excess, np.square(ex[ex > 0]).sum(), rtol=1e-13)

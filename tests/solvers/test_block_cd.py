@@ -73,6 +73,7 @@ def solve(
                 float(n),
                 penalty.alpha_l1,
                 penalty.alpha_l2,
+                EMPTY, False,
                 n_epochs,
                 random_order,
                 r * n_blocks + k,
@@ -90,7 +91,7 @@ def solve(
         if r % 10 == 9:
             theta = datafit.dual_point(y, z, s, intercept)
             stats = [
-                csc_xt_theta_stats(*blk, c, theta, n * penalty.alpha_l1)
+                csc_xt_theta_stats(*blk, c, theta, n * penalty.alpha_l1, EMPTY, False)
                 for blk, c in zip(blocks, scales, strict=True)
             ]
             absmax = max(st[0] for st in stats)

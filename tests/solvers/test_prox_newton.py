@@ -53,6 +53,7 @@ def sklearn_logistic(X, y, alpha, l1_ratio, fit_intercept):
 class _Problem:
     def __init__(self, datafit):
         self.datafit, self.streamed, self.n = datafit, False, 100
+        self.penalty = ElasticNet(0.1)
         self.budget = type("Budget", (), {"gather_max": 1e9})()
 
 
@@ -67,6 +68,7 @@ class _WithoutHessian:
     """A smooth datafit exposing no ``grad_hess``: column epochs."""
 
     quadratic = False
+    beta = 1.0
 
 
 @pytest.mark.parametrize(("fit_intercept", "l1_ratio"), [(True, 1.0), (False, 1.0), (True, 0.5)])

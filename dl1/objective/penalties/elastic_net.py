@@ -86,12 +86,41 @@ class ElasticNet:
         return f"ElasticNet(alpha={self.alpha!r}, l1_ratio={self.l1_ratio!r})"
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ElasticNet):
+        if type(other) is not type(self):
             return NotImplemented
         return (self.alpha, self.l1_ratio) == (other.alpha, other.l1_ratio)
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.alpha, self.l1_ratio))
+
+    # -- what the kernels and the solver take (uniform here; see WeightedElasticNet) -------
+    positive = False
+    """Coefficients kept ``>= 0``."""
+
+    @property
+    def factors(self) -> NDArray[np.float64]:
+        """Per-feature penalty factors for the kernels: empty, all 1."""
+        return np.zeros(0)
+
+    @property
+    def uniform(self) -> bool:
+        """The same penalty on every feature, no sign constraint."""
+        return True
+
+    def check_features(self, p: int) -> None:
+        """Refuse a penalty made for another number of features (none here)."""
+
+    def block(self, lo: int, hi: int) -> NDArray[np.float64]:
+        """The factors of features ``lo:hi`` for a kernel (empty: all 1)."""
+        return self.factors
+
+    def restricted(self, idx: ArrayLike) -> ElasticNet:
+        """The penalty of the features ``idx`` (a working set), in that order."""
+        return self
+
+    def at(self, alpha: float) -> ElasticNet:
+        """The same penalty at another ``alpha`` (a path's next)."""
+        return ElasticNet(alpha, self.l1_ratio)
 
     @property
     def alpha_l1(self) -> float:
