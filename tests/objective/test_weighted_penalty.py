@@ -57,7 +57,8 @@ def test_prox_and_conjugate_are_those_of_the_definition(positive, l1_ratio):
         assert prox[j] == pytest.approx(ref.x, abs=1e-7)
     small = 0.9 * pen.alpha_l1 * f * np.sign(v)
     for point in (v, small):
-        sup = sum(-minimize_scalar(lambda w, j=j: g(j, w) - point[j] * w, bounds=(lo, 1e4),
+        sup = sum(-minimize_scalar(lambda w, j=j, pt=point: g(j, w) - pt[j] * w,
+                                   bounds=(lo, 1e4),
                                    method="bounded", options={"xatol": 1e-10}).fun
                   for j in range(8))  # fmt: skip
         conj = pen.conjugate(point)
@@ -101,8 +102,10 @@ def test_kernels_take_factors_and_signs_as_numpy_does(positive):
     for j in range(12):
         x, lj = rng.normal(scale=3), rng.uniform(0.5, 2)
         got = penalised_step(x, lj, 0.7, 0.3, f, j, positive)
-        ref = minimize_scalar(lambda v: lj * v * v / 2 - x * v + f[j] * (0.7 * abs(v) + 0.15 * v * v),
-                              bounds=(0.0 if positive else -20, 20), method="bounded",
+        def model(v, x=x, lj=lj, fj=f[j]):
+            return lj * v * v / 2 - x * v + fj * (0.7 * abs(v) + 0.15 * v * v)
+
+        ref = minimize_scalar(model, bounds=(0.0 if positive else -20, 20), method="bounded",
                               options={"xatol": 1e-12}).x  # fmt: skip
         assert got == pytest.approx(ref, abs=1e-7)
     X = sp.random(40, 12, density=0.4, random_state=2, format="csc")

@@ -34,8 +34,9 @@ def check_factors(penalty_factor: Any) -> NDArray[np.float64]:
     if bad.size:
         j = int(bad[0])
         raise ValidationError(
-            f"penalty_factor[{j}] = {f[j].item()!r}: factors must be finite and > 0 (an unpenalised "
-            "feature has no certified dual here; a small factor such as 1e-6 nearly frees it)"
+            f"penalty_factor[{j}] = {f[j].item()!r}: factors must be finite and > 0 (an "
+            "unpenalised feature has no certified dual here; a small factor such as 1e-6 "
+            "nearly frees it)"
         )
     return np.ascontiguousarray(f)
 
