@@ -39,7 +39,55 @@ def as_scipy(chunk: Any, fmt: Literal["csc", "csr"]) -> sp.csc_matrix | sp.csr_m
         chunk = chunk.to_scipy_sparse()
     elif not sp.issparse(chunk):
         chunk = _check_2d(np.asarray(chunk))
+    else:
+        check_structure(chunk)
     return sp.csc_matrix(chunk) if fmt == "csc" else sp.csr_matrix(chunk)
+
+
+def check_structure(m: Any) -> None:
+    """Refuse a SciPy sparse matrix whose index arrays are not its shape's: SciPy's
+    compiled conversions trust them, and an index out of range reads or writes outside
+    memory (a crash, or a wrong answer). One vectorised pass over the indices; the error
+    names the row (CSR, COO) or column (CSC) and the index.
+
+    Raises
+    ------
+    ValidationError
+    """
+    fmt = m.format
+    if fmt in ("csr", "csc"):
+        _check_compressed(m, "row" if fmt == "csr" else "column")
+    elif fmt == "coo":
+        for axis, idx, size in (("row", m.row, m.shape[0]), ("column", m.col, m.shape[1])):
+            bad = np.flatnonzero((idx < 0) | (idx >= size))
+            if bad.size:
+                raise ValidationError(f"X (COO) entry {int(bad[0])} has {axis} index "
+                                      f"{int(idx[bad[0]])} outside [0, {size})")  # fmt: skip
+
+
+def _check_compressed(m: Any, major: str) -> None:
+    minor = "column" if major == "row" else "row"
+    n_major, n_minor = (m.shape[0], m.shape[1]) if major == "row" else (m.shape[1], m.shape[0])
+    indptr, indices = np.asarray(m.indptr), np.asarray(m.indices)
+    where = f"X ({m.format.upper()}, shape {m.shape})"
+    if indptr.ndim != 1 or indptr.shape[0] != n_major + 1:
+        raise ValidationError(f"{where}: indptr has {indptr.shape[0]} entries, expected "
+                              f"{n_major + 1} (one per {major}, plus one)")  # fmt: skip
+    if indptr[0] != 0:
+        raise ValidationError(f"{where}: indptr[0] = {int(indptr[0])}, expected 0")
+    step = np.flatnonzero(np.diff(indptr) < 0)
+    if step.size:
+        raise ValidationError(f"{where}: indptr decreases at {major} {int(step[0])}")
+    nnz = int(indptr[-1])
+    if nnz > indices.shape[0] or nnz > np.asarray(m.data).shape[0]:
+        raise ValidationError(f"{where}: indptr ends at {nnz}, beyond the "
+                              f"{min(indices.shape[0], m.data.shape[0])} stored entries")
+    bad = np.flatnonzero((indices[:nnz] < 0) | (indices[:nnz] >= n_minor))
+    if bad.size:
+        k = int(bad[0])
+        at = int(np.searchsorted(indptr, k, side="right") - 1)
+        raise ValidationError(f"{where}: {major} {at} has {minor} index {int(indices[k])} "
+                              f"outside [0, {n_minor})")  # fmt: skip
 
 
 def _check_2d(chunk: Any) -> Any:

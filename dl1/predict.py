@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from dl1.chunks import check_structure
 from dl1.errors import ValidationError
 from dl1.objective.datafits import CLASSIFICATION_LOSSES, LOSSES, datafit_class
 
@@ -154,6 +155,8 @@ def _in_memory(X: Any) -> Any:
 
     if not sp.issparse(X) and hasattr(X, "to_scipy_sparse"):  # pydata sparse COO / GCXS
         X = X.to_scipy_sparse()
+    if sp.issparse(X):  # before SciPy's compiled code reads its indices
+        check_structure(X)
     return check_array(X, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32))
 
 
