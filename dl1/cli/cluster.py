@@ -399,7 +399,7 @@ def scheduler_address(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise ValidationError(f"--scheduler-file {path} is not JSON: {e}") from None
     address = doc.get("address") if isinstance(doc, dict) else None
     if not isinstance(address, str) or "://" not in address:

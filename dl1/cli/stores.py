@@ -58,7 +58,7 @@ def parse_storage_options(text: str | None) -> dict[str, Any] | None:
         )
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         value = None
     if not isinstance(value, dict):
         raise click.BadParameter(

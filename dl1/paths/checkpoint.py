@@ -207,7 +207,7 @@ def _holder(text: str) -> str:
     """``pid N`` from a lock file's content, if it is readable."""
     try:
         pid = json.loads(text)["pid"]
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):
         return "pid unknown"
     return f"pid {pid}" if isinstance(pid, int) and not isinstance(pid, bool) else "pid unknown"
 
@@ -818,7 +818,7 @@ def _read_json(f: Path, error: type[StoreError]) -> dict[str, Any]:
     try:
         with open_regular(f, "r", encoding="utf-8") as fh:
             out = json.load(fh)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # nesting too deep: not ours
         raise error(f"{f} is missing, unreadable or truncated: {e}") from e
     if not isinstance(out, dict):
         raise error(f"{f} does not hold a JSON object")

@@ -80,7 +80,7 @@ def _holder_text(holder: dict[str, Any] | None) -> str:
 def _parse(raw: bytes) -> dict[str, Any] | None:
     try:
         d = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(d, dict):
         return None

@@ -13,6 +13,8 @@ import socket
 import warnings
 from typing import Any
 
+from dl1.errors import ValidationError
+
 
 class InsecureClusterWarning(UserWarning):
     """The scheduler is reached over plain TCP on an address other than loopback."""
@@ -58,6 +60,19 @@ def check_scheduler_address(address: str) -> None:
 
 
 def check_client(client: Any) -> None:
-    """:func:`check_scheduler_address` of ``client``'s scheduler (nothing for None)."""
-    if client is not None:
-        check_scheduler_address(client.scheduler.address)
+    """Refuse what cannot run a fit (an address in place of a client, a closed client),
+    then :func:`check_scheduler_address` of ``client``'s scheduler (nothing for None)."""
+    if client is None:
+        return
+    if isinstance(client, str):
+        raise ValidationError(
+            f"client={client!r} is an address: pass a connected client, "
+            f"distributed.Client({client!r}), or none to use the current one"
+        )
+    scheduler = getattr(client, "scheduler", None)
+    if getattr(client, "status", None) in ("closing", "closed") or scheduler is None:
+        raise ValidationError(
+            f"the Dask client is {getattr(client, 'status', 'not connected')}: pass an open "
+            "client, or none to fit on the current client or in this process"
+        )
+    check_scheduler_address(scheduler.address)

@@ -170,6 +170,20 @@ def test_corrupted_or_missing_array_of_a_completed_alpha_is_named(tmp_path):
         open_ck(tmp_path / "ck2")
 
 
+@pytest.mark.parametrize("name", ["progress", "identity"])
+def test_deeply_nested_json_is_a_named_corruption_not_a_recursion_error(tmp_path, name):
+    """Pass: a progress (or identity) file of 100,000 nested brackets, which JSON's parser
+    cannot descend, is refused as a corrupt checkpoint naming the file (before: a bare
+    RecursionError)."""
+    from dl1.paths.checkpoint import IDENTITY, PROGRESS
+
+    fill(tmp_path / "ck", 2)
+    f = tmp_path / "ck" / (PROGRESS if name == "progress" else IDENTITY)
+    f.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(StoreError, match=f.name):
+        open_ck(tmp_path / "ck")
+
+
 def test_leftover_arrays_of_an_unfinished_alpha_are_replaced(tmp_path):
     fill(tmp_path / "ck", 2)
     # arrays of alpha 2 written, progress not: what a kill between the two leaves

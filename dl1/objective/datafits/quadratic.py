@@ -53,10 +53,11 @@ def normalize_sample_weight(sample_weight: ArrayLike | None, n: int) -> NDArray[
         raise ValidationError(
             f"sample_weight[{i}] = {s[i].item()!r} is not a finite non-negative number"
         )
-    total = s.sum()
-    if total <= 0.0:
+    top = s.max(initial=0.0)
+    if top <= 0.0:
         raise ValidationError("sample_weight sums to 0")
-    return s * (n / total)
+    s = s / top  # in [0, 1] first: the sum of weights near 1e308 overflows, theirs cannot
+    return s * (n / s.sum())
 
 
 def optional_weights(s: ArrayLike | None, n: int) -> NDArray[np.float64] | None:

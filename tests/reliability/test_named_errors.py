@@ -1,0 +1,53 @@
+"""Inputs that crashed with an error naming nothing: a closed client, an address in
+place of a client, weights near the float64 limit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import dl1
+from dl1.errors import ValidationError
+
+
+def data():
+    X = sp.random(200, 30, density=0.2, random_state=0, format="csr")
+    return X, np.random.default_rng(0).normal(size=200)
+
+
+def test_a_closed_client_is_named():
+    """Pass: a fit on a closed client raises ValidationError saying so (before:
+    AttributeError 'NoneType' object has no attribute 'address')."""
+    from distributed import Client, LocalCluster
+
+    X, y = data()
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+        client = Client(cluster, set_as_default=False)
+        client.close()
+        with pytest.raises(ValidationError, match="client is closed"):
+            dl1.fit(X, y, alpha=0.01, client=client)
+
+
+def test_an_address_in_place_of_a_client_is_named():
+    """Pass: client="tcp://..." says to pass distributed.Client(address) (before:
+    AttributeError 'str' object has no attribute 'scheduler')."""
+    X, y = data()
+    with pytest.raises(ValueError, match=r"client"):
+        dl1.fit(X, y, alpha=0.01, client="tcp://127.0.0.1:8786")
+    from dl1.runtime.exposure import check_client
+
+    with pytest.raises(ValidationError, match=r"distributed.Client\('tcp://127.0.0.1:8786'\)"):
+        check_client("tcp://127.0.0.1:8786")
+
+
+def test_weights_near_the_float_limit_fit_as_their_rescaled_copy():
+    """Pass: weights of 1e308 (whose sum overflows) give the fit of the same weights
+    divided by 1e300 (before: ZeroDivisionError)."""
+    X, y = data()
+    sw = np.ones(200)
+    sw[:5] = 1e308
+    big = dl1.fit(X, y, alpha=0.01, sample_weight=sw, tol=1e-10)
+    small = dl1.fit(X, y, alpha=0.01, sample_weight=sw / 1e300, tol=1e-10)
+    assert big.converged_
+    np.testing.assert_allclose(big.coef_, small.coef_, rtol=1e-12, atol=1e-14)
