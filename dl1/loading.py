@@ -487,14 +487,16 @@ def finer_bounds(
     """Column bounds of the blocks to load: the stored blocks ``stored``, each cut into
     ``ceil(n_partitions / K)`` pieces of about equal nonzeros (``col_nnz``; equal widths
     without it) when there are fewer (``K``) than partitions, so that every partition, and
-    so every worker, gets a share of a store written in one block. The cuts depend on the
-    data and ``n_partitions`` only, never on the cluster."""
+    so every worker, gets a share of a store written in one block; never more pieces than
+    a block has columns, so the work follows the data, not ``n_partitions``. The cuts
+    depend on the data and ``n_partitions`` only, never on the cluster."""
     K = len(stored) - 1
     if K >= n_partitions:
         return stored
-    pieces = -(-n_partitions // K)
+    want = -(-n_partitions // K)
     bounds = [0]
     for lo, hi in zip(stored[:-1].tolist(), stored[1:].tolist(), strict=True):
+        pieces = max(1, min(want, hi - lo))  # a block of w columns has at most w pieces
         if col_nnz is None or col_nnz[lo:hi].sum() == 0:
             cuts = np.linspace(lo, hi, pieces + 1).round().astype(np.int64)[1:-1]
         else:
