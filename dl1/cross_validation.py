@@ -24,7 +24,15 @@ from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.params import PATH, validate_params
 from dl1.paths.cv import SCORINGS, CVResult, cross_validate, make_folds, path_runner
 from dl1.paths.evaluation import alpha_grid
-from dl1.penalised import _set_up, alpha_max, check_call, fit, make_solver
+from dl1.penalised import (
+    _set_up,
+    alpha_max,
+    check_call,
+    check_penalty,
+    fit,
+    make_penalty,
+    make_solver,
+)
 from dl1.runtime import one_piece
 from dl1.runtime.executor import coordinating, executor_for
 from dl1.solvers.base import Problem
@@ -96,6 +104,8 @@ def cross_validated(
     n_alphas: int = 100,
     eps: float = 1e-3,
     Cs: Any = None,
+    penalty_factor: Any = None,
+    positive: bool = False,
     **settings: Any,
 ) -> CVResult:
     """Cross-validation of one grid on the data handle ``ds`` (:mod:`dl1.paths.cv`): the
@@ -121,12 +131,13 @@ def cross_validated(
         if alphas is None:
             amax = alpha_max(ds, l1_ratio=l1_ratio, loss=loss, sample_weight=sw, client=client,
                              fit_intercept=opts["fit_intercept"],
-                             standardize=opts["standardize"])  # fmt: skip
+                             standardize=opts["standardize"], penalty_factor=penalty_factor,
+                             positive=positive)  # fmt: skip
             alphas = alpha_grid(amax, n_alphas, eps)
         grid = np.sort(np.asarray(alphas, np.float64).ravel())[::-1]
         grids = np.tile(grid, (len(folds), 1))
 
-    fold_run = FoldRun(loss, l1_ratio, opts)
+    fold_run = FoldRun(loss, make_penalty(1.0, l1_ratio, penalty_factor, positive), opts)
     ex = executor_for(client)
     in_one_piece = None
     if one_piece.chosen(ex, ds.held_bytes, None):
@@ -149,7 +160,7 @@ class FoldRun:
     (a plain record: it travels with the folds solved in one piece)."""
 
     loss: str
-    l1_ratio: float
+    penalty: ElasticNet  # at alpha 1: each alpha's is ``penalty.at(alpha)``
     opts: dict[str, Any]
 
     def problem_for(self, view: Any, weights: Any, client: Any) -> tuple[Any, Problem]:
@@ -162,8 +173,9 @@ class FoldRun:
             tight_inner=True,
         )  # fmt: skip
         check_call(inputs, client, solver, self.loss, view.n_partitions)
+        check_penalty(self.penalty, solver)
         problem, _ = _set_up(
-            inputs, executor_for(client), False, solver, penalty=ElasticNet(1.0, self.l1_ratio),
+            inputs, executor_for(client), False, solver, penalty=self.penalty,
             fit_intercept=opts["fit_intercept"], standardize=opts["standardize"],
             tol=opts["tol"], n_partitions=view.n_partitions, loss=self.loss,
         )  # fmt: skip
@@ -171,7 +183,7 @@ class FoldRun:
 
     def runner(self, client: Any) -> Any:
         """The fold runner of :func:`dl1.paths.cv.cross_validate` on ``client``."""
-        return path_runner(lambda v, w: self.problem_for(v, w, client), l1_ratio=self.l1_ratio)
+        return path_runner(lambda v, w: self.problem_for(v, w, client), penalty=self.penalty)
 
 
 def fold_in_process(X: Any, *, client: Any, job: Any, fold_run: FoldRun) -> Any:
@@ -195,6 +207,8 @@ def fit_cv(
     n_alphas: int = 100,
     eps: float = 1e-3,
     Cs: Any = None,
+    penalty_factor: Any = None,
+    positive: bool = False,
     loss: str = "squared",
     scoring: str | None = None,
     sample_weight: Any = None,
@@ -216,7 +230,7 @@ def fit_cv(
     Parameters
     ----------
     X, y, loss, sample_weight, fit_intercept, standardize, tol, max_rounds, n_partitions,
-    solver, screen, random_order, seed, client, split
+    solver, screen, random_order, seed, client, split, penalty_factor, positive
         As in :func:`dl1.fit` (``screen``: gap-safe screening along each fold's path). ``X``
         may be a :class:`~dl1.dataset.Dataset` (then ``y`` comes with it); otherwise one is
         made for the folds and the refit, and released at the end.
@@ -244,7 +258,8 @@ def fit_cv(
         raise ValidationError(f"l1_ratio must be in [0, 1] (one value or several); got {l1_ratio}")
     settings = dict(fit_intercept=fit_intercept, standardize=standardize, tol=tol,
                     max_rounds=max_rounds, solver=solver, screen=screen,
-                    random_order=random_order, seed=seed)  # fmt: skip
+                    random_order=random_order, seed=seed, penalty_factor=penalty_factor,
+                    positive=positive)  # fmt: skip
     with handle(X, y, client, n_partitions, split) as ds:
         sw = sample_weight if sample_weight is not None else ds.sample_weight
         results = [

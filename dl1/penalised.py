@@ -555,14 +555,13 @@ def path(
     if cv is not None:
         if checkpoint is not None:
             raise ValidationError("checkpoint is not available with cv")
-        if not base.uniform:
-            raise ValidationError("penalty_factor and positive are not available with cv yet")
         settings = dict(
             n_alphas=n_alphas, eps=eps, alphas=alphas, l1_ratio=l1_ratio, loss=loss,
             fit_intercept=fit_intercept, standardize=standardize, tol=tol,
             max_rounds=max_rounds, client=client, screen=screen, solver=solver,
             random_order=random_order, seed=seed, X_test=X_test, y_test=y_test,
-            verbose=verbose, callback=callback,
+            verbose=verbose, callback=callback, penalty_factor=penalty_factor,
+            positive=positive,
         )  # fmt: skip
         from dl1.cross_validation import cross_validated, handle
 

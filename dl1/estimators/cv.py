@@ -78,7 +78,7 @@ class _CrossValidated:
             sample_weight=sample_weight, fit_intercept=self.fit_intercept,
             standardize=self.standardize, tol=self.tol, max_rounds=self.max_iter,
             n_partitions=self.n_partitions, solver=self.solver, screen=self.screen,
-            seed=self._seed(), client=self.client, **self._grid(),
+            seed=self._seed(), client=self.client, **self._grid(), **self._penalty_options(),
         )  # fmt: skip
         self.cv_result_ = res
         self._set_result(res.fit)
@@ -129,6 +129,8 @@ class LassoCV(_CrossValidated, _Regressor):
     screen : bool, default=False
         Gap-safe screening along the paths (off: on the tfidf preset it took 1.6 passes per
         alpha against 1.0 without, the certifying pass no longer serving the next alpha).
+    positive : bool, default=False
+        Coefficients kept ``>= 0`` (scikit-learn's ``positive``), in every fold and the refit.
 
     Attributes
     ----------
@@ -145,7 +147,7 @@ class LassoCV(_CrossValidated, _Regressor):
     cv_result_ : dl1.cross_validation.CrossValidatedFit
     """
 
-    _parameter_constraints = {**CV_CONSTRAINTS, "screen": ["boolean"]}
+    _parameter_constraints = {**CV_CONSTRAINTS, "screen": ["boolean"], "positive": ["boolean"]}
 
     def __init__(
         self,
@@ -162,6 +164,7 @@ class LassoCV(_CrossValidated, _Regressor):
         n_partitions: int = 2,
         standardize: bool = False,
         screen: bool = False,
+        positive: bool = False,
     ) -> None:
         self.eps = eps
         self.alphas = alphas
@@ -175,6 +178,7 @@ class LassoCV(_CrossValidated, _Regressor):
         self.n_partitions = n_partitions
         self.standardize = standardize
         self.screen = screen
+        self.positive = positive
 
 
 class ElasticNetCV(_CrossValidated, _Regressor):
@@ -201,7 +205,8 @@ class ElasticNetCV(_CrossValidated, _Regressor):
         As :class:`LassoCV`.
     """
 
-    _parameter_constraints = {**CV_CONSTRAINTS, "screen": ["boolean"], "l1_ratio": [is_ratios]}
+    _parameter_constraints = {**CV_CONSTRAINTS, "screen": ["boolean"], "l1_ratio": [is_ratios],
+                              "positive": ["boolean"]}  # fmt: skip
 
     def __init__(
         self,
@@ -219,6 +224,7 @@ class ElasticNetCV(_CrossValidated, _Regressor):
         n_partitions: int = 2,
         standardize: bool = False,
         screen: bool = False,
+        positive: bool = False,
     ) -> None:
         self.l1_ratio = l1_ratio
         self.eps = eps
@@ -233,6 +239,7 @@ class ElasticNetCV(_CrossValidated, _Regressor):
         self.n_partitions = n_partitions
         self.standardize = standardize
         self.screen = screen
+        self.positive = positive
 
     def _ratios(self) -> Any:
         r = np.asarray(self.l1_ratio, dtype=np.float64)

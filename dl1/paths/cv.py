@@ -144,14 +144,15 @@ def fold_scores(
     return out, uncertified
 
 
-def path_runner(problem_for: Any, *, l1_ratio: float) -> Any:
+def path_runner(problem_for: Any, *, penalty: ElasticNet) -> Any:
     """``run(view, grid, on_alpha, weights)`` for :func:`cross_validate`: the solver and
-    problem of ``problem_for(view, weights)`` walked along ``grid``."""
+    problem of ``problem_for(view, weights)`` walked along ``grid`` (each alpha's penalty
+    ``penalty.at(alpha)``)."""
 
     def run(view: Any, grid: np.ndarray, on_alpha: Any, weights: Any) -> None:
         solver, problem = problem_for(view, weights)
         try:
-            walk(solver, problem, grid, lambda a: ElasticNet(a, l1_ratio), on_alpha)
+            walk(solver, problem, grid, penalty.at, on_alpha)
         finally:
             problem.executor.close()
 

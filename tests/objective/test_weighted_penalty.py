@@ -88,8 +88,8 @@ def test_bad_factors_are_refused_naming_the_entry(in_process):
     for kw in ({"solver": "cd"}, {"solver": "sdca"}, {"screen": True}):
         with pytest.raises(ValidationError, match="solver='ws' without screening"):
             dl1.fit(X, y, alpha=0.01, positive=True, **kw)
-    with pytest.raises(ValidationError, match="not available with cv"):
-        dl1.path(X, y, positive=True, cv=3)
+    with pytest.raises(ValidationError, match="solver='ws' without screening"):
+        dl1.fit_cv(X, y, positive=True, cv=3, n_alphas=3, screen=True)
 
 
 # -- kernels against NumPy --------------------------------------------------------------------
@@ -260,3 +260,30 @@ def test_the_plain_penalty_is_unchanged():
     assert type(pen) is ElasticNet and pen.uniform and pen.factors.shape == (0,)
     assert pen.restricted(np.arange(3)) is pen
     assert pen != WeightedElasticNet(0.1, 0.5, None, False)
+
+
+def test_lasso_cv_with_positive_equals_scikit_learns(in_process):
+    """Pass: LassoCV(positive=True) has scikit-learn's grid, choice and refit (1e-9)."""
+    from sklearn.model_selection import KFold
+
+    X, y = regression(n=200, seed=11)
+    ours = dl1.LassoCV(alphas=10, cv=KFold(4), positive=True, tol=1e-10).fit(X, y)
+    ref = sk.LassoCV(alphas=10, cv=KFold(4), positive=True, tol=1e-14,
+                     max_iter=1_000_000).fit(X.toarray(), y)  # fmt: skip
+    np.testing.assert_allclose(ours.alphas_, ref.alphas_, rtol=1e-10)
+    assert ours.alpha_ == pytest.approx(ref.alpha_, rel=1e-12)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-9)
+
+
+def test_cv_with_factors_in_one_piece_on_a_cluster_equals_in_process(local_cluster):
+    """Pass: the factors travel with each fold solved in one piece: the held-out scores
+    and the refit equal the in-process ones."""
+    X, y = regression(n=240, p=40, seed=12)
+    f = np.random.default_rng(13).uniform(0.3, 3.0, 40)
+    kw = dict(cv=3, n_alphas=6, penalty_factor=f, positive=True, tol=1e-10)
+    here = dl1.fit_cv(X, y, client=None, **kw)
+    with dask.config.set({"dl1.one-piece": True}):
+        there = dl1.fit_cv(X, y, client=local_cluster, **kw)
+    np.testing.assert_allclose(there.cv[0].scores, here.cv[0].scores, rtol=1e-8)
+    assert there.alpha == here.alpha
+    np.testing.assert_allclose(there.fit.coef_, here.fit.coef_, atol=1e-8)

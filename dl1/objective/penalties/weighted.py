@@ -102,17 +102,19 @@ class WeightedElasticNet(ElasticNet):
     def block(self, lo: int, hi: int) -> NDArray[np.float64]:
         return self.factors if self.penalty_factor is None else self.penalty_factor[lo:hi]
 
-    def restricted(self, idx: ArrayLike) -> WeightedElasticNet:
-        f = None if self.penalty_factor is None else self.penalty_factor[np.asarray(idx)]
+    def _like(self, alpha: float, factors: NDArray[np.float64] | None) -> WeightedElasticNet:
+        """This penalty at ``alpha`` with ``factors`` (already checked: not again)."""
         out = WeightedElasticNet.__new__(WeightedElasticNet)
-        out.alpha, out.l1_ratio, out.positive = self.alpha, self.l1_ratio, self.positive
-        out.penalty_factor = f
+        out.alpha = ElasticNet(alpha, self.l1_ratio).alpha
+        out.l1_ratio, out.positive, out.penalty_factor = self.l1_ratio, self.positive, factors
         return out
 
+    def restricted(self, idx: ArrayLike) -> WeightedElasticNet:
+        f = None if self.penalty_factor is None else self.penalty_factor[np.asarray(idx)]
+        return self._like(self.alpha, f)
+
     def at(self, alpha: float) -> WeightedElasticNet:
-        out = self.restricted(slice(None))
-        out.alpha = ElasticNet(alpha, self.l1_ratio).alpha
-        return out
+        return self._like(alpha, self.penalty_factor)
 
     # -- the penalty -----------------------------------------------------------------------
     def _f(self, n: int) -> NDArray[np.float64] | float:
