@@ -12,11 +12,15 @@ untouched, and predictions on it are lazy dask arrays computed where the blocks 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import numbers
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, clone
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.utils import check_random_state
@@ -170,11 +174,13 @@ class DL1Estimator(BaseEstimator):
         self._validate_params()
         X, y, sample_weight, total = self._inputs(X, y, sample_weight)
         kwargs = {name: getattr(self, name) for name in SHARED}
-        res = dl1_fit(
-            X, y, alpha=self._alpha(total), l1_ratio=self._l1_ratio(), loss=self._loss,
-            sample_weight=sample_weight, tol=self.tol, max_rounds=self.max_iter,
-            seed=self._seed(), **kwargs, **self._warm_start(dl1_fit), **self._penalty_options(),
-        )  # fmt: skip
+        with in_estimator_terms():
+            res = dl1_fit(
+                X, y, alpha=self._alpha(total), l1_ratio=self._l1_ratio(), loss=self._loss,
+                sample_weight=sample_weight, tol=self.tol, max_rounds=self.max_iter,
+                seed=self._seed(), **kwargs, **self._warm_start(dl1_fit),
+                **self._penalty_options(),
+            )  # fmt: skip
         self._set_result(res)
         return self
 
@@ -228,6 +234,22 @@ class DL1Estimator(BaseEstimator):
         self.dual_gap_ = float(res.dual_gap_)
         self.gap_ = float(res.gap_)
 
+    @property
+    def sparse_coef_(self) -> sp.csr_matrix:
+        """``coef_`` as a sparse row (scikit-learn's ``ElasticNet.sparse_coef_``)."""
+        check_is_fitted(self)
+        return sp.csr_matrix(np.atleast_2d(self.coef_))
+
+    def to_sklearn(self) -> Any:
+        """The fitted scikit-learn estimator with the same predictions
+        (:func:`dl1.models.to_sklearn` of ``result_``), a classifier's ``classes_`` this
+        estimator's."""
+        check_is_fitted(self)
+        est = self.result_.to_sklearn()
+        if hasattr(self, "classes_"):
+            est.classes_ = self.classes_
+        return est
+
     # -- predictions ------------------------------------------------------------------------
     def _coef_intercept(self) -> tuple[np.ndarray, float]:
         return np.ravel(self.coef_), float(np.ravel(self.intercept_)[0])
@@ -274,6 +296,25 @@ class DL1Estimator(BaseEstimator):
         state = dict(super().__getstate__())
         state["client"] = None
         return state
+
+
+@contextlib.contextmanager
+def in_estimator_terms() -> Iterator[None]:
+    """Re-issue the fit's ConvergenceWarnings in the estimator's terms: its parameter is
+    ``max_iter``, not dl1.fit's ``max_rounds``."""
+    from dl1.solvers.result import ConvergenceWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            caught = list(caught)
+    for w in caught:
+        message = str(w.message)
+        if issubclass(w.category, ConvergenceWarning):
+            message = message.replace("max_rounds", "max_iter")
+        warnings.warn_explicit(message, w.category, w.filename, w.lineno)
 
 
 def _n_features(X: Any) -> int:

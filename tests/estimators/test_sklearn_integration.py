@@ -285,3 +285,28 @@ def test_a_dataset_and_its_row_views_fit_as_the_rows_in_memory():
         view = LogisticRegression(C=0.5, tol=1e-12).fit(ds[np.arange(40)])
         rows = LogisticRegression(C=0.5, tol=1e-12).fit(X[:40], y[:40])
         np.testing.assert_allclose(view.coef_, rows.coef_, atol=1e-8)
+
+
+def test_estimators_have_sparse_coef_and_to_sklearn_with_their_classes():
+    """Pass: sparse_coef_ is coef_ as a sparse row; to_sklearn() is on the estimator itself
+    and a classifier's keeps its own classes (strings here), predicting as it does."""
+    X, y = regression(seed=3, sparse=True)
+    reg = Lasso(alpha=0.05).fit(X, y)
+    assert sp.issparse(reg.sparse_coef_)
+    np.testing.assert_array_equal(reg.sparse_coef_.toarray().ravel(), reg.coef_)
+    np.testing.assert_allclose(reg.to_sklearn().predict(X), reg.predict(X), rtol=1e-12)
+    labels = np.where(y > np.median(y), "spam", "ham")
+    clf = LogisticRegression(C=5.0).fit(X, labels)
+    assert clf.sparse_coef_.shape == (1, X.shape[1])
+    sk = clf.to_sklearn()
+    np.testing.assert_array_equal(sk.classes_, clf.classes_)
+    np.testing.assert_array_equal(sk.predict(X), clf.predict(X))
+
+
+def test_a_fit_that_stops_early_names_the_estimators_own_parameter():
+    """Pass: Lasso(max_iter=0) warns "raise max_iter", the estimator's parameter, not
+    dl1.fit's max_rounds."""
+    X, y = regression(seed=4)
+    with pytest.warns(dl1.ConvergenceWarning, match="raise max_iter or tol") as rec:
+        Lasso(alpha=1e-4, max_iter=0, tol=1e-10).fit(X, y)
+    assert not any("max_rounds" in str(w.message) for w in rec)
