@@ -246,13 +246,7 @@ def normalized_weights(sample_weight: Any, n: int) -> np.ndarray:
         s = as_vector(sample_weight, n, "sample_weight")
         if (s < 0).any():
             raise ValidationError(f"sample_weight[{int(np.flatnonzero(s < 0)[0])}] is negative")
-        with np.errstate(over="ignore", invalid="ignore"):
-            sw = normalize_sample_weight(s, n)
-        if not np.isfinite(sw).all():  # a subnormal sum: n / sum overflows
-            raise ValidationError(
-                f"sample_weight sums to {float(s.sum()):.3g}, too small to be scaled to sum to "
-                f"n = {n} in float64; rescale it"
-            )
+        sw = normalize_sample_weight(s, n)  # divided by their largest first: never overflows
     return sw
 
 

@@ -69,10 +69,9 @@ def check_client(client: Any) -> None:
             f"client={client!r} is an address: pass a connected client, "
             f"distributed.Client({client!r}), or none to use the current one"
         )
-    scheduler = getattr(client, "scheduler", None)
-    if getattr(client, "status", None) in ("closing", "closed") or scheduler is None:
+    if client.scheduler is None:  # a closed client has no scheduler connection
         raise ValidationError(
-            f"the Dask client is {getattr(client, 'status', 'not connected')}: pass an open "
-            "client, or none to fit on the current client or in this process"
+            "the Dask client is closed: pass an open client, or none to fit on the current "
+            "client or in this process"
         )
-    check_scheduler_address(scheduler.address)
+    check_scheduler_address(client.scheduler.address)

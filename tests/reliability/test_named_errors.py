@@ -41,16 +41,19 @@ def test_an_address_in_place_of_a_client_is_named():
         check_client("tcp://127.0.0.1:8786")
 
 
-def test_weights_near_the_float_limit_fit_as_their_rescaled_copy():
-    """Pass: weights of 1e308 (whose sum overflows) give the fit of the same weights
-    divided by 1e300 (before: ZeroDivisionError)."""
+@pytest.mark.parametrize("scale", [1e300, 1e-318])
+def test_weights_near_the_float_limits_fit_as_their_rescaled_copy(scale):
+    """Pass: weights of 1e308 (whose sum overflows) or subnormal ones (whose sum n would
+    divide to inf) give the fit of the weights rescaled into the normal range (before:
+    ZeroDivisionError, or a refusal)."""
     X, y = data()
     sw = np.ones(200)
-    sw[:5] = 1e308
-    big = dl1.fit(X, y, alpha=0.01, sample_weight=sw, tol=1e-10)
-    small = dl1.fit(X, y, alpha=0.01, sample_weight=sw / 1e300, tol=1e-10)
-    assert big.converged_
-    np.testing.assert_allclose(big.coef_, small.coef_, rtol=1e-12, atol=1e-14)
+    sw[:5] = 8.0
+    extreme = sw * (1e308 / 8.0 if scale > 1 else scale)
+    res = dl1.fit(X, y, alpha=0.01, sample_weight=extreme, tol=1e-10)
+    ref = dl1.fit(X, y, alpha=0.01, sample_weight=sw, tol=1e-10)
+    assert res.converged_
+    np.testing.assert_allclose(res.coef_, ref.coef_, rtol=1e-9, atol=1e-12)
 
 
 def test_a_huge_n_partitions_costs_what_the_data_does():
