@@ -595,18 +595,7 @@ def path(
     try:
         grid = _grid(problem, alphas, n_alphas, eps, l1_ratio)
         test = test_data(X, X_test, y_test)
-        settings = {
-            "l1_ratio": l1_ratio, "loss": loss, "fit_intercept": fit_intercept,
-            "standardize": standardize, "tol": tol,
-            "max_rounds": 1000 if max_rounds is None else max_rounds, "n_partitions": n_partitions,
-            "solver": solver, "screen": screen,
-            "sample_weight": None if inputs.weights is None else crc(inputs.sample_weight),
-            "test": None if test is None else crc(np.asarray(test[1])),
-            "solver_options": solver_settings(solver_obj),
-        }  # fmt: skip
-        if not base.uniform:  # a checkpoint resumes only the same penalty
-            settings["penalty"] = {"positive": positive, "penalty_factor":
-                                   None if penalty_factor is None else crc(base.factors)}
+        settings = _checkpoint_settings(call, inputs, test, solver_obj, base)
         ck = None
         if checkpoint is not None:
             ck = PathCheckpoint.open_or_create(
@@ -640,6 +629,29 @@ def path(
     res = PathResult.from_checkpoint_arrays(d, alphas=grid, l1_ratio=l1_ratio, loss=loss, tol=tol)
     res.fit_intercept, res.n_samples_ = fit_intercept, n_samples(inputs, problem)
     return res
+
+
+def _checkpoint_settings(
+    call: dict[str, Any], inputs: Any, test: Any, solver: Any, penalty: ElasticNet
+) -> dict[str, Any]:
+    """What a path's checkpoint resumes only with: the call's problem and solver settings,
+    digests of its weights and test targets, and a weighted penalty's factors and sign."""
+    settings = {
+        "l1_ratio": call["l1_ratio"], "loss": call["loss"],
+        "fit_intercept": call["fit_intercept"], "standardize": call["standardize"],
+        "tol": call["tol"],
+        "max_rounds": 1000 if call["max_rounds"] is None else call["max_rounds"],
+        "n_partitions": call["n_partitions"], "solver": call["solver"],
+        "screen": call["screen"],
+        "sample_weight": None if inputs.weights is None else crc(inputs.sample_weight),
+        "test": None if test is None else crc(np.asarray(test[1])),
+        "solver_options": solver_settings(solver),
+    }  # fmt: skip
+    if not penalty.uniform:
+        factors = penalty.factors  # empty: all 1
+        settings["penalty"] = {"positive": penalty.positive,
+                               "penalty_factor": crc(factors) if factors.size else None}
+    return settings
 
 
 def n_samples(inputs: Any, problem: Problem) -> int:
