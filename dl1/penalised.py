@@ -46,6 +46,7 @@ from dl1.solvers.auto import choose_solver
 from dl1.solvers.base import Problem, WarmState, solver_class
 from dl1.solvers.registry import SOLVERS  # noqa: F401  (solvers load with the entry points)
 from dl1.solvers.result import ConvergenceWarning, FitResult
+from dl1.solvers.unpenalised import FreeColumns
 
 
 def make_solver(
@@ -273,8 +274,10 @@ def fit(
     alpha, l1_ratio : float
         Penalty strength (> 0) and mix (1.0: Lasso / L1 logistic).
     penalty_factor : array_like (p,), optional
-        Per-feature factors ``f_j > 0`` of the penalty, ``alpha sum_j f_j (l1_ratio |w_j| +
-        (1 - l1_ratio) / 2 w_j^2)`` (glmnet's ``penalty.factor``, not rescaled).
+        Per-feature factors ``f_j >= 0`` of the penalty, ``alpha sum_j f_j (l1_ratio |w_j| +
+        (1 - l1_ratio) / 2 w_j^2)`` (glmnet's ``penalty.factor``, not rescaled); 0 leaves a
+        feature unpenalised (smooth losses, not with ``positive``; ``alpha_max`` and the
+        gap are then those of the penalised features, the free ones at their optimum).
     positive : bool
         Coefficients kept ``>= 0`` (scikit-learn's ``positive``, glmnet's ``lower.limits =
         0``). Both are fitted by ``solver="ws"`` without screening.
@@ -453,9 +456,13 @@ def alpha_max(
 
 def problem_alpha_max(problem: Problem, l1_ratio: float) -> float:
     """``alpha_max`` of a loaded problem: one pass, ``||X^T theta_0||_inf / (n l1_ratio)``
-    with ``theta_0`` the dual point of ``w = 0`` and its intercept."""
+    with ``theta_0`` the dual point of ``w = 0`` and its intercept (and the unpenalised
+    features' optimal coefficients, the penalised ones 0)."""
     pb = problem
     z0 = np.full(pb.n, pb.initial_intercept())
+    free = FreeColumns.gather(pb)  # unpenalised features: at their optimum with w = 0
+    if free is not None:
+        free.refit(pb, z0, np.zeros(pb.p), 0.0)
     theta0 = pb.datafit.dual_point(pb.y, z0, pb.weights, pb.fit_intercept)
     if pb.rows is not None:
         absmax = float(np.abs(rows_xt_theta(pb.executor, pb.rows, theta0)).max(initial=0.0))

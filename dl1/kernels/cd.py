@@ -56,7 +56,10 @@ def penalised_step(x, lj, alpha_l1, alpha_l2, factors, j, positive):  # pragma: 
     gives the constrained one). ``f_j = factors[j]`` (glmnet's ``penalty.factor``), 1 when
     ``factors`` is empty."""
     f = factors[j] if factors.shape[0] > 0 else 1.0
-    v = soft_threshold(x, f * alpha_l1) / (lj + f * alpha_l2)
+    d = lj + f * alpha_l2
+    if d <= 0.0:  # an empty unpenalised column: any value is optimal, keep 0
+        return 0.0
+    v = soft_threshold(x, f * alpha_l1) / d
     if positive and v < 0.0:
         return 0.0
     return v

@@ -49,6 +49,7 @@ from dl1.solvers.subproblems import (
     choose_mode,
     spread_plan,
 )
+from dl1.solvers.unpenalised import FreeColumns
 from dl1.tasks.blocks import identity
 from dl1.tasks.columns import compact_task, extract_task
 from dl1.tasks.gram import GRAM_MAX, drop_gram
@@ -262,6 +263,7 @@ class Run:
         if self.screen and seed is not None and np.isfinite(seed.xt_bound):
             self.sphere = sequential_sphere(pb, self.z, self.w, self.max_s, seed)
         self.col_norm_max = -1.0  # from the first pass, which reads every block
+        self.free = FreeColumns.gather(pb)
         self.handles = pb.handles or (ex.submit(identity, pb.y),
                                       ex.submit(identity, pb.sample_weight))
         self.pending: tuple[list[PartitionScan], float] | None = None
@@ -317,6 +319,10 @@ class Run:
             last = self._shifted(self.reuse, ws_size)
             self.scan_kernel = 0.0
         else:
+            if self.free is not None:  # their constraints x_j^T theta = 0, met exactly
+                self.b = self.free.refit(self.problem, self.z, self.w, self.b)
+                self.support = np.flatnonzero(self.w)
+                ws_size = max(self.solver.ws_start, 2 * self.support.shape[0])
             db, theta = pass_dual_point(
                 self.problem.datafit, self.problem.y, self.z, self.problem.weights,
                 self.problem.fit_intercept,

@@ -107,6 +107,11 @@ class ElasticNet:
         """The same penalty on every feature, no sign constraint."""
         return True
 
+    @property
+    def free(self) -> NDArray[np.int64]:
+        """The unpenalised features (factor 0): none here."""
+        return np.zeros(0, dtype=np.int64)
+
     def check_features(self, p: int) -> None:
         """Refuse a penalty made for another number of features (none here)."""
 

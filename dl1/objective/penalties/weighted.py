@@ -7,8 +7,10 @@
 ``positive``); with ``alpha_l2 = 0`` it is the indicator of ``max_j e_j / f_j <=
 alpha_l1``. So the gap needs the same two block reductions as the plain elastic net, taken
 of ``e_j / f_j`` and weighted by ``f_j`` (:func:`dl1.kernels.linalg.csc_xt_theta_stats`),
-and the dual point is rescaled by the same rule. Factors are positive: an unpenalised
-feature's dual constraint ``x_j^T theta = 0`` has no rescaling that meets it.
+and the dual point is rescaled by the same rule. A factor of 0 leaves its feature
+unpenalised: its dual constraint ``x_j^T theta = 0`` has no rescaling that meets it, so the
+solver minimises exactly over those features before each certificate
+(:mod:`dl1.solvers.unpenalised`) and the statistics leave them out.
 """
 
 from __future__ import annotations
@@ -24,25 +26,22 @@ from dl1.objective.penalties.elastic_net import ElasticNet, soft_threshold
 
 
 def check_factors(penalty_factor: Any) -> NDArray[np.float64]:
-    """``penalty_factor`` as a 1-D float64 array of finite values > 0, naming the first
+    """``penalty_factor`` as a 1-D float64 array of finite values >= 0, naming the first
     bad entry."""
     f = np.asarray(penalty_factor, dtype=np.float64)
     if f.ndim != 1 or f.shape[0] == 0:
         raise ValidationError(f"penalty_factor must be a 1-D array of one factor per feature, "
                               f"got shape {f.shape}")  # fmt: skip
-    bad = np.flatnonzero(~(np.isfinite(f) & (f > 0.0)))
+    bad = np.flatnonzero(~(np.isfinite(f) & (f >= 0.0)))
     if bad.size:
         j = int(bad[0])
-        raise ValidationError(
-            f"penalty_factor[{j}] = {f[j].item()!r}: factors must be finite and > 0 (an "
-            "unpenalised feature has no certified dual here; a small factor such as 1e-6 "
-            "nearly frees it)"
-        )
+        raise ValidationError(f"penalty_factor[{j}] = {f[j].item()!r}: factors must be "
+                              "finite and >= 0 (0: unpenalised)")  # fmt: skip
     return np.ascontiguousarray(f)
 
 
 class WeightedElasticNet(ElasticNet):
-    """Elastic net with per-feature factors ``f_j > 0`` and, optionally, ``w >= 0``.
+    """Elastic net with per-feature factors ``f_j >= 0`` and, optionally, ``w >= 0``.
 
     Parameters
     ----------
@@ -94,6 +93,12 @@ class WeightedElasticNet(ElasticNet):
     def uniform(self) -> bool:
         return False
 
+    @property
+    def free(self) -> NDArray[np.int64]:
+        if self.penalty_factor is None:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(self.penalty_factor == 0.0)
+
     def check_features(self, p: int) -> None:
         if self.penalty_factor is not None and self.penalty_factor.shape[0] != p:
             raise ValidationError(f"penalty_factor has {self.penalty_factor.shape[0]} "
@@ -136,10 +141,15 @@ class WeightedElasticNet(ElasticNet):
         return np.maximum(out, 0.0) if self.positive else out
 
     def _dual(self, v: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64] | float]:
+        """``(e_j / f_j, f_j)`` as :func:`dl1.kernels.linalg.weighted_dual` takes them: an
+        unpenalised feature's ``e`` is -1, left out (its constraint ``v_j = 0`` is met by
+        the point the solver certifies, :mod:`dl1.solvers.unpenalised`)."""
         v = np.asarray(v, dtype=np.float64)
         e = np.maximum(v, 0.0) if self.positive else np.abs(v)
         f = self._f(v.shape[0])
-        return e / f, f
+        if isinstance(f, float):
+            return e / f, f
+        return np.divide(e, f, out=np.full_like(e, -1.0), where=f > 0.0), f
 
     def conjugate(self, v: ArrayLike) -> float:
         e, f = self._dual(v)
