@@ -59,3 +59,8 @@ class MemoryStallError(ClusterStalledError, WorkerMemoryError):
 class ModelFileError(Dl1Error, ValueError):
     """A saved model's files are missing, malformed or inconsistent; the message names the
     file and the field."""
+
+
+class SolveCancelled(Dl1Error):
+    """The solve's caller is gone (its task was cancelled): the solve stopped between two of
+    its rounds rather than run on for nobody."""

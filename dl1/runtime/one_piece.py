@@ -57,6 +57,7 @@ from dask.utils import parse_bytes
 
 from dl1.errors import Dl1Error, ValidationError
 from dl1.runtime import persisted
+from dl1.runtime.cancel import cancelled_with_task
 from dl1.runtime.dask_workarounds import client_low_latency
 
 ONE_PIECE_KEY = "dl1.one-piece"
@@ -552,7 +553,7 @@ def in_worker(
     if isinstance(relay, Relay):
         relay.bind(get_worker())
     result, refused, caught = None, None, []
-    with solving_here(), heap_for_solve():
+    with solving_here(), heap_for_solve(), cancelled_with_task(get_worker()):
         try:  # a refusal of the data or the store is the caller's error, not the task's
             kwargs = computed_here(given)
             with warnings.catch_warnings(record=True) as caught:
