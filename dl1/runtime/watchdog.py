@@ -22,9 +22,9 @@ worker fell silent (it may wait on that one). A worker frozen for less than the 
 timeout resumes its work; one frozen for longer fails the wait.
 
 No progress for ``dl1.stall-timeout`` seconds (Dask configuration, default
-:data:`DEFAULT_STALL_TIMEOUT`) raises :class:`~dl1.errors.ClusterStalledError` saying what
-was seen: paused workers and their memory, lost workers, workers silent since a given
-time, the scheduler not answering, what the coordinator waited for. A client that closed
+:data:`dl1.timeouts.DEFAULT_STALL_TIMEOUT`) raises :class:`~dl1.errors.ClusterStalledError`
+saying what was seen: paused workers and their memory, lost workers, workers silent since
+a given time, the scheduler not answering, what the coordinator waited for. A client that closed
 (its scheduler lost for good) fails at once, and so does a wait whose futures the scheduler
 cancelled because it no longer knew them (a scheduler restarted on the same address). A
 path's checkpoint holds every alpha finished before, so the path resumes.
@@ -43,15 +43,9 @@ from typing import Any, TypeVar
 import dask
 
 from dl1.errors import ClusterStalledError, MemoryStallError
+from dl1.timeouts import STALL_TIMEOUT_KEY, stall_timeout
 
 T = TypeVar("T")
-
-#: Dask configuration key of the stall timeout (seconds, or a string such as ``"2 min"``).
-STALL_TIMEOUT_KEY = "dl1.stall-timeout"
-
-#: Seconds without progress before a wait fails: long enough for Dask to spill and resume a
-#: paused worker, restart a lost one and recompute its results (seconds on a LocalCluster).
-DEFAULT_STALL_TIMEOUT = 60.0
 
 #: Seconds between checks of the cluster while a wait has not ended.
 POLL_S = 1.0
@@ -75,22 +69,6 @@ FORGOTTEN = ("scheduler-connection-lost", "lost dependencies")
 SILENT_S = 10.0
 
 MiB = 2**20
-
-
-def stall_timeout() -> float:
-    """Seconds of no progress before a wait fails: ``dl1.stall-timeout`` (Dask config)."""
-    from dask.utils import parse_timedelta
-
-    value = dask.config.get(STALL_TIMEOUT_KEY, default=None)
-    if value is None:
-        return DEFAULT_STALL_TIMEOUT
-    try:
-        seconds = parse_timedelta(value, default="s")
-    except (KeyError, ValueError, TypeError):
-        seconds = None
-    if seconds is None or not seconds > 0:
-        raise ValueError(f"{STALL_TIMEOUT_KEY} must be a positive duration, got {value!r}")
-    return float(seconds)
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,16 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from dl1.errors import StoreCorruptError, ValidationError
+from dl1.errors import ClusterStalledError, StoreCorruptError, ValidationError
+from dl1.timeouts import stall_timeout
+
+T = TypeVar("T")
 
 __all__ = ["Location", "OversizeObjectError", "as_location", "is_store_source", "is_url"]
 
@@ -97,6 +100,48 @@ def _redact_url(url: str) -> str:
     return shown + ("?<redacted>" if parts.query or parts.fragment else "")
 
 
+def stall_types() -> tuple[type[BaseException], ...]:
+    """The errors of a request to storage that did not answer in time (botocore's, when
+    installed, and the standard ``TimeoutError`` fsspec's timeouts derive from)."""
+    try:
+        from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+    except ImportError:  # optional: only object storage needs botocore
+        return (TimeoutError,)
+    return (TimeoutError, ConnectTimeoutError, ReadTimeoutError)
+
+
+#: s3fs's attempts of one request (its public ``retries``, 5 by default, which it applies
+#: twice over to a read: up to 25 attempts); botocore's own retries are off.
+S3FS_ATTEMPTS = 2
+
+
+def bound_retries(fs: Any) -> Any:
+    """``fs`` with s3fs's retries set to :data:`S3FS_ATTEMPTS` (other filesystems as they
+    are): with :func:`bounded_options`' timeouts, a request that gets no answer fails
+    within about half the stall timeout."""
+    if type(fs).__module__.startswith("s3fs") and hasattr(fs, "retries"):
+        fs.retries = S3FS_ATTEMPTS
+    return fs
+
+
+def bounded_options(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
+    """``storage_options`` with every request to S3 bounded in time, unless the caller set
+    the bounds: connect and read timeouts of an eighth of the stall timeout (at most s3fs's
+    5 s and 15 s) and botocore's retries off (s3fs's are bounded by :func:`bound_retries`),
+    so that storage that stops answering is an error within about half the stall timeout,
+    not a wait of minutes (s3fs's and botocore's retries multiply: over six minutes)."""
+    out = dict(storage_options)
+    if url.split("://", 1)[0] not in ("s3", "s3a"):
+        return out
+    eighth = stall_timeout() / 8.0
+    config = dict(out.get("config_kwargs") or {})
+    config.setdefault("connect_timeout", min(5.0, eighth))
+    config.setdefault("read_timeout", min(15.0, eighth))
+    config.setdefault("retries", {"max_attempts": 1, "mode": "standard"})
+    out["config_kwargs"] = config
+    return out
+
+
 @dataclass(frozen=True, repr=False)
 class Location:
     """The root of a store: a local folder or a URL with its fsspec storage options.
@@ -163,7 +208,8 @@ class Location:
             if self.is_local:
                 cached = (url_to_fs("file://" + self.url)[0], self.url)
             else:
-                cached = url_to_fs(self.url, **self.storage_options)
+                fs, root = url_to_fs(self.url, **bounded_options(self.url, self.storage_options))
+                cached = (bound_retries(fs), root)
             object.__setattr__(self, "_fs", cached)
         return cached[0]
 
@@ -192,7 +238,7 @@ class Location:
                     )
                 data = fh.read(max_bytes + 1)
         else:
-            data = self.fs.cat_file(p, start=0, end=max_bytes + 1)
+            data = self._remote(rel, self.fs.cat_file, p, start=0, end=max_bytes + 1)
         if len(data) > max_bytes:
             raise OversizeObjectError(f"{self.display(rel)} has more than {max_bytes:,} bytes")
         return bytes(data)
@@ -213,8 +259,11 @@ class Location:
                     out.append(e)
             return out
         paths = [self.key(rel) for rel in rels]
-        got = self.fs.cat_ranges(paths, [0] * len(paths), [m + 1 for m in max_bytes],
-                                 on_error="return")  # fmt: skip
+        got = self._remote(rels[0], self.fs.cat_ranges, paths, [0] * len(paths),
+                           [m + 1 for m in max_bytes], on_error="return")  # fmt: skip
+        for rel, g in zip(rels, got, strict=True):
+            if isinstance(g, stall_types()):
+                raise self._stalled(rel, g) from g
         out = []
         for rel, m, g in zip(rels, max_bytes, got, strict=True):
             if isinstance(g, Exception):
@@ -231,23 +280,23 @@ class Location:
         p = self.key(rel)
         if self.is_local:
             return os.stat(p).st_size
-        return int(self.fs.size(p))
+        return int(self._remote(rel, self.fs.size, p))
 
     def exists(self, rel: str = "") -> bool:
         """Whether object (or prefix) ``rel`` exists."""
         p = self.key(rel)
-        return os.path.exists(p) if self.is_local else bool(self.fs.exists(p))
+        return os.path.exists(p) if self.is_local else bool(self._remote(rel, self.fs.exists, p))
 
     def isdir(self, rel: str = "") -> bool:
         """Whether ``rel`` is a folder (a prefix holding objects, on an object store)."""
         p = self.key(rel)
-        return os.path.isdir(p) if self.is_local else bool(self.fs.isdir(p))
+        return os.path.isdir(p) if self.is_local else bool(self._remote(rel, self.fs.isdir, p))
 
     def listing(self, max_entries: int) -> dict[str, int]:
         """``{relative key: size}`` of every object under the location (one recursive
         listing, paginated by the backend), refused beyond ``max_entries`` objects."""
         root = self.key()
-        found = self.fs.find(root, withdirs=False, detail=True)
+        found = self._remote("", self.fs.find, root, withdirs=False, detail=True)
         if len(found) > max_entries:
             raise StoreCorruptError(
                 f"{self.display()} holds {len(found):,} objects, more than the "
@@ -260,15 +309,33 @@ class Location:
             if name.startswith(prefix)
         }
 
+    def _remote(self, rel: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)``, a request to object storage: one that timed out (the
+        bounds of :func:`bounded_options`) is a :class:`ClusterStalledError` naming it."""
+        try:
+            return fn(*args, **kwargs)
+        except stall_types() as e:
+            raise self._stalled(rel, e) from e
+
+    def _stalled(self, rel: str, e: BaseException) -> ClusterStalledError:
+        return ClusterStalledError(
+            f"object storage did not answer a request for {self.display(rel)} within its "
+            f"bounds (timeouts of {stall_timeout() / 8.0:.3g} s, from dl1.stall-timeout): "
+            f"{type(e).__name__}: {e}"
+        )
+
     def zarr_store(self) -> Any:
         """A read-only zarr store object rooted here."""
         from zarr.storage import FsspecStore, LocalStore
 
         if self.is_local:
             return LocalStore(self.url, read_only=True)
-        return FsspecStore.from_url(
-            self.url, storage_options=dict(self.storage_options), read_only=True
+        store = FsspecStore.from_url(
+            self.url, storage_options=bounded_options(self.url, self.storage_options),
+            read_only=True,
         )
+        bound_retries(store.fs)
+        return store
 
 
 def _from_zarr_store(store: Any) -> Location:

@@ -22,7 +22,7 @@ from dask.base import tokenize
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
 from dl1.chunks import as_csc
-from dl1.errors import IncompleteStoreError, StoreCorruptError, StoreError
+from dl1.errors import ClusterStalledError, IncompleteStoreError, StoreCorruptError, StoreError
 from dl1.kernels import store as store_kernels
 from dl1.store import frames
 from dl1.store.format import (
@@ -242,6 +242,8 @@ def _array_metadata(
             f"the metadata of array {key!r} has more than the {MAX_METADATA_BYTES:,} bytes "
             f"accepted ({loc.display(rel)})"
         ) from None
+    except ClusterStalledError:  # storage not answering: not corrupt
+        raise
     except Exception as e:
         raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
     if len(_ARRAY_META) >= MAX_CACHED_METADATA:
@@ -330,10 +332,14 @@ def read_array(
             _chunk_body(loc, key, k, entry, compressor, crc, c * arr.dtype.itemsize, prefetched)
         try:
             arr = zarr.open_array(loc.zarr_store(), path=key, mode="r")
+        except ClusterStalledError:  # storage not answering: not corrupt
+            raise
         except Exception as e:
             raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
         try:
             a = arr[lo:hi]
+        except ClusterStalledError:  # storage not answering: not corrupt
+            raise
         except Exception as e:
             raise StoreCorruptError(f"{_failing_chunk(arr, key, entry)}: {e}") from e
     if sl is None and checksum(a) != entry["crc32c"]:
@@ -477,6 +483,8 @@ def _read_direct(
                     scratch = np.empty(c, dtype=dtype)
                 decoder.decode(body, out=scratch)
                 out[a - lo : b - lo] = scratch[a - k * c : b - k * c]
+        except ClusterStalledError:  # storage not answering: not corrupt
+            raise
         except Exception as e:
             raise StoreCorruptError(
                 f"chunk {k} of array {key!r} is corrupt (decompression failed: {e})"

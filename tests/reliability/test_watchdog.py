@@ -13,7 +13,7 @@ from dl1.datasets import make_e2006_like
 from dl1.errors import ClusterStalledError
 from dl1.runtime.executor import DistributedExecutor
 from dl1.runtime.rpc import RpcExecutor
-from dl1.runtime.watchdog import DEFAULT_STALL_TIMEOUT, STALL_TIMEOUT_KEY, stall_timeout
+from dl1.timeouts import DEFAULT_STALL_TIMEOUT, STALL_TIMEOUT_KEY, stall_timeout
 from tests.reliability.faults import assert_same_path, nanny_cluster
 
 #: Processes killed, frozen or started: the full tier (CI), not the everyday one.
