@@ -76,3 +76,18 @@ def released_batching(client: Any, bound: float = 10.0) -> bool:
     while held_short(client) and time.monotonic() < deadline:
         time.sleep(0.01)
     return not held_short(client)
+
+
+def fit_in_mode(client: Any, tmp_path: Any, mode: str, X: Any, y: Any, **kw: Any) -> Any:
+    """``dl1.fit(X, y, **kw)`` on ``client`` in ``mode``: ``"one piece"``, ``"distributed"``
+    (one piece off) or ``"streamed"`` (out of core, from a 4-block store in ``tmp_path``)."""
+    import dask
+
+    import dl1
+
+    data, extra = X, {}
+    if mode == "streamed":
+        data = dl1.from_scipy(X, y, tmp_path / "s.zarr", n_feature_blocks=4)
+        extra = {"stream": True}
+    with dask.config.set({"dl1.one-piece": mode == "one piece"}):
+        return dl1.fit(data, None if mode == "streamed" else y, client=client, **kw, **extra)

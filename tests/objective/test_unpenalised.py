@@ -14,6 +14,7 @@ from scipy.optimize import minimize
 import dl1
 from dl1.errors import NumericalError, ValidationError
 from dl1.objective.datafits import Logistic, Poisson, Quadratic
+from tests.helpers import fit_in_mode
 
 DATAFITS = {"squared": Quadratic(), "logistic": Logistic(), "poisson": Poisson()}
 FREE = np.array([0, 3, 7])
@@ -160,13 +161,7 @@ def test_on_a_cluster_the_fit_is_the_one_in_process(local_cluster, tmp_path, mod
     f = factors(50)
     kw = dict(alpha=0.01, l1_ratio=0.7, penalty_factor=f, standardize=True, tol=1e-10)
     here = dl1.fit(X, y, client=None, **kw)
-    data, extra = X, {}
-    if mode == "streamed":
-        data, extra = dl1.from_scipy(X, y, tmp_path / "s.zarr", n_feature_blocks=4), {
-            "stream": True}  # fmt: skip
-    with dask.config.set({"dl1.one-piece": mode == "one piece"}):
-        res = dl1.fit(data, None if mode == "streamed" else y, client=local_cluster,
-                      **kw, **extra)  # fmt: skip
+    res = fit_in_mode(local_cluster, tmp_path, mode, X, y, **kw)
     assert res.converged_
     assert res.primal_ == pytest.approx(here.primal_, rel=1e-10)
     np.testing.assert_allclose(res.coef_, here.coef_, atol=1e-7)

@@ -18,6 +18,7 @@ from dl1.kernels.cd import penalised_step
 from dl1.kernels.linalg import csc_xt_theta_stats
 from dl1.kernels.screen import violation_scores
 from dl1.objective.penalties import ElasticNet, WeightedElasticNet
+from tests.helpers import fit_in_mode
 
 
 @pytest.fixture
@@ -239,13 +240,7 @@ def test_on_a_cluster_the_fit_is_the_one_in_process(local_cluster, tmp_path, mod
     f = np.random.default_rng(10).uniform(0.5, 2.0, 50)
     kw = dict(alpha=0.005, l1_ratio=0.7, penalty_factor=f, positive=True, tol=1e-10)
     here = dl1.fit(X, y, client=None, **kw)
-    data, extra = X, {}
-    if mode == "streamed":
-        data, extra = dl1.from_scipy(X, y, tmp_path / "s.zarr", n_feature_blocks=4), {
-            "stream": True}  # fmt: skip
-    with dask.config.set({"dl1.one-piece": mode == "one piece"}):
-        res = dl1.fit(data, None if mode == "streamed" else y, client=local_cluster,
-                      **kw, **extra)  # fmt: skip
+    res = fit_in_mode(local_cluster, tmp_path, mode, X, y, **kw)
     assert res.converged_ and res.coef_.min() >= 0.0
     assert res.primal_ == pytest.approx(here.primal_, rel=1e-10)
     np.testing.assert_allclose(res.coef_, here.coef_, atol=1e-6)
