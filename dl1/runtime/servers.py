@@ -98,16 +98,10 @@ class PartitionServers(WorkerPlugin):
         self._watcher = None
 
     async def _connected(self, client: str) -> bool:
-        """Whether the scheduler has the client ``client``: the last of the ``add-client``
-        and ``remove-client`` events it logs on the client's topic (what
-        ``Client.get_events(client.id)`` reads) is an addition. A topic without either (the
-        scheduler forgets a removed client's events after an hour) is a client gone."""
-        events = await self.worker.scheduler.events(topic=client)
-        actions = [
-            msg.get("action") for _, msg in events
-            if isinstance(msg, dict) and msg.get("action") in ("add-client", "remove-client")
-        ]  # fmt: skip
-        return bool(actions) and actions[-1] == "add-client"
+        """Whether the scheduler has the client ``client``, from the events it logs on the
+        client's topic (what ``Client.get_events(client.id)`` reads): see
+        :func:`connected_by_events`."""
+        return connected_by_events(await self.worker.scheduler.events(topic=client))
 
     async def _connect(self, peers: list[str]) -> None:
         """Open a connection to each of ``peers`` into the worker's pool (a call's first
@@ -140,3 +134,22 @@ class PartitionServers(WorkerPlugin):
         if server is not None:
             server.close()
         return {}
+
+
+def connected_by_events(events: list[tuple[float, Any]]) -> bool:
+    """Whether a client is connected, by the events the scheduler logged on its topic.
+
+    The last ``add-client`` / ``remove-client`` decides. The scheduler keeps only the
+    latest ``distributed.admin.low-level-log-length`` events of a topic (1,000), and logs
+    one per graph a client submits, so a busy client's ``add-client`` falls out of its
+    log: a topic with events but neither action is a client still connected (a removed
+    client's ``remove-client`` is its last event). An empty topic is a client gone (the
+    scheduler drops a removed client's events after ``events-cleanup-delay``).
+    """
+    actions = [
+        msg.get("action") for _, msg in events
+        if isinstance(msg, dict) and msg.get("action") in ("add-client", "remove-client")
+    ]  # fmt: skip
+    if actions:
+        return actions[-1] == "add-client"
+    return bool(events)

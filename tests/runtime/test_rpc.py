@@ -4,8 +4,10 @@ lost server or block falls back to tasks; bounded caches."""
 import dataclasses
 import time
 
+import dask
 import numpy as np
 import pytest
+from distributed import Client
 from distributed.active_memory_manager import ActiveMemoryManagerPolicy
 
 import dl1
@@ -13,6 +15,7 @@ from dl1.objective.datafits import Logistic, Quadratic
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.runtime.executor import DistributedExecutor, LocalExecutor
 from dl1.runtime.rpc import RpcExecutor, rpc_executor
+from dl1.runtime.servers import CLIENT_CHECK_S, connected_by_events
 from dl1.runtime.wire import PLUGIN_NAME
 from dl1.tasks.blocks import loaded
 from dl1.tasks.columns import extract_task
@@ -28,6 +31,21 @@ def _blocks(client, X, y, sw=None, n_blocks=5):
     ex = DistributedExecutor(client)
     blocks, cb, yv, swv, _, _ = load_blocks_for_test(ex, as_dask(X, n_blocks), y, sw)
     return ex, blocks, cb, yv, swv
+
+
+@pytest.fixture
+def rpc():
+    """Makes :class:`RpcExecutor` s on the shared cluster and closes them after the test
+    (the servers of its long-lived client would otherwise outlive the test)."""
+    made: list[RpcExecutor] = []
+
+    def make(ex: DistributedExecutor, kind: type[RpcExecutor] = RpcExecutor) -> RpcExecutor:
+        made.append(kind(ex))
+        return made[-1]
+
+    yield make
+    for rx in made:
+        rx.close()
 
 
 def calls_served(dask_worker) -> int:
@@ -61,7 +79,7 @@ def _same(a, b):
     ],
 )
 def test_direct_calls_give_the_answers_of_tasks_bit_for_bit(
-    local_cluster, loss, l1_ratio, gram_max, weighted
+    local_cluster, rpc, loss, l1_ratio, gram_max, weighted
 ):
     """The same solve (and a second one warm-started from it, reusing its gathered columns as
     a path does) through tasks and through the servers: identical results, every step of the
@@ -75,7 +93,7 @@ def test_direct_calls_give_the_answers_of_tasks_bit_for_bit(
     amax = dl1.alpha_max(as_dask(X, 5), y, loss=loss, l1_ratio=l1_ratio, sample_weight=sw)
     out = {}
     before = local_cluster.run(calls_served)
-    for name, e in (("tasks", ex), ("direct", RpcExecutor(ex))):
+    for name, e in (("tasks", ex), ("direct", rpc(ex))):
         common = dict(gram_max=gram_max, **KW)
         args = (e, blocks, cb, yv, swv, datafit)
         first, state = solve_ws(*args, ElasticNet(amax / 5, l1_ratio), **common)
@@ -107,7 +125,7 @@ def test_direct_calls_give_the_answers_of_tasks_bit_for_bit(
     )
 
 
-def test_a_lost_server_falls_back_to_tasks_mid_solve(local_cluster):
+def test_a_lost_server_falls_back_to_tasks_mid_solve(local_cluster, rpc):
     """A server that disappears between two rounds (closed on its worker, as with a worker
     restarted): the failing call and every later step run as tasks, the answer is
     unchanged."""
@@ -116,7 +134,7 @@ def test_a_lost_server_falls_back_to_tasks_mid_solve(local_cluster):
     pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 50)
     ref, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
     assert ref.n_rounds_ >= 3
-    rx = RpcExecutor(ex)
+    rx = rpc(ex)
     rx.wait(blocks)
 
     def lose_one(entry):
@@ -292,7 +310,7 @@ def _proxied(dask_scheduler) -> int:
     return dask_scheduler.handlers["proxy"].dl1_counter[0]
 
 
-def test_calls_go_straight_to_reachable_workers_unless_the_client_says_not(local_cluster):
+def test_calls_go_straight_to_reachable_workers_unless_the_client_says_not(local_cluster, rpc):
     """A client that can reach the workers calls the servers directly (once they are set up,
     the scheduler forwards nothing); one made with ``direct_to_workers=False`` has its calls
     forwarded by the scheduler. Both give the answer of tasks, bit for bit."""
@@ -302,7 +320,7 @@ def test_calls_go_straight_to_reachable_workers_unless_the_client_says_not(local
     ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y)
     pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 30)
     ref, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
-    rx = RpcExecutor(ex)
+    rx = rpc(ex)
     rx.wait(blocks)  # the servers start
     local_cluster.run_on_scheduler(_count_proxied)
     res, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, **KW)
@@ -312,7 +330,7 @@ def test_calls_go_straight_to_reachable_workers_unless_the_client_says_not(local
     with Client(local_cluster.scheduler.address, direct_to_workers=False) as via:
         vex = DistributedExecutor(via)
         vblocks, vcb, yv2, swv2, datafit, _ = load_blocks_for_test(vex, as_dask(X, 5), y)
-        vx = RpcExecutor(vex)
+        vx = RpcExecutor(vex)  # its servers close with its client
         vx.wait(vblocks)
         local_cluster.run_on_scheduler(_count_proxied)
         res2, _ = solve_ws(vx, vblocks, vcb, yv2, swv2, datafit, pen, **KW)
@@ -321,7 +339,7 @@ def test_calls_go_straight_to_reachable_workers_unless_the_client_says_not(local
         assert local_cluster.run_on_scheduler(_proxied) >= res2.n_rounds_
 
 
-def test_workers_a_client_cannot_reach_get_their_calls_through_the_scheduler(local_cluster):
+def test_workers_a_client_cannot_reach_get_their_calls_through_the_scheduler(local_cluster, rpc):
     """A client whose direct probe fails (a worker address it cannot connect to) falls back to
     Dask's proxy through the scheduler instead of failing: same answer, still direct calls."""
 
@@ -333,7 +351,7 @@ def test_workers_a_client_cannot_reach_get_their_calls_through_the_scheduler(loc
     ex, blocks, cb, yv, swv = _blocks(local_cluster, X, y)
     pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 30)
     ref, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
-    ux = Unreachable(ex)
+    ux = rpc(ex, Unreachable)
     ux.wait(blocks)
     local_cluster.run_on_scheduler(_count_proxied)
     res, _ = solve_ws(ux, blocks, cb, yv, swv, Quadratic(), pen, **KW)
@@ -385,7 +403,7 @@ def move_block(client, future, to: str) -> None:
 
 
 @pytest.mark.slow
-def test_a_block_dask_moves_mid_solve_is_looked_up_again(local_cluster):
+def test_a_block_dask_moves_mid_solve_is_looked_up_again(local_cluster, rpc):
     """Dask moves a block after the coordinator looked it up (a copy elsewhere, then its
     memory manager drops the first replica): the step that finds it gone runs by task, the
     later ones go by direct calls to where the block now is, the answer is unchanged, and no
@@ -395,7 +413,7 @@ def test_a_block_dask_moves_mid_solve_is_looked_up_again(local_cluster):
     pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 50)
     ref, _ = solve_ws(ex, blocks, cb, yv, swv, Quadratic(), pen, **KW)
     assert ref.n_rounds_ >= 3
-    rx = RpcExecutor(ex)
+    rx = rpc(ex)
     rx.wait(blocks)
     held = rx._holders(blocks)  # cached, as during a solve
     j = next(k for k, h in enumerate(held) if h is not None)
@@ -418,3 +436,45 @@ def test_a_block_dask_moves_mid_solve_is_looked_up_again(local_cluster):
     assert all(after[w] > moved[0][w] for w in after)  # calls went on to both workers
     logs = local_cluster.get_worker_logs()
     assert not any("dl1_call" in line for lines in logs.values() for _, line in lines)
+
+
+def test_connected_by_events_reads_the_last_client_action():
+    """The decision the servers' watcher takes from a client's event topic."""
+    add, rem, graph = ({"action": a} for a in ("add-client", "remove-client", "update-graph"))
+    assert connected_by_events([(0, add), (1, graph)])
+    assert not connected_by_events([(0, add), (1, graph), (2, rem)])
+    assert connected_by_events([(0, add), (1, rem), (2, add)])
+    assert connected_by_events([(0, graph)] * 5)  # add-client fell out of a full log
+    assert not connected_by_events([])  # the scheduler dropped a removed client's events
+
+
+def test_a_busy_client_keeps_its_servers_after_its_event_log_overflows():
+    """The scheduler keeps only the latest events of a client's topic (one per graph
+    submitted): a client that submits more graphs than that keeps its partition servers,
+    and a solve's calls still go straight to them; closing the client closes them."""
+    from tests.test_penalised import _cluster
+
+    X, y = make_regression(n=200, p=120, seed=4)
+    with dask.config.set({"distributed.admin.low-level-log-length": 20}):
+        cluster, client = _cluster(2)
+    with cluster:
+        with client:
+            ex, blocks, cb, yv, swv = _blocks(client, X, y)
+            rx = RpcExecutor(ex)
+            rx.wait(blocks)
+            for i in range(30):  # one update-graph event each: add-client is pushed out
+                client.submit(int, i, pure=False).result()
+            events = client.get_events(client.id)
+            assert len(events) == 20
+            assert "add-client" not in {e[1].get("action") for e in events}
+            time.sleep(2 * CLIENT_CHECK_S + 1)
+            assert all(rx.session in held for held in client.run(servers_held).values())
+            pen = ElasticNet(dl1.alpha_max(as_dask(X, 5), y) / 50)
+            res, _ = solve_ws(rx, blocks, cb, yv, swv, Quadratic(), pen, **KW)
+            assert not rx.broken and {h["transport"] for h in res.history_} == {"direct"}
+            session = rx.session
+        with Client(cluster, set_as_default=False) as other:
+            deadline = time.monotonic() + CLIENT_CHECK_S + 15
+            while any(session in held for held in other.run(servers_held).values()):
+                assert time.monotonic() < deadline, "servers outlived their closed client"
+                time.sleep(0.2)
