@@ -462,8 +462,8 @@ def test_a_busy_client_keeps_its_servers_after_its_event_log_overflows():
             ex, blocks, cb, yv, swv = _blocks(client, X, y)
             rx = RpcExecutor(ex)
             rx.wait(blocks)
-            for i in range(30):  # one update-graph event each: add-client is pushed out
-                client.submit(int, i, pure=False).result()
+            for i in range(30):  # a graph of two tasks logs an event: add-client goes
+                client.gather(client.map(int, [i, i + 1], pure=False))
             events = client.get_events(client.id)
             assert len(events) == 20
             assert "add-client" not in {e[1].get("action") for e in events}
