@@ -57,6 +57,12 @@ def is_random_state(value: Any) -> bool:
     )
 
 
+@predicate("None or an int")
+def is_n_jobs(value: Any) -> bool:
+    """scikit-learn's ``n_jobs``: accepted, the parallelism being the cluster's."""
+    return value is None or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
+
+
 #: Constraints of every estimator's parameters, from :data:`dl1.params.PENALISED` where the
 #: parameter is dl1.fit's (``max_iter`` is its ``max_rounds``).
 CONSTRAINTS: dict[str, list[Any]] = {
@@ -69,6 +75,7 @@ CONSTRAINTS: dict[str, list[Any]] = {
     "warm_start": ["boolean"],
     "random_state": [is_random_state],
     "positive": PENALISED["positive"],
+    "n_jobs": [is_n_jobs],
 }
 
 

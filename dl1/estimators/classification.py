@@ -5,6 +5,7 @@ scikit-learn minimises ``C sum_i s_i loss_i + penalty(w)``; dl1 minimises ``(1 /
 sum_i s_i loss_i + alpha penalty(w)``. Dividing the first by ``C sum_i s_i`` gives the second
 with ``alpha = 1 / (C sum_i s_i)`` (``1 / (n C)`` unweighted): the same minimiser. Any two
 labels (strings, ints, bools) are mapped to -1 / +1 (``classes_[1]`` is +1) and back.
+``class_weight`` multiplies each sample's weight by its class's, as scikit-learn does.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import ClassifierMixin
+from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
@@ -21,10 +23,33 @@ from dl1.estimators.base import (
     CONSTRAINTS,
     SHARED,
     DL1Estimator,
+    computed,
     is_out_of_core,
     stored_targets,
 )
-from dl1.params import UNIT, InvalidParameterError, Options
+from dl1.params import UNIT, InvalidParameterError, Options, predicate
+
+
+@predicate('None, "balanced" or a dict from class label to weight')
+def is_class_weight(value: Any) -> bool:
+    """scikit-learn's ``class_weight``."""
+    return (
+        value is None or isinstance(value, dict) or (isinstance(value, str) and value == "balanced")
+    )
+
+
+def class_weights(
+    class_weight: Any, classes: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None
+) -> np.ndarray:
+    """The weights of ``classes`` (-1 then +1 in ``y``): a dict's (classes it leaves out
+    weigh 1; a key that is no class is refused, by scikit-learn's
+    ``compute_class_weight``), or ``"balanced"``: ``total / (2 * class total)`` of the
+    sample weights (1 each without them), scikit-learn's weighted rule."""
+    if class_weight != "balanced":
+        return compute_class_weight(class_weight, classes=classes, y=classes)
+    sw = np.ones(y.shape[0]) if sample_weight is None else sample_weight
+    per_class = np.array([sw[y < 0].sum(), sw[y > 0].sum()])
+    return sw.sum() / (2.0 * per_class)
 
 
 class _Classifier(ClassifierMixin, DL1Estimator):
@@ -34,6 +59,24 @@ class _Classifier(ClassifierMixin, DL1Estimator):
 
     def _alpha(self, total_weight: float) -> float:
         return 1.0 / (float(self.C) * total_weight)
+
+    def _inputs(self, X: Any, y: Any, sample_weight: Any) -> tuple[Any, Any, Any, float]:
+        """As the base class's, each sample's weight then multiplied by its class's
+        (``class_weight``); ``class_weight_`` set (None without)."""
+        X, y, sample_weight, total = super()._inputs(X, y, sample_weight)
+        self.class_weight_ = None
+        if self.class_weight is None:
+            return X, y, sample_weight, total
+        labels = stored_targets(X, "train") if y is None else y
+        if sample_weight is None and is_out_of_core(X):
+            own = getattr(X, "sample_weight", None)  # a Dataset's weights
+            sample_weight = None if own is None else computed(own).astype(np.float64)
+        self.class_weight_ = class_weights(self.class_weight, self.classes_, labels,
+                                           sample_weight)  # fmt: skip
+        per_sample = self.class_weight_[(labels > 0).astype(np.intp)]
+        sample_weight = per_sample if sample_weight is None else sample_weight * per_sample
+        self._check_weighted_targets(labels, sample_weight)
+        return X, y, sample_weight, float(sample_weight.sum())
 
     def _l1_ratio(self) -> float:
         return 1.0 if self.penalty == "l1" else float(self.l1_ratio)
@@ -131,7 +174,8 @@ class _Classifier(ClassifierMixin, DL1Estimator):
 def _constraints(**extra: list[Any]) -> dict[str, list[Any]]:
     names = ("C", "tol", "max_iter", "warm_start", "random_state", *SHARED)
     return {**{name: CONSTRAINTS[name] for name in names}, "l1_ratio": [UNIT, None],
-            "penalty": [Options(("l1", "elasticnet"))], **extra}  # fmt: skip
+            "penalty": [Options(("l1", "elasticnet"))], "class_weight": [is_class_weight],
+            **extra}  # fmt: skip
 
 
 class LogisticRegression(_Classifier):
@@ -151,6 +195,13 @@ class LogisticRegression(_Classifier):
     l1_ratio : float in [0, 1], optional
         The L1 part of the elastic net (``penalty="elasticnet"`` only, where it is
         required).
+    class_weight : dict or "balanced", optional
+        Weights of the classes: each sample's weight is multiplied by its class's (a
+        dict from label to weight, classes it leaves out weigh 1; ``"balanced"``:
+        ``total weight / (2 * the class's weight)``), as scikit-learn's.
+    n_jobs : int, optional
+        Accepted for scikit-learn's habit and ignored: the parallelism is the cluster's
+        (its workers and their threads), or one thread in process.
     fit_intercept, tol, max_iter, warm_start, random_state, solver, client, n_partitions,
     stream, standardize, screen, max_epochs
         As :class:`dl1.Lasso`.
@@ -158,6 +209,8 @@ class LogisticRegression(_Classifier):
     Attributes
     ----------
     classes_ : ndarray (2,)
+    class_weight_ : ndarray (2,) or None
+        The weights of ``classes_`` the fit used (None without ``class_weight``).
     coef_ : ndarray (1, n_features)
     intercept_ : ndarray (1,)
     n_iter_, dual_gap_, gap_, n_features_in_, feature_names_in_, result_
@@ -165,7 +218,7 @@ class LogisticRegression(_Classifier):
     """
 
     _loss = "logistic"
-    _parameter_constraints = _constraints()
+    _parameter_constraints = _constraints(n_jobs=CONSTRAINTS["n_jobs"])
 
     def __init__(
         self,
@@ -173,6 +226,7 @@ class LogisticRegression(_Classifier):
         *,
         C: float = 1.0,
         l1_ratio: float | None = None,
+        class_weight: Any = None,
         fit_intercept: bool = True,
         tol: float = 1e-4,
         max_iter: int = 1000,
@@ -185,10 +239,12 @@ class LogisticRegression(_Classifier):
         standardize: bool = False,
         screen: bool = False,
         max_epochs: int | None = None,
+        n_jobs: int | None = None,
     ) -> None:
         self.penalty = penalty
         self.C = C
         self.l1_ratio = l1_ratio
+        self.class_weight = class_weight
         self.fit_intercept = fit_intercept
         self.tol = tol
         self.max_iter = max_iter
@@ -201,6 +257,7 @@ class LogisticRegression(_Classifier):
         self.standardize = standardize
         self.screen = screen
         self.max_epochs = max_epochs
+        self.n_jobs = n_jobs
 
     def predict_proba(self, X: Any) -> Any:
         """Probabilities of ``classes_`` (n, 2); lazy for out-of-core X."""
@@ -237,7 +294,7 @@ class LinearSVC(_Classifier):
     penalty : {"l1", "elasticnet"}, default="l1"
     loss : {"squared_hinge", "hinge"}, default="squared_hinge"
     C : float, default=1.0
-    l1_ratio : float in [0, 1], optional
+    l1_ratio, class_weight
         As :class:`LogisticRegression`.
     solver : str or solver object, default="auto"
         ``"ws"`` for the squared hinge, ``"smoothing"`` for the hinge (:func:`dl1.fit`).
@@ -247,7 +304,7 @@ class LinearSVC(_Classifier):
 
     Attributes
     ----------
-    classes_, coef_, intercept_, n_iter_, dual_gap_, gap_, n_features_in_,
+    classes_, class_weight_, coef_, intercept_, n_iter_, dual_gap_, gap_, n_features_in_,
     feature_names_in_, result_
         As :class:`LogisticRegression`.
     """
@@ -261,6 +318,7 @@ class LinearSVC(_Classifier):
         *,
         C: float = 1.0,
         l1_ratio: float | None = None,
+        class_weight: Any = None,
         fit_intercept: bool = True,
         tol: float = 1e-4,
         max_iter: int = 1000,
@@ -278,6 +336,7 @@ class LinearSVC(_Classifier):
         self.loss = loss
         self.C = C
         self.l1_ratio = l1_ratio
+        self.class_weight = class_weight
         self.fit_intercept = fit_intercept
         self.tol = tol
         self.max_iter = max_iter

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from dl1.estimators.base import CONSTRAINTS, SHARED
-from dl1.estimators.classification import LogisticRegression
+from dl1.estimators.classification import LogisticRegression, is_class_weight
 from dl1.estimators.regression import _Regressor
 from dl1.params import POSITIVE_INT, UNIT, Interval, Options, is_cv_splitter, predicate
 
@@ -45,7 +45,10 @@ def is_ratios(value: Any) -> bool:
 
 
 CV_CONSTRAINTS: dict[str, list[Any]] = {
-    **{name: CONSTRAINTS[name] for name in (*CV_SHARED, "tol", "max_iter", "random_state")},
+    **{
+        name: CONSTRAINTS[name]
+        for name in (*CV_SHARED, "tol", "max_iter", "random_state", "n_jobs")
+    },
     "cv": [Interval(numbers.Integral, 2, None, closed="left"), is_cv_splitter, None],
     "eps": [Interval(numbers.Real, 0, 1, closed="neither")],
     "alphas": [is_grid],
@@ -126,6 +129,9 @@ class LassoCV(_CrossValidated, _Regressor):
         The folds (None: 5-fold ``KFold``).
     fit_intercept, tol, max_iter, random_state, solver, client, n_partitions, standardize
         As :class:`dl1.Lasso` (``tol`` bounds every alpha's relative gap on every fold).
+    n_jobs : int, optional
+        Accepted for scikit-learn's habit and ignored: the folds run side by side on the
+        cluster's workers (in process, one after the other).
     screen : bool, default=False
         Gap-safe screening along the paths (off: on the tfidf preset it took 1.6 passes per
         alpha against 1.0 without, the certifying pass no longer serving the next alpha).
@@ -165,6 +171,7 @@ class LassoCV(_CrossValidated, _Regressor):
         standardize: bool = False,
         screen: bool = False,
         positive: bool = False,
+        n_jobs: int | None = None,
     ) -> None:
         self.eps = eps
         self.alphas = alphas
@@ -179,6 +186,7 @@ class LassoCV(_CrossValidated, _Regressor):
         self.standardize = standardize
         self.screen = screen
         self.positive = positive
+        self.n_jobs = n_jobs
 
 
 class ElasticNetCV(_CrossValidated, _Regressor):
@@ -191,7 +199,7 @@ class ElasticNetCV(_CrossValidated, _Regressor):
         Each is cross-validated on its own grid (from its own ``alpha_max``); the best
         mean held-out error over all is chosen.
     eps, alphas, fit_intercept, tol, max_iter, cv, random_state, solver, client,
-    n_partitions, standardize, screen
+    n_partitions, standardize, screen, n_jobs
         As :class:`LassoCV`.
 
     Attributes
@@ -225,6 +233,7 @@ class ElasticNetCV(_CrossValidated, _Regressor):
         standardize: bool = False,
         screen: bool = False,
         positive: bool = False,
+        n_jobs: int | None = None,
     ) -> None:
         self.l1_ratio = l1_ratio
         self.eps = eps
@@ -240,6 +249,7 @@ class ElasticNetCV(_CrossValidated, _Regressor):
         self.standardize = standardize
         self.screen = screen
         self.positive = positive
+        self.n_jobs = n_jobs
 
     def _ratios(self) -> Any:
         r = np.asarray(self.l1_ratio, dtype=np.float64)
@@ -267,9 +277,12 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
     l1_ratios : float or sequence of floats, optional
         Elastic-net mixes to cross-validate (None: the L1 penalty, ``l1_ratio = 1``).
     scoring : {"accuracy", "neg_log_loss"}, optional
-        Held-out metric (None: accuracy, the estimator's ``score``).
+        Held-out metric (None: accuracy, the estimator's ``score``), weighted by the
+        samples' weights, their classes' included.
+    class_weight : dict or "balanced", optional
+        As :class:`LogisticRegression`, from the classes of all rows (as scikit-learn's).
     fit_intercept, tol, max_iter, cv, random_state, solver, client, n_partitions,
-    standardize, screen
+    standardize, screen, n_jobs
         As :class:`LassoCV`.
 
     Attributes
@@ -298,6 +311,7 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
         "Cs": [POSITIVE_INT, is_grid],
         "l1_ratios": [is_ratios, UNIT, None],
         "scoring": [Options(("accuracy", "neg_log_loss")), None],
+        "class_weight": [is_class_weight],
     }
 
     def __init__(
@@ -305,6 +319,7 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
         *,
         Cs: Any = 10,
         l1_ratios: Any = None,
+        class_weight: Any = None,
         fit_intercept: bool = True,
         cv: Any = None,
         scoring: str | None = None,
@@ -316,9 +331,11 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
         n_partitions: int = 2,
         standardize: bool = False,
         screen: bool = False,
+        n_jobs: int | None = None,
     ) -> None:
         self.Cs = Cs
         self.l1_ratios = l1_ratios
+        self.class_weight = class_weight
         self.fit_intercept = fit_intercept
         self.cv = cv
         self.scoring = scoring
@@ -330,6 +347,7 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
         self.n_partitions = n_partitions
         self.standardize = standardize
         self.screen = screen
+        self.n_jobs = n_jobs
 
     def _check_combination(self) -> None:
         """Nothing between parameters: ``l1_ratios`` says the penalty."""

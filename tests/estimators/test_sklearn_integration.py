@@ -16,6 +16,7 @@ from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.utils.class_weight import compute_class_weight
 
 import dl1
 from dl1.errors import ValidationError
@@ -116,6 +117,60 @@ def test_any_two_labels_give_the_same_model(labels):
     expected = np.where(clf.decision_function(X) > 0, labels[1], labels[0])
     np.testing.assert_array_equal(clf.predict(X), expected)
     assert clf.score(X, y_lab) == base.score(X, y)
+
+
+@pytest.mark.parametrize("class_weight", ["balanced", {"no": 3.0}, {"no": 0.5, "yes": 2.0}])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_class_weight_equals_sklearns(class_weight, weighted):
+    """Pass: LogisticRegression(class_weight) equals scikit-learn's saga fit with the same
+    class_weight (and sample weights) to 1e-6, on imbalanced string labels; class_weight_
+    is scikit-learn's compute_class_weight (weighted); LinearSVC(class_weight) equals
+    liblinear's without intercept to 1e-6."""
+    X, y = classification(n=120, seed=5)
+    y = np.where(y > 0, "yes", "no")
+    assert 0.2 < np.mean(y == "yes") < 0.4  # imbalanced: "balanced" weighs the classes apart
+    sw = np.random.default_rng(6).uniform(0.5, 2, len(y)) if weighted else None
+    ours = LogisticRegression(C=0.3, tol=1e-12, class_weight=class_weight)
+    ours.fit(X, y, sample_weight=sw)
+    ref = linear_model.LogisticRegression(l1_ratio=1.0, C=0.3, solver="saga", tol=1e-11,
+                                          max_iter=1_000_000, class_weight=class_weight)  # fmt: skip
+    ref.fit(X, y, sample_weight=sw)
+    expected = compute_class_weight(class_weight, classes=ours.classes_, y=y, sample_weight=sw)
+    np.testing.assert_allclose(ours.class_weight_, expected, rtol=1e-12)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-6)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=1e-6)
+    svc = LinearSVC(C=0.2, fit_intercept=False, tol=1e-12, class_weight=class_weight)
+    svc.fit(X, y, sample_weight=sw)
+    lib = svm.LinearSVC(penalty="l1", dual=False, C=0.2, fit_intercept=False, tol=1e-10,
+                        max_iter=100_000, class_weight=class_weight)  # fmt: skip
+    np.testing.assert_allclose(svc.coef_, lib.fit(X, y, sample_weight=sw).coef_, atol=1e-6)
+
+
+def test_class_weight_out_of_core_in_cv_and_refused():
+    """Pass: class weights on a dask array give the in-memory fit (1e-9);
+    LogisticRegressionCV(class_weight) refits as LogisticRegression(C=C_, class_weight)
+    (1e-9); n_jobs is accepted by the estimators scikit-learn gives it; a class_weight key
+    that is no class, a class weighing 0 and a non-dict are refused by name."""
+    X, y = classification(n=120, seed=5)
+    mem = LogisticRegression(C=0.5, tol=1e-12, class_weight="balanced", n_jobs=4).fit(X, y)
+    Xd = da.from_array(sp.csr_matrix(X), chunks=(40, 3), asarray=False)
+    ooc = LogisticRegression(C=0.5, tol=1e-12, class_weight="balanced").fit(Xd, y)
+    np.testing.assert_allclose(ooc.coef_, mem.coef_, atol=1e-9)
+    np.testing.assert_array_equal(ooc.class_weight_, mem.class_weight_)
+    cv = dl1.LogisticRegressionCV(Cs=4, cv=3, class_weight={1: 2.0}, tol=1e-10, n_jobs=-1)
+    cv.fit(X, y)
+    refit = LogisticRegression(C=float(cv.C_[0]), class_weight={1: 2.0}, tol=1e-10).fit(X, y)
+    np.testing.assert_allclose(cv.coef_, refit.coef_, atol=1e-9)
+    for est in (dl1.LassoCV(n_jobs=2), dl1.ElasticNetCV(n_jobs=None)):
+        assert est.get_params()["n_jobs"] in (2, None)
+    with pytest.raises(ValueError, match="not in class_weight|not.*class"):
+        LogisticRegression(class_weight={7: 2.0}).fit(X, y)
+    with pytest.raises(ValueError, match="only one class has positive sample_weight"):
+        LogisticRegression(class_weight={1: 0.0}).fit(X, y)
+    with pytest.raises(InvalidParameterError, match="'class_weight' parameter.*balanced"):
+        LogisticRegression(class_weight="equal").fit(X, y)
+    with pytest.raises(InvalidParameterError, match="'n_jobs' parameter"):
+        LogisticRegression(n_jobs="all").fit(X, y)
 
 
 def test_one_class_more_than_two_and_unknown_parameters_are_refused():
