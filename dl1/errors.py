@@ -64,3 +64,8 @@ class ModelFileError(Dl1Error, ValueError):
 class SolveCancelled(Dl1Error):
     """The solve's caller is gone (its task was cancelled): the solve stopped between two of
     its rounds rather than run on for nobody."""
+
+
+class GridEdgeWarning(UserWarning):
+    """Cross-validation chose an end of its grid with the held-out score still improving
+    there: a better alpha (or C) may lie beyond the grid."""

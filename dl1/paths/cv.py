@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from dl1.errors import ValidationError
+from dl1.errors import GridEdgeWarning, ValidationError
 from dl1.objective.datafits import datafit_class
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.paths.loop import AlphaStep, walk
@@ -190,6 +190,30 @@ def fold_jobs(ds: Any, folds: list[Fold], grids: np.ndarray, scoring: str,
             for k, f in enumerate(folds)]  # fmt: skip
 
 
+def warn_at_edge(scores: np.ndarray, scoring: str, best: int, grid: np.ndarray) -> None:
+    """A :class:`GridEdgeWarning` when ``best`` is an end of the (decreasing) grid and its
+    mean held-out error is below its neighbour's by more than the standard error of the
+    difference over the folds: the score still improves there, beyond the folds' noise.
+    (Ties at an end, such as several alphas above ``alpha_max`` all giving the empty
+    model, say nothing.)"""
+    n, k = scores.shape
+    if n < 2 or k < 2 or best not in (0, n - 1):
+        return
+    err = scores if scoring == "mse" else -scores
+    neighbour = 1 if best == 0 else n - 2
+    gain = err[neighbour] - err[best]  # per fold
+    if not gain.mean() > gain.std(ddof=1) / np.sqrt(k):
+        return
+    end, c_end = ("largest", "smallest") if best == 0 else ("smallest", "largest")
+    warnings.warn(
+        f"cross-validation chose the {end} alpha of its grid ({grid[best]:.6g}; for a C "
+        f"grid, the {c_end} C) with the held-out {scoring} still improving there: a better "
+        "one may lie beyond the grid; extend it (eps, alphas or Cs)",
+        GridEdgeWarning,
+        stacklevel=4,
+    )
+
+
 def cross_validate(
     ds: Any,
     folds: list[Fold],
@@ -227,4 +251,5 @@ def cross_validate(
             )
     scores = np.column_stack([sc for sc, _ in per_fold])
     best, best_1se = choose(scores, scoring)
+    warn_at_edge(scores, scoring, best, grids[0])
     return CVResult(np.asarray(grids, np.float64), scores, scoring, best, best_1se)

@@ -132,8 +132,10 @@ def test_class_weight_equals_sklearns(class_weight, weighted):
     sw = np.random.default_rng(6).uniform(0.5, 2, len(y)) if weighted else None
     ours = LogisticRegression(C=0.3, tol=1e-12, class_weight=class_weight)
     ours.fit(X, y, sample_weight=sw)
-    ref = linear_model.LogisticRegression(l1_ratio=1.0, C=0.3, solver="saga", tol=1e-11,
-                                          max_iter=1_000_000, class_weight=class_weight)  # fmt: skip
+    ref = linear_model.LogisticRegression(
+        l1_ratio=1.0, C=0.3, solver="saga", tol=1e-11, max_iter=1_000_000,
+        class_weight=class_weight,
+    )  # fmt: skip
     ref.fit(X, y, sample_weight=sw)
     expected = compute_class_weight(class_weight, classes=ours.classes_, y=y, sample_weight=sw)
     np.testing.assert_allclose(ours.class_weight_, expected, rtol=1e-12)
