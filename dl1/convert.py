@@ -161,6 +161,16 @@ def _chunk_to_csc(chunk: Any) -> sp.csc_matrix:
     return m
 
 
+def _write_dask_chunk_reported(*args: Any) -> dict[str, Any]:
+    """:func:`_write_dask_chunk`, its error returned (``{"error": exc}``) instead of raised:
+    the caller raises it once every block's task has ended, so that no writer is still
+    writing when the failed store is removed (and an ``overwrite`` retry finds it gone)."""
+    try:
+        return _write_dask_chunk(*args)
+    except Exception as exc:
+        return {"error": exc}
+
+
 def _write_dask_chunk(
     chunk: Any,
     root: str | Location,
@@ -284,7 +294,7 @@ def from_dask(
         delayed = X.to_delayed()
         tasks = [
             [
-                dask.delayed(_write_dask_chunk, pure=False)(
+                dask.delayed(_write_dask_chunk_reported, pure=False)(
                     delayed[i, j],
                     target,
                     split,
@@ -301,9 +311,15 @@ def from_dask(
             for i in range(len(rb) - 1)
         ]
         if client is not None:
-            results = client.gather(client.compute(tasks))
+            futures = [client.compute(row) for row in tasks]
+            # every writer ends (its block or its error) before an error is raised
+            client.gather([f for row in futures for f in row], errors="skip")
+            results = [client.gather(row) for row in futures]
         else:
             (results,) = dask.compute(tasks, scheduler="threads")
+        for res in (res for row in results for res in row):
+            if "error" in res:  # the first block's in block order, every writer done
+                raise res["error"]
         stats = {
             k: np.zeros(p, dtype=np.int64 if k == "col_nnz" else np.float64)
             for k in ("col_nnz", "col_sum", "col_sqsum")
