@@ -31,8 +31,12 @@ from dl1.store.writer import DEFAULT_BLOCK_NNZ
 
 #: Largest accepted ``batch_bytes`` (1 GiB); the kernels address a batch with int64.
 MAX_BATCH_BYTES = 1 << 30
-#: A line longer than this (2 GiB) is refused.
+#: Largest accepted ``max_line_bytes`` (2 GiB).
 MAX_LINE_BYTES = (1 << 31) - 1
+#: A line longer than this (64 MiB: some 4 million short nonzeros) and than the batch is
+#: refused unless ``max_line_bytes`` says otherwise: the buffer grows to hold a long line,
+#: and a small compressed file can hold a huge one.
+DEFAULT_MAX_LINE_BYTES = 64 << 20
 
 _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
 
@@ -93,15 +97,18 @@ def memory_bound(
     n_features: int,
     n_rows: int = 0,
     dtype: Any = np.float64,
+    max_line_bytes: int = 0,
 ) -> int:
     """Worst-case peak memory (bytes above the interpreter's baseline) of :func:`from_svmlight`.
 
     This is the bound stated in :func:`from_svmlight` with the worst case ``nnz_b = B / 4``
     and ``rows_b = B / 2`` of a batch of ``B = batch_bytes`` bytes (a nonzero takes at least 4
     bytes, ``"1:1 "``, a row at least 2, ``"1\\n"``). ``n_features`` may be the number of distinct
-    columns present: that is what the statistics cost.
+    columns present: that is what the statistics cost. A file whose lines may be longer
+    than a batch takes ``B = max(batch_bytes, max_line_bytes)``: the buffer grows to hold
+    the longest line, and :func:`from_svmlight` refuses a line longer than both.
     """
-    b = int(batch_bytes)
+    b = max(int(batch_bytes), int(max_line_bytes))
     nnz_b, rows_b = b // 4, b // 2
     parse = 2 * (b + 12 * nnz_b + 16 * rows_b)
     if np.dtype(dtype) == np.float32:
@@ -123,6 +130,7 @@ def from_svmlight(
     formats: tuple[str, ...] = ("csc",),
     overwrite: bool = False,
     batch_bytes: int = 16 << 20,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     split: str = "train",
     attrs: dict[str, Any] | None = None,
 ) -> Store:
@@ -161,6 +169,10 @@ def from_svmlight(
         Replace an existing dl1 store at ``dst``.
     batch_bytes : int
         Bytes of text parsed at a time (the batch is extended to the end of a longer line).
+    max_line_bytes : int
+        A line longer than this and than ``batch_bytes`` is refused (SvmlightFormatError
+        naming its first byte), so that memory stays bounded by the parameters whatever
+        the file holds (default 64 MiB; at most 2 GiB).
     split : str
         Name of the split to write; a store needs a ``"train"`` split, so only ``"train"``
         is accepted here (see :func:`write_svmlight_split` for a test split).
@@ -200,7 +212,8 @@ def from_svmlight(
     row when it closes the split (below). A reader thread reads,
     decompresses and parses the next batch while the calling thread appends the previous
     one to the writer, so two batches are alive at a time. Above the interpreter's
-    baseline, with ``B = batch_bytes`` (or the longest line, if longer), ``nnz_b`` and
+    baseline, with ``B = batch_bytes`` (or the longest line, if longer: at most
+    ``max_line_bytes``), ``nnz_b`` and
     ``rows_b`` the nonzeros and rows of a batch, ``p`` the number of features and ``n`` the
     number of rows, the peak is at most the sum of
 
@@ -241,6 +254,7 @@ def from_svmlight(
         n_feature_blocks=n_feature_blocks,
         formats=formats,
         batch_bytes=batch_bytes,
+        max_line_bytes=max_line_bytes,
     )
     _settings(src, split, **kw)  # refuse bad arguments before dst is created
     with StoreWriter(dst, overwrite=overwrite, attrs=user_attrs) as w:
@@ -261,6 +275,7 @@ def write_svmlight_split(
     n_feature_blocks: int | None = None,
     formats: tuple[str, ...] = ("csc",),
     batch_bytes: int = 16 << 20,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> dict[str, Any]:
     """Stream an svmlight / libsvm file into one split of an open store writer.
 
@@ -291,6 +306,7 @@ def write_svmlight_split(
         n_feature_blocks=n_feature_blocks,
         formats=formats,
         batch_bytes=batch_bytes,
+        max_line_bytes=max_line_bytes,
     )
     src_path = Path(src)
     with _open_text(src_path, st["compression"]) as fh:
@@ -304,7 +320,7 @@ def write_svmlight_split(
         )
         ingest = _Ingest(sw, os.fspath(src), st["mode"], st["n_features"], np.dtype(st["dtype"]))
         t0 = time.perf_counter()
-        ingest.run(fh, st["batch_bytes"])
+        ingest.run(fh, st["batch_bytes"], st["max_line_bytes"])
         base = ingest.index_base(st["zero_based"])
         t_parse = time.perf_counter() - t0
     sw.close(index_base=base)
@@ -336,6 +352,7 @@ def _settings(
     n_feature_blocks: int | None,
     formats: tuple[str, ...],
     batch_bytes: int,
+    max_line_bytes: int,
 ) -> dict[str, Any]:
     """Checked settings of an ingest and the facts of its source file."""
     if query_id:
@@ -361,6 +378,8 @@ def _settings(
             raise ValueError(f"n_features must be in [1, 2**31], got {n_features}")
     if not 1 <= int(batch_bytes) <= MAX_BATCH_BYTES:
         raise ValueError(f"batch_bytes must be in [1, {MAX_BATCH_BYTES}], got {batch_bytes}")
+    if not 1 <= int(max_line_bytes) <= MAX_LINE_BYTES:
+        raise ValueError(f"max_line_bytes must be in [1, {MAX_LINE_BYTES}], got {max_line_bytes}")
     if any(f not in FORMATS for f in formats):
         raise ValueError(f"formats must be a subset of {FORMATS}, got {formats}")
     src_path = Path(src)
@@ -377,6 +396,7 @@ def _settings(
         "dtype": dtype.name,
         "query_id": bool(query_id),
         "batch_bytes": int(batch_bytes),
+        "max_line_bytes": int(max_line_bytes),
         "mode": mode,
     }
 
@@ -402,19 +422,22 @@ class _Ingest:
         # first line with index == n_features (an error only if the file is zero-based)
         self.eq_error: str | None = None
         self.ends_with_newline = True
+        self.max_line_bytes = DEFAULT_MAX_LINE_BYTES
 
     def error(self, line_in_batch: int, problem: str, token: str) -> SvmlightFormatError:
         return SvmlightFormatError(
             f"{self.name}, line {self.line + line_in_batch + 1}: {problem}: {token}"
         )
 
-    def run(self, fh: BinaryIO, batch_bytes: int) -> None:
+    def run(self, fh: BinaryIO, batch_bytes: int, max_line_bytes: int) -> None:
         """Read, parse and append the whole file.
 
         A reader thread reads (and decompresses) the next batch and parses it while this
         thread appends the previous one; two buffers circulate between them, so at most two
-        batches are alive.
+        batches are alive. A buffer grows to hold a line longer than it, up to
+        ``max_line_bytes``.
         """
+        self.max_line_bytes = max_line_bytes
         free: queue.Queue = queue.Queue()
         ready: queue.Queue = queue.Queue()
         for _ in range(2):
@@ -459,11 +482,14 @@ class _Ingest:
                 cut = total if eof else int(svmlight_kernels.last_newline(buf, total)) + 1
                 if cut == 0:
                     # no newline in a full buffer: a line longer than the buffer
-                    if buf.shape[0] >= MAX_LINE_BYTES:
+                    if buf.shape[0] >= self.max_line_bytes:
                         raise SvmlightFormatError(
-                            f"{self.name}: the line starting at byte {offset} is longer than 2 GiB"
+                            f"{self.name}: the line starting at byte {offset} is longer than "
+                            f"max_line_bytes ({self.max_line_bytes:,} bytes); raise "
+                            "max_line_bytes (at most 2 GiB) if such lines are meant"
                         )
-                    bigger = np.empty(min(2 * buf.shape[0], MAX_LINE_BYTES), dtype=np.uint8)
+                    size = min(2 * buf.shape[0], self.max_line_bytes)
+                    bigger = np.empty(size, dtype=np.uint8)
                     bigger[:total] = buf[:total]
                     buf = bigger
                     filled = total
