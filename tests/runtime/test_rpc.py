@@ -388,11 +388,21 @@ def move_block(client, future, to: str) -> None:
                 amm.add_policy(DropReplica(future.key, ws.address))
         amm.run_once()
 
+    def waiters(dask_scheduler) -> list[tuple[str, str, str | None]]:
+        """The tasks waiting on the block, where they run (the manager keeps a replica
+        that a running dependent needs): said when the move times out."""
+        ts = dask_scheduler.tasks[future.key]
+        return [(str(w.key), w.state, w.processing_on and w.processing_on.address)
+                for w in ts.waiters or ()]  # fmt: skip
+
     client.amm.stop()
     try:
         deadline = time.monotonic() + 60
         while (holders := set(client.who_has([future])[future.key])) != {to}:
-            assert time.monotonic() < deadline, f"the block is on {holders}, not only {to}"
+            assert time.monotonic() < deadline, (
+                f"the block is on {holders}, not only {to}; waiting on it: "
+                f"{client.run_on_scheduler(waiters)}"
+            )
             if to not in holders:
                 client.submit(type, future, workers=[to], pure=False).result()
             else:
