@@ -29,6 +29,7 @@ def run(*args, check=True):
     return out
 
 
+@pytest.mark.slow
 def test_demo_generates_fits_and_certifies():
     out = run("demo", "--workers", "2").stdout
     assert "2,000 x 50,000" in out
@@ -47,6 +48,7 @@ def test_info_reports_shape_nnz_blocks_and_column_frequencies(tmp_path):
     assert "top 1% of columns hold" in out
 
 
+@pytest.mark.slow
 def test_convert_svmlight_and_errors_are_one_line(tmp_path):
     src = tmp_path / "a.svm"
     src.write_text("1 1:0.5 3:2\n-1 2:1.5\n2.5\n")
@@ -66,6 +68,7 @@ def test_convert_svmlight_and_errors_are_one_line(tmp_path):
     assert out.returncode == 1 and "fresh path" in out.stderr
 
 
+@pytest.mark.slow
 def test_fit_command_on_a_store(tmp_path):
     X = random_csr(200, 60, 0.1, seed=2)
     y = X @ np.r_[np.ones(4), np.zeros(56)]

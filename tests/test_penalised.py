@@ -81,6 +81,7 @@ def numpy_gap_squared(X, y, coef, b, alpha, l1_ratio, fit_intercept):
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.parametrize("l1_ratio", [1.0, 0.6])
 @pytest.mark.parametrize("solver", ["ws", "cd"])
+@pytest.mark.slow
 def test_squared_matches_sklearn(local_cluster, n_blocks, fit_intercept, l1_ratio, solver):
     X, y = make_regression()
     amax = dl1.alpha_max(
@@ -137,6 +138,7 @@ def logistic_reference(X, y, alpha, fit_intercept):
 @pytest.mark.parametrize("n_blocks", [1, 2, 4, 7])
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.parametrize("solver", ["ws", "cd"])
+@pytest.mark.slow
 def test_logistic_matches_sklearn(local_cluster, n_blocks, fit_intercept, solver):
     X, y = make_classification()
     amax = dl1.alpha_max(X, y, loss="logistic", fit_intercept=fit_intercept)
@@ -287,6 +289,7 @@ def _cluster(n_workers):
     return cluster, Client(cluster)
 
 
+@pytest.mark.slow
 def test_identical_across_worker_counts_and_runs(local_cluster):
     X, y = make_regression(n=200, p=90, seed=8)
     kw = dict(alpha=0.005, tol=1e-8, n_partitions=3, random_order=True, seed=11)
@@ -374,6 +377,7 @@ def test_estimators_match_sklearn_and_reject_unknown_parameters():
 
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
 @pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.slow
 def test_screening_never_discards_a_feature_of_the_solution(loss, fit_intercept):
     """Gap-safe screening is safe: every screened feature is zero in the exact solution."""
     if loss == "squared":
@@ -439,6 +443,7 @@ def _positive_regression(seed):
 
 
 @pytest.mark.parametrize(("spread", "key"), [(True, "inner_checks"), ("cocoa", "inner_rounds")])
+@pytest.mark.slow
 def test_spread_subproblem_matches_sklearn_on_a_cluster(local_cluster, spread, key):
     """The working-set subproblem solved where its columns live (on a Gram matrix formed
     across the partitions, or by CoCoA+ rounds over them; intercept profiled) gives
@@ -483,6 +488,7 @@ def test_spread_subproblem_in_process_equals_gathered(loss, spread, key):
         dl1.fit(as_dask(X, 3), y, spread="gram", **kw)
 
 
+@pytest.mark.slow
 def test_gather_budget_follows_the_workers_memory_limit(local_cluster):
     from distributed import Client, LocalCluster
 

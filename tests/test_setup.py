@@ -118,6 +118,7 @@ def numba_index_files(where: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("numba_first", [False, True])
+@pytest.mark.slow
 def test_numba_cache_in_the_user_cache_folder(tmp_path, numba_first):
     xdg = tmp_path / "xdg"
     dirs = cache_dirs(tmp_path, *["--numba-first"] * numba_first, XDG_CACHE_HOME=str(xdg))
@@ -126,6 +127,7 @@ def test_numba_cache_in_the_user_cache_folder(tmp_path, numba_first):
     assert not numba_index_files(ROOT / "dl1"), "numba's cache went into the package"
 
 
+@pytest.mark.slow
 def test_numba_cache_in_a_private_temp_folder_when_home_is_not_writable(tmp_path):
     not_a_dir = tmp_path / "home"
     not_a_dir.write_text("")  # refused even to root: a folder cannot be made in a file
@@ -138,6 +140,7 @@ def test_numba_cache_in_a_private_temp_folder_when_home_is_not_writable(tmp_path
     assert numba_index_files(expected) and expected.stat().st_mode & 0o777 == 0o700
 
 
+@pytest.mark.slow
 def test_a_numba_cache_folder_set_by_the_user_is_kept(tmp_path):
     mine = tmp_path / "mine"
     assert cache_dirs(tmp_path, NUMBA_CACHE_DIR=str(mine)) == [str(mine)] * 2

@@ -44,6 +44,7 @@ def model(reg, scheduler, tmp_path_factory):
     return path, document(result)
 
 
+@pytest.mark.slow
 def test_fit_json_and_saved_model_match_the_objective_and_sklearn(reg, model):
     path, doc = model
     fitted = dl1.load_model(path)

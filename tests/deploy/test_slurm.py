@@ -66,6 +66,7 @@ def _path(store, client):
     return res, {e["worker"] for e in ts.data}, seconds
 
 
+@pytest.mark.slow
 def test_the_workers_are_slurm_jobs_with_dl1_settings(slurm_cluster):
     cluster, client = slurm_cluster
 

@@ -209,6 +209,7 @@ def in_process():
 
 @pytest.mark.parametrize("kind", LOSSES)
 @pytest.mark.parametrize("l1_ratio", [1.0, 0.5])
+@pytest.mark.slow
 def test_fit_agrees_with_the_reference_to_1e_6_and_is_certified(in_process, kind, l1_ratio):
     """Pass: dl1's objective (recomputed here from coef_ and intercept_) is within 1e-6
     (relative) of the reference's, its gap certified below tol, the support the same."""
@@ -241,6 +242,7 @@ def test_poisson_l2_equals_scikit_learns_poisson_regressor(in_process):
 
 
 @pytest.mark.parametrize("kind", LOSSES)
+@pytest.mark.slow
 def test_path_agrees_with_the_reference_at_each_alpha(in_process, kind):
     """Pass: every alpha of a 6-alpha path is certified and within 1e-6 of the reference's
     objective; the path starts at alpha_max with w = 0."""

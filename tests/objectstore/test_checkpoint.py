@@ -77,6 +77,7 @@ with Client({address!r}) as client:
 """
 
 
+@pytest.mark.slow
 def test_killed_client_resumes_bit_for_bit(data, local_cluster, s3_bucket):
     store, ref = data
     url = f"{s3_bucket}/ck"
@@ -127,6 +128,7 @@ def test_second_writer_is_refused_until_the_holder_dies(s3_bucket):
     assert not _fs().exists(f"{url.removeprefix('s3://')}/dl1-lock.json")
 
 
+@pytest.mark.slow
 def test_lease_taken_over_stops_recording(s3_bucket, monkeypatch):
     monkeypatch.setattr(remote, "LEASE_SECONDS", 1.0)
     url = f"{s3_bucket}/lease"

@@ -31,6 +31,7 @@ def scheduler(s3_cluster) -> str:
     return s3_cluster.scheduler.address
 
 
+@pytest.mark.slow
 def test_convert_info_fit_score_on_s3(s3_bucket, scheduler, tmp_path):
     X = random_csr(120, 30, 0.2, seed=5)
     y = X @ np.r_[np.ones(3), np.zeros(27)] + 0.01 * np.cos(np.arange(120))

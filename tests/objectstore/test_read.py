@@ -107,6 +107,7 @@ def _assert_same_store(got, ref) -> None:
 # ------------------------------------------------------------------ the same store
 
 
+@pytest.mark.slow
 def test_a_store_on_s3_reads_as_on_disk(s3_store, local_store):
     store = open_store(s3_store)
     assert store.path == s3_store and str(store.location) == s3_store
@@ -175,6 +176,7 @@ def _recorded_reads(dask_worker=None) -> list[str]:
     return log
 
 
+@pytest.mark.slow
 def test_a_fit_and_a_path_from_s3_equal_the_local_ones_bit_for_bit(
     s3_store, local_store, s3_cluster
 ):
@@ -309,6 +311,7 @@ def test_credentials_never_show(mutable_store, s3_endpoint):
 # ------------------------------------------------------------------ the example
 
 
+@pytest.mark.slow
 def test_the_s3_example_runs(s3_cluster, tmp_path):
     """The example as a script, on the session's cluster (its workers reach the server)."""
     address = s3_cluster.scheduler.address

@@ -161,6 +161,7 @@ def test_interrupted_upload_leaves_no_manifest(s3_bucket, staging, monkeypatch, 
         open_store(url)
 
 
+@pytest.mark.slow
 def test_dask_array_to_s3_blocks_uploaded_by_workers(
     local_cluster, s3_bucket, s3_endpoint, tmp_path, staging, monkeypatch
 ):

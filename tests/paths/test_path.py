@@ -126,6 +126,7 @@ def _child_script(store, ck, kill_after):
     )
 
 
+@pytest.mark.slow
 def test_kill_and_resume_is_bit_identical(tmp_path):
     X, y = make_data(n=200, p=120, seed=4)
     store = tmp_path / "s.zarr"
@@ -206,6 +207,7 @@ def test_workers_forget_gram_matrices_after_fit_and_path(local_cluster, monkeypa
 @pytest.mark.parametrize(
     ("loss", "fit_intercept"), [("squared", True), ("squared", False), ("logistic", True)]
 )
+@pytest.mark.slow
 def test_sequential_screening_is_safe_and_screens_from_the_first_pass(
     monkeypatch, loss, fit_intercept
 ):

@@ -105,6 +105,7 @@ def test_non_certified_alphas_are_flagged_in_repr_and_summary():
     assert "test_mse" not in make().summary() and "best" not in make().summary()
 
 
+@pytest.mark.slow
 def test_plot_writes_png_files_with_and_without_test_metrics(tmp_path):
     assert_pngs(make().plot(tmp_path / "a"), ["coefficient_paths.png", "support_and_gap.png"])
     files = make(metrics={"mse": np.linspace(3, 1, 8)}).plot(tmp_path / "b")

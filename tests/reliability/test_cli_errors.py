@@ -97,6 +97,7 @@ def test_invalid_input_is_one_line_exit_2_before_any_cluster(stores, args, named
     assert seconds < 60
 
 
+@pytest.mark.slow
 def test_runtime_errors_are_one_line_exit_1(stores):
     """Pass criterion: an existing destination and an unreachable scheduler each exit
     with status 1 and one line naming the problem (before: the unreachable scheduler
@@ -141,6 +142,7 @@ class _Silent(socketserver.BaseRequestHandler):
 
 
 @pytest.mark.parametrize("handler", [_Chatty, _Silent], ids=["answers text", "never answers"])
+@pytest.mark.slow
 def test_an_address_that_is_no_scheduler_is_one_line_naming_it(stores, handler):
     """Pass criterion: ``--scheduler`` at a port whose service is not Dask (an HTTP server,
     the dashboard's port) exits 1 within the connect timeout (2 s here) and a few seconds,

@@ -34,6 +34,7 @@ def tasks_run(client, call, X, y) -> int:
 
 
 @pytest.mark.parametrize("entry", list(CALLS))
+@pytest.mark.slow
 def test_entry_points_use_the_current_client(local_cluster, data, entry):
     """Pass criterion: inside ``with Client(cluster)`` (the session cluster's client is not
     the default one) a call without ``client=`` runs tasks on that cluster (before: none,

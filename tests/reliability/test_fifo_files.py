@@ -49,6 +49,7 @@ def _refused(code: str, error: str, name: str) -> None:
         ("train/stats/col_nnz/zarr.json", "dl1.fit(p, alpha=0.1, client=None)"),
     ],
 )
+@pytest.mark.slow
 def test_a_fifo_in_a_store_is_refused(tmp_path, rel, call):
     store = tmp_path / "s.zarr"
     dl1.from_scipy(*_data(), store)
@@ -63,6 +64,7 @@ def test_a_fifo_in_a_saved_model_is_refused(tmp_path, name):
     _refused(f"import dl1; dl1.load_model({str(model)!r})", "ModelFileError", name)
 
 
+@pytest.mark.slow
 def test_a_fifo_in_a_checkpoint_is_refused(tmp_path):
     X, y = _data()
     ck = tmp_path / "ck"

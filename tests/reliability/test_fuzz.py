@@ -280,6 +280,7 @@ def _run_batch(store: Path, ref: Path, batch: list[dict]) -> dict[int, dict]:
     return {x["case"]: x for x in lines if "case" in x}
 
 
+@pytest.mark.slow
 def test_fuzzed_stores_and_checkpoints_fail_cleanly_or_answer_right(data):
     """Pass: every one of N_CASES seeded mutations (manifest fields deleted, retyped, huge,
     negative, renamed to traversal names, lists extended, files truncated; chunk files

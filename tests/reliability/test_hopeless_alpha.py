@@ -35,6 +35,7 @@ def least_squares_objective(X: sp.csc_matrix, y: np.ndarray) -> float:
 
 
 @pytest.mark.parametrize("entry", ["fit", "path"])
+@pytest.mark.slow
 def test_hopeless_alpha_stops_and_says_why(entry):
     """``alpha = 1e-15`` on an ill-conditioned 300 x 50 sparse problem (in process), as a
     fit and as the one alpha of a path. Before: 1,000 rounds of 3.3 s (each subproblem at

@@ -237,6 +237,7 @@ SVMLIGHT_CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_svmlight_memory_follows_the_data_not_the_largest_index(tmp_path):
     """Pass: ingesting a svmlight file of two lines naming column 10**8 takes under 300 MiB
     of peak memory above the baseline (a counting sort, statistics and block index pointers

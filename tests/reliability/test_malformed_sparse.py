@@ -50,6 +50,7 @@ for name, (fmt, breakage, _) in cases.items():
 
 
 @pytest.mark.parametrize("call", CALLS)
+@pytest.mark.slow
 def test_malformed_sparse_input_is_a_named_error_not_a_crash(call):
     """Pass: the child exits normally, every case refused by a ValidationError naming the
     bad index and where it is (before: rc -11 for a far index, nothing for -1 or p)."""

@@ -61,6 +61,7 @@ def problem(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 
+@pytest.mark.slow
 def test_a_value_whose_square_overflows_is_refused_naming_its_column(tmp_path):
     """Pass criterion: X[0, c] = 1e200 in a 50 x 20 matrix (dense, sparse, dask, store) and
     y[0] = 1e200 each raise ValidationError naming the column (its global index) or y and
@@ -225,6 +226,7 @@ def test_the_first_block_with_non_finite_statistics_is_named():
         check_round("ws", 3, {"duality gap": 1.0, "objective": np.inf}, stats)
 
 
+@pytest.mark.slow
 def test_fuzzed_scales_give_the_right_answer_or_a_named_refusal():
     """Pass criterion: over 40 random problems whose columns are scaled by 10^u (u uniform in
     [-170, 170], or [-150, 150] for every other problem) and y by 10^v (v in [-165, 165],

@@ -163,6 +163,7 @@ RESUME_CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_hostile_saved_state_is_refused_before_the_solver_sees_it(setup, tmp_path):
     """Pass: resuming (in a child, with a timeout) from a checkpoint whose saved state holds
     NaN/inf, has the wrong length or dtype, an unknown or traversal name, is missing, or
@@ -243,6 +244,7 @@ def _start_holder(store, ck):
     return proc
 
 
+@pytest.mark.slow
 def test_second_writer_is_refused_and_a_dead_writers_lock_does_not_block(setup, tmp_path):
     """Pass: while a child process writes a checkpoint, dl1.path on the same checkpoint in
     this process raises CheckpointLockedError naming the checkpoint and the child's pid, and
@@ -328,6 +330,7 @@ def _kill_at_random(store, ck, seed: int) -> subprocess.Popen:
     ("point", "kill_at"),
     [("coef/indices", 3), ("state/w", 4), ("progress.tmp", 2), ("random", 24)],
 )
+@pytest.mark.slow
 def test_writer_killed_mid_write_resumes_to_the_uninterrupted_path(setup, tmp_path, point, kill_at):
     """Pass: a child running dl1.path with a checkpoint is SIGKILLed while writing alpha
     ``kill_at`` (after its coefficient indices, after its state's w, with the new progress

@@ -91,6 +91,7 @@ def test_errors_and_unpicklable_results_reach_the_caller(local_cluster):
     rx.close()
 
 
+@pytest.mark.slow
 def test_a_fit_on_a_tls_cluster_makes_direct_calls_and_gives_the_same_answer(local_cluster):
     """On a LocalCluster whose comm is TLS with client certificates, a fit's steps are direct
     calls (served by every worker's servers) and its answer is the plain cluster's."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
+
 from dl1.runtime.executor import DistributedExecutor, Executor, LocalExecutor
 from dl1.runtime.rpc import RpcExecutor
 
@@ -26,6 +28,7 @@ def test_every_executor_implements_the_protocol(local_cluster):
         direct.close()
 
 
+@pytest.mark.slow
 def test_each_worker_is_warmed_once_and_a_late_one_when_first_used(monkeypatch):
     """The first executor on a cluster warms every worker and measures its baseline; the
     next asks the workers nothing; a worker that joins later is warmed alone."""

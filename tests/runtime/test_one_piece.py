@@ -261,6 +261,7 @@ def _probe() -> tuple:
         Event("dl1-test-probed").set()
 
 
+@pytest.mark.slow
 def test_a_one_piece_task_leaves_the_process_config_to_other_tasks():
     """Pass: on a worker of two threads, a task running while a one-piece path is inside
     its solve sees the worker's Dask configuration unchanged and is not in one piece; the

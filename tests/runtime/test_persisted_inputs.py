@@ -115,6 +115,7 @@ def _sklearn_lasso(X, y, alpha):
 
 
 @pytest.mark.parametrize("name", INPUTS)
+@pytest.mark.slow
 def test_a_fit_gives_the_same_certified_answer_in_every_mode(local_cluster, name):
     dX, X, y = _inputs(local_cluster, name)
     alpha = 0.05 * np.abs(X.T @ (y - y.mean())).max() / N

@@ -188,6 +188,7 @@ def test_fit_uses_direct_calls_where_blocks_are_in_memory(local_cluster):
     assert rpc_executor(LocalExecutor()).transport == "local"
 
 
+@pytest.mark.slow
 def test_calls_to_a_removed_worker_fall_back_instead_of_waiting():
     """A worker killed and removed by the scheduler while the coordinator still routes calls
     to its server (blocks it held, the subproblem's server): the calls fail over to tasks
@@ -216,6 +217,7 @@ def test_calls_to_a_removed_worker_fall_back_instead_of_waiting():
     assert rx.broken and {h["transport"] for h in res.history_} == {"tasks"}
 
 
+@pytest.mark.slow
 def test_a_peer_lost_while_the_subproblem_server_waits_for_its_columns():
     """The subproblem's server asks a peer for columns of a block it holds, but the peer's
     worker is gone: the call fails (the coordinator gives up at the latest once the scheduler
@@ -458,6 +460,7 @@ def test_connected_by_events_reads_the_last_client_action():
     assert not connected_by_events([])  # the scheduler dropped a removed client's events
 
 
+@pytest.mark.slow
 def test_a_busy_client_keeps_its_servers_after_its_event_log_overflows():
     """The scheduler keeps only the latest events of a client's topic (one per graph
     submitted): a client that submits more graphs than that keeps its partition servers,

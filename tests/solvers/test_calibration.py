@@ -99,6 +99,7 @@ def test_fifty_epochs_with_defaults_come_within_10_percent(problems, solver, kin
     assert cal.value == cal.candidates[int(np.argmin(cal.objectives))]
 
 
+@pytest.mark.slow
 def test_on_a_cluster_the_calibration_runs_on_the_workers(local_cluster, problems):
     """Pass: on a 2-worker LocalCluster, the solve distributed (not in one piece, 2
     partitions), 50 epochs with defaults of SGD, FoBoS, RDA and SMIDAS are within 10% of

@@ -279,6 +279,7 @@ def test_l1_logistic_in_constrained_form_matches_scikit_learn(intercept):
     np.testing.assert_allclose(path.coefs_[:, 2].toarray().ravel(), res.coef_, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_path_matches_penalised_lasso_with_same_l1_norm():
     X, y = _problem(n=80, p=400, seed=1)
     pen = dl1.path(X, y, n_alphas=8, eps=0.3, tol=1e-12)

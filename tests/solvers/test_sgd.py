@@ -161,6 +161,7 @@ def test_store_in_memory_and_streamed_give_the_in_memory_fit(tmp_path, local_clu
     assert in_mem.gap_ == pytest.approx(direct.gap_, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_changes_nothing_in_the_answer():
     """Pass: SIGKILL one of 2 workers mid-fit (its row blocks and the epoch's task are
     lost): the fit completes with exactly the coefficients, intercept and gaps of an

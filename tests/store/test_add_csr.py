@@ -63,6 +63,7 @@ def test_the_sample_wise_solvers_read_the_added_blocks(tmp_path):
     np.testing.assert_allclose(after.coef_, before.coef_, rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_cli_add_csr(tmp_path):
     """Pass: `dl1 convert STORE --add-csr` adds the blocks and prints the store summary; a
     DST with --add-csr, or no DST without it, is a usage error (exit 2, one line)."""

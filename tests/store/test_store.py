@@ -80,6 +80,7 @@ def test_row_blocks_added_when_a_column_exceeds_block_nnz(tmp_path):
 
 
 @pytest.mark.parametrize("chunk_type", ["sparse", "dense"])
+@pytest.mark.slow
 def test_other_chunk_types(tmp_path, chunk_type):
     X = random_csr(60, 40, 0.1, seed=2)
     dl1.from_scipy(X, np.ones(60), tmp_path / "s", n_feature_blocks=3)

@@ -40,6 +40,7 @@ def _holds_blocks(dask_worker) -> bool:
         dict(loss="logistic"),
     ],
 )
+@pytest.mark.slow
 def test_streamed_fit_equals_in_memory_fit(local_cluster, store, kw):
     if kw["loss"] == "logistic":
         st = open_store(store)
@@ -256,6 +257,7 @@ def test_out_of_core_working_sets_grow_within_the_column_budget(tmp_path):
 
 
 @pytest.mark.parametrize(("spread", "key"), [(True, "inner_checks"), ("cocoa", "inner_rounds")])
+@pytest.mark.slow
 def test_spread_subproblems_take_a_bounded_share_of_a_partitions_columns(
     tmp_path, monkeypatch, spread, key
 ):
