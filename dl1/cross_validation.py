@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dl1.errors import ValidationError
+from dl1.labels import entry_labels, with_classes
 from dl1.loading import as_vector, read_inputs
 from dl1.objective.datafits import datafit_class
 from dl1.objective.penalties.elastic_net import ElasticNet
@@ -56,7 +57,11 @@ class CrossValidatedFit:
     index, index_1se : int
         Their grid indices.
     fit : FitResult or None
-        The refit on all rows at ``alpha`` (None with ``refit=False``).
+        The refit on all rows at ``alpha`` (None with ``refit=False``); its ``classes_``
+        are :attr:`classes`.
+    classes : ndarray (2,) or None
+        A classification loss's two labels, sorted (the second is +1 in the fits; ``[-1.0,
+        1.0]`` for labels -1 / +1); None for the other losses.
     """
 
     cv: list[CVResult]
@@ -67,6 +72,7 @@ class CrossValidatedFit:
     index: int
     index_1se: int
     fit: FitResult | None
+    classes: np.ndarray | None = None
 
     @property
     def l1_ratio(self) -> float:
@@ -231,9 +237,10 @@ def fit_cv(
     ----------
     X, y, loss, sample_weight, fit_intercept, standardize, tol, max_rounds, n_partitions,
     solver, screen, random_order, seed, client, split, penalty_factor, positive
-        As in :func:`dl1.fit` (``screen``: gap-safe screening along each fold's path). ``X``
-        may be a :class:`~dl1.dataset.Dataset` (then ``y`` comes with it); otherwise one is
-        made for the folds and the refit, and released at the end.
+        As in :func:`dl1.fit` (``screen``: gap-safe screening along each fold's path; any
+        two labels of a classification loss, mapped to -1 / +1 before any work). ``X`` may
+        be a :class:`~dl1.dataset.Dataset` (then ``y`` comes with it); otherwise one is made
+        for the folds and the refit, and released at the end.
     cv : int, scikit-learn splitter or iterable of (train, test)
         The folds (an int: ``KFold``, stratified for the classification losses, as
         scikit-learn's ``check_cv``).
@@ -260,12 +267,24 @@ def fit_cv(
                     max_rounds=max_rounds, solver=solver, screen=screen,
                     random_order=random_order, seed=seed, penalty_factor=penalty_factor,
                     positive=positive)  # fmt: skip
-    with handle(X, y, client, n_partitions, split) as ds:
+    labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1, before any work
+    with handle(labels.X, labels.y, client, n_partitions, split) as ds:
         sw = sample_weight if sample_weight is not None else ds.sample_weight
         results = [
-            cross_validated(ds, cv=cv, scoring=scoring, sample_weight=sw, client=client,
-                            loss=loss, l1_ratio=float(r), alphas=alphas, n_alphas=n_alphas,
-                            eps=eps, Cs=Cs, **settings)  # fmt: skip
+            cross_validated(
+                ds,
+                cv=cv,
+                scoring=scoring,
+                sample_weight=sw,
+                client=client,
+                loss=loss,
+                l1_ratio=float(r),
+                alphas=alphas,
+                n_alphas=n_alphas,
+                eps=eps,
+                Cs=Cs,
+                **settings,
+            )
             for r in ratios
         ]
         best = _best_ratio(results)
@@ -273,18 +292,19 @@ def fit_cv(
         total = float(ds.shape[0] if sw is None else np.sum(sw))
         if Cs is not None:  # the whole data's alpha of the chosen C (and its 1-se C)
             Cs_sorted = np.sort(np.asarray(Cs, np.float64))
-            alpha, alpha_1se = (1.0 / (Cs_sorted[k] * total) for k in (chosen.best,
-                                                                        chosen.best_1se))
+            alpha, alpha_1se = (
+                1.0 / (Cs_sorted[k] * total) for k in (chosen.best, chosen.best_1se)
+            )
         else:
-            alpha, alpha_1se = (float(chosen.alphas[0][k]) for k in (chosen.best,
-                                                                     chosen.best_1se))
+            alpha, alpha_1se = (float(chosen.alphas[0][k]) for k in (chosen.best, chosen.best_1se))
         res = None
         if refit:
             res = fit(ds, alpha=alpha, l1_ratio=float(ratios[best]), loss=loss,
                       sample_weight=sample_weight, client=client, n_partitions=ds.n_partitions,
                       **{k: v for k, v in settings.items() if k != "screen"})  # fmt: skip
     return CrossValidatedFit(results, best, ratios, float(alpha), float(alpha_1se), chosen.best,
-                             chosen.best_1se, res)  # fmt: skip
+                             chosen.best_1se, with_classes(res, labels.classes),
+                             labels.classes)  # fmt: skip
 
 
 def _best_ratio(results: list[CVResult]) -> int:

@@ -5,8 +5,10 @@ A saved model is a directory::
     MODEL/
       model.json      format name and version, dl1 version, kind ("fit" or "path"), loss,
                       alpha(s), l1_ratio, tol, gaps, converged flags, intercept(s), n_samples,
-                      n_features; every float as a ``float.hex`` string (exact, NaN included);
-                      ``digest``, the SHA-256 of every other field and of the arrays
+                      n_features, a classifier's two labels ``classes`` (optional: a model
+                      saved without them predicts -1 / +1); every float as a ``float.hex``
+                      string (exact, NaN included); ``digest``, the SHA-256 of every other
+                      field and of the arrays
       coef.npy        float64 (p,)                      kind "fit"
       coefs_data.npy, coefs_indices.npy, coefs_indptr.npy
                       float64 / int64 / int64: the CSC matrix ``coefs_`` (p, n_alphas), kind "path"
@@ -142,7 +144,7 @@ def _hex(x: Any) -> str:
 
 def _common(model: Any, kind: str) -> dict[str, Any]:
     n = model.n_samples_
-    return {
+    meta = {
         "kind": kind,
         "loss": str(model.loss),
         "l1_ratio": _hex(model.l1_ratio),
@@ -151,6 +153,10 @@ def _common(model: Any, kind: str) -> dict[str, Any]:
         "n_samples": None if n is None else int(n),
         "n_features": int(model.n_features_in_),
     }
+    classes = getattr(model, "classes_", None)
+    if classes is not None:  # a classifier's labels (written only when known)
+        meta["classes"] = [_hex(c) for c in np.asarray(classes).tolist()]
+    return meta
 
 
 def _fit_content(res: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -392,7 +398,22 @@ def _check_common(ck: FieldChecker, meta: dict[str, Any]) -> dict[str, Any]:
         "fit_intercept": None if fi is None else _bool(ck, fi, "fit_intercept"),
         "n_samples_": None if n is None else ck.integer(n, "n_samples", 1),
         "p": ck.integer(ck.key(meta, "n_features", "(root)"), "n_features"),
+        "classes_": _classes(ck, meta, loss),
     }
+
+
+def _classes(ck: FieldChecker, meta: dict[str, Any], loss: str) -> np.ndarray | None:
+    """A classifier's two labels (optional: None without them), finite, distinct and
+    sorted; refused on a model of a regression loss."""
+    if "classes" not in meta:
+        return None
+    raw = ck.seq(meta["classes"], "classes", 2)
+    if not datafit_class(loss).classifies:
+        ck.fail("classes", f"is given for loss {loss!r}, which does not classify", raw)
+    c = np.array([_float_value(ck, x, f"classes[{k}]", finite=True) for k, x in enumerate(raw)])
+    if not c[0] < c[1]:
+        ck.fail("classes", "are not two distinct labels in increasing order", raw)
+    return c
 
 
 def _load_fit(ck: FieldChecker, path: Path, meta: dict[str, Any], common: dict[str, Any]):
@@ -550,10 +571,11 @@ def to_sklearn(res: Any) -> Any:
       whose predictions are dl1's but whose objective is not.
 
     ``coef_``, ``intercept_``, ``n_features_in_``, ``n_iter_`` (dl1's rounds) and, for the
-    classifiers, ``classes_ = [-1.0, 1.0]`` are set, so that ``predict``,
-    ``decision_function``, ``score`` (and ``predict_proba``) work, pickle with joblib and
-    convert with skops or ONNX tools. Labels agree with dl1's except at a decision value of
-    exactly 0 (scikit-learn: -1, dl1: +1).
+    classifiers, ``classes_`` (the model's two labels; ``[-1.0, 1.0]`` for a model without
+    them) are set, so that ``predict``, ``decision_function``, ``score`` (and
+    ``predict_proba``) work, pickle with joblib and convert with skops or ONNX tools.
+    Labels agree with dl1's except at a decision value of exactly 0 (scikit-learn:
+    ``classes_[0]``, dl1: ``classes_[1]``).
     """
     coef = np.array(res.coef_, dtype=np.float64)
     b = float(res.intercept_)
@@ -564,7 +586,8 @@ def to_sklearn(res: Any) -> Any:
         est.dual_gap_, est.n_iter_ = res.dual_gap_, int(res.n_rounds_)
     else:
         est.coef_, est.intercept_ = coef[None, :], np.array([b])
-        est.classes_ = np.array([-1.0, 1.0])
+        classes = getattr(res, "classes_", None)
+        est.classes_ = np.array([-1.0, 1.0] if classes is None else classes, dtype=np.float64)
         est.n_iter_ = np.array([int(res.n_rounds_)], dtype=np.int32)
     est.n_features_in_ = coef.shape[0]
     return est

@@ -14,6 +14,7 @@ import dask
 import numpy as np
 
 from dl1.errors import ValidationError
+from dl1.labels import entry_labels, held_out, with_classes
 from dl1.loading import (
     col_scales,
     decide_stream,
@@ -88,9 +89,7 @@ def _set_up(
         raise
 
 
-def make_penalty(
-    alpha: float, l1_ratio: float, penalty_factor: Any, positive: bool
-) -> ElasticNet:
+def make_penalty(alpha: float, l1_ratio: float, penalty_factor: Any, positive: bool) -> ElasticNet:
     """The penalty of a call: the elastic net, or with per-feature factors or ``positive``
     the weighted one (checked here, before any work)."""
     if penalty_factor is None and not positive:
@@ -258,7 +257,7 @@ def fit(
 
     Minimises ``F(X w + b) + alpha * (l1_ratio ||w||_1 + (1 - l1_ratio) / 2 ||w||_2^2)`` with
     ``F`` the mean squared loss ``1/(2n) ||y - X w - b||^2`` (scikit-learn's ElasticNet
-    convention) or the mean logistic loss (labels in {-1, +1}), weighted by
+    convention) or the mean logistic loss (labels -1 and +1, or any two numbers), weighted by
     ``sample_weight`` (normalised to sum to n). The constrained problem (``||w||_1 <=
     delta``) has its own entry point, :func:`dl1.fit_constrained`.
 
@@ -268,7 +267,10 @@ def fit(
         scipy.sparse matrix or ndarray
         Each column chunk of a dask array is a feature block.
     y : array_like or dask array, optional
-        Targets; read from the store when X is a store.
+        Targets; read from the store when X is a store (or from the Dataset). A
+        classification loss takes any two numbers as labels: they are mapped to -1 / +1
+        before any work (the larger to +1, as scikit-learn's ``classes_[1]``;
+        :mod:`dl1.labels`) and the result predicts and scores in them (``classes_``).
     alpha, l1_ratio : float
         Penalty strength (> 0) and mix (1.0: Lasso / L1 logistic).
     penalty_factor : array_like (p,), optional
@@ -342,9 +344,13 @@ def fit(
     Returns
     -------
     FitResult
+        With a classification loss, ``classes_`` holds the two labels (``[-1.0, 1.0]`` for
+        labels -1 / +1).
     """
     call = dict(locals())
     validate_params(PENALISED, call, "dl1.fit()")
+    labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1, before any work
+    call.update(X=labels.X, y=labels.y)
     solver_obj = make_solver(
         solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=make_datafit(loss),
         n_epochs=n_epochs,
@@ -356,7 +362,7 @@ def fit(
     refusal = excluded(stream=stream, verbose=verbose)
     ready = read_or_ship("fit", call, solver_obj, refusal)
     if ready.shipped:
-        return ready.result
+        return with_classes(ready.result, labels.classes)
     inputs, ex = ready.inputs, ready.ex
     problem, t_load = _set_up(
         inputs, ex, stream, solver_obj, penalty=penalty,
@@ -378,7 +384,7 @@ def fit(
     res.n_samples_ = n_samples(inputs, problem)
     if standardize:
         res.coef_ = res.coef_ * col_scales(ex, problem.blocks)
-    return res
+    return with_classes(res, labels.classes)
 
 
 def warm_state(
@@ -435,10 +441,11 @@ def alpha_max(
     ``max_j e_j / f_j``, ``e_j`` the positive part of ``x_j^T grad`` under ``positive``).
 
     One pass over the data (per-block reductions on the workers; ``stream`` as in
-    :func:`fit`).
+    :func:`fit`; any two labels of a classification loss are mapped to -1 / +1 as there).
     """
     validate_params(PENALISED, locals(), "dl1.alpha_max()")
-    inputs = read_inputs(X, y, sample_weight, loss, split)
+    labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1
+    inputs = read_inputs(labels.X, labels.y, sample_weight, loss, split)
     check_dataset(inputs, client, inputs.dataset.n_partitions if inputs.dataset else 2)
     ex = executor_for(client)
     streamed = decide_stream(stream, inputs.store, split, ex, inputs.dataset)
@@ -532,9 +539,16 @@ def path(
     Returns
     -------
     dl1.paths.PathResult
+        With a classification loss, ``classes_`` holds the two labels, as :func:`dl1.fit`'s
+        (held-out labels ``y_test`` are mapped as the training labels; a value of neither
+        class is refused).
     """
     call = dict(locals())
     validate_params(PATH, call, "dl1.path()")
+    labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1, before any work
+    X, y = labels.X, labels.y
+    X_test, y_test = held_out(X, X_test, y_test, labels)
+    call.update(X=X, y=y, X_test=X_test, y_test=y_test)
     base = make_penalty(1.0, l1_ratio, penalty_factor, positive)
     if cv is not None:
         if checkpoint is not None:
@@ -555,7 +569,7 @@ def path(
             res = path(ds, sample_weight=sample_weight, n_partitions=ds.n_partitions,
                        **{**settings, "alphas": cvres.alphas[0]})  # fmt: skip
         res.cv_ = cvres
-        return res
+        return with_classes(res, labels.classes)
     solver_obj = make_solver(
         solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=make_datafit(loss),
         random_order=random_order,
@@ -568,7 +582,7 @@ def path(
     refusal = excluded(stream=stream, checkpoint=checkpoint, verbose=verbose)
     ready = read_or_ship("path", call, solver_obj, refusal)
     if ready.shipped:
-        return ready.result
+        return with_classes(ready.result, labels.classes)
     inputs, ex = ready.inputs, ready.ex
     problem, _ = _set_up(
         inputs, ex, stream, solver_obj, penalty=base,
@@ -612,7 +626,7 @@ def path(
     d = ck.load() if ck is not None else records_as_arrays(records, problem.p)
     res = PathResult.from_checkpoint_arrays(d, alphas=grid, l1_ratio=l1_ratio, loss=loss, tol=tol)
     res.fit_intercept, res.n_samples_ = fit_intercept, n_samples(inputs, problem)
-    return res
+    return with_classes(res, labels.classes)
 
 
 def _checkpoint_settings(
@@ -633,8 +647,10 @@ def _checkpoint_settings(
     }  # fmt: skip
     if not penalty.uniform:
         factors = penalty.factors  # empty: all 1
-        settings["penalty"] = {"positive": penalty.positive,
-                               "penalty_factor": crc(factors) if factors.size else None}
+        settings["penalty"] = {
+            "positive": penalty.positive,
+            "penalty_factor": crc(factors) if factors.size else None,
+        }
     return settings
 
 

@@ -260,24 +260,46 @@ def _dask_decision(X: Any, coef: np.ndarray, b: float) -> Any:
     return da.concatenate(rows) if rows else da.zeros(0)
 
 
+def _as_classes(labels: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Labels -1.0 / +1.0 as ``classes[0]`` / ``classes[1]``."""
+    return classes[(labels > 0).astype(np.intp)]
+
+
 class LinearPredictor:
-    """Predictions of a record holding ``coef_``, ``intercept_`` and ``loss`` (a fitted
-    model of dl1): the functions of this module bound to it."""
+    """Predictions of a record holding ``coef_``, ``intercept_``, ``loss`` and, for a
+    classification loss, ``classes_`` (a fitted model of dl1): the functions of this module
+    bound to it, in the model's labels (``classes_[1]`` is +1; None: -1 / +1)."""
 
     coef_: np.ndarray
     intercept_: float
     loss: str
+    classes_: np.ndarray | None
+
+    def _classes(self) -> np.ndarray | None:
+        """The labels of a classification model (None: -1 / +1, or not a classifier)."""
+        classes = getattr(self, "classes_", None)
+        return classes if classes is not None and datafit_class(self.loss).classifies else None
 
     def decision_function(self, X: Any, *, split: str = "test") -> Any:
         """``X @ coef_ + intercept_`` (see :func:`dl1.predict.decision_function`)."""
         return decision_function(X, self.coef_, self.intercept_, split=split)
 
     def predict(self, X: Any, *, split: str = "test") -> Any:
-        """Values (squared loss) or labels -1.0 / +1.0 (see :func:`dl1.predict.predict`)."""
-        return predict(X, self.coef_, self.intercept_, self.loss, split=split)
+        """Values (regression losses) or labels (see :func:`dl1.predict.predict`):
+        ``classes_[1]`` where the decision value is ``>= 0`` (dl1's +1), else
+        ``classes_[0]``; -1.0 / +1.0 without ``classes_``. Lazy (blockwise) on a dask
+        array, store or Dataset, as :func:`dl1.predict.predict`."""
+        pred = predict(X, self.coef_, self.intercept_, self.loss, split=split)
+        classes = self._classes()
+        if classes is None:
+            return pred
+        if _is_dask(pred):
+            return pred.map_blocks(_as_classes, classes=classes, dtype=np.float64)
+        return _as_classes(pred, classes)
 
     def predict_proba(self, X: Any, *, split: str = "test") -> Any:
-        """``[P(y = -1), P(y = +1)]`` per row, for the logistic loss only."""
+        """``[P(y = -1), P(y = +1)]`` per row, for the logistic loss only: the columns are
+        in ``classes_`` order (``classes_[0]``, then ``classes_[1]``)."""
         if not datafit_class(self.loss).log_odds:
             raise ValidationError(f"predict_proba needs the logistic loss, this model's is "
                                   f"{self.loss!r}")  # fmt: skip
@@ -287,7 +309,13 @@ class LinearPredictor:
         self, X: Any, y: Any = None, *, sample_weight: Any = None, split: str = "test"
     ) -> float:
         """R^2 (squared loss) or accuracy; ``y=None`` takes a store's or Dataset's targets
-        (see :func:`dl1.predict.score`)."""
+        (see :func:`dl1.predict.score`). A classifier's labels are ``classes_`` (mapped to
+        -1 / +1 by :func:`dl1.labels.as_pm1`: another value is refused, named)."""
+        classes = self._classes()
+        if classes is not None:
+            from dl1.labels import as_pm1
+
+            y = as_pm1(_targets(X, y, split), classes)
         return score(X, y, self.coef_, self.intercept_, self.loss,
                      sample_weight=sample_weight, split=split)  # fmt: skip
 

@@ -41,13 +41,23 @@ from dl1.params import COMMON, CONSTRAINED_PATH, PATH, PENALISED, POSITIVE, vali
 if TYPE_CHECKING:
     from dl1.store import Store
 
-def _check_store(path: str, loss: str, storage_options: dict[str, Any] | None = None) -> Store:
-    """The store opened and its fit inputs validated (manifest, ``y`` for ``loss``, column
-    statistics) before a cluster starts."""
+
+def _check_store(
+    path: str,
+    loss: str,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    any_labels: bool = True,
+) -> Store:
+    """The store opened and its fit inputs validated (manifest, ``y`` for ``loss``: with
+    ``any_labels``, any two labels of a classification loss, as :func:`dl1.fit` maps them;
+    column statistics) before a cluster starts."""
+    from dl1.labels import entry_labels
     from dl1.loading import read_inputs
 
     store = open_input(path, storage_options)
-    read_inputs(store, None, None, loss, "train")
+    y = entry_labels(store, None, loss, "train").y if any_labels else None
+    read_inputs(store, y, None, loss, "train")
     return store
 
 
@@ -75,7 +85,8 @@ def _test_metric(store: Store, res: Any, loss: str, client: Any) -> dict[str, fl
             "test_mse": float(np.mean((y_test - pred) ** 2)),
             "test_y_variance": float(np.var(y_test)),
         }
-    return {"test_accuracy": float(np.mean(np.where(pred >= 0, 1.0, -1.0) == y_test))}
+    classes = np.array([-1.0, 1.0]) if res.classes_ is None else res.classes_
+    return {"test_accuracy": float(np.mean(np.where(pred >= 0, classes[1], classes[0]) == y_test))}
 
 
 def _fit_and_report(
@@ -404,7 +415,8 @@ def path_cmd(
             "dl1 path",
         )
     _check_output(model_out, overwrite)
-    st = _check_store(store, loss, storage_options)  # before a cluster
+    # before a cluster (the constrained path reads labels -1 / +1 only)
+    st = _check_store(store, loss, storage_options, any_labels=not constrained)
     check_writable(checkpoint, "--checkpoint")
     check_writable(_plots_dir(plots, store, st), "--plots")
     out = output()

@@ -126,8 +126,8 @@ def write_blockwise(pred: Any, dst: Path, client: Any, progress: Progress) -> in
     "--decision-function",
     "decision",
     is_flag=True,
-    help="Write decision values X w + b instead of predictions (labels -1 / +1 for "
-    "classification losses).",
+    help="Write decision values X w + b instead of predictions (for classification losses, "
+    "the model's labels: those it was fitted on).",
 )
 @click.option("--alpha", type=float, default=None, help="Saved path: the grid alpha to use.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --output file.")
@@ -147,7 +147,6 @@ def predict(
     """Predict with the saved MODEL on the store DATA (a path or URL), out of core: row
     block by row block, on the workers, into the .npy file --output."""
     from dl1.predict import decision_function
-    from dl1.predict import predict as predict_values
 
     cluster.check()
     dst = Path(pred_out)
@@ -162,7 +161,7 @@ def predict(
         if decision:
             pred = decision_function(store, fitted.coef_, fitted.intercept_, split=split)
         else:
-            pred = predict_values(store, fitted.coef_, fitted.intercept_, fitted.loss, split=split)
+            pred = fitted.predict(store, split=split)  # in the model's labels (classes_)
         with Progress("predict", len(pred.chunks[0])) as progress:
             n = write_blockwise(pred, dst, client, progress)
     dt = time.perf_counter() - t0
@@ -198,14 +197,12 @@ def score(
 ) -> None:
     """Score the saved MODEL on the store DATA (a path or URL) and its targets: R^2 for the
     squared loss, accuracy otherwise (as the estimators' score)."""
-    from dl1.predict import score as score_of
-
     cluster.check()
     fitted, store, split = model_and_data(model, alpha, data, split, storage_options)
     out = output()
     t0 = time.perf_counter()
     with connected(cluster, out.say):
-        value = score_of(store, None, fitted.coef_, fitted.intercept_, fitted.loss, split=split)
+        value = fitted.score(store, split=split)  # a classifier's labels: its classes_
     dt = time.perf_counter() - t0
     metric = "accuracy" if datafit_class(fitted.loss).classifies else "r2"
     out.say(f"{metric} {value:.6g} on {where(store)} [{split}] ({store.shape(split)[0]:,} rows)")

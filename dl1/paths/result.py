@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from dl1.labels import checked_classes
 from dl1.objective.datafits import datafit_class
 
 #: Where a path keeps each validation metric (a loss lists its own, the first minimised to
@@ -70,6 +71,9 @@ class PathResult:
         ``dl1.path(cv=...)``: the folds' held-out scores per alpha (``cv_.scores``, the
         ``mse_path_`` of the squared loss) and the choice, also as :attr:`alpha_` and
         :attr:`alpha_1se_` (glmnet's one-standard-error alpha).
+    classes_ : ndarray (2,) or None
+        A classification loss's two labels, sorted (``classes_[1]`` was +1), in which the
+        models of the path predict and score; as :attr:`dl1.FitResult.classes_`.
 
     A path predicts and scores at one of its alphas (:meth:`predict`, :meth:`score`,
     :meth:`decision_function`; ``alpha=None`` is the chosen alpha, :attr:`chosen_alpha_`),
@@ -97,9 +101,11 @@ class PathResult:
     fit_intercept: bool | None = None
     n_samples_: int | None = None
     cv_: Any = None
+    classes_: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         datafit_class(self.loss)  # an unknown loss is refused
+        self.classes_ = checked_classes(self.classes_)
         self.alphas_ = np.asarray(self.alphas_, dtype=np.float64)
         n = self.alphas_.shape[0]
         self.coefs_ = sp.csc_matrix(self.coefs_, dtype=np.float64)
@@ -287,7 +293,7 @@ class PathResult:
             alpha=float(self.alphas_[k]), l1_ratio=self.l1_ratio, loss=self.loss, tol=self.tol,
             n_partitions=0, passes_=float(self.passes_[k]),
             fit_intercept=True if self.fit_intercept is None else self.fit_intercept,
-            n_samples_=self.n_samples_,
+            n_samples_=self.n_samples_, classes_=self.classes_,
         )  # fmt: skip
 
     def model(self, alpha: float | None = None) -> Any:
@@ -300,7 +306,8 @@ class PathResult:
         return self.model(alpha).decision_function(X, split=split)
 
     def predict(self, X: Any, alpha: float | None = None, *, split: str = "test") -> Any:
-        """Values or labels -1 / +1 of the model of ``alpha`` (None: the chosen alpha)."""
+        """Values or labels (``classes_``; -1 / +1 without) of the model of ``alpha`` (None:
+        the chosen alpha)."""
         return self.model(alpha).predict(X, split=split)
 
     def predict_proba(self, X: Any, alpha: float | None = None, *, split: str = "test"):

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dl1.labels import checked_classes
 from dl1.predict import LinearPredictor
 from dl1.tasks.passes import coef_parts
 
@@ -84,6 +85,13 @@ class FitResult(LinearPredictor):
         Rows of the training data (None if unknown).
     n_features_in_ : int
         Features seen in the fit (``len(coef_)``).
+    loss_params : dict
+        The loss's own parameters (Huber's ``epsilon``; empty for most losses).
+    classes_ : ndarray (2,) or None
+        A classification loss's two labels, sorted: the fit read ``classes_[0]`` as -1 and
+        ``classes_[1]`` as +1 (``[-1.0, 1.0]`` for labels -1 / +1), and :meth:`predict` and
+        :meth:`score` speak them. None for the other losses, and for a model without them
+        (saved before they were recorded; :func:`dl1.fit_constrained`): labels -1 / +1.
     """
 
     coef_: np.ndarray
@@ -110,8 +118,10 @@ class FitResult(LinearPredictor):
     n_samples_: int | None = None
     n_features_in_: int | None = None
     loss_params: dict[str, float] = field(default_factory=dict)
+    classes_: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        self.classes_ = checked_classes(self.classes_)
         p = int(np.shape(self.coef_)[0])
         if self.n_features_in_ is None:
             self.n_features_in_ = p
