@@ -7,7 +7,6 @@ import io
 import lzma
 import struct
 import threading
-import tracemalloc
 from decimal import Decimal, localcontext
 from pathlib import Path
 
@@ -643,37 +642,3 @@ def test_reader_thread_stops_after_an_error(tmp_path):
     with pytest.raises(SvmlightFormatError, match="line 1: "):
         from_svmlight(src, tmp_path / "s", batch_bytes=512)
     assert not [t for t in threading.enumerate() if t.name == "dl1-svmlight-reader"]
-
-
-def test_a_line_past_max_line_bytes_is_refused_in_bounded_memory(tmp_path):
-    """A 60 KiB gzip file holding one 8 MiB line: refused by name once the buffer reaches
-    max_line_bytes (1 MiB), the parse's allocations peaking under 4 MiB (unbounded, the
-    buffer grew to 16 MiB); memory_bound takes the longer of batch and line. A 3 KiB
-    line under a 4 KiB max_line_bytes, batches of 512 bytes, is read as scikit-learn reads
-    it; max_line_bytes outside [1, 2 GiB) is refused before dst is made."""
-    # the kernels compiled (or loaded) first: numba's own allocations are not the parse's
-    line = b"1 " + b" ".join(b"%d:0.5" % j for j in range(1, 400)) + b"\n"
-    assert 2048 < len(line) < 4096
-    ok = write(tmp_path / "ok.svm", b"-1 3:1\n" + line + b"1 2:2\n")
-    store = from_svmlight(ok, tmp_path / "t", batch_bytes=512, max_line_bytes=4096)
-    X, y = load_svmlight_file(str(ok))
-    assert store.nnz() == X.nnz and store.shape() == X.shape
-    src = tmp_path / "bomb.svm.gz"
-    src.write_bytes(gzip.compress(b"1 " + b"1:1 " * (2 << 20) + b"\n"))
-    assert src.stat().st_size < 64 << 10
-    tracemalloc.start()
-    try:
-        with pytest.raises(SvmlightFormatError, match=r"byte 0 is longer than max_line_bytes "
-                                                      r"\(1,048,576 bytes\)"):  # fmt: skip
-            from_svmlight(src, tmp_path / "s", batch_bytes=64 << 10, max_line_bytes=1 << 20)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 4 << 20, peak
-    assert_not_finalised(tmp_path / "s")
-    assert memory_bound(64 << 10, 100, 10, max_line_bytes=1 << 20) == memory_bound(
-        1 << 20, 100, 10
-    )
-    with pytest.raises(ValueError, match="max_line_bytes must be in"):
-        from_svmlight(ok, tmp_path / "u", max_line_bytes=0)
-    assert not (tmp_path / "u").exists()

@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import dask.array as da
@@ -458,32 +457,3 @@ def test_direct_chunk_reads_equal_zarr_reads(tmp_path, dtype):
     f.write_bytes(bytes(raw))
     with pytest.raises(StoreCorruptError, match=r"chunk 3 of array 'blosc' is corrupt"):
         read_array(tmp_path, "blosc", entry)
-
-
-def _slow_blocks(block: np.ndarray, block_info=None) -> np.ndarray:
-    """A chunk computed slowly, except block (0, 0) (which holds the NaN): its error comes
-    while the other blocks' writers are still at work."""
-    if block_info[0]["chunk-location"] != (0, 0):
-        time.sleep(0.3)
-    return block
-
-
-@pytest.mark.parametrize("on_cluster", [False, True])
-def test_a_failed_from_dask_leaves_nothing_and_its_retry_writes(tmp_path, on_cluster, request):
-    """A NaN in the first of 16 blocks, the others slower: the error names it, raised
-    once every writer has ended; what is left at the path is no store (no manifest), and
-    the same call with overwrite=True at once, the NaN gone, writes the store (no writer
-    of the failed call is still writing into it)."""
-    client = request.getfixturevalue("local_cluster") if on_cluster else None
-    X = np.arange(1.0, 401.0).reshape(40, 10)
-    X[2, 1] = np.nan
-    bad = da.from_array(X, chunks=(10, 3)).map_blocks(_slow_blocks, dtype=X.dtype)
-    with pytest.raises(ValidationError, match=r"block \(0, 0\), row 2, column 1: value is NaN"):
-        dl1.from_dask(bad, np.zeros(40), tmp_path / "s", client=client)
-    with pytest.raises(Exception, match="manifest|not a dl1 store|does not exist"):
-        open_store(tmp_path / "s")
-    X[2, 1] = 0.0
-    good = da.from_array(X, chunks=(10, 3)).map_blocks(_slow_blocks, dtype=X.dtype)
-    store = dl1.from_dask(good, np.zeros(40), tmp_path / "s", client=client, overwrite=True)
-    got = store.to_dask().map_blocks(lambda b: b.toarray(), dtype=X.dtype).compute()
-    np.testing.assert_array_equal(got, X)
