@@ -27,6 +27,7 @@ from dl1.estimators.base import (
     is_out_of_core,
     stored_targets,
 )
+from dl1.labels import as_pm1
 from dl1.params import UNIT, InvalidParameterError, Options, predicate
 
 
@@ -67,7 +68,8 @@ class _Classifier(ClassifierMixin, DL1Estimator):
         self.class_weight_ = None
         if self.class_weight is None:
             return X, y, sample_weight, total
-        labels = stored_targets(X, "train") if y is None else y
+        # as -1 / +1 (y given: mapped already; else the labels stored with X)
+        labels = y if y is not None else as_pm1(stored_targets(X, "train"), self.classes_)
         if sample_weight is None and is_out_of_core(X):
             own = getattr(X, "sample_weight", None)  # a Dataset's weights
             sample_weight = None if own is None else computed(own).astype(np.float64)
@@ -94,18 +96,13 @@ class _Classifier(ClassifierMixin, DL1Estimator):
 
     def _targets(self, y: Any, source: Any) -> Any:
         """Labels as -1.0 / +1.0, ``classes_`` set; None (out of core, y not given): the
-        source's own labels, which must already be -1 / +1 (not relabelled out of core)."""
+        source's own labels, any two, which :func:`dl1.fit` maps to -1 / +1 itself (the
+        larger to +1, as ``classes_[1]``: :mod:`dl1.labels`)."""
         if y is None:
             labels = stored_targets(source, "train")
             if labels is None:
                 raise ValidationError("y is required unless X is a dl1 store or Dataset")
-            bad = np.flatnonzero((labels != 1) & (labels != -1))
-            if bad.size:
-                i = int(bad[0])
-                raise ValidationError(
-                    f"the labels stored with X must be -1 or +1 (y[{i}] = {labels[i]!r}); pass "
-                    "y to relabel them, or write the store with labels in {-1, +1}"
-                )
+            check_classification_targets(labels)
             self.classes_ = self._classes(labels)
             return None
         y = np.asarray(y)

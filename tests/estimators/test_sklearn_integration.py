@@ -19,7 +19,6 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.class_weight import compute_class_weight
 
 import dl1
-from dl1.errors import ValidationError
 from dl1.estimators import ElasticNet, Lasso, LinearSVC, LogisticRegression
 from dl1.params import InvalidParameterError
 from tests.helpers import task_stream
@@ -304,10 +303,11 @@ def test_dask_input_fits_as_in_memory_and_predicts_lazily():
     assert isinstance(reg.predict(Xd), da.Array)
 
 
-def test_stores_fit_with_their_own_labels_and_refuse_to_relabel(tmp_path):
+def test_stores_fit_with_their_own_labels_any_two(tmp_path):
     """Pass: a classifier fitted on a store path with labels -1/+1 (y read by dl1.fit) equals
     the in-memory fit, has classes_ [-1, 1] and predicts lazily on the store's test split;
-    a store whose labels are 0/1 is refused with a message saying how to fix it."""
+    a store whose labels are 0/1 fits as the in-memory 0/1 labels do (classes_ [0, 1],
+    coefficients and predictions), with class_weight too; three stored labels are refused."""
     X, y = classification(n=60, seed=12)
     Xs = sp.csr_matrix(X)
     dl1.from_scipy(Xs, y.astype(float), tmp_path / "pm.zarr", X_test=Xs[:20],
@@ -320,9 +320,20 @@ def test_stores_fit_with_their_own_labels_and_refuse_to_relabel(tmp_path):
     assert isinstance(lazy, da.Array)
     np.testing.assert_array_equal(lazy.compute(), est.predict(Xs[:20]))
     assert est.score(str(tmp_path / "pm.zarr")) == est.score(Xs[:20], y[:20])
-    dl1.from_scipy(Xs, (y > 0).astype(float), tmp_path / "01.zarr")
-    with pytest.raises(ValidationError, match="must be -1 or \\+1.*pass y"):
-        LogisticRegression().fit(tmp_path / "01.zarr")
+    y01 = (y > 0).astype(float)
+    dl1.from_scipy(Xs, y01, tmp_path / "01.zarr", X_test=Xs[:20], y_test=y01[:20])
+    for cw in (None, "balanced"):
+        on_store = LogisticRegression(C=0.5, tol=1e-10, class_weight=cw).fit(tmp_path / "01.zarr")
+        in_memory = LogisticRegression(C=0.5, tol=1e-10, class_weight=cw).fit(X, y01)
+        np.testing.assert_array_equal(on_store.classes_, [0.0, 1.0])
+        np.testing.assert_allclose(on_store.coef_, in_memory.coef_, atol=1e-12)
+        np.testing.assert_array_equal(on_store.class_weight_, in_memory.class_weight_)
+        stored_pred = on_store.predict(str(tmp_path / "01.zarr")).compute()
+        np.testing.assert_array_equal(stored_pred, in_memory.predict(X[:20]))
+        assert on_store.score(str(tmp_path / "01.zarr")) == in_memory.score(X[:20], y01[:20])
+    dl1.from_scipy(Xs, np.arange(60.0) % 3, tmp_path / "three.zarr")
+    with pytest.raises(ValueError, match="Only binary classification.*3 classes"):
+        LogisticRegression().fit(tmp_path / "three.zarr")
 
 
 def test_a_dataset_and_its_row_views_fit_as_the_rows_in_memory():
