@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from dl1.entry_labels import entry_labels
 from dl1.errors import ValidationError
-from dl1.labels import entry_labels, with_classes
+from dl1.labels import with_classes
 from dl1.loading import as_vector, read_inputs
 from dl1.objective.datafits import datafit_class
 from dl1.objective.penalties.elastic_net import ElasticNet
@@ -28,12 +29,12 @@ from dl1.paths.evaluation import alpha_grid
 from dl1.penalised import (
     _set_up,
     alpha_max,
-    check_call,
     check_penalty,
     fit,
     make_penalty,
     make_solver,
 )
+from dl1.routing import check_call
 from dl1.runtime import one_piece
 from dl1.runtime.executor import coordinating, executor_for
 from dl1.solvers.base import Problem

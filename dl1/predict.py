@@ -16,6 +16,7 @@ import scipy.sparse as sp
 
 from dl1.chunks import check_structure
 from dl1.errors import ValidationError
+from dl1.labels import as_pm1
 from dl1.objective.datafits import CLASSIFICATION_LOSSES, LOSSES, datafit_class
 
 
@@ -313,7 +314,6 @@ class LinearPredictor:
         -1 / +1 by :func:`dl1.labels.as_pm1`: another value is refused, named)."""
         classes = self._classes()
         if classes is not None:
-            from dl1.labels import as_pm1
 
             y = as_pm1(_targets(X, y, split), classes)
         return score(X, y, self.coef_, self.intercept_, self.loss,

@@ -34,6 +34,7 @@ from dl1.cli.stores import (
     summary,
     where,
 )
+from dl1.entry_labels import entry_labels
 from dl1.errors import ValidationError
 from dl1.objective.datafits import LOSSES, datafit_class
 from dl1.params import COMMON, CONSTRAINED_PATH, PATH, PENALISED, POSITIVE, validate_params
@@ -52,7 +53,6 @@ def _check_store(
     """The store opened and its fit inputs validated (manifest, ``y`` for ``loss``: with
     ``any_labels``, any two labels of a classification loss, as :func:`dl1.fit` maps them;
     column statistics) before a cluster starts."""
-    from dl1.labels import entry_labels
     from dl1.loading import read_inputs
 
     store = open_input(path, storage_options)

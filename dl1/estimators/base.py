@@ -31,6 +31,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from dl1.entry_labels import stored_labels
 from dl1.objective.datafits import datafit_class
 from dl1.params import (
     NON_NEGATIVE_INT,
@@ -97,19 +98,6 @@ def is_out_of_core(X: Any) -> bool:
     except ImportError:  # pragma: no cover - the module lands with the data handle
         return False
     return isinstance(X, Dataset)
-
-
-def stored_targets(X: Any, split: str) -> np.ndarray | None:
-    """The targets an out-of-core ``X`` carries (a Dataset's, a store's ``split``), or None."""
-    from dl1.store import Store, open_store
-    from dl1.store.location import is_store_source
-
-    if is_store_source(X):
-        X = open_store(X)
-    if isinstance(X, Store):
-        return np.asarray(X.read("y", split))
-    y = getattr(X, "y", None)
-    return None if y is None or type(X).__module__.startswith("dask.") else np.asarray(y)
 
 
 def computed(a: Any) -> np.ndarray:
@@ -279,7 +267,7 @@ class DL1Estimator(BaseEstimator):
     def _score_out_of_core(self, X: Any, y: Any, sample_weight: Any) -> float:
         """R^2 (regressors) or accuracy (classifiers) of the lazy predictions on X, gathered
         (length n); y None: the store's (test split) or the Dataset's own targets."""
-        y = stored_targets(X, "test") if y is None else computed(y)
+        y = stored_labels(X, "test") if y is None else computed(y)
         pred = computed(self.predict(X))
         sw = None if sample_weight is None else computed(sample_weight)
         metric = accuracy_score if datafit_class(self._loss).classifies else r2_score

@@ -18,6 +18,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
+from dl1.entry_labels import stored_labels
 from dl1.errors import ValidationError
 from dl1.estimators.base import (
     CONSTRAINTS,
@@ -25,7 +26,6 @@ from dl1.estimators.base import (
     DL1Estimator,
     computed,
     is_out_of_core,
-    stored_targets,
 )
 from dl1.labels import as_pm1
 from dl1.params import UNIT, InvalidParameterError, Options, predicate
@@ -69,7 +69,7 @@ class _Classifier(ClassifierMixin, DL1Estimator):
         if self.class_weight is None:
             return X, y, sample_weight, total
         # as -1 / +1 (y given: mapped already; else the labels stored with X)
-        labels = y if y is not None else as_pm1(stored_targets(X, "train"), self.classes_)
+        labels = y if y is not None else as_pm1(stored_labels(X, "train"), self.classes_)
         if sample_weight is None and is_out_of_core(X):
             own = getattr(X, "sample_weight", None)  # a Dataset's weights
             sample_weight = None if own is None else computed(own).astype(np.float64)
@@ -99,7 +99,7 @@ class _Classifier(ClassifierMixin, DL1Estimator):
         source's own labels, any two, which :func:`dl1.fit` maps to -1 / +1 itself (the
         larger to +1, as ``classes_[1]``: :mod:`dl1.labels`)."""
         if y is None:
-            labels = stored_targets(source, "train")
+            labels = stored_labels(source, "train")
             if labels is None:
                 raise ValidationError("y is required unless X is a dl1 store or Dataset")
             check_classification_targets(labels)

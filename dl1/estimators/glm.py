@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import d2_tweedie_score
 
-from dl1.estimators.base import computed, is_out_of_core, stored_targets
+from dl1.entry_labels import stored_labels
+from dl1.estimators.base import computed, is_out_of_core
 from dl1.estimators.regression import ElasticNet, _constraints
 from dl1.objective.datafits import Huber
 from dl1.params import POSITIVE
@@ -74,7 +75,7 @@ class PoissonRegressor(ElasticNet):
         """D^2, the fraction of Poisson deviance explained (scikit-learn's
         ``PoissonRegressor.score``); out of core, y None: X's own targets."""
         if y is None and is_out_of_core(X):
-            y = stored_targets(X, "test")
+            y = stored_labels(X, "test")
         pred = computed(self.predict(X))
         sw = None if sample_weight is None else computed(sample_weight)
         return float(d2_tweedie_score(np.asarray(computed(y), np.float64), pred,

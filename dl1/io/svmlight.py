@@ -318,9 +318,10 @@ def write_svmlight_split(
             n_feature_blocks=n_feature_blocks,
             formats=tuple(formats),
         )
-        ingest = _Ingest(sw, os.fspath(src), st["mode"], st["n_features"], np.dtype(st["dtype"]))
+        ingest = _Ingest(sw, os.fspath(src), st["mode"], st["n_features"],
+                         np.dtype(st["dtype"]), st["max_line_bytes"])  # fmt: skip
         t0 = time.perf_counter()
-        ingest.run(fh, st["batch_bytes"], st["max_line_bytes"])
+        ingest.run(fh, st["batch_bytes"])
         base = ingest.index_base(st["zero_based"])
         t_parse = time.perf_counter() - t0
     sw.close(index_base=base)
@@ -405,7 +406,13 @@ class _Ingest:
     """State of one streaming parse: the line count, index range and source checksum."""
 
     def __init__(
-        self, sw: SplitWriter, name: str, mode: int, n_features: int | None, dtype: np.dtype
+        self,
+        sw: SplitWriter,
+        name: str,
+        mode: int,
+        n_features: int | None,
+        dtype: np.dtype,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         self.sw = sw
         self.name = name
@@ -422,14 +429,14 @@ class _Ingest:
         # first line with index == n_features (an error only if the file is zero-based)
         self.eq_error: str | None = None
         self.ends_with_newline = True
-        self.max_line_bytes = DEFAULT_MAX_LINE_BYTES
+        self.max_line_bytes = max_line_bytes  # a buffer grows to hold a line up to this
 
     def error(self, line_in_batch: int, problem: str, token: str) -> SvmlightFormatError:
         return SvmlightFormatError(
             f"{self.name}, line {self.line + line_in_batch + 1}: {problem}: {token}"
         )
 
-    def run(self, fh: BinaryIO, batch_bytes: int, max_line_bytes: int) -> None:
+    def run(self, fh: BinaryIO, batch_bytes: int) -> None:
         """Read, parse and append the whole file.
 
         A reader thread reads (and decompresses) the next batch and parses it while this
@@ -437,7 +444,6 @@ class _Ingest:
         batches are alive. A buffer grows to hold a line longer than it, up to
         ``max_line_bytes``.
         """
-        self.max_line_bytes = max_line_bytes
         free: queue.Queue = queue.Queue()
         ready: queue.Queue = queue.Queue()
         for _ in range(2):
