@@ -113,6 +113,7 @@ def cross_validated(
     Cs: Any = None,
     penalty_factor: Any = None,
     positive: bool = False,
+    bounds: Any = None,
     **settings: Any,
 ) -> CVResult:
     """Cross-validation of one grid on the data handle ``ds`` (:mod:`dl1.paths.cv`): the
@@ -139,12 +140,13 @@ def cross_validated(
             amax = alpha_max(ds, l1_ratio=l1_ratio, loss=loss, sample_weight=sw, client=client,
                              fit_intercept=opts["fit_intercept"],
                              standardize=opts["standardize"], penalty_factor=penalty_factor,
-                             positive=positive)  # fmt: skip
+                             positive=positive, bounds=bounds)  # fmt: skip
             alphas = alpha_grid(amax, n_alphas, eps)
         grid = np.sort(np.asarray(alphas, np.float64).ravel())[::-1]
         grids = np.tile(grid, (len(folds), 1))
 
-    fold_run = FoldRun(loss, make_penalty(1.0, l1_ratio, penalty_factor, positive), opts)
+    penalty = make_penalty(1.0, l1_ratio, penalty_factor, positive, bounds)
+    fold_run = FoldRun(loss, penalty, opts)
     ex = executor_for(client)
     in_one_piece = None
     if one_piece.chosen(ex, ds.held_bytes, None):
@@ -180,7 +182,7 @@ class FoldRun:
             tight_inner=True,
         )  # fmt: skip
         check_call(inputs, client, solver, self.loss, view.n_partitions)
-        check_penalty(self.penalty, solver)
+        check_penalty(self.penalty, solver, opts["standardize"])
         problem, _ = _set_up(
             inputs, executor_for(client), False, solver, penalty=self.penalty,
             fit_intercept=opts["fit_intercept"], standardize=opts["standardize"],
@@ -216,6 +218,7 @@ def fit_cv(
     Cs: Any = None,
     penalty_factor: Any = None,
     positive: bool = False,
+    bounds: Any = None,
     loss: str = "squared",
     scoring: str | None = None,
     sample_weight: Any = None,
@@ -237,7 +240,7 @@ def fit_cv(
     Parameters
     ----------
     X, y, loss, sample_weight, fit_intercept, standardize, tol, max_rounds, n_partitions,
-    solver, screen, random_order, seed, client, split, penalty_factor, positive
+    solver, screen, random_order, seed, client, split, penalty_factor, positive, bounds
         As in :func:`dl1.fit` (``screen``: gap-safe screening along each fold's path; any
         two labels of a classification loss, mapped to -1 / +1 before any work). ``X`` may
         be a :class:`~dl1.dataset.Dataset` (then ``y`` comes with it); otherwise one is made
@@ -267,7 +270,7 @@ def fit_cv(
     settings = dict(fit_intercept=fit_intercept, standardize=standardize, tol=tol,
                     max_rounds=max_rounds, solver=solver, screen=screen,
                     random_order=random_order, seed=seed, penalty_factor=penalty_factor,
-                    positive=positive)  # fmt: skip
+                    positive=positive, bounds=bounds)  # fmt: skip
     labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1, before any work
     with handle(labels.X, labels.y, client, n_partitions, split) as ds:
         sw = sample_weight if sample_weight is not None else ds.sample_weight

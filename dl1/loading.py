@@ -29,7 +29,6 @@ from dl1.store.location import is_store_source
 from dl1.store.reader import csc_column_range
 from dl1.tasks.blocks import Block, BlockSource, assemble_block, identity, loaded
 from dl1.tasks.gram import GRAM_DENSE_MAX
-from dl1.tasks.passes import xt_theta_task
 from dl1.tasks.rows import (
     RowSource,
     RowStats,
@@ -508,27 +507,6 @@ def block_scale(block: Block | BlockSource) -> np.ndarray:
 def col_scales(ex: Any, blocks: list[Any]) -> np.ndarray:
     """The column scales of all blocks (standardisation), in feature order."""
     return np.concatenate(ex.gather([ex.submit(block_scale, b) for b in blocks]))
-
-
-def xt_theta_absmax(
-    ex: Any,
-    blocks: list[Any],
-    theta: np.ndarray,
-    n_partitions: int,
-    factors: list[np.ndarray] | None = None,
-    positive: bool = False,
-) -> float:
-    """``||X^T theta||_inf`` (with per-block penalty ``factors`` and ``positive``, the
-    weighted penalty's dual norm): one task per partition, so ``theta`` travels once per
-    partition (a task per block would ship a copy of ``theta`` with each of thousands of
-    blocks)."""
-    parts = np.array_split(np.arange(len(blocks)), max(1, min(n_partitions, len(blocks))))
-    stats = ex.gather(
-        [ex.submit(xt_theta_task, [blocks[j] for j in part], theta, np.inf,
-                   None if factors is None else [factors[j] for j in part], positive)
-         for part in parts]
-    )  # fmt: skip
-    return max((st[0] for res in stats for st in res), default=0.0)
 
 
 def load_problem(

@@ -222,6 +222,7 @@ PENALISED = {
     "coef_init": ["array-like", None],
     "penalty_factor": ["array-like", None],
     "positive": ["boolean"],
+    "bounds": ["array-like", None],
     "intercept_init": [Interval(numbers.Real, None, None), None],
 }
 

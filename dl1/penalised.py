@@ -89,27 +89,37 @@ def _set_up(
         raise
 
 
-def make_penalty(alpha: float, l1_ratio: float, penalty_factor: Any, positive: bool) -> ElasticNet:
-    """The penalty of a call: the elastic net, or with per-feature factors or ``positive``
-    the weighted one (checked here, before any work)."""
-    if penalty_factor is None and not positive:
+def make_penalty(
+    alpha: float, l1_ratio: float, penalty_factor: Any, positive: bool, bounds: Any = None
+) -> ElasticNet:
+    """The penalty of a call: the elastic net, or with per-feature factors, ``positive`` or
+    ``bounds`` the weighted one (checked here, before any work)."""
+    if penalty_factor is None and not positive and bounds is None:
         return ElasticNet(alpha, l1_ratio)
-    return WeightedElasticNet(alpha, l1_ratio, penalty_factor, positive)
+    return WeightedElasticNet(alpha, l1_ratio, penalty_factor, positive, bounds)
 
 
-def check_penalty(penalty: ElasticNet, solver: Any) -> None:
-    """Refuse per-feature factors and sign constraints for the solvers without them: the
-    working-set solver fits them, without screening (its sphere test is the plain
-    penalty's)."""
+def check_penalty(penalty: ElasticNet, solver: Any, standardize: bool = False) -> None:
+    """Refuse per-feature factors and bounds for the solvers without them: the working-set
+    solver fits them, without screening (its sphere test is the plain penalty's). Finite
+    bounds other than 0 are refused with ``standardize`` (they would bound the
+    standardised coefficients, not the ones returned)."""
     if penalty.uniform:
         return
     if solver.name != "ws" or getattr(solver, "screen", False):
         raise ValidationError(
-            "penalty_factor and positive are fitted by solver='ws' without screening, not "
-            f"solver={solver.name!r}" + (" with screen=True" if solver.name == "ws" else "")
+            "penalty_factor, positive and bounds are fitted by solver='ws' without "
+            f"screening, not solver={solver.name!r}"
+            + (" with screen=True" if solver.name == "ws" else "")
         )
     if getattr(solver, "spread", None) == "cocoa":
-        raise ValidationError("penalty_factor and positive: spread='cocoa' has one penalty")
+        raise ValidationError("penalty_factor, positive and bounds: spread='cocoa' has one "
+                              "penalty")  # fmt: skip
+    box = penalty.bounds
+    if standardize and np.any(np.isfinite(box) & (box != 0.0)):
+        raise ValidationError("bounds other than 0 with standardize=True: the bounds would "
+                              "hold for the standardised coefficients; scale X yourself or "
+                              "give standardize=False")  # fmt: skip
 
 
 def direct_calls(ex: Any, solver: Any, streamed: bool) -> Any:
@@ -130,6 +140,7 @@ def fit(
     l1_ratio: float = 1.0,
     penalty_factor: Any = None,
     positive: bool = False,
+    bounds: Any = None,
     loss: str = "squared",
     fit_intercept: bool = True,
     standardize: bool = False,
@@ -179,7 +190,14 @@ def fit(
         gap are then those of the penalised features, the free ones at their optimum).
     positive : bool
         Coefficients kept ``>= 0`` (scikit-learn's ``positive``, glmnet's ``lower.limits =
-        0``). Both are fitted by ``solver="ws"`` without screening.
+        0``): ``bounds=(0, None)``.
+    bounds : (lower, upper), optional
+        Box constraints ``lower_j <= w_j <= upper_j`` (glmnet's ``lower.limits`` /
+        ``upper.limits``): each a number, an array of one bound per feature or None
+        (unbounded), with ``lower <= 0 <= upper``; not with ``standardize`` (other than
+        ``0``). Factors, ``positive`` and bounds are fitted by ``solver="ws"`` without
+        screening; the certificate counts the bounds (a finite bound makes its side of the
+        dual finite).
     loss : {"squared", "logistic", "hinge", "smooth_hinge"}
         The hinge (``max(0, 1 - y z)``) is not smooth: ``"smoothing"`` certifies it at
         ``tol`` (``"auto"`` picks it), the sample-wise solvers take it too; the smoothed
@@ -256,8 +274,8 @@ def fit(
         random_order=random_order, seed=seed, screen=screen, spread=spread, verbose=verbose,
         callback=callback,
     )  # fmt: skip
-    penalty = make_penalty(alpha, l1_ratio, penalty_factor, positive)
-    check_penalty(penalty, solver_obj)
+    penalty = make_penalty(alpha, l1_ratio, penalty_factor, positive, bounds)
+    check_penalty(penalty, solver_obj, standardize)
     refusal = excluded(stream=stream, verbose=verbose)
     ready = read_or_ship("fit", call, solver_obj, refusal)
     if ready.shipped:
@@ -327,6 +345,7 @@ def alpha_max(
     l1_ratio: float = 1.0,
     penalty_factor: Any = None,
     positive: bool = False,
+    bounds: Any = None,
     loss: str = "squared",
     fit_intercept: bool = True,
     standardize: bool = False,
@@ -336,8 +355,9 @@ def alpha_max(
     stream: bool | None = None,
 ) -> float:
     """Smallest ``alpha`` whose solution is ``w = 0``: ``||X^T grad F(b0)||_inf / l1_ratio``
-    (with ``penalty_factor`` or ``positive``, the dual norm of the weighted penalty:
-    ``max_j e_j / f_j``, ``e_j`` the positive part of ``x_j^T grad`` under ``positive``).
+    (with ``penalty_factor``, ``positive`` or ``bounds``, the weighted penalty's:
+    ``max_j e_j / f_j``, ``e_j`` the largest of ``x_j^T grad`` and its opposite over the
+    sides whose bound is not 0; the positive part of ``x_j^T grad`` under ``positive``).
 
     One pass over the data (per-block reductions on the workers; ``stream`` as in
     :func:`fit`; any two labels of a classification loss are mapped to -1 / +1 as there).
@@ -349,7 +369,7 @@ def alpha_max(
     ex = executor_for(client)
     streamed = decide_stream(stream, inputs.store, split, ex, inputs.dataset)
     n_parts = inputs.dataset.n_partitions if inputs.dataset else max(1, ex.n_workers)
-    penalty = make_penalty(1.0, l1_ratio, penalty_factor, positive)
+    penalty = make_penalty(1.0, l1_ratio, penalty_factor, positive, bounds)
     penalty.check_features(int(inputs.X.shape[1]))
     problem, _ = load_problem(
         inputs, ex, penalty=penalty, fit_intercept=fit_intercept,
@@ -369,6 +389,7 @@ def path(
     l1_ratio: float = 1.0,
     penalty_factor: Any = None,
     positive: bool = False,
+    bounds: Any = None,
     loss: str = "squared",
     fit_intercept: bool = True,
     standardize: bool = False,
@@ -448,7 +469,7 @@ def path(
     X, y = labels.X, labels.y
     X_test, y_test = held_out(X, X_test, y_test, labels)
     call.update(X=X, y=y, X_test=X_test, y_test=y_test)
-    base = make_penalty(1.0, l1_ratio, penalty_factor, positive)
+    base = make_penalty(1.0, l1_ratio, penalty_factor, positive, bounds)
     if cv is not None:
         if checkpoint is not None:
             raise ValidationError("checkpoint is not available with cv")
@@ -458,7 +479,7 @@ def path(
             max_rounds=max_rounds, client=client, screen=screen, solver=solver,
             random_order=random_order, seed=seed, X_test=X_test, y_test=y_test,
             verbose=verbose, callback=callback, penalty_factor=penalty_factor,
-            positive=positive,
+            positive=positive, bounds=bounds,
         )  # fmt: skip
         from dl1.cross_validation import cross_validated, handle
 
@@ -477,7 +498,7 @@ def path(
         # subproblem is solved to the target gap at once (one pass per alpha, not two)
         tight_inner=True,
     )  # fmt: skip
-    check_penalty(base, solver_obj)
+    check_penalty(base, solver_obj, standardize)
     refusal = excluded(stream=stream, checkpoint=checkpoint, verbose=verbose)
     ready = read_or_ship("path", call, solver_obj, refusal)
     if ready.shipped:
@@ -545,11 +566,13 @@ def _checkpoint_settings(
         "solver_options": solver_settings(solver),
     }  # fmt: skip
     if not penalty.uniform:
-        factors = penalty.factors  # empty: all 1
+        factors, box = penalty.factors, penalty.bounds  # empty: all 1, none
         settings["penalty"] = {
             "positive": penalty.positive,
             "penalty_factor": crc(factors) if factors.size else None,
         }
+        if box.size and not penalty.positive:
+            settings["penalty"]["bounds"] = crc(box)
     return settings
 
 

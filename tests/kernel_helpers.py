@@ -8,6 +8,8 @@ import scipy.sparse as sp
 from dl1.objective.datafits import DATAFITS
 
 EMPTY = np.empty(0, dtype=np.float64)
+#: The kernels' bounds for "none" (shape (2, 0)).
+NO_BOX = np.zeros((2, 0))
 SHAPES = [(1, 2), (7, 5), (30, 12), (64, 40)]
 DTYPES = [np.float32, np.float64]
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dl1.kernels.linalg import bound_at
+
 
 @njit(nogil=True, cache=True)
 def soft_threshold(x, tau):
@@ -49,19 +51,20 @@ def soft_threshold(x, tau):
 
 
 @njit(nogil=True, cache=True)
-def penalised_step(x, lj, alpha_l1, alpha_l2, factors, j, positive):  # pragma: no cover
+def penalised_step(x, lj, alpha_l1, alpha_l2, factors, j, bounds):  # pragma: no cover
     """The exact coordinate step ``argmin_v lj v^2 / 2 - x v + f_j (alpha_l1 |v| + alpha_l2
-    v^2 / 2)``, over ``v >= 0`` when ``positive``: ``soft_threshold(x, f_j alpha_l1) / (lj +
-    f_j alpha_l2)``, clipped at 0 (a one-dimensional convex problem: clipping its minimiser
-    gives the constrained one). ``f_j = factors[j]`` (glmnet's ``penalty.factor``), 1 when
-    ``factors`` is empty."""
+    v^2 / 2)`` over ``lower_j <= v <= upper_j``: ``soft_threshold(x, f_j alpha_l1) / (lj +
+    f_j alpha_l2)`` clipped to the bounds (a one-dimensional convex problem: clipping its
+    minimiser gives the constrained one). ``f_j = factors[j]`` (glmnet's
+    ``penalty.factor``), 1 when ``factors`` is empty; ``bounds`` as
+    :func:`dl1.kernels.linalg.bound_at` takes them (empty for none)."""
     f = factors[j] if factors.shape[0] > 0 else 1.0
     d = lj + f * alpha_l2
     if d <= 0.0:  # an empty unpenalised column: any value is optimal, keep 0
         return 0.0
     v = soft_threshold(x, f * alpha_l1) / d
-    if positive and v < 0.0:
-        return 0.0
+    if bounds.shape[1] > 0:
+        v = min(max(v, bound_at(bounds, 0, j)), bound_at(bounds, 1, j))
     return v
 
 
@@ -116,7 +119,7 @@ def cd_block_epochs(
     alpha_l1,
     alpha_l2,
     factors,
-    positive,
+    bounds,
     n_epochs,
     random_order,
     seed,
@@ -156,8 +159,9 @@ def cd_block_epochs(
         Penalty ``f_j (alpha_l1 |w_j| + alpha_l2 / 2 w_j^2)``.
     factors : ndarray of float64, shape (ncols,) or (0,)
         Per-column penalty factors ``f_j``; empty for 1 (:func:`penalised_step`).
-    positive : bool
-        Coefficients kept ``>= 0``.
+    bounds : ndarray of float64, shape (2, ncols), (2, 1) or (2, 0)
+        Lower and upper bounds of the coefficients (:func:`dl1.kernels.linalg.bound_at`);
+        (2, 0) for none.
     n_epochs : int
         Passes over ``active``.
     random_order : bool
@@ -244,7 +248,7 @@ def cd_block_epochs(
                 lj = coef * sq
                 # Exact minimiser of grad*d + L_j d^2/2 + a1|w+d| + a2/2 (w+d)^2 (paper, Eq. (10)).
                 w_new = penalised_step(lj * w_old - grad, lj, alpha_l1, alpha_l2, factors, j,
-                                       positive)  # fmt: skip
+                                       bounds)  # fmt: skip
                 if w_new == w_old:
                     continue
             w[j] = w_new
@@ -288,7 +292,7 @@ def weighted_col_stats(indptr, indices, data, col_scale, h, lj, hx, hdata):
 @njit(nogil=True, cache=True)
 def weighted_cd_epochs(
     indptr, indices, data, col_scale, w, dw, r, hdata, lj, hx, floor, n, alpha_l1, alpha_l2,
-    factors, positive, shift, order, max_epochs, rtol, progress,
+    factors, bounds, shift, order, max_epochs, rtol, progress,
 ):  # fmt: skip
     """Cyclic coordinate descent on the proximal Newton model of a working set.
 
@@ -329,7 +333,7 @@ def weighted_cd_epochs(
         squared hinge's inactive rows) or it is constant there when centred; a column with
         ``floor[j] = 0`` and no curvature is left alone.
     n, alpha_l1, alpha_l2 : float
-    factors, positive : per-column penalty factors (empty for 1) and the sign constraint, as
+    factors, bounds : per-column penalty factors (empty for 1) and bounds (empty for none), as
         in :func:`cd_block_epochs`.
     shift : ndarray of float64, shape (2,)
         ``shift[0]`` the intercept step ``e`` (start with the one giving ``sum(g + h e) =
@@ -378,7 +382,7 @@ def weighted_cd_epochs(
             curv = lc / n
             v_old = w[j] + dw[j]
             v_new = penalised_step(curv * v_old - grad, curv, alpha_l1, alpha_l2, factors, j,
-                                   positive)  # fmt: skip
+                                   bounds)  # fmt: skip
             delta = v_new - v_old
             if delta == 0.0:
                 continue

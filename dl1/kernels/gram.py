@@ -16,7 +16,7 @@ from dl1.kernels.cd import penalised_step
 
 
 @njit(nogil=True, cache=True)
-def gram_cd_epochs(Q, h, w, alpha_l1, alpha_l2, factors, positive, n_epochs):  # pragma: no cover
+def gram_cd_epochs(Q, h, w, alpha_l1, alpha_l2, factors, bounds, n_epochs):  # pragma: no cover
     """Cyclic coordinate-descent epochs with covariance updates.
 
     Parameters
@@ -29,7 +29,7 @@ def gram_cd_epochs(Q, h, w, alpha_l1, alpha_l2, factors, positive, n_epochs):  #
         Coefficients; updated in place.
     alpha_l1, alpha_l2 : float
         Penalty ``f_j (alpha_l1 |w_j| + alpha_l2 / 2 w_j^2)``.
-    factors, positive : per-column factors ``f_j`` (empty for 1) and the sign constraint
+    factors, bounds : per-column factors ``f_j`` (empty for 1) and bounds (empty for none)
         (:func:`dl1.kernels.cd.penalised_step`).
     n_epochs : int
 
@@ -47,7 +47,7 @@ def gram_cd_epochs(Q, h, w, alpha_l1, alpha_l2, factors, positive, n_epochs):  #
             if L <= 0.0:
                 continue
             old = w[j]
-            new = penalised_step(L * old + h[j], L, alpha_l1, alpha_l2, factors, j, positive)
+            new = penalised_step(L * old + h[j], L, alpha_l1, alpha_l2, factors, j, bounds)
             if new == old:
                 continue
             d = new - old

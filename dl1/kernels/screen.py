@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dl1.kernels.linalg import weighted_dual
+from dl1.kernels.linalg import DUAL_SIDES, KKT_SIDES, box_conjugate, weighted_dual
 from dl1.kernels.vectors import BLOCK
 
 
@@ -71,36 +71,46 @@ def csc_scan_screen(
 
 @njit(nogil=True, cache=True)
 def violation_scores(
-    c, threshold, cols, col_sqnorm, support, factors, positive
+    c, threshold, cols, col_sqnorm, support, factors, bounds, n, alpha_l2
 ):  # pragma: no cover - compiled
     """Turn ``c = X^T theta`` of the visited columns into working-set scores, in place.
 
     ``c_t`` becomes the KKT violation ``e_t - threshold`` of column ``cols[t]``, where
-    ``e_t`` is ``|c_t|`` divided by the column's penalty factor, or ``max(c_t, 0)`` divided
-    by it for coefficients kept ``>= 0`` (:func:`~dl1.kernels.linalg.weighted_dual`); or
+    ``e_t`` is ``|c_t|`` divided by the column's penalty factor, over the sides its bounds
+    leave open at 0 (``max(c_t, 0)`` for coefficients kept ``>= 0``:
+    :func:`~dl1.kernels.linalg.weighted_dual` with ``KKT_SIDES``); or
     ``-inf`` for a column of the support (``support``: sorted local ids, already in the
     working set), an empty one (``col_sqnorm == 0``, never worth a place) or an unpenalised
     one (factor 0: the solver keeps those in every working set). ``cols`` is sorted;
-    ``factors`` is indexed by local column (empty for 1).
+    ``factors`` and ``bounds`` are indexed by local column (empty for 1 and for none).
 
     Returns
     -------
-    absmax : float, ``max_t e_t`` (the dual norm's part of these columns).
-    excess : float, ``sum_t f_t (e_t - threshold)_+^2``, summed in blocks of
-        :data:`~dl1.kernels.vectors.BLOCK` terms.
+    absmax : float, ``max_t e_t`` over the sides with an infinite bound (the dual norm's
+        part of these columns).
+    excess : float, ``sum_t f_t (e_t - threshold)_+^2`` over the same sides, summed in
+        blocks of :data:`~dl1.kernels.vectors.BLOCK` terms.
+    box : float, the finite bounds' conjugate terms
+        (:func:`~dl1.kernels.linalg.box_conjugate`).
     """
     absmax = 0.0
     excess = 0.0
     part = 0.0
+    box = 0.0
+    boxed = bounds.shape[1] > 0
     k = 0
     for t in range(c.shape[0]):
         j = cols[t]
-        a, f = weighted_dual(c[t], j, factors, positive)
+        a, f = weighted_dual(c[t], j, factors, bounds, DUAL_SIDES)
         if a > absmax:
             absmax = a
         e = a - threshold
         if e > 0.0:
             part += f * e * e
+        if boxed:
+            box += box_conjugate(c[t], j, factors, bounds, threshold, n, alpha_l2)
+            a, f = weighted_dual(c[t], j, factors, bounds, KKT_SIDES)
+            e = a - threshold
         if (t + 1) % BLOCK == 0:
             excess += part
             part = 0.0
@@ -110,7 +120,7 @@ def violation_scores(
             c[t] = -np.inf
         else:
             c[t] = e
-    return absmax, excess + part
+    return absmax, excess + part, box
 
 
 @njit(nogil=True, cache=True)

@@ -17,7 +17,10 @@ satisfies ``sum_i theta_i = 0`` (see the datafits). The penalty conjugate is the
 ``||X^T theta / n||_inf <= alpha_l1`` for the Lasso, so ``theta`` is rescaled by
 ``c = min(1, n alpha_l1 / ||X^T theta||_inf)`` as in scikit-learn and celer. For
 ``alpha_l2 > 0`` the conjugate ``sum_j (|x_j^T theta| / n - alpha_l1)_+^2 / (2 alpha_l2)`` is
-finite everywhere and the better of ``D(theta)`` and ``D(c theta)`` is used.
+finite everywhere and the better of ``D(theta)`` and ``D(c theta)`` is used. A penalty with
+finite bounds adds ``box``, the conjugate's finite terms at ``theta`` (see
+:mod:`dl1.objective.penalties.weighted`); at ``c theta`` they are bounded by ``c box``
+(each term is convex and 0 at 0), which keeps ``D(c theta)`` a lower bound.
 """
 
 from __future__ import annotations
@@ -102,7 +105,8 @@ def duality_gap(
     n = np.asarray(y).shape[0]
     absmax, excess_sq = penalty.xt_theta_stats(xt_theta, n)
     return duality_gap_from_stats(
-        datafit, penalty, y, z, w, absmax, excess_sq, s=s, intercept=intercept, theta=theta
+        datafit, penalty, y, z, w, absmax, excess_sq, s=s, intercept=intercept, theta=theta,
+        box=penalty.box_conjugate(xt_theta, n),
     )
 
 
@@ -117,6 +121,7 @@ def duality_gap_from_stats(
     s: ArrayLike | None = None,
     intercept: bool = True,
     theta: ArrayLike | None = None,
+    box: float = 0.0,
 ) -> tuple[float, float, float]:
     """:func:`duality_gap` from block-reduced statistics of ``X^T theta``.
 
@@ -133,6 +138,9 @@ def duality_gap_from_stats(
     xt_theta_excess_sq : float
         ``sum_j (|x_j^T theta| - n alpha_l1)_+^2`` (sum over blocks of
         :func:`dl1.kernels.csc_xt_theta_stats` with ``threshold = n * penalty.alpha_l1``).
+    box : float, default=0.0
+        The finite bounds' conjugate terms at ``theta`` (sum over blocks of the third
+        statistic of :func:`dl1.kernels.csc_xt_theta_stats`; 0 without bounds).
 
     Returns
     -------
@@ -146,7 +154,7 @@ def duality_gap_from_stats(
     scales = dual_scales(penalty, xt_theta_absmax, n)
     value, conjugates = datafit.value_conjugates(y, z, theta, s, scales)
     primal = value + penalty.value(w)
-    dual = dual_from_conjugates(penalty, conjugates, xt_theta_excess_sq, n)
+    dual = dual_from_conjugates(penalty, scales, conjugates, xt_theta_excess_sq, n, box)
     return primal, dual, primal - dual
 
 
@@ -161,13 +169,19 @@ def dual_scales(penalty: ElasticNet, xt_theta_absmax: float, n: int) -> tuple[fl
 
 
 def dual_from_conjugates(
-    penalty: ElasticNet, conjugates: tuple[float, ...], xt_theta_excess_sq: float, n: int
+    penalty: ElasticNet,
+    scales: tuple[float, ...],
+    conjugates: tuple[float, ...],
+    xt_theta_excess_sq: float,
+    n: int,
+    box: float = 0.0,
 ) -> float:
     """The dual value from the datafit's conjugates at :func:`dual_scales`: the better of
-    the two when there are two."""
-    dual = -conjugates[0]
+    the two when there are two. At the first scale ``c <= 1`` the infinite sides' conjugate
+    is 0 and the finite bounds' at most ``c box``; at ``c = 1`` both are exact."""
+    dual = -conjugates[0] - scales[0] * box
     if len(conjugates) > 1:
-        unscaled = -conjugates[1] - penalty.conjugate_from_stats(xt_theta_excess_sq, n)
+        unscaled = -conjugates[1] - penalty.conjugate_from_stats(xt_theta_excess_sq, n) - box
         dual = max(dual, unscaled)
     return dual
 
@@ -178,6 +192,7 @@ def dual_from_stats(
     xt_theta_absmax: float,
     xt_theta_excess_sq: float,
     n: int,
+    box: float = 0.0,
 ) -> float:
     """The dual value certifying a point, from ``X^T theta``'s statistics.
 
@@ -187,4 +202,4 @@ def dual_from_stats(
     """
     scales = dual_scales(penalty, xt_theta_absmax, n)
     conjugates = tuple(conjugate_at(c) for c in scales)
-    return dual_from_conjugates(penalty, conjugates, xt_theta_excess_sq, n)
+    return dual_from_conjugates(penalty, scales, conjugates, xt_theta_excess_sq, n, box)

@@ -19,6 +19,7 @@ from dl1.runtime.wire import (
     WireBlock,
     WireGroup,
     WireValue,
+    like,
 )
 from dl1.solvers.records import SubproblemCall
 from dl1.tasks.columns import compact_task, extract_task
@@ -209,7 +210,7 @@ class PartitionServer:
         if isinstance(a, list):
             return [self._resolve(x, used, local_only) for x in a]
         if isinstance(a, tuple):
-            return tuple(self._resolve(x, used, local_only) for x in a)
+            return like(a, (self._resolve(x, used, local_only) for x in a))
         if isinstance(a, WireBlock):
             return self._block(a)
         if isinstance(a, WireGroup):

@@ -35,6 +35,7 @@ from dl1.runtime.wire import (
     WireBlock,
     WireGroup,
     WireValue,
+    like,
 )
 from dl1.tasks.blocks import identity
 from dl1.tasks.columns import compact_task, extract_task
@@ -251,7 +252,7 @@ class RpcExecutor(DistributedExecutor):
         if isinstance(a, list):
             return [self._wire(x, addr) for x in a]
         if isinstance(a, tuple):
-            return tuple(self._wire(x, addr) for x in a)
+            return like(a, (self._wire(x, addr) for x in a))
         if isinstance(a, Future):
             return WireBlock(a.key)
         if isinstance(a, GroupRef):
@@ -280,7 +281,7 @@ class RpcExecutor(DistributedExecutor):
         if isinstance(a, list):
             return [self._as_task_arg(x) for x in a]
         if isinstance(a, tuple):
-            return tuple(self._as_task_arg(x) for x in a)
+            return like(a, (self._as_task_arg(x) for x in a))
         if isinstance(a, ValueRef):
             if a.future is None:
                 a.future = DistributedExecutor.submit(self, identity, a.value)

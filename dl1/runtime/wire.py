@@ -28,6 +28,12 @@ PLUGIN_NAME = "dl1-partition-servers"
 MAX_SERVERS = 8
 
 
+def like(a: tuple, items: Any) -> tuple:
+    """``items`` as a tuple of ``a``'s kind: a NamedTuple (a record such as a block's
+    penalty) keeps its type across the wire's rewriting of its fields."""
+    return type(a)(*items) if hasattr(a, "_fields") else tuple(items)
+
+
 class BlockMissing(RuntimeError):
     """A block the coordinator expected in a worker's memory is not there (or the worker)."""
 

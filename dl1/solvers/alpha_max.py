@@ -3,12 +3,18 @@ penalised coefficient 0, from one pass over the data."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from dl1.loading import rows_xt_theta, xt_theta_absmax
+from dl1.kernels.linalg import KKT_SIDES
+from dl1.loading import rows_xt_theta
 from dl1.objective.penalties import ElasticNet
 from dl1.solvers.base import Problem
+from dl1.solvers.scans import block_penalties
 from dl1.solvers.unpenalised import FreeColumns
+from dl1.tasks.blocks import BlockPenalty
+from dl1.tasks.passes import xt_theta_task
 
 
 def problem_alpha_max(problem: Problem, l1_ratio: float) -> float:
@@ -24,9 +30,26 @@ def problem_alpha_max(problem: Problem, l1_ratio: float) -> float:
     if pb.rows is not None:
         absmax = float(np.abs(rows_xt_theta(pb.executor, pb.rows, theta0)).max(initial=0.0))
     else:
-        pen, bounds = pb.penalty, pb.col_bounds
-        factors = None if pen.uniform else [pen.block(int(bounds[j]), int(bounds[j + 1]))
-                                            for j in range(len(pb.blocks))]  # fmt: skip
-        absmax = xt_theta_absmax(pb.executor, pb.blocks, theta0, len(pb.partitions), factors,
-                                 pen.positive)  # fmt: skip
+        penalties = block_penalties(pb, list(range(len(pb.blocks))))
+        absmax = xt_theta_absmax(pb.executor, pb.blocks, theta0, len(pb.partitions), penalties)
     return ElasticNet.alpha_max(absmax / pb.n, l1_ratio)
+
+
+def xt_theta_absmax(
+    ex: Any,
+    blocks: list[Any],
+    theta: np.ndarray,
+    n_partitions: int,
+    penalties: list[BlockPenalty] | None = None,
+) -> float:
+    """``||X^T theta||_inf`` (with per-block ``penalties``, the weighted penalty's norm over
+    the sides the KKT conditions at 0 see): one task per partition, so ``theta`` travels
+    once per partition (a task per block would ship a copy of ``theta`` with each of
+    thousands of blocks)."""
+    parts = np.array_split(np.arange(len(blocks)), max(1, min(n_partitions, len(blocks))))
+    stats = ex.gather(
+        [ex.submit(xt_theta_task, [blocks[j] for j in part], theta, np.inf,
+                   None if penalties is None else [penalties[j] for j in part], KKT_SIDES)
+         for part in parts]
+    )  # fmt: skip
+    return max((st.absmax for res in stats for st in res), default=0.0)

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dl1.kernels.cd import weighted_cd_epochs, weighted_col_stats
-from dl1.kernels.linalg import csc_matvec, csc_xt_theta_stats
+from dl1.kernels.linalg import DUAL_SIDES, csc_matvec, csc_xt_theta_stats
 from dl1.kernels.margins import NO_WEIGHTS as NO_U
 from dl1.kernels.margins import balance, move_along
 from dl1.objective.gap import dual_from_stats
@@ -223,7 +223,7 @@ def minimise_model(
         epochs += weighted_cd_epochs(
             cols.indptr, cols.indices, cols.data, cols.scale, w, dw, r, model.hdata, model.lj,
             model.hx, model.floor, float(r.shape[0]), penalty.alpha_l1, penalty.alpha_l2,
-            penalty.factors, penalty.positive, model.shift, order, 1, INNER_RTOL, progress,
+            penalty.factors, penalty.bounds, model.shift, order, 1, INNER_RTOL, progress,
         )  # fmt: skip
         full = order is every
         if progress[2] != 0.0:
@@ -293,12 +293,12 @@ def _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, o
     theta = np.negative(g, out=out)
     if fit_intercept:
         balance(theta)
-    am, ex = csc_xt_theta_stats(
+    am, ex, box = csc_xt_theta_stats(
         cols.indptr, cols.indices, cols.data, cols.scale, theta, n * penalty.alpha_l1,
-        penalty.factors, penalty.positive,
+        penalty.factors, penalty.bounds, float(n), penalty.alpha_l2, DUAL_SIDES,
     )
     conjugate_at = datafit.conjugate_line(y, theta, s)
-    return primal - dual_from_stats(penalty, conjugate_at, am, ex, n)
+    return primal - dual_from_stats(penalty, conjugate_at, am, ex, n, box)
 
 
 def _line_search(datafit, penalty, y, z, sw, w, dw, g, h, u, e, f0) -> tuple[float, float]:

@@ -13,10 +13,12 @@ import numpy as np
 
 class GapStats(NamedTuple):
     """Per-block reductions of ``c = X^T theta`` that the duality gap needs:
-    ``max_j |c_j|`` and ``sum_j (|c_j| - threshold)_+^2``."""
+    ``max_j |c_j|``, ``sum_j (|c_j| - threshold)_+^2`` and the finite bounds' conjugate
+    terms (:func:`dl1.kernels.linalg.csc_xt_theta_stats`)."""
 
     absmax: float
     excess: float
+    box: float = 0.0
 
 
 class ColumnGroup(NamedTuple):

@@ -13,6 +13,7 @@ import numpy as np
 from dl1.solvers.base import Problem
 from dl1.solvers.records import BlockScan, PartitionScan
 from dl1.solvers.result import coef_by_block
+from dl1.tasks.blocks import BlockPenalty
 from dl1.tasks.passes import scan_task
 
 #: Working-set size of the first round (later: ``max(WS_START, 2 |support|)``).
@@ -101,13 +102,18 @@ def sequential_sphere(
     return seed.theta, scale, radius
 
 
-def block_factors(problem: Problem, part: list[int]) -> list[np.ndarray] | None:
-    """The penalty factors of the blocks of partition ``part`` (None: the plain penalty)."""
-    pb = problem
-    if pb.penalty.uniform:
+def block_penalties(problem: Problem, part: list[int]) -> list[BlockPenalty] | None:
+    """The weighted penalty of the blocks of partition ``part`` as their kernels take it
+    (None: the plain penalty)."""
+    pb, pen = problem, problem.penalty
+    if pen.uniform:
         return None
-    bounds = pb.col_bounds
-    return [pb.penalty.block(int(bounds[j]), int(bounds[j + 1])) for j in part]
+    cb = pb.col_bounds
+    return [
+        BlockPenalty(pen.block(int(cb[j]), int(cb[j + 1])),
+                     pen.block_bounds(int(cb[j]), int(cb[j + 1])), float(pb.n), pen.alpha_l2)
+        for j in part
+    ]  # fmt: skip
 
 
 def scan_pass(
@@ -129,7 +135,7 @@ def scan_pass(
                 scan_task, [pb.blocks[j] for j in part], theta, threshold,
                 coef_by_block(w, pb.col_bounds, part, support), ws_size,
                 [alive[j] for j in part],
-                sphere, norms, block_factors(pb, part), pb.penalty.positive,
+                sphere, norms, block_penalties(pb, part),
             )
             for part in pb.partitions
         ]

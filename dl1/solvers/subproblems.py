@@ -363,6 +363,7 @@ class SpreadGram:
         pb, ex = run.problem, run.problem.executor
         plan = run.spread_plan(ws)
         ids = np.concatenate([gids[keep] for _, grp in plan for _, gids, keep in grp])
+        pen = pb.penalty.restricted(ids)  # factors and bounds in the order of ``ids``
         hs = [[h for h, _, _ in grp] for _, grp in plan]
         keeps = [[keep for _, _, keep in grp] for _, grp in plan]
         sizes = np.cumsum([0] + [sum(k.shape[0] for k in ks) for ks in keeps])
@@ -373,9 +374,9 @@ class SpreadGram:
         while True:
             b, theta, h, profile = self._exact_check(run, b, plan, hs, keeps, profile)
             _, _, gap = duality_gap_from_stats(
-                pb.datafit, pb.penalty, pb.y, run.z, w_ids,
-                *pb.penalty.xt_theta_stats(h, pb.n), s=pb.weights,
-                intercept=pb.fit_intercept, theta=theta,
+                pb.datafit, pen, pb.y, run.z, w_ids, *pen.xt_theta_stats(h, pb.n),
+                s=pb.weights, intercept=pb.fit_intercept, theta=theta,
+                box=pen.box_conjugate(h, pb.n),
             )  # fmt: skip
             check_round(f"working-set solver (spread Gram subproblem of round {r})", checks,
                         {"restricted duality gap": gap})
@@ -388,13 +389,13 @@ class SpreadGram:
             if estimate_ok:  # the estimate said "within the target", the exact gap did not
                 min_between = self.check_every
             est = GramGapEstimate(
-                pb.datafit, pb.penalty, pb.y, run.z, theta, h, w_ids, pb.weights, profile[0]
+                pb.datafit, pen, pb.y, run.z, theta, h, w_ids, pb.weights, profile[0]
             )
             ((w_new, done, estimate_ok, k),) = ex.gather(
                 [
                     ex.submit_to(
                         plan[0][0], spread_gram_epochs_task, run.spread_gram.task, w_ids,
-                        h / pb.n, est, pb.penalty, targets.gram_gap, min_between,
+                        h / pb.n, est, pen, targets.gram_gap, min_between,
                         10 * self.check_every, run.max_epochs - epochs, self.anderson,
                     )
                 ]

@@ -40,7 +40,7 @@ RESOLVED = 1e3 * EPS
 
 def check_free(problem: Problem) -> None:
     """Refuse unpenalised features a fit cannot certify, before any work: a non-smooth
-    loss (no Newton step), a sign constraint (the minimisation over them is unconstrained)
+    loss (no Newton step), bounds on them (the minimisation over them is unconstrained)
     or no penalised feature left (no ``alpha_max``)."""
     free = problem.penalty.free
     if free.shape[0] == 0:
@@ -49,10 +49,12 @@ def check_free(problem: Problem) -> None:
         raise ValidationError(f"penalty_factor has zeros (unpenalised features) and "
                               f"loss={problem.datafit.name!r} is not smooth: give the "
                               "unpenalised features a small factor such as 1e-6")  # fmt: skip
-    if problem.penalty.positive:
-        raise ValidationError("penalty_factor has zeros (unpenalised features) and "
-                              "positive=True: an unpenalised feature kept >= 0 is not "
-                              "supported; give it a small factor such as 1e-6")  # fmt: skip
+    box = problem.penalty.bounds
+    if box.shape[1] and np.isfinite(box if box.shape[1] == 1 else box[:, free]).any():
+        raise ValidationError("penalty_factor has zeros (unpenalised features) with bounds "
+                              "on them (positive=True or bounds=): a bounded unpenalised "
+                              "feature is not supported; give it a small factor such as "
+                              "1e-6")  # fmt: skip
     if free.shape[0] == problem.p:
         raise ValidationError("penalty_factor is 0 for every feature: nothing is penalised")
 

@@ -400,12 +400,13 @@ class Run:
         )
         absmax = max((blk.stats.absmax for blk in last.per_block), default=0.0)
         excess = float(sum(blk.stats.excess for blk in last.per_block))
+        box = float(sum(blk.stats.box for blk in last.per_block))
         self.absmax = absmax
         support = self.support
         self.cert = Certificate(*duality_gap_from_stats(
             pb.datafit, pb.penalty.restricted(support), pb.y, self.z, self.w[support], absmax,
             excess,
-            s=pb.weights, intercept=pb.fit_intercept, theta=last.theta,
+            s=pb.weights, intercept=pb.fit_intercept, theta=last.theta, box=box,
         ))  # fmt: skip
         check_round(
             "working-set solver", r,

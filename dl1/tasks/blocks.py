@@ -4,6 +4,7 @@ every task that uses them (:class:`BlockSource`, out of core)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -20,6 +21,24 @@ NO_PROFILE = np.zeros(0)
 NO_SHIFT = np.zeros(2)
 #: The kernels' penalty factors for "1 on every column" (the plain elastic net).
 NO_FACTORS = np.zeros(0)
+#: The kernels' bounds for "no bounds" (:func:`dl1.kernels.linalg.bound_at`).
+NO_BOUNDS = np.zeros((2, 0))
+
+
+class BlockPenalty(NamedTuple):
+    """A weighted penalty as one block's kernels take it
+    (:mod:`dl1.objective.penalties.weighted`): the block's factors (empty for 1) and
+    bounds (:data:`NO_BOUNDS` for none), with ``n`` and ``alpha_l2`` for the finite bounds'
+    conjugate terms (:func:`dl1.kernels.linalg.box_conjugate`)."""
+
+    factors: np.ndarray
+    bounds: np.ndarray
+    n: float
+    alpha_l2: float
+
+
+#: The plain elastic net's :class:`BlockPenalty` (no factors, no bounds).
+PLAIN = BlockPenalty(NO_FACTORS, NO_BOUNDS, 1.0, 0.0)
 
 
 @dataclass

@@ -73,7 +73,8 @@ class GramGapEstimate:
         primal = 0.5 * a / n + pen.value(w)
         # F*(-c theta / n) for theta = S r: (c^2 sum s r^2 / 2 - c sum s r y) / n
         dual = dual_from_stats(
-            pen, lambda c: (0.5 * c * c * a - c * b) / n, *pen.xt_theta_stats(xt, n), n
+            pen, lambda c: (0.5 * c * c * a - c * b) / n, *pen.xt_theta_stats(xt, n), n,
+            box=pen.box_conjugate(xt, n),
         )
         return primal - dual
 
@@ -106,7 +107,7 @@ def gram_epochs(
     for since in range(1, max_between + 1):
         if epochs >= max_epochs:
             break
-        gram_cd_epochs(Q, h, w, a1, a2, penalty.factors, penalty.positive, 1)
+        gram_cd_epochs(Q, h, w, a1, a2, penalty.factors, penalty.bounds, 1)
         epochs += 1
         hist.append(w.copy())
         if len(hist) == anderson + 1:

@@ -9,32 +9,44 @@ from typing import Any
 import numpy as np
 
 from dl1.kernels.cd import cd_block_epochs
-from dl1.kernels.linalg import csc_col_sqnorms, csc_xt_theta_stats
+from dl1.kernels.linalg import DUAL_SIDES, csc_col_sqnorms, csc_xt_theta_stats
 from dl1.solvers.records import (
     BlockScan,
     GapStats,
     PartitionScan,
     RoundOutput,
 )
-from dl1.tasks.blocks import NO_FACTORS, NO_PROFILE, NO_SHIFT, Block, BlockSource, loaded
+from dl1.tasks.blocks import (
+    NO_BOUNDS,
+    NO_FACTORS,
+    NO_PROFILE,
+    NO_SHIFT,
+    PLAIN,
+    Block,
+    BlockPenalty,
+    BlockSource,
+    loaded,
+)
 
 
 def xt_theta_task(
     blocks: list[Block | BlockSource],
     theta: np.ndarray,
     threshold: float,
-    factors: list[np.ndarray] | None = None,
-    positive: bool = False,
+    penalties: list[BlockPenalty] | None = None,
+    sides: float = DUAL_SIDES,
 ):
     """Per-block ``(||X_k^T theta||_inf, sum_j (|x_j^T theta| - threshold)_+^2)``, or with
-    per-block penalty ``factors`` and ``positive`` the weighted penalty's statistics
-    (:func:`~dl1.kernels.linalg.csc_xt_theta_stats`)."""
+    per-block ``penalties`` the weighted penalty's statistics
+    (:func:`~dl1.kernels.linalg.csc_xt_theta_stats`): the dual norm's sides, or with
+    ``sides=KKT_SIDES`` those the KKT conditions at 0 see (``alpha_max``)."""
     out = []
     for k, b in enumerate(blocks):
         b = loaded(b)
-        f = NO_FACTORS if factors is None else factors[k]
+        pen = PLAIN if penalties is None else penalties[k]
         stats = csc_xt_theta_stats(b.indptr, b.indices, b.data, b.col_scale, theta, threshold,
-                                   f, positive)  # fmt: skip
+                                   pen.factors, pen.bounds, pen.n, pen.alpha_l2,
+                                   sides)  # fmt: skip
         out.append(GapStats(*stats))
     return out
 
@@ -99,7 +111,7 @@ def round_task(
                 alpha_l1,
                 alpha_l2,
                 NO_FACTORS,
-                False,
+                NO_BOUNDS,
                 1,
                 random_order,
                 (seed * 1000003 + epoch * 1009 + k) % (2**32),
@@ -167,8 +179,7 @@ def scan_task(
     alive: list[np.ndarray | None] | None = None,
     prev: tuple[np.ndarray, float, float] | None = None,
     norms: bool = False,
-    factors: list[np.ndarray] | None = None,
-    positive: bool = False,
+    penalties: list[BlockPenalty] | None = None,
 ):
     # ``alive``: per block, None (all columns) or the alive columns as packed bits.
     """One pass over a partition: gap statistics, working-set candidates, screening.
@@ -182,8 +193,8 @@ def scan_task(
     indices and scores of the ``n_candidates`` most violating zero coefficients, the new alive
     set (None: all columns), the nonzeros visited and, with ``norms``, the largest
     (unweighted) column norm of the block (-1 otherwise, or for a block not read). Only these
-    few numbers travel. ``factors`` (per block) and ``positive`` give a weighted penalty's
-    statistics and violations (:func:`~dl1.kernels.screen.violation_scores`).
+    few numbers travel. ``penalties`` (per block) give a weighted penalty's statistics and
+    violations (:func:`~dl1.kernels.screen.violation_scores`).
     """
     from dl1.kernels.screen import csc_scan_screen, top_scores, violation_scores
 
@@ -235,13 +246,14 @@ def scan_task(
                 mask[visit] = True
                 new_alive = np.packbits(mask)  # 1 bit per column travels, not an index list
         # c becomes the scores: violations, -inf for the support and empty columns
-        f = NO_FACTORS if factors is None else factors[k_blk]
-        absmax, excess = violation_scores(c, threshold, visit, b.col_sqnorm, idx, f, positive)
+        pen = PLAIN if penalties is None else penalties[k_blk]
+        stats = violation_scores(c, threshold, visit, b.col_sqnorm, idx, pen.factors,
+                                 pen.bounds, pen.n, pen.alpha_l2)  # fmt: skip
         score = c
         top = top_scores(score, n_candidates)
         out.append(
             BlockScan(
-                GapStats(absmax, excess),
+                GapStats(*stats),
                 visit[top].astype(np.int64),
                 score[top],
                 new_alive,

@@ -14,7 +14,7 @@ from dl1.solvers.records import (
     GapStats,
     SpreadRoundOutput,
 )
-from dl1.tasks.blocks import NO_FACTORS, NO_PROFILE, NO_SHIFT
+from dl1.tasks.blocks import NO_BOUNDS, NO_FACTORS, NO_PROFILE, NO_SHIFT
 from dl1.tasks.gram import GRAM_DTYPE, GramGapEstimate, gram_epochs
 
 
@@ -96,7 +96,7 @@ def ws_round_task(
                 alpha_l1,
                 alpha_l2,
                 NO_FACTORS,
-                False,
+                NO_BOUNDS,
                 1,
                 False,
                 0,

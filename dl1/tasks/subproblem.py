@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from dl1.kernels.cd import cd_block_epochs
-from dl1.kernels.linalg import csc_xt_theta_stats
+from dl1.kernels.linalg import DUAL_SIDES, csc_xt_theta_stats
 from dl1.solvers.prox_newton import Columns, prox_newton
 from dl1.solvers.records import ColumnGroup, SubproblemInfo, SubproblemOutput
 from dl1.tasks.blocks import NO_PROFILE
@@ -204,10 +204,12 @@ def column_cd(
             db_total += db
         if epoch % check_every == 0:
             theta = datafit.dual_point(y, z, s, fit_intercept)
-            am, ex = csc_xt_theta_stats(indptr, indices, data, scale, theta, threshold,
-                                        penalty.factors, penalty.positive)  # fmt: skip
+            am, ex, box = csc_xt_theta_stats(indptr, indices, data, scale, theta, threshold,
+                                             penalty.factors, penalty.bounds, float(n),
+                                             penalty.alpha_l2, DUAL_SIDES)  # fmt: skip
             _, _, gap = duality_gap_from_stats(
-                datafit, penalty, y, z, w, am, ex, s=s, intercept=fit_intercept, theta=theta
+                datafit, penalty, y, z, w, am, ex, s=s, intercept=fit_intercept, theta=theta,
+                box=box,
             )
             if gap <= target_gap or not np.isfinite(gap):  # the coordinator names a NaN
                 break
@@ -229,7 +231,7 @@ def column_cd(
             penalty.alpha_l1,
             penalty.alpha_l2,
             penalty.factors,
-            penalty.positive,
+            penalty.bounds,
             1,
             settings.random_order,
             (settings.seed * 1000003 + epoch) % (2**32),
@@ -357,6 +359,7 @@ def solve_on_gram(
             s=s,
             intercept=fit_intercept,
             theta=theta,
+            box=penalty.box_conjugate(h, n),
         )
         if gap <= target_gap or epochs >= max_epochs or not np.isfinite(gap):
             break  # a non-finite gap: more epochs cannot repair it; the coordinator names it

@@ -11,7 +11,16 @@ from dl1.kernels import (
     csc_col_sqnorms,
 )
 from dl1.kernels.cd import shuffle_order
-from tests.kernel_helpers import DTYPES, EMPTY, SHAPES, arrays, make_csc, maybe_scale, scaled_dense
+from tests.kernel_helpers import (
+    DTYPES,
+    EMPTY,
+    NO_BOX,
+    SHAPES,
+    arrays,
+    make_csc,
+    maybe_scale,
+    scaled_dense,
+)
 
 
 def reference_cd(dense, w, g, u, sw, sigma, beta, n, a1, a2, n_epochs, active):
@@ -79,7 +88,7 @@ def test_cd_block_epochs_matches_reference(shape, dtype, use_scale, use_sw, sigm
         float(n),
         a1,
         a2,
-        EMPTY, False,
+        EMPTY, NO_BOX,
         3,
         False,
         0,
@@ -123,7 +132,7 @@ def test_cd_block_epochs_fixed_point_and_empty_active():
         20.0,
         0.1,
         0.0,
-        EMPTY, False,
+        EMPTY, NO_BOX,
         5,
         True,
         3,
@@ -147,7 +156,7 @@ def test_cd_block_epochs_fixed_point_and_empty_active():
         20.0,
         0.0,
         0.0,
-        EMPTY, False,
+        EMPTY, NO_BOX,
         5,
         False,
         0,
@@ -185,7 +194,7 @@ def test_cd_block_epochs_random_order_is_seeded():
             float(n),
             1e-3,
             0.0,
-            EMPTY, False,
+            EMPTY, NO_BOX,
             1,
             random_order,
             seed,
@@ -255,7 +264,7 @@ def test_gram_cd_on_float32_gram_steps_in_float64():
     Q32 = np.ascontiguousarray(X.T @ X / 50, dtype=np.float32)
     h0 = X.T @ y / 50
     h, w = h0.copy(), np.zeros(9)
-    gram_cd_epochs(Q32, h, w, 0.05, 0.0, EMPTY, False, 4)
+    gram_cd_epochs(Q32, h, w, 0.05, 0.0, EMPTY, NO_BOX, 4)
     h_ref, w_ref = _gram_reference(Q32.astype(np.float64), h0, np.zeros(9), 0.05, 0.0, 4)
     np.testing.assert_allclose(w, w_ref, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(h, h_ref, rtol=1e-12, atol=1e-14)
@@ -276,14 +285,14 @@ def test_gram_cd_matches_numpy_reference_and_residual_cd(seed):
     h0 = X.T @ y / n
     w0 = np.zeros(m)
     h, w = h0.copy(), w0.copy()
-    gram_cd_epochs(Q, h, w, 0.05, 0.01, EMPTY, False, 3)
+    gram_cd_epochs(Q, h, w, 0.05, 0.01, EMPTY, NO_BOX, 3)
     h_ref, w_ref = _gram_reference(Q, h0, w0, 0.05, 0.01, 3)
     np.testing.assert_allclose(w, w_ref, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(h, h_ref, rtol=1e-12, atol=1e-14)
     # h stays -grad F(w): X^T (y - X w) / n
     np.testing.assert_allclose(h, X.T @ (y - X @ w) / n, atol=1e-12)
     # run to convergence: scikit-learn's elastic net (alpha_l1 = a l1, alpha_l2 = a (1 - l1))
-    gram_cd_epochs(Q, h, w, 0.05, 0.01, EMPTY, False, 5000)
+    gram_cd_epochs(Q, h, w, 0.05, 0.01, EMPTY, NO_BOX, 5000)
     sk = SkEnet(
         alpha=0.06, l1_ratio=0.05 / 0.06, fit_intercept=False, tol=1e-14, max_iter=100_000
     ).fit(X, y)
@@ -354,7 +363,7 @@ def test_cd_block_epochs_profiled_intercept_matches_reference(use_sw, use_scale)
         float(n),
         a1,
         a2,
-        EMPTY, False,
+        EMPTY, NO_BOX,
         4,
         False,
         0,

@@ -15,7 +15,17 @@ from dl1.kernels import (
     csc_xt_theta_stats,
     soft_threshold,
 )
-from tests.kernel_helpers import DTYPES, EMPTY, SHAPES, arrays, make_csc, maybe_scale, scaled_dense
+from dl1.kernels.linalg import DUAL_SIDES
+from tests.kernel_helpers import (
+    DTYPES,
+    EMPTY,
+    NO_BOX,
+    SHAPES,
+    arrays,
+    make_csc,
+    maybe_scale,
+    scaled_dense,
+)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -79,14 +89,16 @@ def test_csc_xt_theta_stats(shape, dtype, use_scale):
     theta = rng.standard_normal(n)
     c = np.abs(scaled_dense(X, col_scale).T @ theta)
     threshold = float(np.median(c))
-    absmax, excess_sq = csc_xt_theta_stats(*arrays(X), col_scale, theta, threshold, EMPTY, False)
+    absmax, excess_sq, box = csc_xt_theta_stats(*arrays(X), col_scale, theta, threshold, EMPTY,
+                                                NO_BOX, float(n), 0.0, DUAL_SIDES)
+    assert box == 0.0
     np.testing.assert_allclose(absmax, c.max(), rtol=1e-12)
     np.testing.assert_allclose(excess_sq, (np.maximum(c - threshold, 0.0) ** 2).sum(), rtol=1e-12)
     empty_block = csc_xt_theta_stats(
         np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, dtype), EMPTY, theta, 0.0,
-        EMPTY, False,
+        EMPTY, NO_BOX, 1.0, 0.0, DUAL_SIDES,
     )
-    assert empty_block == (0.0, 0.0)
+    assert empty_block == (0.0, 0.0, 0.0)
 
 
 def test_soft_threshold():

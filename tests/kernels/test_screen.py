@@ -24,7 +24,9 @@ def test_violation_scores_match_numpy(m):
     want[np.isin(cols, support)] = -np.inf
     want[sqn[cols] == 0] = -np.inf
     got = c.copy()
-    absmax, excess = violation_scores(got, thr, cols, sqn, support, EMPTY, False)
+    absmax, excess, box = violation_scores(got, thr, cols, sqn, support, EMPTY,
+                                           np.zeros((2, 0)), 1.0, 0.0)
+    assert box == 0.0
     np.testing.assert_array_equal(got, want)
     assert absmax == (a.max() if m else 0.0)
     np.testing.assert_allclose(excess, np.square(ex[ex > 0]).sum(), rtol=1e-13)

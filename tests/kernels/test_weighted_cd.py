@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dl1.kernels.cd import weighted_cd_epochs, weighted_col_stats
-from tests.kernel_helpers import DTYPES, EMPTY, arrays, make_csc, maybe_scale, scaled_dense
+from tests.kernel_helpers import DTYPES, EMPTY, NO_BOX, arrays, make_csc, maybe_scale, scaled_dense
 
 
 def fresh() -> np.ndarray:
@@ -66,7 +66,7 @@ def test_weighted_cd_epochs_match_reference(dtype, hdtype, use_scale, profile, a
     shift = np.array([e0, h_sum])
     dw, r = np.zeros(p), g.copy()
     epochs = weighted_cd_epochs(ip, ix, data, scale, w, dw, r, hdata, lj, hx, floor, float(n),
-                                0.02, a2, EMPTY, False, shift, np.arange(p), 3, 0.0,
+                                0.02, a2, EMPTY, NO_BOX, shift, np.arange(p), 3, 0.0,
                                 fresh())  # fmt: skip
     assert epochs == 3
     d, u_ref, e = reference_epochs(dense, w, g, h, floor, n, 0.02, a2, e0, h_sum, 3)
@@ -94,7 +94,7 @@ def test_weighted_cd_epochs_stop_at_rtol_and_reach_the_model_minimum():
     def run(rtol, max_epochs=10_000):
         dw, r = np.zeros(p), g.copy()
         k = weighted_cd_epochs(ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, float(n),
-                               0.0, 0.0, EMPTY, False, np.zeros(2), np.arange(p), max_epochs,
+                               0.0, 0.0, EMPTY, NO_BOX, np.zeros(2), np.arange(p), max_epochs,
                                rtol,
                                fresh())  # fmt: skip
         return k, dw
@@ -129,7 +129,7 @@ def test_epochs_one_at_a_time_carry_the_stopping_rule():
     def call(dw, r, shift, progress, max_epochs):
         return weighted_cd_epochs(
             ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, float(n), 0.01, 0.0, EMPTY,
-            False, shift,
+            NO_BOX, shift,
             np.arange(p), max_epochs, 1e-6, progress,
         )  # fmt: skip
 
@@ -164,7 +164,7 @@ def test_weighted_cd_epochs_visit_only_the_columns_in_order():
     e0 = float(shift[0])
     dw, r = np.zeros(p), g.copy()
     weighted_cd_epochs(ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, float(n), 0.01,
-                       0.0, EMPTY, False, shift, order, 4, 0.0, fresh())  # fmt: skip
+                       0.0, EMPTY, NO_BOX, shift, order, 4, 0.0, fresh())  # fmt: skip
     d, u_ref, e = reference_epochs(dense, w, g, h, floor, n, 0.01, 0.0, e0, float(h.sum()), 4,
                                    order)  # fmt: skip
     np.testing.assert_allclose(dw, d, rtol=1e-10, atol=1e-12)
@@ -185,7 +185,7 @@ def test_an_epoch_after_one_that_moved_nothing_goes_on():
     weighted_col_stats(ip, ix, data, EMPTY, h, lj, hx, EMPTY)
     dw, r, progress = np.zeros(p), g.copy(), np.array([0.0, 1.0, 0.0])
     k = weighted_cd_epochs(ip, ix, data, EMPTY, np.zeros(p), dw, r, h[ix] * data, lj, hx,
-                           np.zeros(p), float(n), 0.0, 0.0, EMPTY, False, np.zeros(2),
+                           np.zeros(p), float(n), 0.0, 0.0, EMPTY, NO_BOX, np.zeros(2),
                            np.arange(p), 1, 1e-3,
                            progress)  # fmt: skip
     assert k == 1 and dw.any() and progress[2] == 0.0

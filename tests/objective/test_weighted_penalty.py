@@ -15,7 +15,7 @@ from sklearn import linear_model as sk
 import dl1
 from dl1.errors import ValidationError
 from dl1.kernels.cd import penalised_step
-from dl1.kernels.linalg import csc_xt_theta_stats
+from dl1.kernels.linalg import DUAL_SIDES, csc_xt_theta_stats
 from dl1.kernels.screen import violation_scores
 from dl1.objective.penalties import ElasticNet, WeightedElasticNet
 from tests.helpers import fit_in_mode
@@ -100,9 +100,10 @@ def test_kernels_take_factors_and_signs_as_numpy_does(positive):
     violation_scores give NumPy's weighted dual norm, excess and scores."""
     rng = np.random.default_rng(3)
     f = rng.uniform(0.2, 4.0, 12)
+    box = np.array([[0.0], [np.inf]]) if positive else np.zeros((2, 0))
     for j in range(12):
         x, lj = rng.normal(scale=3), rng.uniform(0.5, 2)
-        got = penalised_step(x, lj, 0.7, 0.3, f, j, positive)
+        got = penalised_step(x, lj, 0.7, 0.3, f, j, box)
         def model(v, x=x, lj=lj, fj=f[j]):
             return lj * v * v / 2 - x * v + fj * (0.7 * abs(v) + 0.15 * v * v)
 
@@ -114,14 +115,15 @@ def test_kernels_take_factors_and_signs_as_numpy_does(positive):
     c = X.T @ theta
     e = (np.maximum(c, 0) if positive else np.abs(c)) / f
     thr = float(np.median(e))
-    am, ex = csc_xt_theta_stats(X.indptr.astype(np.int64), X.indices.astype(np.int32),
-                                X.data, np.zeros(0), theta, thr, f, positive)  # fmt: skip
+    am, ex, _ = csc_xt_theta_stats(X.indptr.astype(np.int64), X.indices.astype(np.int32),
+                                   X.data, np.zeros(0), theta, thr, f, box, 40.0, 0.3,
+                                   DUAL_SIDES)  # fmt: skip
     assert am == pytest.approx(e.max(), rel=1e-13)
     assert ex == pytest.approx(np.sum(f * np.maximum(e - thr, 0) ** 2), rel=1e-12)
     cols = np.arange(12, dtype=np.int64)
     support = np.array([3], dtype=np.int64)
     scores = c.copy()
-    am2, ex2 = violation_scores(scores, thr, cols, np.ones(12), support, f, positive)
+    am2, ex2, _ = violation_scores(scores, thr, cols, np.ones(12), support, f, box, 40.0, 0.3)
     assert (am2, ex2) == (pytest.approx(am, rel=1e-13), pytest.approx(ex, rel=1e-12))
     want = e - thr
     want[3] = -np.inf

@@ -16,10 +16,11 @@ from dl1.kernels import (
     csc_col_sqnorms,
     csc_xt_theta_stats,
 )
+from dl1.kernels.linalg import DUAL_SIDES
 from dl1.objective.datafits import Logistic, Quadratic, normalize_sample_weight
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.objective.penalties import ElasticNet
-from tests.kernel_helpers import DTYPES, EMPTY, arrays, make_csc
+from tests.kernel_helpers import DTYPES, EMPTY, NO_BOX, arrays, make_csc
 
 
 def block_arrays(X, n_blocks):
@@ -73,7 +74,7 @@ def solve(
                 float(n),
                 penalty.alpha_l1,
                 penalty.alpha_l2,
-                EMPTY, False,
+                EMPTY, NO_BOX,
                 n_epochs,
                 random_order,
                 r * n_blocks + k,
@@ -91,7 +92,8 @@ def solve(
         if r % 10 == 9:
             theta = datafit.dual_point(y, z, s, intercept)
             stats = [
-                csc_xt_theta_stats(*blk, c, theta, n * penalty.alpha_l1, EMPTY, False)
+                csc_xt_theta_stats(*blk, c, theta, n * penalty.alpha_l1, EMPTY, NO_BOX,
+                                   float(n), 0.0, DUAL_SIDES)[:2]
                 for blk, c in zip(blocks, scales, strict=True)
             ]
             absmax = max(st[0] for st in stats)

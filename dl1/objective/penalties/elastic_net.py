@@ -103,6 +103,20 @@ class ElasticNet:
         return np.zeros(0)
 
     @property
+    def bounds(self) -> NDArray[np.float64]:
+        """The coefficients' lower and upper bounds for the kernels, shape (2, 0): none
+        (:func:`dl1.kernels.linalg.bound_at`)."""
+        return np.zeros((2, 0))
+
+    def block_bounds(self, lo: int, hi: int) -> NDArray[np.float64]:
+        """The bounds of features ``lo:hi`` for a kernel (none here)."""
+        return self.bounds
+
+    def box_conjugate(self, xt_theta: ArrayLike, n: int) -> float:
+        """The finite bounds' part of the conjugate at ``X^T theta / n``: none here."""
+        return 0.0
+
+    @property
     def uniform(self) -> bool:
         """The same penalty on every feature, no sign constraint."""
         return True
