@@ -3,39 +3,27 @@
 A solve in one piece (:mod:`dl1.runtime.one_piece`) runs as one task; when its caller is
 interrupted or its client goes, Dask cancels the task but cannot stop the thread running
 it, which would solve on for minutes and hold the worker (the next caller then waits for a
-busy worker). Here the task's thread is given a cancellation event, set by a watcher that
-looks every :data:`WATCH_S` seconds whether the worker still runs the task; every solver
-checks it once a round (:func:`dl1.solvers.numerics.check_round`) and stops with
-:class:`~dl1.errors.SolveCancelled`. A round is the unit: a subproblem already in a
-compiled kernel finishes first.
+busy worker). Here the task's thread is given a cancellation event
+(:mod:`dl1.cancellation`), set by a watcher that looks every :data:`WATCH_S` seconds whether
+the worker still runs the task; every solver checks it once a round
+(:func:`dl1.solvers.numerics.check_round`) and the subproblems once an epoch, and stops with
+:class:`~dl1.errors.SolveCancelled`. An epoch is the unit: one compiled kernel call
+finishes first.
 """
 
 from __future__ import annotations
 
-import contextvars
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from dl1.errors import SolveCancelled
+from dl1.cancellation import cancellable
 
 #: Seconds between the watcher's looks at the task's state.
 WATCH_S = 0.2
 #: The worker's states of a task whose thread is still wanted.
 RUNNING = frozenset({"executing", "long-running"})
-
-_CANCELLED: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
-    "dl1_cancelled", default=None
-)
-
-
-def check_cancelled(where: str, r: int) -> None:
-    """Raise :class:`SolveCancelled` if this thread's solve was cancelled."""
-    event = _CANCELLED.get()
-    if event is not None and event.is_set():
-        raise SolveCancelled(f"{where}, round {r}: the solve's task was cancelled (its "
-                             "caller is gone); stopped")  # fmt: skip
 
 
 @contextmanager
@@ -55,11 +43,10 @@ def cancelled_with_task(worker: Any) -> Iterator[None]:
                 return
 
     watcher = threading.Thread(target=watch, name="dl1-cancel-watch", daemon=True)
-    token = _CANCELLED.set(event)
     watcher.start()
     try:
-        yield
+        with cancellable(event):
+            yield
     finally:
         done.set()
-        _CANCELLED.reset(token)
         watcher.join()

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from dl1.cancellation import check_cancelled
 from dl1.errors import NumericalError
-from dl1.runtime.cancel import check_cancelled
 
 #: What to do about it, appended to every message.
 ADVICE = (
@@ -45,7 +45,7 @@ def check_round(
     """Raise :class:`NumericalError` if a scalar of round ``r`` of ``where`` (a solver's
     name) is NaN or infinite; ``block_stats`` (per feature block, ``absmax`` and ``excess``
     attributes) name the first block whose statistics are not finite. A solve whose task
-    was cancelled stops here (:func:`dl1.runtime.cancel.check_cancelled`)."""
+    was cancelled stops here (:func:`dl1.cancellation.check_cancelled`)."""
     check_cancelled(where, r)
     bad = first_non_finite(quantities)
     if bad is None:

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dl1.cancellation import check_cancelled
 from dl1.kernels.cd import weighted_cd_epochs, weighted_col_stats
 from dl1.kernels.linalg import DUAL_SIDES, csc_matvec, csc_xt_theta_stats
 from dl1.kernels.margins import NO_WEIGHTS as NO_U
@@ -220,6 +221,7 @@ def minimise_model(
     every = np.arange(dw.shape[0], dtype=np.int64)
     order, epochs, k = every, 0, 0
     while epochs < max_epochs:
+        check_cancelled("Newton subproblem", epochs)
         epochs += weighted_cd_epochs(
             cols.indptr, cols.indices, cols.data, cols.scale, w, dw, r, model.hdata, model.lj,
             model.hx, model.floor, float(r.shape[0]), penalty.alpha_l1, penalty.alpha_l2,

@@ -8,6 +8,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from dl1.cancellation import check_cancelled
+
 #: Elements (rows x columns) of the scratch that densifies a batch of working-set columns
 #: while their Gram rows are formed (in memory; out of core :func:`dl1.loading.dense_max` is less).
 GRAM_DENSE_MAX = 1 << 25
@@ -107,6 +109,7 @@ def gram_epochs(
     for since in range(1, max_between + 1):
         if epochs >= max_epochs:
             break
+        check_cancelled("Gram subproblem", epochs)
         gram_cd_epochs(Q, h, w, a1, a2, penalty.factors, penalty.bounds, 1)
         epochs += 1
         hist.append(w.copy())

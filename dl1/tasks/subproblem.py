@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from dl1.cancellation import check_cancelled
 from dl1.kernels.cd import cd_block_epochs
 from dl1.kernels.linalg import DUAL_SIDES, csc_xt_theta_stats
 from dl1.solvers.prox_newton import Columns, prox_newton
@@ -198,6 +199,7 @@ def column_cd(
         col_sum = col_sums(indptr, indices, data, s)
         shift[1] = n if s is None else float(s.sum())
     for epoch in range(max_epochs):
+        check_cancelled("column subproblem", epoch)
         if fit_intercept:
             db = datafit.intercept_update(y, z, s)
             z += db
