@@ -92,6 +92,13 @@ class WorkerView:
         """Whether it executes a task."""
         return any(self.tasks.get(s, 0) > 0 for s in COMPUTE_STATES)
 
+    @property
+    def cancelled(self) -> int:
+        """Tasks cancelled while it executed them, whose threads still run (Dask cannot stop
+        a thread: a solve in one piece whose caller went away stops at its next epoch, a
+        task of other code when it returns)."""
+        return int(self.tasks.get("cancelled", 0))
+
     def describe(self) -> str:
         limit = f" of its {self.limit / MiB:.0f} MiB limit" if self.limit else ""
         return f"{self.address} {self.status} at {self.memory / MiB:.0f} MiB{limit}"
@@ -355,8 +362,18 @@ class Watchdog:
             others = [
                 w for a, w in view.workers.items() if w.status != "paused" and a not in silent
             ]
-            if others:
-                seen.append("other workers idle: " + "; ".join(w.describe() for w in others))
+            stuck = [w for w in others if w.cancelled]
+            if stuck:
+                seen.append(
+                    "workers busy with cancelled tasks (their threads still run, holding the "
+                    "worker's threads; a solve whose caller went away stops at its next "
+                    "epoch, other code when its task returns): "
+                    + "; ".join(f"{w.describe()}, {w.cancelled} cancelled task(s) running"
+                                for w in stuck)
+                )  # fmt: skip
+            idle = [w for w in others if not w.cancelled]
+            if idle:
+                seen.append("other workers idle: " + "; ".join(w.describe() for w in idle))
         restarts = memory_restarts(self.client, self.since)
         if restarts:
             seen.append(

@@ -130,3 +130,33 @@ def test_workers_paused_for_memory_stall_the_path_and_its_checkpoint_resumes(
             time.sleep(0.1)
         resumed = dl1.path(store, client=client, checkpoint=ck, **kw)
     assert_same_path(resumed, ref)
+
+
+def _sleep_through_cancel(seconds: float) -> float:
+    time.sleep(seconds)  # a thread Dask cannot stop: cancelling the task leaves it running
+    return seconds
+
+
+def test_a_stall_behind_a_cancelled_task_names_the_busy_worker():
+    """A single-threaded worker still running a task its client cancelled (as a one-piece
+    solve whose caller went away does until its next epoch), and a new call that waits
+    for that thread.
+
+    Pass: ClusterStalledError within the stall timeout plus slack, naming the worker as
+    busy with a cancelled task, not as idle.
+    """
+    with nanny_cluster(1) as (_, client), dask.config.set({STALL_TIMEOUT_KEY: STALL_S}):
+        (addr,) = client.scheduler_info()["workers"]
+        fut = client.submit(_sleep_through_cancel, 60.0, pure=False)
+        t0 = time.monotonic()
+        while not client.processing()[addr] and time.monotonic() - t0 < 30:
+            time.sleep(0.05)
+        fut.cancel()
+        t0 = time.monotonic()
+        with pytest.raises(ClusterStalledError) as err:
+            ex = DistributedExecutor(client)
+            ex.gather([ex.submit(_slow, 0.1)])
+        assert time.monotonic() - t0 <= STALL_S + SLACK_S
+        message = str(err.value)
+        assert f"{addr} running at" in message and "1 cancelled task(s) running" in message
+        assert "idle" not in message
