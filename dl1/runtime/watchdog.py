@@ -132,6 +132,19 @@ def silent_after(n_workers: int) -> float:
     return max(SILENT_S, 3 * interval)
 
 
+def quiet_for(seconds: float, n_workers: int) -> str:
+    """A hint for a worker not heard from for ``seconds``, shorter than
+    :func:`silent_after` (a frozen process not yet counted silent): its heartbeat's age
+    when past four of Dask's heartbeat intervals (at least 2 s), else nothing."""
+    try:
+        from distributed.scheduler import heartbeat_interval
+
+        interval = float(heartbeat_interval(n_workers))
+    except Exception:
+        interval = 0.5
+    return f", no heartbeat for {seconds:.0f} s" if seconds > max(2.0, 4 * interval) else ""
+
+
 def ask_scheduler(client: Any, method: str, timeout: float = ASK_S, **kwargs: Any) -> Any:
     """The answer of the scheduler's handler ``method`` (through ``client.scheduler``, the
     rpc Dask's documentation names for on-demand queries), or None if it did not answer
@@ -373,7 +386,9 @@ class Watchdog:
                 )  # fmt: skip
             idle = [w for w in others if not w.cancelled]
             if idle:
-                seen.append("other workers idle: " + "; ".join(w.describe() for w in idle))
+                seen.append("other workers idle: " + "; ".join(
+                    w.describe() + quiet_for(now - heard[w.address], len(view.workers))
+                    for w in idle))  # fmt: skip
         restarts = memory_restarts(self.client, self.since)
         if restarts:
             seen.append(

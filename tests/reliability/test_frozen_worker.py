@@ -213,3 +213,34 @@ def test_a_worker_frozen_shorter_than_the_stall_timeout_gives_the_same_answer(
     np.testing.assert_array_equal(got.coef_, ref.coef_)
     assert got.intercept_ == ref.intercept_
     assert seconds >= FREEZE_S, seconds
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_a_worker_frozen_before_a_one_piece_fit_gives_an_answer_or_a_stall_in_bound(
+    which, cluster, fit_data
+):
+    """Either of two workers SIGSTOPped just before a fit in one piece (it may be the one
+    the shipment is sent to, or an idle one), ``dl1.stall-timeout`` = ``STALL_S``.
+
+    Pass: within ``STALL_S`` + 30 s of the freeze, either the in-process answer (1e-8) or a
+    ClusterStalledError naming the frozen worker as silent, or (heard from less than
+    Dask's silence grace ago) with its heartbeat's age.
+    """
+    X, y = fit_data
+    ref = dl1.fit(X.tocsr(), y, client=None, **FIT)
+    pids = worker_pids(cluster)
+    addr = sorted(pids)[which]
+    with Freezer() as freezer, dask.config.set({STALL_TIMEOUT_KEY: STALL_S,
+                                                 "dl1.one-piece": True}):  # fmt: skip
+        freezer.freeze(pids[addr])
+        try:
+            res = dl1.fit(X.tocsr(), y, client=cluster, **FIT)
+        except ClusterStalledError as exc:
+            message = str(exc)
+            named = "silent (no heartbeat" in message and f"{addr} for" in message
+            named |= f"{addr} running" in message and "no heartbeat for" in message
+            assert named, message
+        else:
+            np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-8)
+        seconds = time.monotonic() - freezer.at
+    assert seconds < STALL_S + SLACK_S, seconds

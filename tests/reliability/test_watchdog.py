@@ -160,3 +160,13 @@ def test_a_stall_behind_a_cancelled_task_names_the_busy_worker():
         message = str(err.value)
         assert f"{addr} running at" in message and "1 cancelled task(s) running" in message
         assert "idle" not in message
+
+
+def test_a_quiet_worker_is_described_with_its_heartbeats_age():
+    """Pass: a worker not heard from for longer than four heartbeat intervals (at least
+    2 s) gets its heartbeat's age in a stall message; one heard from recently nothing."""
+    from dl1.runtime.watchdog import quiet_for
+
+    assert quiet_for(5.2, 2) == ", no heartbeat for 5 s"
+    assert quiet_for(1.5, 2) == ""
+    assert quiet_for(3.0, 500) == ""  # 500 workers: a heartbeat every few seconds
