@@ -89,7 +89,8 @@ def _run_dl1_cd(path, grid, tol, q):
 
 
 def _run_scd(path, grid, tol, time_limit, q):
-    from dl1.loading import load_problem, read_inputs
+    from dl1.inputs import read_inputs
+    from dl1.loading import load_problem
     from dl1.objective.penalties.elastic_net import ElasticNet
     from dl1.runtime.executor import executor_for
     from dl1.solvers.cd import CoordinateDescentSolver

@@ -19,14 +19,8 @@ from typing import Any
 import numpy as np
 
 from dl1.errors import ValidationError
-from dl1.loading import (
-    block_memory,
-    check_two_classes,
-    col_scales,
-    decide_stream,
-    load_blocks,
-    read_inputs,
-)
+from dl1.inputs import check_two_classes, read_inputs
+from dl1.loading import block_memory, col_scales, decide_stream, load_blocks
 from dl1.params import CONSTRAINED, CONSTRAINED_PATH, validate_params
 from dl1.paths.evaluation import records_as_arrays, sparse_record, test_data, test_metric
 from dl1.paths.loop import AlphaStep, walk

@@ -19,8 +19,8 @@ import numpy as np
 
 from dl1.entry_labels import entry_labels
 from dl1.errors import ValidationError
+from dl1.inputs import as_vector, read_inputs
 from dl1.labels import with_classes
-from dl1.loading import as_vector, read_inputs
 from dl1.objective.datafits import datafit_class
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.params import PATH, validate_params

@@ -182,7 +182,7 @@ class Dataset:
     def row_blocks(self, ex: Any) -> Any:
         """The row blocks (sample-wise solvers), loaded and checked on first use, then held
         too."""
-        from dl1.loading import held_rows
+        from dl1.row_blocks import held_rows
 
         self._check_live()
         if self._shared.get("rows") is None:
@@ -308,7 +308,8 @@ def persist(
     Dataset
         Accepted as ``X`` everywhere; ``with dl1.persist(...) as ds:`` releases it at the end.
     """
-    from dl1.loading import load_blocks, memory_floor, read_inputs
+    from dl1.inputs import read_inputs
+    from dl1.loading import load_blocks, memory_floor
     from dl1.params import PENALISED, validate_params
 
     validate_params({k: PENALISED[k] for k in ("n_partitions", "client")},

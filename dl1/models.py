@@ -9,6 +9,12 @@ A saved model is a directory::
                       saved without them predicts -1 / +1); every float as a ``float.hex``
                       string (exact, NaN included); ``digest``, the SHA-256 of every other
                       field and of the arrays
+                      optional ``estimator``, the record of the dl1 estimator a fit was saved
+                      from (:meth:`dl1.Lasso.save`, read by :func:`dl1.load_estimator`): its
+                      ``class`` name, ``params`` (its JSON-able parameters: JSON scalars or
+                      lists of them), a classifier's ``classes`` (``dtype`` and the two
+                      ``values``: strings, bools, integers, or floats as ``float.hex``) and
+                      ``class_weight``, and ``feature_names`` (fitted on a DataFrame)
       coef.npy        float64 (p,)                      kind "fit"
       coefs_data.npy, coefs_indices.npy, coefs_indptr.npy
                       float64 / int64 / int64: the CSC matrix ``coefs_`` (p, n_alphas), kind "path"
@@ -23,6 +29,10 @@ arrays' headers (dtype, shape, order, file size) are checked before they are rea
 is refused too. A model of format version 1 (before the digest) loads unchecked by it. A
 loaded model predicts bit for bit as the saved one. Not saved: histories, timings,
 screening masks and a path's per-alpha ``extra_`` records.
+
+The ``estimator`` record came without a version bump: it is optional (a model without it
+loads, as the estimator of its loss), and a dl1 reading version 2 without knowing it loads
+such a model as its FitResult (the digest covers the record as any other field).
 """
 
 from __future__ import annotations
@@ -86,7 +96,13 @@ ARRAYS = {
 
 
 # -- saving -----------------------------------------------------------------------------------
-def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+def save_model(
+    model: Any,
+    path: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    estimator: dict[str, Any] | None = None,
+) -> Path:
     """Write a :class:`dl1.FitResult` or :class:`dl1.paths.PathResult` to the directory
     ``path`` (JSON and ``.npy``; the module docstring gives the layout).
 
@@ -98,6 +114,10 @@ def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False) 
     overwrite : bool
         Replace ``path`` if it holds a saved model. Anything else at ``path`` is never
         replaced.
+    estimator : dict, optional
+        The record of the estimator ``model`` is the ``result_`` of
+        (:func:`dl1.estimators.record.estimator_record`), written as the field
+        ``estimator``.
 
     Returns
     -------
@@ -121,6 +141,8 @@ def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False) 
         "dl1_version": __version__,
         **meta,
     }
+    if estimator is not None:
+        meta["estimator"] = estimator
     meta["digest"] = content_digest(meta, arrays)
     return _write_dir(Path(path), meta, arrays, overwrite)
 
@@ -138,7 +160,7 @@ def content_digest(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def _hex(x: Any) -> str:
+def hex_float(x: Any) -> str:
     return float(x).hex()
 
 
@@ -147,27 +169,27 @@ def _common(model: Any, kind: str) -> dict[str, Any]:
     meta = {
         "kind": kind,
         "loss": str(model.loss),
-        "l1_ratio": _hex(model.l1_ratio),
-        "tol": _hex(model.tol),
+        "l1_ratio": hex_float(model.l1_ratio),
+        "tol": hex_float(model.tol),
         "fit_intercept": None if model.fit_intercept is None else bool(model.fit_intercept),
         "n_samples": None if n is None else int(n),
         "n_features": int(model.n_features_in_),
     }
     classes = getattr(model, "classes_", None)
     if classes is not None:  # a classifier's labels (written only when known)
-        meta["classes"] = [_hex(c) for c in np.asarray(classes).tolist()]
+        meta["classes"] = [hex_float(c) for c in np.asarray(classes).tolist()]
     return meta
 
 
 def _fit_content(res: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     meta = _common(res, "fit")
     for key, attr in FIT_FLOATS:
-        meta[key] = _hex(getattr(res, attr))
+        meta[key] = hex_float(getattr(res, attr))
     for key, attr in FIT_INTS:
         meta[key] = int(getattr(res, attr))
     meta["converged"] = bool(res.converged_)
     if res.loss_params:  # a loss's own parameters (Huber's epsilon)
-        meta["loss_params"] = {k: _hex(v) for k, v in res.loss_params.items()}
+        meta["loss_params"] = {k: hex_float(v) for k, v in res.loss_params.items()}
     return meta, {"coef": np.ascontiguousarray(res.coef_, dtype="<f8")}
 
 
@@ -188,7 +210,7 @@ def _path_content(res: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 
 def _to_json(x: Any, kind: str) -> Any:
-    return _hex(x) if kind == "float" else bool(x) if kind == "bool" else int(x)
+    return hex_float(x) if kind == "float" else bool(x) if kind == "bool" else int(x)
 
 
 def _write_dir(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], overwrite: bool):
@@ -262,7 +284,8 @@ def _fsync_dir(d: Path) -> None:
 # -- loading ----------------------------------------------------------------------------------
 def load_model(path: str | os.PathLike) -> Any:
     """Read a model written by :meth:`dl1.FitResult.save` or
-    :meth:`dl1.paths.PathResult.save`, checking its files as untrusted input.
+    :meth:`dl1.paths.PathResult.save` (or by an estimator's ``save``), checking its files as
+    untrusted input.
 
     Returns
     -------
@@ -274,7 +297,17 @@ def load_model(path: str | os.PathLike) -> Any:
     ModelFileError
         A file is missing, too large, malformed, of another format version, or
         inconsistent; the message names the file and the field.
+
+    See Also
+    --------
+    load_estimator : the same files read back as a fitted scikit-learn-style estimator
+        (``dl1.Lasso``, ``dl1.LogisticRegression``, ...).
     """
+    return read_model(path)[0]
+
+
+def read_model(path: str | os.PathLike) -> tuple[Any, dict[str, Any], FieldChecker]:
+    """:func:`load_model`'s model, with the checked JSON and the checker naming its file."""
     path = Path(path).absolute()
     if not path.is_dir():
         raise ModelFileError(f"{path} is not a directory holding a saved dl1 model")
@@ -301,7 +334,7 @@ def load_model(path: str | os.PathLike) -> Any:
         arrays = _path_content(model)[1]
     if version >= 2:
         _check_digest(ck, meta, arrays)
-    return model
+    return model, meta, ck
 
 
 def _check_digest(ck: FieldChecker, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
@@ -354,10 +387,10 @@ def _float(
     lo: float | None = None,
     hi: float | None = None,
 ) -> float:
-    return _float_value(ck, ck.key(meta, key, "(root)"), key, finite=finite, lo=lo, hi=hi)
+    return float_value(ck, ck.key(meta, key, "(root)"), key, finite=finite, lo=lo, hi=hi)
 
 
-def _float_value(
+def float_value(
     ck: FieldChecker,
     v: Any,
     field: str,
@@ -379,7 +412,7 @@ def _float_value(
     return x
 
 
-def _bool(ck: FieldChecker, v: Any, field: str) -> bool:
+def check_bool(ck: FieldChecker, v: Any, field: str) -> bool:
     if not isinstance(v, bool):
         ck.fail(field, "is not true or false", v)
     return v
@@ -395,7 +428,7 @@ def _check_common(ck: FieldChecker, meta: dict[str, Any]) -> dict[str, Any]:
         "loss": loss,
         "l1_ratio": _float(ck, meta, "l1_ratio", lo=0.0, hi=1.0),
         "tol": _float(ck, meta, "tol"),
-        "fit_intercept": None if fi is None else _bool(ck, fi, "fit_intercept"),
+        "fit_intercept": None if fi is None else check_bool(ck, fi, "fit_intercept"),
         "n_samples_": None if n is None else ck.integer(n, "n_samples", 1),
         "p": ck.integer(ck.key(meta, "n_features", "(root)"), "n_features"),
         "classes_": _classes(ck, meta, loss),
@@ -410,7 +443,7 @@ def _classes(ck: FieldChecker, meta: dict[str, Any], loss: str) -> np.ndarray | 
     raw = ck.seq(meta["classes"], "classes", 2)
     if not datafit_class(loss).classifies:
         ck.fail("classes", f"is given for loss {loss!r}, which does not classify", raw)
-    c = np.array([_float_value(ck, x, f"classes[{k}]", finite=True) for k, x in enumerate(raw)])
+    c = np.array([float_value(ck, x, f"classes[{k}]", finite=True) for k, x in enumerate(raw)])
     if not c[0] < c[1]:
         ck.fail("classes", "are not two distinct labels in increasing order", raw)
     return c
@@ -433,7 +466,7 @@ def _load_fit(ck: FieldChecker, path: Path, meta: dict[str, Any], common: dict[s
     kw["loss_params"] = _loss_params(ck, meta, common["loss"])
     return FitResult(
         coef_=coef,
-        converged_=_bool(ck, ck.key(meta, "converged", "(root)"), "converged"),
+        converged_=check_bool(ck, ck.key(meta, "converged", "(root)"), "converged"),
         fit_intercept=True if fi is None else fi,
         n_features_in_=p,
         **common,
@@ -482,10 +515,10 @@ def _vector(ck: FieldChecker, v: Any, field: str, kind: str, n: int) -> np.ndarr
     v = ck.seq(v, field, n)
     if kind == "float":
         return np.array(
-            [_float_value(ck, x, f"{field}[{k}]") for k, x in enumerate(v)], dtype=np.float64
+            [float_value(ck, x, f"{field}[{k}]") for k, x in enumerate(v)], dtype=np.float64
         )
     if kind == "bool":
-        return np.array([_bool(ck, x, f"{field}[{k}]") for k, x in enumerate(v)], dtype=bool)
+        return np.array([check_bool(ck, x, f"{field}[{k}]") for k, x in enumerate(v)], dtype=bool)
     return np.array([ck.integer(x, f"{field}[{k}]") for k, x in enumerate(v)], dtype=np.int64)
 
 
@@ -593,4 +626,9 @@ def to_sklearn(res: Any) -> Any:
     return est
 
 
-__all__ = ["FORMAT_VERSION", "load_model", "save_model", "to_sklearn"]
+__all__ = [
+    "FORMAT_VERSION",
+    "load_model",
+    "save_model",
+    "to_sklearn",
+]

@@ -14,18 +14,15 @@ import numpy as np
 
 from dl1.entry_labels import entry_labels, held_out
 from dl1.errors import ValidationError
+from dl1.inputs import read_inputs
 from dl1.labels import with_classes
-from dl1.loading import (
-    col_scales,
-    decide_stream,
-    load_problem,
-    read_inputs,
-)
+from dl1.loading import col_scales, decide_stream, load_problem
 from dl1.objective.datafits import make_datafit
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.objective.penalties.weighted import WeightedElasticNet
 from dl1.params import PATH, PENALISED, validate_params
-from dl1.paths.checkpoint import PathCheckpoint, solver_settings
+from dl1.paths.checkpoint import PathCheckpoint
+from dl1.paths.checkpoint_format import solver_settings
 from dl1.paths.evaluation import (
     alpha_grid,
     crc,

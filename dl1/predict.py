@@ -96,7 +96,7 @@ def score(
 
     ``y=None`` takes the targets of ``X``: a store's ``y`` of ``split``, or a Dataset's
     ``y``. Lazy targets and predictions are computed on the current client, or in this
-    thread within a solve in one piece (:func:`dl1.loading.computed`).
+    thread within a solve in one piece (:func:`dl1.inputs.computed`).
     """
     from sklearn.metrics import accuracy_score, r2_score
 
@@ -104,7 +104,7 @@ def score(
     y = _targets(X, y, split)
     pred = predict(X, coef, intercept, loss, split=split)
     if _is_dask(pred):
-        from dl1.loading import computed
+        from dl1.inputs import computed
 
         (pred,) = computed(pred)
     if y.shape[0] != pred.shape[0]:
@@ -204,7 +204,7 @@ def _targets(X: Any, y: Any, split: str) -> np.ndarray:
         else:
             raise ValidationError("y is required unless X is a store or a Dataset with y")
     if _is_dask(y):
-        from dl1.loading import computed
+        from dl1.inputs import computed
 
         (y,) = computed(y)
     return np.asarray(y, dtype=np.float64).ravel()
@@ -246,7 +246,7 @@ def _dask_decision(X: Any, coef: np.ndarray, b: float) -> Any:
         for j in np.unique(owner)
     }
     # unoptimised: Dask's optimisation drops a persisted X's futures from the chunks'
-    # graphs (leaving the keys to its scheduler), which dl1.loading.computed must see
+    # graphs (leaving the keys to its scheduler), which dl1.inputs.computed must see
     blocks = X.to_delayed(optimize_graph=False)
     rows = []
     for i, n_i in enumerate(X.chunks[0]):

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from dl1.errors import ValidationError
-from dl1.loading import read_inputs
+from dl1.inputs import read_inputs
 from dl1.objective.datafits import make_datafit
 from dl1.runtime import one_piece
 from dl1.runtime.executor import executor_for

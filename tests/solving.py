@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from dl1.loading import load_blocks, read_inputs
+from dl1.inputs import read_inputs
+from dl1.loading import load_blocks
 from dl1.solvers.base import Problem, WarmState, WorkingSetBudget
 from dl1.solvers.ws import WorkingSetSolver
 

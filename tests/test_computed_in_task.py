@@ -1,6 +1,6 @@
 """Dask inputs computed by dl1 (targets, weights, lazy predictions) run where the solve
 runs: in the task's own thread within a solve in one piece on a worker, on the current
-client otherwise (:func:`dl1.loading.computed`)."""
+client otherwise (:func:`dl1.inputs.computed`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from dl1.loading import as_vector
+from dl1.inputs import as_vector
 from dl1.predict import score
 
 N = 40

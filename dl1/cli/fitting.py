@@ -53,7 +53,7 @@ def _check_store(
     """The store opened and its fit inputs validated (manifest, ``y`` for ``loss``: with
     ``any_labels``, any two labels of a classification loss, as :func:`dl1.fit` maps them;
     column statistics) before a cluster starts."""
-    from dl1.loading import read_inputs
+    from dl1.inputs import read_inputs
 
     store = open_input(path, storage_options)
     y = entry_labels(store, None, loss, "train").y if any_labels else None

@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 import numbers
+import os
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,8 @@ from sklearn.utils.validation import (
 )
 
 from dl1.entry_labels import stored_labels
+from dl1.estimators.record import estimator_record
+from dl1.models import save_model
 from dl1.objective.datafits import datafit_class
 from dl1.params import (
     NON_NEGATIVE_INT,
@@ -102,8 +106,8 @@ def is_out_of_core(X: Any) -> bool:
 
 def computed(a: Any) -> np.ndarray:
     """A dask array computed (length-n vectors only) on the scheduler a solve here uses
-    (:func:`dl1.loading.computed`), anything else as an ndarray."""
-    from dl1.loading import computed as compute_here
+    (:func:`dl1.inputs.computed`), anything else as an ndarray."""
+    from dl1.inputs import computed as compute_here
 
     return np.asarray(compute_here(a)[0] if hasattr(a, "compute") else a)
 
@@ -228,6 +232,53 @@ class DL1Estimator(BaseEstimator):
         self.n_iter_ = int(res.n_rounds_)
         self.dual_gap_ = float(res.dual_gap_)
         self.gap_ = float(res.gap_)
+
+    def _set_loaded(self, res: Any, fitted: dict[str, Any]) -> None:
+        """The attributes a fit sets, from a saved model (:func:`dl1.load_estimator`):
+        ``n_features_in_`` (the input check's), ``fitted`` (``classes_``,
+        ``feature_names_in_``, ...: what the model alone does not hold), then ``res``'s
+        by :meth:`_set_result`, as after :meth:`fit`."""
+        self.n_features_in_ = int(res.n_features_in_)
+        for name, value in fitted.items():
+            setattr(self, name, value)
+        self._set_result(res)
+
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+        """Write the fitted estimator to the directory ``path`` (JSON and ``.npy``, no
+        pickle), read back by :func:`dl1.load_estimator` as this estimator, fitted.
+
+        The files are ``result_``'s saved model (:func:`dl1.models.save_model`; so
+        :func:`dl1.load_model` reads them as ``result_``) with a record of the estimator:
+        its class, its parameters that JSON holds exactly, a classifier's ``classes_`` and
+        ``class_weight_``, and ``feature_names_in_``
+        (:func:`dl1.estimators.record.estimator_record`).
+        Not saved: ``client`` (a connection), parameters that are not JSON (a
+        ``RandomState``, a solver object, a ``cv`` splitter, a dict ``class_weight``: the
+        loaded estimator has their defaults), ``result_``'s history and timings, and the
+        CV estimators' folds and scores (``cv_result_``, ``mse_path_``, ...).
+
+        Parameters
+        ----------
+        path : str or PathLike
+            The directory to create.
+        overwrite : bool, default=False
+            Replace ``path`` if it holds a saved model (nothing else is ever replaced).
+
+        Returns
+        -------
+        Path
+            The directory written.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            The estimator is not fitted.
+        FileExistsError
+            ``path`` exists and ``overwrite`` is False, or it is not a saved model.
+        """
+        check_is_fitted(self)
+        return save_model(self.result_, path, overwrite=overwrite,
+                          estimator=estimator_record(self))  # fmt: skip
 
     @property
     def sparse_coef_(self) -> sp.csr_matrix:

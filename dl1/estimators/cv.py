@@ -88,6 +88,12 @@ class _CrossValidated:
         self._set_cv(res)
         return self
 
+    def _set_loaded(self, res: Any, fitted: dict[str, Any]) -> None:
+        """As the base class's, and ``alpha_``, the refit's (the folds' grids and scores
+        are not saved)."""
+        super()._set_loaded(res, fitted)  # type: ignore[misc]
+        self.alpha_ = float(res.alpha)
+
     def _grid(self) -> dict[str, Any]:
         """:func:`dl1.fit_cv`'s grid keywords: ``alphas`` an int is their number."""
         if isinstance(self.alphas, numbers.Integral):
@@ -262,6 +268,10 @@ class ElasticNetCV(_CrossValidated, _Regressor):
         super()._set_cv(res)
         self.l1_ratio_ = res.l1_ratio
 
+    def _set_loaded(self, res: Any, fitted: dict[str, Any]) -> None:
+        super()._set_loaded(res, fitted)
+        self.l1_ratio_ = float(res.l1_ratio)
+
 
 class LogisticRegressionCV(_CrossValidated, LogisticRegression):
     """L1 / elastic-net logistic regression with ``C`` chosen by cross-validation, as
@@ -368,6 +378,10 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
 
     def _l1_ratio(self) -> float:
         return float(self.l1_ratio_[0])
+
+    def _set_loaded(self, res: Any, fitted: dict[str, Any]) -> None:
+        super()._set_loaded(res, fitted)
+        self.l1_ratio_ = np.array([res.l1_ratio])
 
     def _set_cv(self, res: Any) -> None:
         self.Cs_ = self._cs()

@@ -570,7 +570,7 @@ def computed_here(kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` with its dask collections (targets, weights, test data given as dask
     arrays) computed in this thread: within a task, Dask's default would send them to the
     cluster through the worker's client."""
-    from dl1.loading import computed
+    from dl1.inputs import computed
 
     lazy = {k: v for k, v in kwargs.items() if dask.is_dask_collection(v)}
     if not lazy:

@@ -1,7 +1,8 @@
 """The coordinator's check that a solve's numbers are finite, once per round.
 
-Validation (:mod:`dl1.loading`, :func:`dl1.tasks.blocks.check_column_squares`) refuses data
-whose sums of squares overflow, but products of valid data can still overflow (a residual
+Validation (:mod:`dl1.inputs`, :mod:`dl1.row_blocks`,
+:func:`dl1.tasks.blocks.check_column_squares`) refuses data whose sums of squares overflow,
+but products of valid data can still overflow (a residual
 times a column, an extrapolated step). A NaN compares false with every tolerance, so a solve
 that met one would run to its round limit, each subproblem to its epoch limit, and return
 NaN. The coordinator instead checks the scalars it already reduced each round (gap

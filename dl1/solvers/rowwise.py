@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from dl1.errors import ValidationError
-from dl1.loading import rows_xt_theta
 from dl1.objective.datafits import DATAFITS
 from dl1.objective.datafits.quadratic import balanced
 from dl1.objective.gap import duality_gap_from_stats
+from dl1.row_blocks import rows_xt_theta
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.calibration import FACTORS, Calibration, CalibrationSettings, calibrate
 from dl1.solvers.numerics import check_round

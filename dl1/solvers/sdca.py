@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from dl1.kernels.sdca import lasso_ridge, primal_from_dual
-from dl1.loading import rows_xt_theta
+from dl1.row_blocks import rows_xt_theta
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.result import ConvergenceWarning
 from dl1.solvers.rowwise import SampleWiseSolver

@@ -95,8 +95,9 @@ class BlockSource:
     center: bool
 
     def load(self) -> Block:
+        from dl1.store.arrays import read_array
         from dl1.store.format import block_key
-        from dl1.store.reader import read_array, read_block_arrays, read_block_task
+        from dl1.store.reader import read_block_arrays, read_block_task
 
         if self.fmt != "csc" or len(self.reads) == 1:
             chunks = [

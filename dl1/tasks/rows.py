@@ -77,8 +77,9 @@ class RowSource:
         """The CSR chunks placed one at a time into preallocated arrays: besides the block,
         one chunk is in memory (the row counts come from the small index pointers first;
         scipy's ``hstack`` holds the chunks, the result and a temporary)."""
+        from dl1.store.arrays import read_array
         from dl1.store.format import block_key
-        from dl1.store.reader import read_array, read_block_arrays
+        from dl1.store.reader import read_block_arrays
 
         counts = np.zeros(self.n_rows, dtype=np.int64)
         for j, blk, _ in self.reads:

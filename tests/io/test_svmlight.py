@@ -21,6 +21,7 @@ from dl1.errors import IncompleteStoreError, SvmlightFormatError
 from dl1.io import from_svmlight, write_svmlight_split
 from dl1.io.svmlight import memory_bound
 from dl1.kernels import svmlight as svmlight_kernels
+from dl1.kernels import svmlight_numbers
 from dl1.store import StoreWriter, open_store
 from dl1.store.format import MANIFEST
 
@@ -590,8 +591,8 @@ def test_float_parsers_are_exact(seed):
             ref = float(b)
         except ValueError:
             ref = None
-        ok, v = svmlight_kernels.parse_float(buf, 0, len(b))
-        ok2, v2, end = svmlight_kernels.scan_float(buf, 0, len(buf))
+        ok, v = svmlight_numbers.parse_float(buf, 0, len(b))
+        ok2, v2, end = svmlight_numbers.scan_float(buf, 0, len(buf))
         for good, val in ((ok, v), (ok2 and end == len(b), v2)):
             if good:
                 n_fast += 1
@@ -608,7 +609,7 @@ def test_eisel_lemire_against_integers():
     ws = rng.integers(1, 2**63, 2000, dtype=np.uint64)
     qs = rng.integers(-345, 312, 2000)
     for w, q in zip(ws.tolist(), qs.tolist(), strict=True):
-        ok, v = svmlight_kernels.eisel_lemire(np.uint64(w), q)
+        ok, v = svmlight_numbers.eisel_lemire(np.uint64(w), q)
         ref = float(f"{w}e{q}")
         assert ok == np.isfinite(ref)
         if ok:

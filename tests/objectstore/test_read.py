@@ -279,9 +279,9 @@ def test_an_oversize_manifest_is_refused_before_it_is_read(s3_store, monkeypatch
 
 
 def test_oversize_metadata_and_keys_outside_the_store_are_refused(s3_store, monkeypatch):
-    import dl1.store.reader as reader
+    import dl1.store.arrays as stored_arrays
 
-    monkeypatch.setattr(reader, "MAX_METADATA_BYTES", 100)
+    monkeypatch.setattr(stored_arrays, "MAX_METADATA_BYTES", 100)
     with pytest.raises(StoreCorruptError, match="the metadata of array .* more than the 100"):
         open_store(s3_store)
     loc = as_location(s3_store)

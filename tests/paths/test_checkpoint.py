@@ -175,7 +175,7 @@ def test_deeply_nested_json_is_a_named_corruption_not_a_recursion_error(tmp_path
     """Pass: a progress (or identity) file of 100,000 nested brackets, which JSON's parser
     cannot descend, is refused as a corrupt checkpoint naming the file (before: a bare
     RecursionError)."""
-    from dl1.paths.checkpoint import IDENTITY, PROGRESS
+    from dl1.paths.checkpoint_format import IDENTITY, PROGRESS
 
     fill(tmp_path / "ck", 2)
     f = tmp_path / "ck" / (PROGRESS if name == "progress" else IDENTITY)

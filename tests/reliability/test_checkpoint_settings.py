@@ -12,7 +12,8 @@ import pytest
 
 import dl1
 from dl1.errors import CheckpointLockedError
-from dl1.paths.checkpoint import PROGRESS, CheckpointMismatchError, PathCheckpoint
+from dl1.paths.checkpoint import PathCheckpoint
+from dl1.paths.checkpoint_format import PROGRESS, CheckpointMismatchError
 from tests.helpers import random_csr
 from tests.reliability.faults import assert_same_path
 

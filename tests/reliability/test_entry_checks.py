@@ -162,7 +162,8 @@ def test_diverging_sample_wise_solve_stops_with_numerical_error():
     NumericalError naming the solver, the epoch and the quantity that is not finite,
     instead of returning a NaN model with a ConvergenceWarning."""
     from dl1.errors import NumericalError
-    from dl1.loading import load_problem, read_inputs
+    from dl1.inputs import read_inputs
+    from dl1.loading import load_problem
     from dl1.objective.penalties.elastic_net import ElasticNet
     from dl1.runtime.executor import executor_for
     from dl1.solvers.sgd import StochasticGradientSolver

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 import dl1
-from dl1.paths.checkpoint import IDENTITY, PROGRESS
+from dl1.paths.checkpoint_format import IDENTITY, PROGRESS
+from dl1.store.arrays import read_array
 from dl1.store.format import MANIFEST
-from dl1.store.reader import read_array
 from tests.reliability.untrusted import make_store, rewrite_array, run_child
 
 HEAVY = os.environ.get("DL1_HEAVY") == "1"

@@ -17,9 +17,9 @@ from sklearn.datasets import load_svmlight_file
 import dl1
 from dl1.errors import IncompleteStoreError, StoreCorruptError
 from dl1.store import open_store
+from dl1.store.arrays import read_array
 from dl1.store.format import block_digest
 from dl1.store.manifest import MAX_MANIFEST_BYTES, MAX_METADATA_BYTES
-from dl1.store.reader import read_array
 from tests.reliability.faults import worker_pids
 from tests.reliability.untrusted import (
     as_zstd,

@@ -20,8 +20,8 @@ import pytest
 
 import dl1
 from dl1.errors import CheckpointCorruptError, CheckpointLockedError
-from dl1.paths.checkpoint import LOCK, PROGRESS
-from dl1.store.reader import read_array
+from dl1.paths.checkpoint_format import LOCK, PROGRESS
+from dl1.store.arrays import read_array
 from tests.reliability.faults import assert_same_path
 from tests.reliability.untrusted import (
     ROOT,

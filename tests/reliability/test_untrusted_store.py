@@ -12,7 +12,7 @@ import pytest
 
 import dl1
 from dl1.errors import StoreCorruptError
-from dl1.store.reader import read_array
+from dl1.store.arrays import read_array
 from tests.reliability.untrusted import (
     copy_store,
     make_store,

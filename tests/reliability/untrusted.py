@@ -123,7 +123,7 @@ def as_zstd(root: Path, key: str, entry: dict[str, Any]) -> None:
     import zarr
     from zarr.codecs import Crc32cCodec, ZstdCodec
 
-    from dl1.store.reader import read_array
+    from dl1.store.arrays import read_array
 
     a = read_array(root, key, entry)
     shutil.rmtree(root / key)

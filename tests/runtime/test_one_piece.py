@@ -83,6 +83,7 @@ def test_a_store_is_decided_from_its_manifest_and_read_by_the_worker_only(
     no check of the chunk files): the worker opens, checks and reads it, and its refusal
     of a damaged store is raised here."""
     import dl1.routing
+    import dl1.store.arrays
     import dl1.store.reader
     from dl1.errors import StoreCorruptError
 
@@ -98,6 +99,7 @@ def test_a_store_is_decided_from_its_manifest_and_read_by_the_worker_only(
 
     monkeypatch.setattr(dl1.routing, "read_inputs", refused)
     monkeypatch.setattr(dl1.store.reader, "_check_chunks_present", refused)
+    monkeypatch.setattr(dl1.store.arrays, "_check_chunks_present", refused)
     for X_given in (str(path), opened):
         res, tasks = _solve(local_cluster, "auto", dl1.fit, X_given, **kw)
         assert len(tasks) == 1 and res.converged_

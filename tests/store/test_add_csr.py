@@ -49,7 +49,7 @@ def test_add_csr_writes_every_block_as_csr_and_keeps_the_rest(tmp_path):
 def test_the_sample_wise_solvers_read_the_added_blocks(tmp_path):
     """Pass: streamed SGD on the store with added CSR blocks reads them (RowSource format
     "csr") and gives the same fit as on the store before (CSC chunks) to 1e-12."""
-    from dl1.loading import row_sources
+    from dl1.row_blocks import row_sources
 
     X, y, store = store_without_csr(tmp_path, test_split=False)
     kw = dict(alpha=dl1.alpha_max(X, y) / 5, solver="sgd", max_epochs=2, tol=1e-12,

@@ -72,7 +72,8 @@ def test_a_store_read_in_process_gives_the_blocks_its_task_graph_gives(tmp_path,
     (whole, or as pieces of its stored blocks, each over several row blocks); their columns,
     scales and norms equal those computed through dask from the store's dask array, at
     standardisation with sample weights, and the columns are X's."""
-    from dl1.loading import load_blocks, read_inputs
+    from dl1.inputs import read_inputs
+    from dl1.loading import load_blocks
     from dl1.runtime.executor import LocalExecutor
 
     X, y = zipf_columns(n=300, p=50)

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 import zarr
 
 import dl1
+import dl1.store.arrays as stored_arrays
 import dl1.store.reader as reader
 from dl1.errors import StoreCorruptError
 from dl1.runtime.executor import LocalExecutor
@@ -54,14 +55,14 @@ def test_arrays_are_read_without_zarr_and_their_metadata_parsed_once(one_block, 
         raise AssertionError("zarr.open_array called")
 
     monkeypatch.setattr(zarr, "open_array", refuse)
-    reader._ARRAY_META.clear()
+    stored_arrays._ARRAY_META.clear()
     np.testing.assert_array_equal(st.read("y"), y)
     assert (st.read_block() != X).nnz == 0
-    parsed = dict(reader._ARRAY_META)
+    parsed = dict(stored_arrays._ARRAY_META)
     assert len(parsed) == 4  # y, indptr, indices, data
     st.read("y")
     st.read_block()
-    assert reader._ARRAY_META.keys() == parsed.keys()
+    assert stored_arrays._ARRAY_META.keys() == parsed.keys()
 
 
 def test_rewritten_metadata_is_read_again(one_block):

@@ -408,8 +408,8 @@ def test_direct_chunk_reads_equal_zarr_reads(tmp_path, dtype):
     import zarr
     from zarr.codecs import Crc32cCodec, ZstdCodec
 
+    from dl1.store.arrays import direct_decoder, read_array
     from dl1.store.format import write_array
-    from dl1.store.reader import direct_decoder, read_array
 
     rng = np.random.default_rng(3)
     a = (rng.standard_normal(3_500) * 100).astype(dtype)

@@ -1,0 +1,227 @@
+"""A fitted estimator read back from its saved model (:func:`load_estimator`): the model
+checked as untrusted input (:func:`dl1.models.read_model`), then the estimator record
+written beside it (:mod:`dl1.estimators.record`) checked field by field against dl1's
+estimator classes and the model."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+import dl1.estimators as estimators
+from dl1.errors import ValidationError
+from dl1.estimators.record import DROPPED, NOT_SAVED, is_label_dtype, json_scalar
+from dl1.models import check_bool, float_value, read_model
+from dl1.objective.datafits import datafit_class, loss_name, make_datafit
+from dl1.store.manifest import FieldChecker
+
+#: Fields of the ``estimator`` record (``class`` and ``params`` required).
+ESTIMATOR_FIELDS = ("class", "params", "classes", "class_weight", "feature_names")
+
+
+def load_estimator(path: str | os.PathLike) -> Any:
+    """Read a saved fit back as a fitted dl1 estimator, checking its files as untrusted input.
+
+    A model saved by an estimator's ``save`` (:meth:`dl1.Lasso.save`) comes back as that
+    estimator, with its saved parameters; one saved from a :class:`dl1.FitResult` (no
+    estimator record) as the estimator of its loss: ``Lasso`` (``"squared"``, ``l1_ratio``
+    1) or ``ElasticNet``, ``LogisticRegression``, ``LinearSVC`` (hinges), ``PoissonRegressor``
+    or ``HuberRegressor``. Its fitted attributes (``coef_``, ``intercept_``, ``classes_``,
+    ``n_features_in_``, ``result_``, ``dual_gap_``, ``n_iter_``, ...) are set as a fit sets
+    them, so that it predicts bit for bit as the estimator saved, scores, converts
+    (``to_sklearn``) and saves again.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The directory of the saved model.
+
+    Returns
+    -------
+    DL1Estimator
+        Fitted. Parameters that were not saved (``client``; not JSON-able ones) have their
+        defaults; cross-validation's own attributes (``cv_result_``, ``alphas_``,
+        ``mse_path_``, ``alpha_1se_``, ``Cs_``, ``C_``, ``scores_``) are not restored,
+        ``alpha_`` and ``l1_ratio_`` (the refit's) are.
+
+    Raises
+    ------
+    ModelFileError
+        As :func:`load_model`; also: the model is a path (``kind`` "path": read it with
+        :func:`load_model`), its loss has no estimator, or a field of its estimator record
+        is malformed, names no dl1 estimator or parameter of it, or disagrees with the model
+        (the message names the file and the field).
+    """
+    model, meta, ck = read_model(path)
+    if meta["kind"] != "fit":
+        ck.fail(
+            "kind",
+            "is 'path': a regularisation path is no single fitted estimator; read it with "
+            "dl1.load_model (a PathResult, which predicts at any of its alphas)",
+            meta["kind"],
+        )
+    if "estimator" in meta:
+        est, fitted = _check_estimator(ck, meta["estimator"], model)
+    else:
+        est, fitted = _natural_estimator(ck, model)
+    est._set_loaded(model, fitted)
+    return est
+
+
+def _estimator_classes() -> dict[str, type]:
+    """dl1's estimator classes by name: the names a saved record may give."""
+    return {name: getattr(estimators, name) for name in estimators.__all__}
+
+
+def _only(ck: FieldChecker, d: dict[str, Any], allowed: tuple[str, ...], field: str) -> None:
+    extra = sorted(set(d) - set(allowed))
+    if extra:
+        ck.fail(f"{field}.{extra[0]}", f"is not a field of the record (fields: {allowed})")
+
+
+def _check_estimator(ck: FieldChecker, raw: Any, model: Any) -> tuple[Any, dict[str, Any]]:
+    """The estimator (unfitted, with its saved parameters) and the fitted attributes of an
+    ``estimator`` record, every field checked, and against the model (its loss, intercept,
+    features)."""
+    record = ck.obj(raw, "estimator")
+    _only(ck, record, ESTIMATOR_FIELDS, "estimator")
+    known = _estimator_classes()
+    name = ck.key(record, "class", "estimator")
+    if not isinstance(name, str) or name not in known:
+        ck.fail("estimator.class", f"is not one of dl1's estimators {sorted(known)}", name)
+    cls = known[name]
+    params = _check_params(ck, ck.key(record, "params", "estimator"), cls)
+    est = cls(**params)
+    try:
+        est._validate_params()
+    except (ValidationError, ValueError, TypeError) as e:
+        ck.fail("estimator.params", f"are not valid for {name}: {e}", params)
+    loss = loss_name(est._loss)
+    if loss != model.loss:
+        ck.fail("estimator.class", f"is {name} of loss {loss!r}, the model's is {model.loss!r}",
+                name)  # fmt: skip
+    if make_datafit(est._loss).params() != model.loss_params:
+        ck.fail("estimator.params", f"do not give the model's loss parameters "
+                f"{model.loss_params}", params)  # fmt: skip
+    if bool(est.fit_intercept) != bool(model.fit_intercept):
+        ck.fail("estimator.params.fit_intercept", "is not the model's fit_intercept",
+                est.fit_intercept)  # fmt: skip
+    fitted: dict[str, Any] = {}
+    if datafit_class(loss).classifies:
+        fitted["classes_"] = _check_labels(ck, ck.key(record, "classes", "estimator"),
+                                           "estimator.classes")  # fmt: skip
+        cw = record.get("class_weight")
+        fitted["class_weight_"] = None if cw is None else np.array(
+            [float_value(ck, w, f"estimator.class_weight[{k}]", lo=0.0)
+             for k, w in enumerate(ck.seq(cw, "estimator.class_weight", 2))]
+        )  # fmt: skip
+    else:
+        for key in ("classes", "class_weight"):
+            if key in record:
+                ck.fail(f"estimator.{key}", f"is given for {name}, which does not classify")
+    if "feature_names" in record:
+        fitted["feature_names_in_"] = _feature_names(ck, record["feature_names"],
+                                                     model.n_features_in_)  # fmt: skip
+    return est, fitted
+
+
+def _check_params(ck: FieldChecker, raw: Any, cls: type) -> dict[str, Any]:
+    """Parameters of ``cls`` (saved ones: not ``client``), each a JSON scalar (finite) or a
+    flat list of them."""
+    params = ck.obj(raw, "estimator.params")
+    names = [n for n in cls._get_param_names() if n not in NOT_SAVED]
+    for key, value in params.items():
+        field = f"estimator.params.{key}"
+        if key not in names:
+            ck.fail(field, f"is not a saved parameter of {cls.__name__} (those are {names})")
+        items = value if isinstance(value, list) else [value]
+        for x in items:
+            if json_scalar(x) is DROPPED or isinstance(x, list):
+                ck.fail(field, "is not null, a bool, a finite number, a string or a list of "
+                        "them", value)  # fmt: skip
+    return params
+
+
+def _check_labels(ck: FieldChecker, raw: Any, field: str) -> np.ndarray:
+    """A classifier's two labels: a label dtype, two values of it, distinct and sorted (as
+    ``np.unique`` gives ``classes_``)."""
+    raw = ck.obj(raw, field)
+    _only(ck, raw, ("dtype", "values"), field)
+    dt = ck.key(raw, "dtype", field)
+    if not isinstance(dt, str) or not is_label_dtype(dt):
+        ck.fail(f"{field}.dtype", "is not a label dtype (bool, integer, float, str or object)",
+                dt)  # fmt: skip
+    dtype = np.dtype(dt)
+    raw_values = ck.seq(ck.key(raw, "values", field), f"{field}.values", 2)
+    values = [_label(ck, dtype, x, f"{field}.values[{k}]") for k, x in enumerate(raw_values)]
+    c = np.empty(2, dtype=dtype)
+    c[:] = values
+    if c.tolist() != values:
+        ck.fail(f"{field}.values", f"do not fit dtype {dt}", raw_values)
+    if not c[0] < c[1]:
+        ck.fail(f"{field}.values", "are not two distinct labels in increasing order", raw_values)
+    return c
+
+
+def _label(ck: FieldChecker, dtype: np.dtype, x: Any, field: str) -> Any:
+    if dtype.kind == "b":
+        return check_bool(ck, x, field)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return ck.integer(x, field, int(info.min), int(info.max))
+    if dtype.kind == "f":
+        return float_value(ck, x, field, finite=True)
+    if not isinstance(x, str):
+        ck.fail(field, "is not a string", x)
+    return x
+
+
+def _feature_names(ck: FieldChecker, raw: Any, p: int) -> np.ndarray:
+    names = ck.seq(raw, "estimator.feature_names", p)
+    for k, f in enumerate(names):
+        if not isinstance(f, str):
+            ck.fail(f"estimator.feature_names[{k}]", "is not a string", f)
+    if len(set(names)) != len(names):
+        ck.fail("estimator.feature_names", "are not distinct")
+    return np.asarray(names, dtype=object)
+
+
+def _natural_estimator(ck: FieldChecker, model: Any) -> tuple[Any, dict[str, Any]]:
+    """The estimator of a fit saved without a record (unfitted, and the fitted attributes
+    the model does not hold): the one of its loss, with its
+    penalty, intercept and tolerance (a classifier's ``C = 1 / (n_samples * alpha)``, the
+    unweighted fit's)."""
+    known = _estimator_classes()
+    loss, r, alpha = model.loss, float(model.l1_ratio), float(model.alpha)
+    params: dict[str, Any] = {"fit_intercept": bool(model.fit_intercept)}
+    if 0.0 < model.tol < 1.0:
+        params["tol"] = float(model.tol)
+    fitted: dict[str, Any] = {}
+    if loss == "squared":
+        name = "Lasso" if r == 1.0 else "ElasticNet"
+        params.update(alpha=alpha, **({} if r == 1.0 else {"l1_ratio": r}))
+    elif loss in ("poisson", "huber"):
+        name = "PoissonRegressor" if loss == "poisson" else "HuberRegressor"
+        params.update(alpha=alpha, l1_ratio=r, **model.loss_params)
+    elif loss in ("logistic", "hinge", "squared_hinge"):
+        name = "LogisticRegression" if loss == "logistic" else "LinearSVC"
+        n = model.n_samples_
+        params.update(penalty="l1" if r == 1.0 else "elasticnet")
+        if r != 1.0:
+            params["l1_ratio"] = r
+        if n and alpha > 0:
+            params["C"] = 1.0 / (n * alpha)
+        if name == "LinearSVC":
+            params["loss"] = loss
+        classes = model.classes_
+        fitted["classes_"] = np.array([-1.0, 1.0]) if classes is None else classes.copy()
+        fitted["class_weight_"] = None
+    else:
+        ck.fail("loss", f"is {loss!r}, which no dl1 estimator fits: read the model with "
+                "dl1.load_model (a FitResult, which predicts and converts to scikit-learn)",
+                loss)  # fmt: skip
+    return known[name](**params), fitted
+
+
