@@ -15,16 +15,13 @@ import os
 import threading
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from dl1.errors import CheckpointCorruptError, CheckpointLockedError
 from dl1.paths.checkpoint_format import LOCK
 from dl1.paths.remote import Lease
 from dl1.store.location import Location
 from dl1.store.manifest import check_inside
-
-if TYPE_CHECKING:
-    from dl1.paths.checkpoint import PathCheckpoint
 
 try:  # Linux and macOS; on Windows no lock is taken (see PathCheckpoint)
     import fcntl
@@ -89,7 +86,7 @@ def _holder(text: str) -> str:
 #: The checkpoint objects of this process holding a lock, by real path, with the thread
 #: that opened each: a checkpoint opened again by that thread (a retry after an exception)
 #: takes the lock over. Guarded by :data:`_REGISTRY`, as is :data:`_OPENING`.
-_HELD: dict[str, tuple[weakref.ref[PathCheckpoint], threading.Thread]] = {}
+_HELD: dict[str, tuple[weakref.ref[object], threading.Thread]] = {}  # PathCheckpoints
 #: The paths being opened or created by a thread of this process, and that thread.
 _OPENING: dict[str, threading.Thread] = {}
 _REGISTRY = threading.Lock()

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from dl1.runtime.watchdog import bounded, run_listed
+
 # -- batching intervals -----------------------------------------------------------------------
 # Dask batches the messages of its long-lived streams (client to scheduler, scheduler to
 # worker, worker to scheduler) in BatchedSend objects whose intervals are fixed in its code
@@ -159,8 +161,6 @@ class LowLatency:
 
     def engage(self) -> None:
         """Shorten the intervals (once; nothing without a client)."""
-        from dl1.runtime.watchdog import bounded, run_listed
-
         if self.saved is not None or self.client is None:
             return
         self.saved = saved = {}
@@ -179,8 +179,6 @@ class LowLatency:
 
     def restore(self) -> None:
         """Give back the intervals :meth:`engage` changed."""
-        from dl1.runtime.watchdog import bounded, run_listed
-
         saved, client = self.saved, self.client
         self.saved = None
         if not saved:
@@ -248,36 +246,3 @@ def set_spill_target(worker: Any, target: float) -> bool:
         return False
     data.n = target
     return True
-
-
-# -- stranded tasks ---------------------------------------------------------------------------
-# A task submitted with ``workers=[...]`` and ``allow_other_workers=True`` (dl1 places blocks
-# next to their partitions) goes to Dask's ``no-worker`` state when no worker runs at all
-# (every worker lost or paused at once). Dask sends no-worker tasks to a worker that joins
-# (or resumes) only if that worker is among the task's restrictions
-# (``Scheduler.bulk_schedule_unrunnable_after_adding_worker`` ignores
-# ``loose_restrictions``), so once its restricted workers are gone such a task waits for
-# ever beside idle workers. The coordinator's watchdog then asks the scheduler to place
-# them as it would have on submission: on any running worker.
-# Upstream: dask/distributed#7346 (restricted tasks left in ``no-worker`` when their workers
-# are removed; open, about strict restrictions; the loose case is the same code path).
-
-
-def release_stranded(dask_scheduler: Any = None) -> int:
-    """On the scheduler: send no-worker tasks with loose restrictions that no running
-    worker satisfies to ``processing`` (any running worker); how many were sent."""
-    running = getattr(dask_scheduler, "running", None)
-    unrunnable = getattr(dask_scheduler, "unrunnable", None)
-    if not running or not unrunnable:
-        return 0
-    stranded = [
-        ts.key
-        for ts in list(unrunnable)
-        if ts.loose_restrictions and not dask_scheduler.valid_workers(ts)
-    ]
-    if stranded:
-        import time
-
-        recs = dict.fromkeys(stranded, "processing")
-        dask_scheduler.transitions(recs, stimulus_id=f"dl1-release-stranded-{time.time()}")
-    return len(stranded)

@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 import dask
 
 from dl1.errors import ClusterStalledError, MemoryStallError
+from dl1.runtime.stranded import release_stranded
 from dl1.timeouts import STALL_TIMEOUT_KEY, stall_timeout
 
 T = TypeVar("T")
@@ -302,8 +303,7 @@ class Watchdog:
 
     def _released_stranded(self, view: ClusterView) -> bool:
         """Whether the scheduler placed tasks stranded in ``no-worker`` beside idle running
-        workers (see :func:`dl1.runtime.dask_workarounds.release_stranded`)."""
-        from dl1.runtime.dask_workarounds import release_stranded
+        workers (see :func:`dl1.runtime.stranded.release_stranded`)."""
 
         if not any(w.status == "running" for w in view.workers.values()):
             return False
