@@ -39,7 +39,7 @@ _LAZY = {
     "load_model": "dl1.models",
     "open": "dl1.convert",
     "open_store": "dl1.store",
-    "path": "dl1.penalised",
+    "path": "dl1.penalised_path",
     "path_constrained": "dl1.constrained",
     "persist": "dl1.dataset",
 }

@@ -20,7 +20,7 @@ import numpy as np
 
 from dl1.errors import ValidationError
 from dl1.inputs import check_two_classes, read_inputs
-from dl1.loading import block_memory, col_scales, decide_stream, load_blocks
+from dl1.loading import col_scales, decide_stream, load_blocks
 from dl1.params import CONSTRAINED, CONSTRAINED_PATH, validate_params
 from dl1.paths.evaluation import records_as_arrays, sparse_record, test_data, test_metric
 from dl1.paths.loop import AlphaStep, walk
@@ -28,6 +28,7 @@ from dl1.runtime.executor import coordinating, executor_for
 from dl1.solvers.fw import ConstrainedProblem, FrankWolfeSolver
 from dl1.solvers.fw_problem import FWProblem, FWResult, sample_size
 from dl1.solvers.result import ConvergenceWarning
+from dl1.store.reader import block_memory
 
 #: Default relative FW gap ``gap / f(0)`` at which a fit stops.
 DEFAULT_TOL = 1e-4

@@ -153,8 +153,11 @@ def cross_validated(
         recipe, blocks = ds.shipped()
 
         def in_one_piece(jobs: list[Any]) -> list[Any]:
-            shipments = [one_piece.Shipment("fold", None, {"job": j, "fold_run": fold_run}, recipe)
-                         for j in jobs]  # fmt: skip
+            shipments = [
+                one_piece.Shipment(fold_in_process, None, {"job": j, "fold_run": fold_run},
+                                   recipe)
+                for j in jobs
+            ]  # fmt: skip
             return one_piece.run_many(ex, shipments, blocks, spread=True)
 
     return cross_validate(

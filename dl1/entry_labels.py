@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from dl1.dataset import Dataset
-from dl1.inputs import computed
 from dl1.labels import PM1, as_pm1, encode_labels
 from dl1.objective.datafits import datafit_class
 from dl1.paths.evaluation import test_data
+from dl1.runtime.compute import computed
 from dl1.store import Store, open_store
 from dl1.store.location import is_store_source
 

@@ -12,16 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import dask
 import dask.array as da
-import dask.local
 import numpy as np
 import scipy.sparse as sp
 
 from dl1.chunks import as_csc, is_pydata_sparse
 from dl1.errors import ValidationError
 from dl1.objective.datafits import make_datafit, normalize_sample_weight
-from dl1.runtime import persisted
+from dl1.runtime.compute import computed
+from dl1.runtime.executor import Held
 from dl1.store import Store, open_store
 from dl1.store.location import is_store_source
 
@@ -72,33 +71,6 @@ def as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray
         f"X must be a dask array, a dl1 Store, store path or URL, a dl1 Dataset, a scipy.sparse "
         f"or pydata sparse matrix or a NumPy array; got {type(X).__name__}"
     )
-
-
-def computed(*collections: Any, what: str = "a dask input") -> tuple[Any, ...]:
-    """``dask.compute(*collections)`` on an explicit scheduler, the one a solve running
-    here uses: within a solve in one piece (a task on a worker,
-    :func:`dl1.runtime.one_piece.in_task`) this thread (``"sync"``; Dask's default there
-    sends the graph to the cluster through the worker's client, from a task that holds one
-    of the worker's threads); otherwise the current client
-    (:func:`dl1.runtime.executor.current_client`, the one ``dask.compute`` would use) or,
-    without one, the local scheduler Dask's configuration names (threads by default). On
-    a local scheduler, collections holding persisted chunks (``what``, for the errors)
-    get their chunks first (:func:`dl1.runtime.persisted.localized`)."""
-    from dl1.runtime import one_piece
-    from dl1.runtime.executor import current_client
-
-    in_task = one_piece.in_task()
-    client = None if in_task else current_client()
-    if client is not None:
-        return dask.compute(*collections, scheduler=client)
-    # in a task, dask.local.get_sync itself: the name "sync" warns (dask < 2024.12) where a
-    # distributed client exists, though this thread is what is meant
-    scheduler = dask.local.get_sync if in_task else dask.config.get("scheduler", "threads")
-    here = []
-    for c in collections:
-        held = persisted.held_futures(c, what)
-        here.append(persisted.localized(c, what, held) if held else c)
-    return dask.compute(*here, scheduler=scheduler)
 
 
 def as_vector(v: Any, n: int, what: str) -> np.ndarray:
@@ -167,9 +139,7 @@ def read_inputs(
 ) -> Inputs:
     """The validated :class:`Inputs` of a fit (``y`` and weights read from a store or from
     a :class:`~dl1.dataset.Dataset`; ``y_optional``: an empty ``y`` when there is none)."""
-    from dl1.dataset import Dataset
-
-    if isinstance(X, Dataset):
+    if isinstance(X, Held):  # a Dataset
         return dataset_inputs(X, y, sample_weight, loss)
     store = open_store(X) if is_store_source(X) else X
     store = store if isinstance(store, Store) else None

@@ -21,15 +21,9 @@ from dl1.row_blocks import load_rows
 from dl1.runtime.worker import WORKER_BASELINE
 from dl1.solvers.base import DataHandles, Problem, WorkingSetBudget
 from dl1.store import Store
-from dl1.store.reader import csc_column_range
+from dl1.store.reader import block_memory, csc_column_range
 from dl1.tasks.blocks import Block, BlockSource, assemble_block, identity, loaded
 from dl1.tasks.gram import GRAM_DENSE_MAX
-
-
-def block_memory(store: Store, split: str) -> int:
-    """Bytes the feature blocks of ``split`` take in worker memory (CSC, int32 indices)."""
-    p = store.shape(split)[1]
-    return store.nnz(split) * (store.dtype(split).itemsize + 4) + 16 * (p + 1)
 
 
 def dense_max(streamed: bool) -> int:

@@ -1,48 +1,10 @@
-"""Fitted models of dl1 saved and loaded without pickle, and converted to scikit-learn.
-
-A saved model is a directory::
-
-    MODEL/
-      model.json      format name and version, dl1 version, kind ("fit" or "path"), loss,
-                      alpha(s), l1_ratio, tol, gaps, converged flags, intercept(s), n_samples,
-                      n_features, a classifier's two labels ``classes`` (optional: a model
-                      saved without them predicts -1 / +1); every float as a ``float.hex``
-                      string (exact, NaN included); ``digest``, the SHA-256 of every other
-                      field and of the arrays
-                      optional ``estimator``, the record of the dl1 estimator a fit was saved
-                      from (:meth:`dl1.Lasso.save`, read by :func:`dl1.load_estimator`): its
-                      ``class`` name, ``params`` (its JSON-able parameters: JSON scalars or
-                      lists of them), a classifier's ``classes`` (``dtype`` and the two
-                      ``values``: strings, bools, integers, or floats as ``float.hex``) and
-                      ``class_weight``, and ``feature_names`` (fitted on a DataFrame)
-      coef.npy        float64 (p,)                      kind "fit"
-      coefs_data.npy, coefs_indices.npy, coefs_indptr.npy
-                      float64 / int64 / int64: the CSC matrix ``coefs_`` (p, n_alphas), kind "path"
-
-It is written in a temporary directory beside ``MODEL`` and renamed into place, so a killed
-writer leaves no half model; an existing path is replaced only with ``overwrite=True`` and
-only if it is a saved model (nothing else a user wrote is deleted). Loading treats the files
-as untrusted: the JSON is size-limited and checked as a schema (types, ranges, lengths), the
-arrays' headers (dtype, shape, order, file size) are checked before they are read, with
-``allow_pickle=False``, and their values after (finite, indices in range); last, the digest
-(:func:`content_digest`), so that a field edited to another valid value (a loss, an alpha)
-is refused too. A model of format version 1 (before the digest) loads unchecked by it. A
-loaded model predicts bit for bit as the saved one. Not saved: histories, timings,
-screening masks and a path's per-alpha ``extra_`` records.
-
-The ``estimator`` record came without a version bump: it is optional (a model without it
-loads, as the estimator of its loss), and a dl1 reading version 2 without knowing it loads
-such a model as its FitResult (the digest covers the record as any other field).
+"""Saved models of dl1 read back (:func:`load_model`), their files checked as untrusted
+input; the format and the writing are :mod:`dl1.saving`'s.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import shutil
-import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -52,233 +14,23 @@ import scipy.sparse as sp
 from dl1 import __version__
 from dl1.errors import ModelFileError, ValidationError
 from dl1.objective.datafits import LOSSES, datafit_class
+from dl1.paths.result import PathResult
+from dl1.saving import (
+    ARRAYS,
+    FIT_FLOATS,
+    FIT_INTS,
+    FORMAT_NAME,
+    MODEL_JSON,
+    PATH_VECTORS,
+    READABLE_VERSIONS,
+    content_digest,
+    fit_content,
+    path_content,
+    read_json,
+)
+from dl1.solvers.result import FitResult
 from dl1.store.location import open_regular
 from dl1.store.manifest import FieldChecker, check_inside
-
-FORMAT_NAME = "dl1-model"
-FORMAT_VERSION = 2
-#: Format versions this dl1 reads: 1 has no digest.
-READABLE_VERSIONS = (1, 2)
-MODEL_JSON = "model.json"
-#: model.json larger than this is refused unread (a path of 10,000 alphas takes ~2 MiB).
-MAX_JSON_BYTES = 16 << 20
-#: Float scalars of a fit, as (JSON key, FitResult attribute).
-FIT_FLOATS = (
-    ("alpha", "alpha"),
-    ("intercept", "intercept_"),
-    ("gap", "gap_"),
-    ("dual_gap", "dual_gap_"),
-    ("primal", "primal_"),
-    ("dual", "dual_"),
-    ("p0", "p0_"),
-    ("passes", "passes_"),
-)
-FIT_INTS = (("n_rounds", "n_rounds_"), ("n_partitions", "n_partitions"))
-#: Per-alpha vectors of a path, as (JSON key, PathResult attribute, kind, optional).
-PATH_VECTORS = (
-    ("alphas", "alphas_", "float", False),
-    ("intercepts", "intercepts_", "float", False),
-    ("gaps", "gaps_", "float", False),
-    ("converged", "converged_", "bool", False),
-    ("n_active", "n_active_", "int", False),
-    ("passes", "passes_", "float", False),
-    ("seconds", "seconds_", "float", False),
-    ("rounds", "rounds_", "int", False),
-    ("test_mse", "test_mse_", "float", True),
-    ("test_logloss", "test_logloss_", "float", True),
-    ("test_accuracy", "test_accuracy_", "float", True),
-    ("deltas", "deltas_", "float", True),
-)
-ARRAYS = {
-    "fit": {"coef": "<f8"},
-    "path": {"coefs_data": "<f8", "coefs_indices": "<i8", "coefs_indptr": "<i8"},
-}
-
-
-# -- saving -----------------------------------------------------------------------------------
-def save_model(
-    model: Any,
-    path: str | os.PathLike,
-    *,
-    overwrite: bool = False,
-    estimator: dict[str, Any] | None = None,
-) -> Path:
-    """Write a :class:`dl1.FitResult` or :class:`dl1.paths.PathResult` to the directory
-    ``path`` (JSON and ``.npy``; the module docstring gives the layout).
-
-    Parameters
-    ----------
-    model : FitResult or PathResult
-    path : str or PathLike
-        The directory to create.
-    overwrite : bool
-        Replace ``path`` if it holds a saved model. Anything else at ``path`` is never
-        replaced.
-    estimator : dict, optional
-        The record of the estimator ``model`` is the ``result_`` of
-        (:func:`dl1.estimators.record.estimator_record`), written as the field
-        ``estimator``.
-
-    Returns
-    -------
-    Path
-        The directory written.
-
-    Raises
-    ------
-    FileExistsError
-        ``path`` exists and ``overwrite`` is False, or it is not a saved model.
-    """
-    from dl1.paths.result import PathResult
-
-    if isinstance(model, PathResult):
-        meta, arrays = _path_content(model)
-    else:
-        meta, arrays = _fit_content(model)
-    meta = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "dl1_version": __version__,
-        **meta,
-    }
-    if estimator is not None:
-        meta["estimator"] = estimator
-    meta["digest"] = content_digest(meta, arrays)
-    return _write_dir(Path(path), meta, arrays, overwrite)
-
-
-def content_digest(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> str:
-    """SHA-256 (hex) of a saved model's content: its JSON fields but ``digest`` (canonical:
-    sorted keys, no spaces) and each array's name, dtype, shape and bytes."""
-    h = hashlib.sha256()
-    fields = {k: v for k, v in meta.items() if k != "digest"}
-    h.update(json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False).encode())
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
-def hex_float(x: Any) -> str:
-    return float(x).hex()
-
-
-def _common(model: Any, kind: str) -> dict[str, Any]:
-    n = model.n_samples_
-    meta = {
-        "kind": kind,
-        "loss": str(model.loss),
-        "l1_ratio": hex_float(model.l1_ratio),
-        "tol": hex_float(model.tol),
-        "fit_intercept": None if model.fit_intercept is None else bool(model.fit_intercept),
-        "n_samples": None if n is None else int(n),
-        "n_features": int(model.n_features_in_),
-    }
-    classes = getattr(model, "classes_", None)
-    if classes is not None:  # a classifier's labels (written only when known)
-        meta["classes"] = [hex_float(c) for c in np.asarray(classes).tolist()]
-    return meta
-
-
-def _fit_content(res: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    meta = _common(res, "fit")
-    for key, attr in FIT_FLOATS:
-        meta[key] = hex_float(getattr(res, attr))
-    for key, attr in FIT_INTS:
-        meta[key] = int(getattr(res, attr))
-    meta["converged"] = bool(res.converged_)
-    if res.loss_params:  # a loss's own parameters (Huber's epsilon)
-        meta["loss_params"] = {k: hex_float(v) for k, v in res.loss_params.items()}
-    return meta, {"coef": np.ascontiguousarray(res.coef_, dtype="<f8")}
-
-
-def _path_content(res: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    meta = _common(res, "path")
-    meta["n_alphas"] = res.n_alphas
-    for key, attr, kind, _ in PATH_VECTORS:
-        v = getattr(res, attr)
-        meta[key] = None if v is None else [_to_json(x, kind) for x in v.tolist()]
-    C = res.coefs_.copy()
-    C.sort_indices()
-    arrays = {
-        "coefs_data": np.ascontiguousarray(C.data, dtype="<f8"),
-        "coefs_indices": np.ascontiguousarray(C.indices, dtype="<i8"),
-        "coefs_indptr": np.ascontiguousarray(C.indptr, dtype="<i8"),
-    }
-    return meta, arrays
-
-
-def _to_json(x: Any, kind: str) -> Any:
-    return hex_float(x) if kind == "float" else bool(x) if kind == "bool" else int(x)
-
-
-def _write_dir(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], overwrite: bool):
-    exists = os.path.lexists(path)
-    if exists and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True to replace a saved model")
-    if exists and not _is_saved_model(path):
-        raise FileExistsError(
-            f"{path} exists and is not a saved dl1 model (a directory holding only "
-            f"{MODEL_JSON} and its arrays): it is not replaced, even with overwrite=True"
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        for name, a in arrays.items():
-            with open(tmp / f"{name}.npy", "wb") as fh:
-                np.save(fh, a, allow_pickle=False)
-                _sync(fh)
-        with open(tmp / MODEL_JSON, "w", encoding="utf-8") as fh:
-            json.dump(meta, fh, indent=1, allow_nan=False)
-            _sync(fh)
-        _fsync_dir(tmp)
-        _move_into_place(tmp, path, exists)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-def _move_into_place(tmp: Path, path: Path, exists: bool) -> None:
-    if not exists:
-        os.rename(tmp, path)  # fails if something appeared at path meanwhile (not empty)
-        return
-    old = path.parent / f".{path.name}.{uuid.uuid4().hex}.old"
-    os.rename(path, old)
-    try:
-        os.rename(tmp, path)
-    except BaseException:
-        os.rename(old, path)
-        raise
-    shutil.rmtree(old)
-
-
-def _is_saved_model(path: Path) -> bool:
-    """A real directory holding only what :func:`save_model` writes, with its format name."""
-    if path.is_symlink() or not path.is_dir():
-        return False
-    known = {MODEL_JSON} | {f"{n}.npy" for names in ARRAYS.values() for n in names}
-    if not {p.name for p in path.iterdir()} <= known:
-        return False
-    try:
-        return _read_json(path / MODEL_JSON).get("format") == FORMAT_NAME
-    except (ModelFileError, AttributeError):
-        return False
-
-
-def _sync(fh: Any) -> None:
-    fh.flush()
-    os.fsync(fh.fileno())
-
-
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -312,7 +64,7 @@ def read_model(path: str | os.PathLike) -> tuple[Any, dict[str, Any], FieldCheck
     if not path.is_dir():
         raise ModelFileError(f"{path} is not a directory holding a saved dl1 model")
     ck = FieldChecker(f"model at {path}", ModelFileError, f"{MODEL_JSON} field")
-    meta = ck.obj(_read_json(path / MODEL_JSON), "(root)")
+    meta = ck.obj(read_json(path / MODEL_JSON), "(root)")
     if ck.key(meta, "format", "(root)") != FORMAT_NAME:
         ck.fail("format", f"is not {FORMAT_NAME!r}", meta["format"])
     version = ck.integer(ck.key(meta, "format_version", "(root)"), "format_version")
@@ -328,10 +80,10 @@ def read_model(path: str | os.PathLike) -> tuple[Any, dict[str, Any], FieldCheck
     common = _check_common(ck, meta)
     if kind == "fit":
         model = _load_fit(ck, path, meta, common)
-        arrays = _fit_content(model)[1]
+        arrays = fit_content(model)[1]
     else:
         model = _load_path(ck, path, meta, common)
-        arrays = _path_content(model)[1]
+        arrays = path_content(model)[1]
     if version >= 2:
         _check_digest(ck, meta, arrays)
     return model, meta, ck
@@ -346,36 +98,6 @@ def _check_digest(ck: FieldChecker, meta: dict[str, Any], arrays: dict[str, np.n
     if content_digest(meta, arrays) != digest:
         ck.fail("digest", "does not match the model's fields and arrays (edited or damaged)",
                 digest)  # fmt: skip
-
-
-def _read_json(f: Path) -> Any:
-    try:
-        size = f.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise ModelFileError(f"{f} holds {size} bytes, more than {MAX_JSON_BYTES} (refused)")
-        with open_regular(f) as fh:
-            text = fh.read(MAX_JSON_BYTES + 1)
-        if len(text) > MAX_JSON_BYTES:
-            raise ModelFileError(f"{f} is larger than {MAX_JSON_BYTES} bytes (refused)")
-        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
-    except OSError as e:
-        raise ModelFileError(f"{f} is missing or unreadable: {e}") from e
-    except (ValueError, RecursionError) as e:
-        if isinstance(e, ModelFileError):
-            raise
-        raise ModelFileError(f"{f} is not valid JSON: {e}") from e
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON (floats are float.hex strings)")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen = [k for k, _ in pairs]
-        raise ValueError(f"duplicate key {next(k for k in seen if seen.count(k) > 1)!r}")
-    return out
 
 
 def _float(
@@ -450,8 +172,6 @@ def _classes(ck: FieldChecker, meta: dict[str, Any], loss: str) -> np.ndarray | 
 
 
 def _load_fit(ck: FieldChecker, path: Path, meta: dict[str, Any], common: dict[str, Any]):
-    from dl1.solvers.result import FitResult
-
     kw: dict[str, Any] = {}
     for key, attr in FIT_FLOATS:
         kw[attr] = _float(ck, meta, key)
@@ -489,8 +209,6 @@ def _loss_params(ck: FieldChecker, meta: dict[str, Any], loss: str) -> dict[str,
 
 
 def _load_path(ck: FieldChecker, path: Path, meta: dict[str, Any], common: dict[str, Any]):
-    from dl1.paths.result import PathResult
-
     n = ck.integer(ck.key(meta, "n_alphas", "(root)"), "n_alphas")
     kw: dict[str, Any] = {}
     for key, attr, kind, optional in PATH_VECTORS:
@@ -589,46 +307,4 @@ def _finite(path: Path, name: str, a: np.ndarray) -> None:
         )
 
 
-# -- scikit-learn -----------------------------------------------------------------------------
-def to_sklearn(res: Any) -> Any:
-    """The fitted scikit-learn estimator equivalent to a :class:`dl1.FitResult`: the one
-    its loss's datafit names (``sklearn_estimator``; :mod:`dl1.objective.datafits`):
-
-    - ``"squared"``: :class:`sklearn.linear_model.Lasso` (``l1_ratio == 1``) or
-      :class:`~sklearn.linear_model.ElasticNet`, the same objective;
-    - ``"logistic"``: :class:`~sklearn.linear_model.LogisticRegression` with
-      ``C = 1 / (n_samples * alpha)`` and ``solver="saga"``, the same objective without
-      sample weights;
-    - ``"hinge"``, ``"squared_hinge"``: :class:`~sklearn.linear_model.SGDClassifier` with
-      that loss and the elastic net, the same objective; ``"smooth_hinge"`` the hinge one,
-      whose predictions are dl1's but whose objective is not.
-
-    ``coef_``, ``intercept_``, ``n_features_in_``, ``n_iter_`` (dl1's rounds) and, for the
-    classifiers, ``classes_`` (the model's two labels; ``[-1.0, 1.0]`` for a model without
-    them) are set, so that ``predict``, ``decision_function``, ``score`` (and
-    ``predict_proba``) work, pickle with joblib and convert with skops or ONNX tools.
-    Labels agree with dl1's except at a decision value of exactly 0 (scikit-learn:
-    ``classes_[0]``, dl1: ``classes_[1]``).
-    """
-    coef = np.array(res.coef_, dtype=np.float64)
-    b = float(res.intercept_)
-    datafit = datafit_class(res.loss)(**res.loss_params)
-    est = datafit.sklearn_estimator(res)
-    if not datafit.classifies:
-        est.coef_, est.intercept_ = coef, b
-        est.dual_gap_, est.n_iter_ = res.dual_gap_, int(res.n_rounds_)
-    else:
-        est.coef_, est.intercept_ = coef[None, :], np.array([b])
-        classes = getattr(res, "classes_", None)
-        est.classes_ = np.array([-1.0, 1.0] if classes is None else classes, dtype=np.float64)
-        est.n_iter_ = np.array([int(res.n_rounds_)], dtype=np.int32)
-    est.n_features_in_ = coef.shape[0]
-    return est
-
-
-__all__ = [
-    "FORMAT_VERSION",
-    "load_model",
-    "save_model",
-    "to_sklearn",
-]
+__all__ = ["load_model", "read_model"]

@@ -27,6 +27,7 @@ from typing import Any
 
 from dl1.errors import ValidationError
 from dl1.objective.datafits import DATAFITS, LOSSES
+from dl1.solvers.registry import SOLVERS
 
 
 class InvalidParameterError(ValidationError, TypeError):
@@ -157,8 +158,6 @@ def is_str(value: Any) -> bool:
 def is_solver_name(value: Any) -> bool:
     """A registered solver's name (looked up when checked: the registry is the one list),
     ``"auto"``, or a configured solver object (with ``solve``, ``layout`` and ``name``)."""
-    from dl1.solvers.registry import SOLVERS
-
     if isinstance(value, str):
         return value in SOLVERS or value == "auto"
     return all(hasattr(value, a) for a in ("solve", "layout", "name", "restore", "release"))

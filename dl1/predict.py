@@ -18,6 +18,8 @@ from dl1.chunks import check_structure
 from dl1.errors import ValidationError
 from dl1.labels import as_pm1
 from dl1.objective.datafits import CLASSIFICATION_LOSSES, LOSSES, datafit_class
+from dl1.runtime.compute import computed
+from dl1.runtime.executor import Held
 
 
 def decision_function(X: Any, coef: Any, intercept: Any, *, split: str = "test") -> Any:
@@ -49,9 +51,7 @@ def decision_function(X: Any, coef: Any, intercept: Any, *, split: str = "test")
     """
     coef = _coef(coef)
     b = _scalar(intercept)
-    from dl1.dataset import Dataset
-
-    if isinstance(X, Dataset):  # from the blocks it holds: no read of the store
+    if isinstance(X, Held):  # a Dataset, from the blocks it holds: no read of the store
         return X.decision_function(coef, b)
     X = as_input(X, split)
     check_n_features(X, coef.shape[0])
@@ -96,7 +96,7 @@ def score(
 
     ``y=None`` takes the targets of ``X``: a store's ``y`` of ``split``, or a Dataset's
     ``y``. Lazy targets and predictions are computed on the current client, or in this
-    thread within a solve in one piece (:func:`dl1.inputs.computed`).
+    thread within a solve in one piece (:func:`dl1.runtime.compute.computed`).
     """
     from sklearn.metrics import accuracy_score, r2_score
 
@@ -104,8 +104,6 @@ def score(
     y = _targets(X, y, split)
     pred = predict(X, coef, intercept, loss, split=split)
     if _is_dask(pred):
-        from dl1.inputs import computed
-
         (pred,) = computed(pred)
     if y.shape[0] != pred.shape[0]:
         raise ValidationError(f"y has {y.shape[0]} values, X has {pred.shape[0]} rows")
@@ -204,8 +202,6 @@ def _targets(X: Any, y: Any, split: str) -> np.ndarray:
         else:
             raise ValidationError("y is required unless X is a store or a Dataset with y")
     if _is_dask(y):
-        from dl1.inputs import computed
-
         (y,) = computed(y)
     return np.asarray(y, dtype=np.float64).ravel()
 
@@ -246,7 +242,7 @@ def _dask_decision(X: Any, coef: np.ndarray, b: float) -> Any:
         for j in np.unique(owner)
     }
     # unoptimised: Dask's optimisation drops a persisted X's futures from the chunks'
-    # graphs (leaving the keys to its scheduler), which dl1.inputs.computed must see
+    # graphs (leaving the keys to its scheduler), which dl1.runtime.compute.computed must see
     blocks = X.to_delayed(optimize_graph=False)
     rows = []
     for i, n_i in enumerate(X.chunks[0]):

@@ -4,6 +4,7 @@ here (:func:`read_or_ship`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,7 @@ class StoreDecision:
 
 
 def store_in_one_piece(
-    entry: str, call: dict[str, Any], solver: Any, refusal: Any
+    entry: Callable[..., Any], call: dict[str, Any], solver: Any, refusal: Any
 ) -> StoreDecision:
     """``entry``'s ``call`` on a store solved in one piece, when the rule chooses it from the
     store's manifest alone: the worker opens, checks and reads the store and validates the
@@ -102,7 +103,9 @@ class Ready:
     ex: Any = None
 
 
-def read_or_ship(entry: str, call: dict[str, Any], solver: Any, refusal: Any) -> Ready:
+def read_or_ship(
+    entry: Callable[..., Any], call: dict[str, Any], solver: Any, refusal: Any
+) -> Ready:
     """``entry``'s ``call`` shipped in one piece when the rule chooses it (a store from its
     manifest alone, other data once read); else its inputs read and checked."""
     early = store_in_one_piece(entry, call, solver, refusal)

@@ -24,7 +24,6 @@ from dl1.tasks.rows import (
     assemble_rows,
     column_extreme_task,
     rows_stats_task,
-    rows_xt_task,
 )
 
 
@@ -170,13 +169,3 @@ def row_sources(store: Store, split: str) -> tuple[list[RowSource], np.ndarray]:
         for i in range(len(rb) - 1)
     ]
     return sources, rb.astype(np.int64)
-
-
-def rows_xt_theta(ex: Any, rows: RowData, theta: np.ndarray) -> np.ndarray:
-    """``X^T theta`` (length p) from the row blocks: each partition sums its blocks' parts
-    on its worker, the coordinator adds the partitions' vectors in order."""
-    parts = ex.gather(
-        [ex.submit_to(q, rows_xt_task, [rows.blocks[i] for i in part], theta)
-         for q, part in enumerate(rows.parts)]
-    )  # fmt: skip
-    return np.sum(parts, axis=0)

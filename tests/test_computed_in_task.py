@@ -1,6 +1,6 @@
 """Dask inputs computed by dl1 (targets, weights, lazy predictions) run where the solve
 runs: in the task's own thread within a solve in one piece on a worker, on the current
-client otherwise (:func:`dl1.inputs.computed`)."""
+client otherwise (:func:`dl1.runtime.compute.computed`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from dl1.inputs import as_vector
 from dl1.predict import score
+from dl1.runtime import compute
 
 N = 40
 
@@ -43,13 +44,12 @@ def in_one_piece_task(what):
     """Run on a worker: as a solve in one piece would, read dask targets (``what`` is
     ``"as_vector"``) or score lazy predictions (``"score"``); every chunk is computed in
     this very thread."""
-    from dl1.runtime import one_piece
 
     X, coef, y = data()
     pid, tid = os.getpid(), threading.get_ident()
     yd = pinned(y, pid, tid, N // 4)
     Xd = pinned(X, pid, tid, (N // 2, 3))
-    with one_piece.solving_here():
+    with compute.solving_here():
         if what == "as_vector":
             return as_vector(yd, N, "y")
         return score(Xd, yd, coef, 0.0, "logistic")

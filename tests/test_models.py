@@ -3,6 +3,7 @@ and convert to scikit-learn, checked against NumPy and scikit-learn."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -19,8 +20,8 @@ from sklearn.metrics import accuracy_score, r2_score
 
 import dl1
 from dl1.errors import ModelFileError, ValidationError
-from dl1.models import MAX_JSON_BYTES, MODEL_JSON
 from dl1.paths.result import PathResult
+from dl1.saving import MAX_JSON_BYTES, MODEL_JSON
 from dl1.solvers.result import FitResult
 
 N, P = 120, 30
@@ -208,7 +209,7 @@ def test_cross_validated_alpha_is_the_chosen_one(paths):
     n = path.alphas_.shape[0]
     scores = np.ones((n, 3))
     cvres = CVResult(np.tile(path.alphas_, (3, 1)), scores, "mse", best=k, best_1se=0)
-    fields = {f: getattr(path, f) for f in path.__dataclass_fields__ if f != "cv_"}
+    fields = {f.name: getattr(path, f.name) for f in dataclasses.fields(path) if f.name != "cv_"}
     cv = PathResult(**fields, cv_=cvres)
     assert cv.alpha_ == path.alphas_[k] and cv.alpha_1se_ == path.alphas_[0]
     assert cv.chosen_index_ == k != path.best_index_

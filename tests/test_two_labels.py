@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import dl1
 from dl1.errors import ModelFileError, ValidationError
-from dl1.models import MODEL_JSON, content_digest
+from dl1.saving import MODEL_JSON, content_digest
 from tests.helpers import random_csr
 
 N, P, N_TEST = 120, 30, 50
@@ -339,9 +339,10 @@ def test_on_a_cluster(data, stores, local_cluster, one_piece, monkeypatch):
     store (y=None) give the fit on -1 / +1, in their labels."""
     from dl1.runtime import one_piece as shipping
 
-    shipped = []
+    shipped: list[str] = []
     ship = shipping.ship
-    monkeypatch.setattr(shipping, "ship", lambda *a, **k: shipped.append(a[1]) or ship(*a, **k))
+    monkeypatch.setattr(shipping, "ship",
+                        lambda *a, **k: shipped.append(a[1].__name__) or ship(*a, **k))  # fmt: skip
     X, y, Xt, yt = data
     c = local_cluster
     with dask.config.set({"dl1.one-piece": one_piece}):

@@ -35,7 +35,6 @@ from sklearn.utils.validation import (
 
 from dl1.entry_labels import stored_labels
 from dl1.estimators.record import estimator_record
-from dl1.models import save_model
 from dl1.objective.datafits import datafit_class
 from dl1.params import (
     NON_NEGATIVE_INT,
@@ -46,6 +45,8 @@ from dl1.params import (
     predicate,
     validate_params,
 )
+from dl1.runtime.compute import computed as compute_here
+from dl1.saving import save_model
 
 #: Parameters of :func:`dl1.fit` the estimators take under the same name.
 SHARED = ("fit_intercept", "standardize", "n_partitions", "stream", "screen", "solver",
@@ -106,9 +107,7 @@ def is_out_of_core(X: Any) -> bool:
 
 def computed(a: Any) -> np.ndarray:
     """A dask array computed (length-n vectors only) on the scheduler a solve here uses
-    (:func:`dl1.inputs.computed`), anything else as an ndarray."""
-    from dl1.inputs import computed as compute_here
-
+    (:func:`dl1.runtime.compute.computed`), anything else as an ndarray."""
     return np.asarray(compute_here(a)[0] if hasattr(a, "compute") else a)
 
 
@@ -247,7 +246,7 @@ class DL1Estimator(BaseEstimator):
         """Write the fitted estimator to the directory ``path`` (JSON and ``.npy``, no
         pickle), read back by :func:`dl1.load_estimator` as this estimator, fitted.
 
-        The files are ``result_``'s saved model (:func:`dl1.models.save_model`; so
+        The files are ``result_``'s saved model (:func:`dl1.saving.save_model`; so
         :func:`dl1.load_model` reads them as ``result_``) with a record of the estimator:
         its class, its parameters that JSON holds exactly, a classifier's ``classes_`` and
         ``class_weight_``, and ``feature_names_in_``
@@ -288,7 +287,7 @@ class DL1Estimator(BaseEstimator):
 
     def to_sklearn(self) -> Any:
         """The fitted scikit-learn estimator with the same predictions
-        (:func:`dl1.models.to_sklearn` of ``result_``), a classifier's ``classes_`` this
+        (:func:`dl1.saving.to_sklearn` of ``result_``), a classifier's ``classes_`` this
         estimator's."""
         check_is_fitted(self)
         est = self.result_.to_sklearn()

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from dl1.models import hex_float
+from dl1.saving import hex_float
 
 #: Parameters never saved with an estimator: a live cluster connection.
 NOT_SAVED = ("client",)

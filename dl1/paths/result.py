@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 
 from dl1.labels import checked_classes
 from dl1.objective.datafits import datafit_class
+from dl1.saving import save_model
 
 #: Where a path keeps each validation metric (a loss lists its own, the first minimised to
 #: choose ``best_alpha_``: ``Datafit.metrics``), its column in the summary, and whether it is
@@ -81,6 +82,8 @@ class PathResult:
     read back by :func:`dl1.load_model`) and converts to scikit-learn (:meth:`to_sklearn`).
     """
 
+    #: The kind of a saved model (:func:`dl1.saving.save_model`).
+    saved_kind: ClassVar[str] = "path"
     alphas_: np.ndarray
     coefs_: sp.csc_matrix
     intercepts_: np.ndarray
@@ -333,8 +336,7 @@ class PathResult:
 
     def save(self, path: Any, *, overwrite: bool = False) -> Any:
         """Write the path to the directory ``path`` (JSON and ``.npy``, no pickle), read
-        back by :func:`dl1.load_model`; see :func:`dl1.models.save_model`."""
-        from dl1.models import save_model
+        back by :func:`dl1.load_model`; see :func:`dl1.saving.save_model`."""
 
         return save_model(self, path, overwrite=overwrite)
 

@@ -16,12 +16,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import dask
 import dask.local
-import numpy as np
 
-from dl1.runtime import one_piece, persisted
+from dl1.runtime import persisted
+from dl1.runtime.compute import current_client
 from dl1.runtime.dask_workarounds import engage_low_latency, low_latency
 from dl1.runtime.exposure import check_client
 from dl1.runtime.memory import DataFloor, check_worker_memory, killed_for_memory, warm_baseline
+from dl1.runtime.warm import warm_coordinator, warm_up
 from dl1.runtime.watchdog import (
     Watchdog,
     cluster_view,
@@ -29,11 +30,6 @@ from dl1.runtime.watchdog import (
     pending_keys,
     run_listed,
 )
-from dl1.tasks.blocks import assemble_block
-from dl1.tasks.columns import extract_task
-from dl1.tasks.gram import GRAM_DTYPE
-from dl1.tasks.passes import matvec_task, round_task, scan_task
-from dl1.tasks.subproblem import SubproblemSettings, subproblem_task
 
 
 @runtime_checkable
@@ -63,108 +59,11 @@ class Executor(Protocol):
     def submit_then_scan(self, *args: Any) -> Any | None: ...
 
 
-#: Whether this process has run :func:`warm_up` (a worker serves many fits).
-_WARM = False
-
 #: The baseline memory of each worker this process warmed up (:func:`warm_up` run there by
 #: :func:`~dl1.runtime.memory.warm_baseline`), by scheduler id and worker address: a worker
 #: is warmed by the first solve that finds it listed, and later solves ask it nothing.
 _BASELINES: dict[tuple[str, str], int] = {}
 _BASELINES_LOCK = threading.Lock()
-
-
-def warm_up() -> None:
-    """Compile (or load from numba's cache) every kernel the solver uses, for both dtypes;
-    once per process."""
-    global _WARM
-    if _WARM:
-        return
-    import scipy.sparse as sp
-
-    # dl1.penalised: the entry points a solve in one piece calls here
-    # (dl1.runtime.one_piece), with scikit-learn for dl1.ConvergenceWarning: 2-6 s of
-    # imports, paid here once rather than inside the first such solve on each worker
-    import dl1.penalised  # noqa: F401
-    import dl1.store.reader  # noqa: F401  (zarr and the codecs: every task reading a store)
-    from dl1.solvers.result import convergence_warning
-
-    convergence_warning()
-
-    for dtype in (np.float64, np.float32):
-        m = sp.csc_matrix(np.array([[1.0, 0.0], [2.0, 3.0]], dtype=dtype))
-        blk = assemble_block(0, 0, np.zeros(0), False, True, m)
-        g = np.array([0.1, -0.1])
-        round_task(
-            [blk],
-            [(np.zeros(0, np.int64), np.zeros(0))],
-            g,
-            g,
-            np.zeros(0),
-            1.0,
-            1.0,
-            0.1,
-            0.0,
-            1,
-            False,
-            0,
-            0.2,
-            True,
-        )
-        round_task(
-            [blk],
-            [(np.zeros(0, np.int64), np.zeros(0))],
-            g,
-            g,
-            np.ones(2),
-            1.0,
-            1.0,
-            0.1,
-            0.0,
-            1,
-            True,
-            0,
-            0.2,
-            True,
-        )
-        matvec_task([blk], [(np.array([0]), np.array([1.0]))], 2)
-        # working-set solver: scan (with screening), gathering, both subproblem paths
-        from dl1.objective.datafits import Logistic, Quadratic
-        from dl1.objective.penalties.elastic_net import ElasticNet
-
-        none = [(np.zeros(0, np.int64), np.zeros(0))]
-        scan_task([blk], g, 0.2, none, 1, [None], (g, 1.0, 0.1))
-        ext = extract_task(blk, np.array([0, 1]))
-        y = np.array([1.0, -1.0])
-        for datafit, gram_max in ((Quadratic(), 4096), (Quadratic(), 0), (Logistic(), 4096)):
-            subproblem_task(
-                [ext],
-                [np.array([0, 1])],
-                [True],
-                np.array([0, 1]),
-                np.zeros(2),
-                y,
-                np.zeros(2),
-                np.zeros(0),
-                SubproblemSettings(datafit, ElasticNet(0.01), True, 0.0, 12, gram_max=gram_max),
-            )
-    # kernels the tiny subproblems above do not reach: a cached float32 Gram matrix reused
-    # by the next working set, and its products (one Gram dtype: once, not per data dtype)
-    from dl1.kernels.gram import gram_matvec, take_submatrix
-
-    Q = np.eye(2, dtype=GRAM_DTYPE)
-    gram_matvec(Q, np.ones(2), np.zeros(2))
-    take_submatrix(Q, np.arange(2), np.zeros_like(Q), np.arange(2))
-    _WARM = True
-
-
-def warm_coordinator() -> None:
-    """Load the kernels the coordinating process runs itself (the datafit's reductions,
-    :mod:`dl1.kernels.vectors`): numba's first load in a process takes ~0.3 s, paid here
-    with the workers' warm-up rather than inside a fit's first round."""
-    from dl1.objective.datafits import Quadratic
-
-    one = np.ones(2)
-    Quadratic().value(one, one)
 
 
 class LocalExecutor:
@@ -416,29 +315,6 @@ def blas_controller() -> Any:
     return ThreadpoolController()
 
 
-#: ``dask.config`` schedulers that keep ``dask.compute`` in this process even when a client
-#: exists; dl1's entry points follow them likewise.
-LOCAL_SCHEDULERS = frozenset(
-    {"sync", "synchronous", "single-threaded", "threads", "threading", "processes",
-     "multiprocessing"}
-)  # fmt: skip
-
-
-def current_client() -> Any:
-    """The current Dask client (``distributed.default_client()``: the last one created, or
-    the one of a ``with Client(...)`` block), or None when there is none or when
-    ``dask.config`` names a local scheduler (``dask.config.set(scheduler="sync")``), as
-    ``dask.compute`` decides; None within a solve in one piece (:func:`one_piece.in_task`)."""
-    if dask.config.get("scheduler", None) in LOCAL_SCHEDULERS or one_piece.in_task():
-        return None
-    from distributed import default_client
-
-    try:
-        return default_client()
-    except ValueError:  # "No clients found"
-        return None
-
-
 @contextlib.contextmanager
 def as_current(client: Any) -> Iterator[None]:
     """``client`` made the current one (``Client.as_current``), so that Dask's helpers that
@@ -498,12 +374,20 @@ def chunks_placed(
 NOT_HELD = object()
 
 
-def held_by(X: Any) -> Any:
-    """The client of a :class:`~dl1.dataset.Dataset` (None: held by this process), whose
-    fits run where its blocks are; :data:`NOT_HELD` for any other input."""
-    from dl1.dataset import Dataset
+@runtime_checkable
+class Held(Protocol):
+    """Data whose blocks a cluster's workers (or this process) hold: a
+    :class:`~dl1.dataset.Dataset`, shipped to a solve in one piece as its recipe."""
 
-    return X.client if isinstance(X, Dataset) else NOT_HELD
+    client: Any
+
+    def shipped(self) -> Any: ...
+
+
+def held_by(X: Any) -> Any:
+    """The client of data :class:`Held` by workers (None: held by this process), whose
+    fits run where its blocks are; :data:`NOT_HELD` for any other input."""
+    return X.client if isinstance(X, Held) else NOT_HELD
 
 
 def executor_for(client: Any) -> Executor:

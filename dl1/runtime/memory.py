@@ -20,6 +20,7 @@ from typing import Any
 import dask
 
 from dl1.errors import WorkerMemoryError
+from dl1.runtime.warm import warm_up
 from dl1.runtime.worker import WORKER_BASELINE
 
 MiB = 2**20
@@ -37,7 +38,6 @@ async def warm_baseline(dask_worker: Any = None) -> int:
     worker silent for seconds is taken for a stopped one, :mod:`dl1.runtime.watchdog`)."""
     import asyncio
 
-    from dl1.runtime.executor import warm_up
     from dl1.runtime.worker import resident
 
     await asyncio.to_thread(warm_up)

@@ -35,7 +35,6 @@ where dl1 picks its client, not Dask's global configuration another task would s
 
 from __future__ import annotations
 
-import contextvars
 import copy
 import dataclasses
 import functools
@@ -44,9 +43,9 @@ import queue
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -58,6 +57,7 @@ from dask.utils import parse_bytes
 from dl1.errors import Dl1Error, ValidationError
 from dl1.runtime import persisted
 from dl1.runtime.cancel import cancelled_with_task
+from dl1.runtime.compute import computed_here, in_task, solving_here
 from dl1.runtime.dask_workarounds import client_low_latency
 
 ONE_PIECE_KEY = "dl1.one-piece"
@@ -65,26 +65,6 @@ FRACTION_KEY = "dl1.one-piece-fraction"
 DEFAULT_FRACTION = 0.25
 MAX_BYTES_KEY = "dl1.one-piece-max-bytes"
 DEFAULT_MAX_BYTES = 64 * 2**20
-
-#: Set while this thread runs a solve in one piece (:func:`in_worker`).
-_IN_TASK: contextvars.ContextVar[bool] = contextvars.ContextVar("dl1_one_piece", default=False)
-
-
-def in_task() -> bool:
-    """Whether the calling thread runs a solve in one piece: it then solves in this process
-    (no client, no nested shipment), whatever Dask's configuration says."""
-    return _IN_TASK.get()
-
-
-@contextmanager
-def solving_here() -> Iterator[None]:
-    """Within: :func:`in_task` is true in this thread (and only there)."""
-    token = _IN_TASK.set(True)
-    try:
-        yield
-    finally:
-        _IN_TASK.reset(token)
-
 
 def setting() -> bool | str:
     """``dl1.one-piece`` from Dask's configuration: ``"auto"``, ``True`` or ``False``
@@ -118,7 +98,7 @@ def data_bytes(X: Any, inputs: Any) -> float | None:
     if inputs.dataset is not None:
         return inputs.dataset.held_bytes()
     if inputs.store is not None:
-        from dl1.loading import block_memory
+        from dl1.store.reader import block_memory  # zarr and its codecs: on first use
 
         return float(block_memory(inputs.store, inputs.split))
     if sp.issparse(X):  # as the CSC blocks it becomes (int32 indices), as a store's
@@ -146,9 +126,8 @@ def manifest_bytes(X: Any, split: str) -> float:
     """Bytes the blocks of ``split`` of store ``X`` take in memory, from its manifest alone:
     the caller that ships the solve neither checks nor reads the store's chunks, the worker
     does (as it opens the store to solve)."""
-    from dl1.loading import block_memory
     from dl1.store import Store
-    from dl1.store.reader import manifest_store
+    from dl1.store.reader import block_memory, manifest_store
 
     return float(block_memory(X if isinstance(X, Store) else manifest_store(X), split))
 
@@ -377,14 +356,14 @@ class Shipment:
     collections holding persisted chunks (:func:`carried`), by argument name; they travel
     as the task's dependencies, not pickled with the rest."""
 
-    entry: str
+    entry: Callable[..., Any]  # the entry point itself (pickled by reference)
     X: Any
     kwargs: dict[str, Any] = field(default_factory=dict)
     dataset: Any = None
     chunks: dict[str, list[Any]] = field(default_factory=dict)
 
 
-def carried(entry: str, X: Any, kwargs: dict[str, Any], client: Any) -> Shipment:
+def carried(entry: Callable[..., Any], X: Any, kwargs: dict[str, Any], client: Any) -> Shipment:
     """A call of ``entry`` as it travels to a task of ``client``'s cluster: each argument
     holding persisted chunks, whose futures the worker's local scheduler cannot compute,
     replaced by its recipe and its chunks' futures (:func:`dl1.runtime.persisted.detached`;
@@ -416,7 +395,9 @@ def chosen(ex: Any, nbytes: Callable[[], float | None], refusal: Refusal | None)
     return mode is True or fits(ex, nbytes())
 
 
-def ship(ex: Any, entry: str, X: Any, call: dict[str, Any], dataset: Any = None) -> Any:
+def ship(
+    ex: Any, entry: Callable[..., Any], X: Any, call: dict[str, Any], dataset: Any = None
+) -> Any:
     """The answer of entry point ``entry`` called with ``X`` and ``call`` (its other
     arguments; ``client`` is dropped; a ``callback`` is called here, see :class:`Listener`),
     computed in one piece on ``ex``'s cluster; ``dataset``: ``X``'s data handle, if any."""
@@ -522,7 +503,7 @@ def _scatter(ex: Any, shipment: Shipment, workers: list[str] | None) -> Any:
     """``shipment`` scattered (to ``workers`` if given), waited for by the watchdog: a
     cluster whose workers cannot take it (all paused, all lost) is a stall, not a hang."""
     coro = ex.client.scatter(shipment, hash=False, workers=workers, asynchronous=True)
-    return ex.watch.run_on_loop(coro, lambda: f"a {shipment.entry} sent to a worker")
+    return ex.watch.run_on_loop(coro, lambda: f"a {shipment.entry.__name__} sent to a worker")
 
 
 #: Warnings of the libraries beneath (not of the solve) stay in the worker's log.
@@ -558,34 +539,9 @@ def in_worker(
             kwargs = computed_here(given)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                result = entry(shipment.entry)(X, client=None, **kwargs)
+                result = shipment.entry(X, client=None, **kwargs)
         except Dl1Error as exc:
             refused = exc
     got = [Caught(w.category, str(w.message)) for w in caught if not issubclass(w.category, QUIET)]
     relayed = relay.calls if isinstance(relay, Relay) else 0
     return Answer(_compact(result), got, time.perf_counter() - t0, relayed, refused)
-
-
-def computed_here(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with its dask collections (targets, weights, test data given as dask
-    arrays) computed in this thread: within a task, Dask's default would send them to the
-    cluster through the worker's client."""
-    from dl1.inputs import computed
-
-    lazy = {k: v for k, v in kwargs.items() if dask.is_dask_collection(v)}
-    if not lazy:
-        return kwargs
-    values = computed(*lazy.values())  # in this thread: called within solving_here()
-    return {**kwargs, **dict(zip(lazy, values, strict=True))}
-
-
-def entry(name: str) -> Any:
-    """The entry point a shipment names: ``fit``, ``path`` or ``fold`` (one cross-validation
-    fold's held-out scores)."""
-    if name == "fold":
-        from dl1.cross_validation import fold_in_process
-
-        return fold_in_process
-    from dl1 import penalised
-
-    return {"fit": penalised.fit, "path": penalised.path}[name]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from dl1.runtime.calls import Call, Packed, pack_result, start_call, unpack
+from dl1.runtime.warm import warm_up
 from dl1.runtime.wire import (
     SERVED,
     BlockMissing,
@@ -21,10 +22,10 @@ from dl1.runtime.wire import (
     WireValue,
     like,
 )
-from dl1.solvers.records import SubproblemCall
 from dl1.tasks.columns import compact_task, extract_task
 from dl1.tasks.gram import SERVER_MEMORY_LIMIT
 from dl1.tasks.passes import coef_parts, pass_dual_point, scan_task
+from dl1.tasks.records import SubproblemCall
 
 
 class PartitionServer:
@@ -33,8 +34,6 @@ class PartitionServer:
     ``client``: the id of the Dask client that opened it (its server lives as long)."""
 
     def __init__(self, worker: Any, session: str, client: str | None = None) -> None:
-        from dl1.runtime.executor import warm_up
-
         warm_up()
         self._worker = worker
         self.session = session

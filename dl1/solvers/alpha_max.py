@@ -9,8 +9,8 @@ import numpy as np
 
 from dl1.kernels.linalg import KKT_SIDES
 from dl1.objective.penalties import ElasticNet
-from dl1.row_blocks import rows_xt_theta
 from dl1.solvers.base import Problem
+from dl1.solvers.rowwise import rows_xt_theta
 from dl1.solvers.scans import block_penalties
 from dl1.solvers.unpenalised import FreeColumns
 from dl1.tasks.blocks import BlockPenalty

@@ -1,10 +1,11 @@
-"""The interface every solver of the penalised problem implements, and its registry.
+"""The interface every solver of the penalised problem implements.
 
 A solver is an object configured by its constructor. ``solve(problem, warm)`` runs one
 penalty (one alpha) to the problem's tolerance and returns the :class:`FitResult` and the
 :class:`WarmState` the next alpha of a path starts from; the path loop
 (:func:`dl1.paths.loop.walk`) and :func:`dl1.fit` know nothing else about it. A new solver
-is a module defining such a class, registered in :data:`SOLVERS`.
+is a module defining such a class, registered in
+:data:`dl1.solvers.registry.SOLVERS`.
 """
 
 from __future__ import annotations
@@ -183,10 +184,3 @@ class Solver(Protocol):
     def release(self, problem: Problem, state: WarmState | None) -> None:
         """Free what the workers cache for ``state`` (end of a fit or a path)."""
         ...
-
-
-def solver_class(name: str) -> type:
-    """The registered solver class called ``name``."""
-    from dl1.solvers.registry import SOLVERS
-
-    return SOLVERS[name]

@@ -36,7 +36,6 @@ import numpy as np
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.numerics import Progress, check_round
-from dl1.solvers.records import GapStats, RoundOutput
 from dl1.solvers.result import (
     UNCERTIFIED,
     Certificate,
@@ -45,6 +44,7 @@ from dl1.solvers.result import (
     make_result,
 )
 from dl1.tasks.passes import matvec_task, round_task, xt_theta_task
+from dl1.tasks.records import GapStats, RoundOutput
 
 #: Rounds without progress after which a solve stops (:class:`~dl1.solvers.numerics.
 #: Progress`): a gap falling by less than 1% in as many rounds would not reach tol within

@@ -56,7 +56,7 @@ from dl1.solvers.fw_problem import (
     scoring_threshold,
 )
 from dl1.solvers.numerics import check_round
-from dl1.solvers.records import FWRound
+from dl1.tasks.records import FWRound
 
 #: Stopping rules: the exact FW gap ``<= tol * f(0)`` (checked by a full pass when the
 #: sampled estimate falls below it), or the paper's ``||a_{k+1} - a_k||_inf <= step_tol``

@@ -11,15 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from dl1.solvers.records import (
+from dl1.solvers.result import overhead_fraction
+from dl1.tasks.fw import column_task, fw_round_task, nnz_task, sigma_task
+from dl1.tasks.records import (
     FWCandidate,
     FWColumn,
     FWRound,
     GapStats,
     Vertex,
 )
-from dl1.solvers.result import overhead_fraction
-from dl1.tasks.fw import column_task, fw_round_task, nnz_task, sigma_task
 
 #: Columns fetched by the coordinator are cached up to this size (the support always stays).
 COLUMN_CACHE_BYTES = 64 * 2**20
@@ -373,7 +373,7 @@ class FWProblem:
         )  # fmt: skip
 
     def column(self, col: int, st: FWState) -> FWColumn:
-        """The chosen column (:class:`~dl1.solvers.records.FWColumn`): from the cache, or
+        """The chosen column (:class:`~dl1.tasks.records.FWColumn`): from the cache, or
         fetched from the partition holding it (only the chosen column travels, once). Past
         :data:`COLUMN_CACHE_BYTES`, cached columns outside the support are dropped."""
         hit = self.cache.get(col)

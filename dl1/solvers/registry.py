@@ -21,3 +21,8 @@ SOLVERS: dict[str, type] = {
     SMIDASSolver.name: SMIDASSolver,
     SmoothingSolver.name: SmoothingSolver,
 }
+
+
+def solver_class(name: str) -> type:
+    """The registered solver class called ``name``."""
+    return SOLVERS[name]

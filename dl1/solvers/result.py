@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from dl1.labels import checked_classes
 from dl1.predict import LinearPredictor
+from dl1.saving import save_model, to_sklearn
 from dl1.tasks.passes import coef_parts
 
 
@@ -94,6 +95,8 @@ class FitResult(LinearPredictor):
         (saved before they were recorded; :func:`dl1.fit_constrained`): labels -1 / +1.
     """
 
+    #: The kind of a saved model (:func:`dl1.saving.save_model`).
+    saved_kind: ClassVar[str] = "fit"
     coef_: np.ndarray
     intercept_: float
     gap_: float
@@ -130,14 +133,12 @@ class FitResult(LinearPredictor):
 
     def save(self, path: Any, *, overwrite: bool = False) -> Any:
         """Write the model to the directory ``path`` (JSON and ``.npy``, no pickle), read
-        back by :func:`dl1.load_model`; see :func:`dl1.models.save_model`."""
-        from dl1.models import save_model
+        back by :func:`dl1.load_model`; see :func:`dl1.saving.save_model`."""
 
         return save_model(self, path, overwrite=overwrite)
 
     def to_sklearn(self) -> Any:
-        """The equivalent fitted scikit-learn estimator; see :func:`dl1.models.to_sklearn`."""
-        from dl1.models import to_sklearn
+        """The equivalent fitted scikit-learn estimator; see :func:`dl1.saving.to_sklearn`."""
 
         return to_sklearn(self)
 

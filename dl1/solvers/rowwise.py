@@ -27,12 +27,11 @@ from dl1.errors import ValidationError
 from dl1.objective.datafits import DATAFITS
 from dl1.objective.datafits.quadratic import balanced
 from dl1.objective.gap import duality_gap_from_stats
-from dl1.row_blocks import rows_xt_theta
-from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.base import Problem, RowData, WarmState
 from dl1.solvers.calibration import FACTORS, Calibration, CalibrationSettings, calibrate
 from dl1.solvers.numerics import check_round
 from dl1.solvers.result import Certificate, FitResult, make_result
-from dl1.tasks.rows import rows_matvec_task
+from dl1.tasks.rows import rows_matvec_task, rows_xt_task
 
 
 def gap_at(pb: Problem, z: np.ndarray, w: np.ndarray, theta: np.ndarray) -> Certificate:
@@ -266,3 +265,13 @@ class SampleWiseSolver:
 
     def release(self, problem: Problem, state: WarmState | None) -> None:
         """Nothing is cached on the workers beyond the row blocks, which the problem holds."""
+
+
+def rows_xt_theta(ex: Any, rows: RowData, theta: np.ndarray) -> np.ndarray:
+    """``X^T theta`` (length p) from the row blocks: each partition sums its blocks' parts
+    on its worker, the coordinator adds the partitions' vectors in order."""
+    parts = ex.gather(
+        [ex.submit_to(q, rows_xt_task, [rows.blocks[i] for i in part], theta)
+         for q, part in enumerate(rows.parts)]
+    )  # fmt: skip
+    return np.sum(parts, axis=0)

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from dl1.solvers.base import Problem
-from dl1.solvers.records import BlockScan, PartitionScan
 from dl1.solvers.result import coef_by_block
 from dl1.tasks.blocks import BlockPenalty
 from dl1.tasks.passes import scan_task
+from dl1.tasks.records import BlockScan, PartitionScan
 
 #: Working-set size of the first round (later: ``max(WS_START, 2 |support|)``).
 WS_START = 128

@@ -38,10 +38,9 @@ from typing import Any
 import numpy as np
 
 from dl1.kernels.sdca import lasso_ridge, primal_from_dual
-from dl1.row_blocks import rows_xt_theta
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.result import ConvergenceWarning
-from dl1.solvers.rowwise import SampleWiseSolver
+from dl1.solvers.rowwise import SampleWiseSolver, rows_xt_theta
 from dl1.tasks.stochastic import SDCAOutput, SDCASettings, sdca_round_task
 
 

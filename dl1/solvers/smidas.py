@@ -31,30 +31,14 @@ from dl1.kernels.smidas import smidas_p
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.calibration import FACTORS
 from dl1.solvers.rowwise import SampleWiseSolver
-from dl1.tasks.stochastic import SMIDASOutput, SMIDASSettings, SMIDASTrial, smidas_epoch_task
-
-
-def link_inverse(theta: np.ndarray, p: float) -> np.ndarray:
-    """``w = f^-1(theta)``, Eq. (12): ``sign(theta) |theta|^(p-1) / ||theta||_p^(p-2)``,
-    computed as ``N (|theta| / N)^(p-1)`` with ``N = ||theta||_p`` (no overflow at p ~ 30)."""
-    a = np.abs(theta)
-    M = a.max(initial=0.0)
-    if M == 0.0:
-        return np.zeros_like(theta)
-    N = M * float(np.sum((a / M) ** p)) ** (1.0 / p)
-    return np.sign(theta) * N * (a / N) ** (p - 1.0)
-
-
-def link(w: np.ndarray, p: float) -> np.ndarray:
-    """``theta = f(w)``, the inverse of :func:`link_inverse` (the gradient of
-    ``||w||_q^2 / 2``, ``1/p + 1/q = 1``)."""
-    q = p / (p - 1.0)
-    a = np.abs(w)
-    M = a.max(initial=0.0)
-    if M == 0.0:
-        return np.zeros_like(w)
-    N = M * float(np.sum((a / M) ** q)) ** (1.0 / q)
-    return np.sign(w) * N * (a / N) ** (q - 1.0)
+from dl1.tasks.stochastic import (
+    SMIDASOutput,
+    SMIDASSettings,
+    SMIDASTrial,
+    link,
+    link_inverse,
+    smidas_epoch_task,
+)
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ import numpy as np
 
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.numerics import check_round, check_update
-from dl1.solvers.records import PartitionScan, SpreadRoundOutput
 from dl1.tasks.columns import group_col_sums
 from dl1.tasks.gram import GRAM_MAX, GramGapEstimate
+from dl1.tasks.records import PartitionScan, SpreadRoundOutput
 from dl1.tasks.spread import (
     cross_gram_task,
     merge_gram_task,
@@ -55,7 +55,7 @@ SPREAD_PIECE_BYTES = 16 << 20
 
 class CachedGroup(NamedTuple):
     """Columns of one block extracted for a working set and cached on a worker: the task
-    handle holding the :class:`~dl1.solvers.records.ColumnGroup`, the feature ids, and
+    handle holding the :class:`~dl1.tasks.records.ColumnGroup`, the feature ids, and
     whether it was made for the current round (its extraction then counts as kernel
     time)."""
 
@@ -169,7 +169,7 @@ class ColumnCD(GatheredGram):
 
 @dataclass(frozen=True)
 class GatheredProxNewton(GatheredGram):
-    """Gathered columns, proximal Newton steps (:mod:`dl1.solvers.prox_newton`), for smooth
+    """Gathered columns, proximal Newton steps (:mod:`dl1.tasks.prox_newton`), for smooth
     datafits exposing ``grad_hess`` (logistic, squared hinge).
 
     A Newton step costs a few passes over ``n`` and the working set, and converges

@@ -24,7 +24,6 @@ import numpy as np
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.numerics import Progress, check_round
-from dl1.solvers.records import PartitionScan, SubproblemCall, SubproblemOutput
 from dl1.solvers.result import (
     UNCERTIFIED,
     Certificate,
@@ -54,6 +53,7 @@ from dl1.tasks.blocks import identity
 from dl1.tasks.columns import compact_task, extract_task
 from dl1.tasks.gram import GRAM_MAX, drop_gram
 from dl1.tasks.passes import matvec_task, pass_dual_point
+from dl1.tasks.records import PartitionScan, SubproblemCall, SubproblemOutput
 from dl1.tasks.subproblem import SubproblemSettings, subproblem_task
 
 #: Rounds without progress after which a solve stops (:class:`~dl1.solvers.numerics.

@@ -364,6 +364,12 @@ class Store:
         return da.Array(dsk, tok, (tuple(np.diff(rb).tolist()),), meta=np.empty(0, np.float64))
 
 
+def block_memory(store: Store, split: str) -> int:
+    """Bytes the feature blocks of ``split`` take in worker memory (CSC, int32 indices)."""
+    p = store.shape(split)[1]
+    return store.nnz(split) * (store.dtype(split).itemsize + 4) + 16 * (p + 1)
+
+
 def manifest_store(
     path: str | os.PathLike | Location | Any, storage_options: dict[str, Any] | None = None
 ) -> Store:

@@ -7,10 +7,10 @@ import time
 
 import numpy as np
 
-from dl1.solvers.records import (
+from dl1.tasks.blocks import Block, BlockSource, loaded
+from dl1.tasks.records import (
     ColumnGroup,
 )
-from dl1.tasks.blocks import Block, BlockSource, loaded
 
 
 def select_columns(indptr, indices, data, cols):

@@ -13,8 +13,8 @@ import numpy as np
 
 from dl1.kernels.fw import fw_column, fw_score_columns
 from dl1.kernels.linalg import csc_rmatvec
-from dl1.solvers.records import FWColumn, FWPartitionRound, Vertex
 from dl1.tasks.blocks import Block
+from dl1.tasks.records import FWColumn, FWPartitionRound, Vertex
 
 
 def sigma_task(blocks: list[Block], y: np.ndarray) -> list[np.ndarray]:
@@ -98,7 +98,7 @@ def fw_round_task(
 
 
 def column_task(blocks: list[Block], offsets: list[int], col: int):
-    """The :class:`~dl1.solvers.records.FWColumn` of global column ``col`` (scaled values)."""
+    """The :class:`~dl1.tasks.records.FWColumn` of global column ``col`` (scaled values)."""
     for b, c0 in zip(blocks, offsets, strict=True):
         if c0 <= col < c0 + b.ncols:
             j = col - c0

@@ -26,8 +26,8 @@ from scipy.optimize import linprog
 
 from dl1.errors import NumericalError
 from dl1.kernels.margins import balance
-from dl1.solvers.records import ColumnGroup
 from dl1.tasks.columns import gather_columns
+from dl1.tasks.records import ColumnGroup
 
 #: HiGHS's primal and dual feasibility tolerances: the certificate is computed afresh from
 #: the answer, so they bound how close to the LP's optimum the answer (and its gap) gets.

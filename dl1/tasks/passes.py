@@ -10,12 +10,6 @@ import numpy as np
 
 from dl1.kernels.cd import cd_block_epochs
 from dl1.kernels.linalg import DUAL_SIDES, csc_col_sqnorms, csc_xt_theta_stats
-from dl1.solvers.records import (
-    BlockScan,
-    GapStats,
-    PartitionScan,
-    RoundOutput,
-)
 from dl1.tasks.blocks import (
     NO_BOUNDS,
     NO_FACTORS,
@@ -26,6 +20,12 @@ from dl1.tasks.blocks import (
     BlockPenalty,
     BlockSource,
     loaded,
+)
+from dl1.tasks.records import (
+    BlockScan,
+    GapStats,
+    PartitionScan,
+    RoundOutput,
 )
 
 

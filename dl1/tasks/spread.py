@@ -9,13 +9,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from dl1.kernels.cd import cd_block_epochs
-from dl1.solvers.records import (
+from dl1.tasks.blocks import NO_BOUNDS, NO_FACTORS, NO_PROFILE, NO_SHIFT
+from dl1.tasks.gram import GRAM_DTYPE, GramGapEstimate, gram_epochs
+from dl1.tasks.records import (
     ColumnGroup,
     GapStats,
     SpreadRoundOutput,
 )
-from dl1.tasks.blocks import NO_BOUNDS, NO_FACTORS, NO_PROFILE, NO_SHIFT
-from dl1.tasks.gram import GRAM_DTYPE, GramGapEstimate, gram_epochs
 
 
 def ws_round_task(

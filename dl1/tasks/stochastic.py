@@ -42,6 +42,29 @@ class Visit:
         self.block = self.rows = self.y = self.sw = None
 
 
+def link_inverse(theta: np.ndarray, p: float) -> np.ndarray:
+    """``w = f^-1(theta)``, Eq. (12): ``sign(theta) |theta|^(p-1) / ||theta||_p^(p-2)``,
+    computed as ``N (|theta| / N)^(p-1)`` with ``N = ||theta||_p`` (no overflow at p ~ 30)."""
+    a = np.abs(theta)
+    M = a.max(initial=0.0)
+    if M == 0.0:
+        return np.zeros_like(theta)
+    N = M * float(np.sum((a / M) ** p)) ** (1.0 / p)
+    return np.sign(theta) * N * (a / N) ** (p - 1.0)
+
+
+def link(w: np.ndarray, p: float) -> np.ndarray:
+    """``theta = f(w)``, the inverse of :func:`link_inverse` (the gradient of
+    ``||w||_q^2 / 2``, ``1/p + 1/q = 1``)."""
+    q = p / (p - 1.0)
+    a = np.abs(w)
+    M = a.max(initial=0.0)
+    if M == 0.0:
+        return np.zeros_like(w)
+    N = M * float(np.sum((a / M) ** q)) ** (1.0 / q)
+    return np.sign(w) * N * (a / N) ** (q - 1.0)
+
+
 def visits(
     blocks: list[RowBlock | RowSource], y: np.ndarray, sample_weight: np.ndarray,
     seed: int | None, n_passes: int = 1,
@@ -359,8 +382,6 @@ class SMIDASTrial:
 
     def run(self, block: RowBlock, y: np.ndarray, sw: np.ndarray, value: float, seed: int,
             n_rows: int) -> tuple[np.ndarray, float]:  # fmt: skip
-        from dl1.solvers.smidas import link_inverse
-
         out = smidas_epoch_task([block], self.theta, self.b, y, sw,
                                 replace(self.settings, eta=value), seed)  # fmt: skip
         return link_inverse(out.theta, self.settings.p), out.b

@@ -12,8 +12,6 @@ import numpy as np
 from dl1.cancellation import check_cancelled
 from dl1.kernels.cd import cd_block_epochs
 from dl1.kernels.linalg import DUAL_SIDES, csc_xt_theta_stats
-from dl1.solvers.prox_newton import Columns, prox_newton
-from dl1.solvers.records import ColumnGroup, SubproblemInfo, SubproblemOutput
 from dl1.tasks.blocks import NO_PROFILE
 from dl1.tasks.columns import col_sums, gather_columns
 from dl1.tasks.gram import (
@@ -24,6 +22,8 @@ from dl1.tasks.gram import (
     gram_limit,
     working_set_gram,
 )
+from dl1.tasks.prox_newton import Columns, prox_newton
+from dl1.tasks.records import ColumnGroup, SubproblemInfo, SubproblemOutput
 
 #: Range of a column's mean square (its Gram diagonal) that the float32 Gram matrix holds
 #: with float32's precision: beyond it (data scaled by more than about 1e15 or less than
@@ -66,7 +66,7 @@ class SubproblemSettings:
     gram_target: float | None = None
     method: str = "auto"
     """``"auto"``: the Gram matrix (above), else proximal Newton for datafits exposing
-    ``grad_hess`` (:mod:`dl1.solvers.prox_newton`), else column epochs; ``"cd"``: no
+    ``grad_hess`` (:mod:`dl1.tasks.prox_newton`), else column epochs; ``"cd"``: no
     proximal Newton."""
 
 

@@ -17,8 +17,8 @@ import dl1
 import dl1.estimators
 from dl1.errors import ModelFileError
 from dl1.estimators import saved
-from dl1.models import MODEL_JSON, content_digest
 from dl1.objective.datafits import Huber
+from dl1.saving import MODEL_JSON, content_digest
 from dl1.solvers.result import FitResult
 
 N, P = 90, 10

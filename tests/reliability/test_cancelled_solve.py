@@ -60,7 +60,7 @@ def test_a_cancelled_one_piece_path_stops_on_its_worker_within_seconds(local_clu
     ("loss", "gram_max", "module", "kernel"),
     [("squared", 8192, "dl1.kernels.gram", "gram_cd_epochs"),
      ("squared", 0, "dl1.tasks.subproblem", "cd_block_epochs"),
-     ("logistic", 8192, "dl1.solvers.prox_newton", "weighted_cd_epochs")],
+     ("logistic", 8192, "dl1.tasks.prox_newton", "weighted_cd_epochs")],
 )  # fmt: skip
 def test_a_cancelled_solve_stops_within_one_epoch_of_its_subproblem(
     monkeypatch, loss, gram_max, module, kernel

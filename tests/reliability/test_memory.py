@@ -103,7 +103,7 @@ def test_consecutive_paths_leave_nothing_behind(store):
     kw = dict(n_alphas=5, tol=1e-6)
     rss = []
     with nanny_cluster(2) as (_, client):
-        warm = Shipment("path", str(store), kw)
+        warm = Shipment(dl1.path, str(store), kw)
         client.gather([client.submit(in_worker, warm, [], workers=[w], pure=False)
                        for w in client.scheduler_info()["workers"]])  # fmt: skip
         dl1.path(store, client=client, **kw)
@@ -162,7 +162,7 @@ class ClusterLog:
 def big_store(tmp_path_factory):
     """A generated store whose blocks take 4 GiB in memory (tfidf rows, 19 times taller:
     about 367M nonzeros in float64), deleted afterwards."""
-    from dl1.loading import block_memory
+    from dl1.store.reader import block_memory
 
     root = tmp_path_factory.mktemp("big")
     try:

@@ -217,7 +217,7 @@ def test_the_first_block_with_non_finite_statistics_is_named():
     """Pass criterion: the round check names the quantity, the round, the solver and the
     first feature block whose statistics are infinite; finite values pass."""
     from dl1.solvers.numerics import check_round
-    from dl1.solvers.records import GapStats
+    from dl1.tasks.records import GapStats
 
     stats = [GapStats(1.0, 2.0), GapStats(np.inf, 0.0), GapStats(np.nan, 0.0)]
     check_round("ws", 3, {"duality gap": 1.0, "objective": 2.0}, stats[:1])

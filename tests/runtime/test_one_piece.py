@@ -237,7 +237,7 @@ def _config() -> tuple:
     piece (the worker's client made first: making it sets Dask's ``scheduler``)."""
     from distributed import get_client
 
-    from dl1.runtime.one_piece import in_task
+    from dl1.runtime.compute import in_task
 
     get_client()
 
@@ -277,7 +277,7 @@ def test_a_one_piece_task_leaves_the_process_config_to_other_tasks():
         Client(cluster, set_as_default=False) as client,
     ):  # fmt: skip
         before = client.submit(_config, pure=False).result(timeout=180)
-        shipment = Shipment("path", X, {"y": y, "n_alphas": 3, "callback": _hold})
+        shipment = Shipment(dl1.path, X, {"y": y, "n_alphas": 3, "callback": _hold})
         with task_stream(client) as ts:
             solve = client.submit(in_worker, shipment, [], pure=False)
             seen = client.submit(_probe, pure=False).result(timeout=180)

@@ -16,8 +16,8 @@ import dl1.tasks.subproblem as subproblem_module
 from dl1.kernels.linalg import csc_col_sqnorms
 from dl1.objective.datafits import Logistic, Quadratic, SquaredHinge
 from dl1.objective.penalties import ElasticNet
-from dl1.solvers.prox_newton import Columns, _restricted_gap, prox_newton
 from dl1.solvers.subproblems import ColumnCD, GatheredGram, GatheredProxNewton, choose_mode
+from dl1.tasks.prox_newton import Columns, _restricted_gap, prox_newton
 from tests.test_penalised import as_dask, make_classification, objective
 
 
@@ -185,7 +185,7 @@ def _ill_conditioned_model(n=200, p=15, seed=4):
     """A model on nearly collinear columns (a shared factor plus 5% noise), as TF-IDF's
     frequent words give: plain coordinate descent converges slowly on it."""
     from dl1.kernels.cd import weighted_col_stats
-    from dl1.solvers.prox_newton import Model
+    from dl1.tasks.prox_newton import Model
 
     rng = np.random.default_rng(seed)
     dense = rng.standard_normal((n, 1)) + 0.05 * rng.standard_normal((n, p))
@@ -201,7 +201,7 @@ def _ill_conditioned_model(n=200, p=15, seed=4):
 
 
 def _minimise(cols, model, penalty, max_epochs):
-    from dl1.solvers.prox_newton import Model, minimise_model
+    from dl1.tasks.prox_newton import Model, minimise_model
 
     n, p = model.g.shape[0], cols.indptr.shape[0] - 1
     model = Model(*model[:-1], model.shift.copy())
@@ -214,7 +214,7 @@ def test_model_descent_with_extrapolation_reaches_the_minimum_sooner(monkeypatch
     """Pass: on nearly collinear columns the model's coordinate descent, extrapolated
     (Anderson), ends at the model's minimum (FISTA on the dense model), with ``r = g + H X
     d`` kept; after as many epochs, plain epochs (no extrapolation) are still far above it."""
-    import dl1.solvers.prox_newton as pn
+    import dl1.tasks.prox_newton as pn
 
     monkeypatch.setattr(pn, "INNER_RTOL", 1e-14)
     cols, dense, model = _ill_conditioned_model()

@@ -10,11 +10,12 @@ import pytest
 import dl1
 from dl1.datasets import make_e2006_like
 from dl1.errors import StoreCorruptError, ValidationError
-from dl1.loading import block_memory, block_sources, decide_stream
+from dl1.loading import block_sources, decide_stream
 from dl1.runtime.monitor import PeakRSS
 from dl1.runtime.worker import WORKER_BASELINE
 from dl1.solvers.result import ConvergenceWarning
 from dl1.store import open_store
+from dl1.store.reader import block_memory
 from dl1.tasks.blocks import BlockSource
 from dl1.tasks.passes import scan_task
 

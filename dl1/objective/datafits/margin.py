@@ -58,7 +58,7 @@ def kernel_weights(s: ArrayLike | None, n: int) -> NDArray[np.float64]:
 class MarginLoss:
     """Base of the margin losses: value, gradient, dual point, conjugate and the
     per-sample derivatives of the proximal Newton subproblem
-    (:mod:`dl1.solvers.prox_newton`)."""
+    (:mod:`dl1.tasks.prox_newton`)."""
 
     code: int
     gamma: float = 0.0

@@ -7,7 +7,7 @@ declares as every datafit does (:class:`~dl1.objective.datafits.base.Datafit`). 
 derives the rest in NumPy: value, gradient, the dual point (at the optimal intercept shift,
 balanced), the conjugate ``F^*(-theta / n) = (1/n) sum_i s_i loss_i^*(-theta_i / s_i)``
 (see :mod:`dl1.objective.gap`), and the per-sample derivatives proximal Newton needs
-(:mod:`dl1.solvers.prox_newton`).
+(:mod:`dl1.tasks.prox_newton`).
 """
 
 from __future__ import annotations

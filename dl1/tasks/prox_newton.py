@@ -38,7 +38,7 @@ from dl1.kernels.linalg import DUAL_SIDES, csc_matvec, csc_xt_theta_stats
 from dl1.kernels.margins import NO_WEIGHTS as NO_U
 from dl1.kernels.margins import balance, move_along
 from dl1.objective.gap import dual_from_stats
-from dl1.solvers.records import SubproblemInfo
+from dl1.tasks.records import SubproblemInfo
 
 #: Armijo's constant of the line search.
 ARMIJO = 1e-4

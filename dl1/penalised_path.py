@@ -1,0 +1,286 @@
+"""``dl1.path``: the penalised problem's regularisation path, with warm starts, held-out
+scores, cross-validation (``cv=``) and a checkpoint that a path resumes from."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+
+from dl1.cross_validation import cross_validated, handle
+from dl1.entry_labels import entry_labels, held_out
+from dl1.errors import ValidationError
+from dl1.labels import with_classes
+from dl1.loading import col_scales
+from dl1.objective.datafits import make_datafit
+from dl1.objective.penalties.elastic_net import ElasticNet
+from dl1.params import PATH, validate_params
+from dl1.paths.checkpoint import PathCheckpoint
+from dl1.paths.checkpoint_format import solver_settings
+from dl1.paths.evaluation import (
+    alpha_grid,
+    crc,
+    fingerprint,
+    records_as_arrays,
+    sparse_record,
+    test_data,
+    test_metric,
+)
+from dl1.paths.loop import AlphaStep, walk
+from dl1.paths.result import PathResult
+from dl1.penalised import (
+    _set_up,
+    check_penalty,
+    make_penalty,
+    make_solver,
+    n_samples,
+)
+from dl1.routing import read_or_ship
+from dl1.runtime.executor import coordinating
+from dl1.runtime.one_piece import excluded
+from dl1.solvers.alpha_max import problem_alpha_max
+from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.result import ConvergenceWarning
+
+
+@coordinating
+def path(
+    X: Any,
+    y: Any = None,
+    *,
+    n_alphas: int = 100,
+    eps: float = 1e-2,
+    alphas: Any = None,
+    l1_ratio: float = 1.0,
+    penalty_factor: Any = None,
+    positive: bool = False,
+    bounds: Any = None,
+    loss: str = "squared",
+    fit_intercept: bool = True,
+    standardize: bool = False,
+    sample_weight: Any = None,
+    tol: float = 1e-4,
+    max_rounds: int | None = None,
+    max_epochs: int | None = None,
+    n_partitions: int = 2,
+    client: Any = None,
+    screen: bool = False,
+    stream: bool | None = None,
+    spread: bool | str | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    X_test: Any = None,
+    y_test: Any = None,
+    split: str = "train",
+    verbose: bool = False,
+    callback: Any = None,
+    solver: str = "ws",
+    random_order: bool = False,
+    seed: int = 0,
+    cv: Any = None,
+    scoring: str | None = None,
+) -> PathResult:
+    """Regularisation path: warm-started, every alpha certified by its duality gap.
+
+    Parameters
+    ----------
+    X, y, l1_ratio, loss, fit_intercept, standardize, sample_weight, tol, max_rounds,
+    n_partitions, client, split
+        As in :func:`dl1.fit`.
+    stream : bool, optional
+        Out-of-core mode, as in :func:`dl1.fit` (default: decided from the size of the
+        blocks and the workers' memory limits). Each pass then reads the blocks it visits
+        from the store; blocks whose columns are all screened out are not read.
+    spread : bool or "cocoa", optional
+        Working-set subproblems spread over the partitions' workers, as in :func:`dl1.fit`.
+    n_alphas, eps : grid from ``alpha_max`` down to ``eps * alpha_max`` (geometric).
+    alphas : array_like, optional
+        Explicit grid (sorted decreasing for warm starts to help).
+    screen : bool
+        Gap-safe screening (Lasso and L1-logistic): sequential between alphas (the first
+        pass of an alpha already applies the sphere of the previous alpha's solution) and
+        dynamic within one (every pass applies the sphere of the previous pass's point, see
+        :func:`dl1.fit`).
+    checkpoint : path, optional
+        A zarr group where each alpha's result is written atomically before the next starts;
+        an interrupted path resumes there (redoing at most the alpha in progress, with
+        bit-identical results). A checkpoint of other data, settings or versions is refused.
+    X_test, y_test : held-out data for the validation error per alpha (a store's split name,
+        e.g. ``X_test="test"`` with a store X, is accepted too).
+    callback : callable, optional
+        Called after each alpha with ``(k, alpha, result)``.
+    solver : {"ws", "cd"}
+        As in :func:`dl1.fit`. The constrained path in ``delta`` is
+        :func:`dl1.path_constrained`.
+    random_order, seed : bool, int
+        Coordinate order of the solver's epochs, as in :func:`dl1.fit`.
+    cv : int, scikit-learn splitter or iterable of (train, test), optional
+        Cross-validate the grid first (:mod:`dl1.paths.cv`): one path per fold on a data
+        handle (:func:`dl1.persist`, made here unless ``X`` is one), the folds side by side;
+        the result's ``cv_`` holds the held-out scores and the chosen alphas.
+    scoring : {"mse", "accuracy", "neg_log_loss"}, optional
+        The held-out metric of ``cv`` (default: "mse" for the squared loss, "accuracy"
+        otherwise).
+
+    Returns
+    -------
+    dl1.paths.PathResult
+        With a classification loss, ``classes_`` holds the two labels, as :func:`dl1.fit`'s
+        (held-out labels ``y_test`` are mapped as the training labels; a value of neither
+        class is refused).
+    """
+    call = dict(locals())
+    validate_params(PATH, call, "dl1.path()")
+    labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1, before any work
+    X, y = labels.X, labels.y
+    X_test, y_test = held_out(X, X_test, y_test, labels)
+    call.update(X=X, y=y, X_test=X_test, y_test=y_test)
+    base = make_penalty(1.0, l1_ratio, penalty_factor, positive, bounds)
+    if cv is not None:
+        if checkpoint is not None:
+            raise ValidationError("checkpoint is not available with cv")
+        settings = dict(
+            n_alphas=n_alphas, eps=eps, alphas=alphas, l1_ratio=l1_ratio, loss=loss,
+            fit_intercept=fit_intercept, standardize=standardize, tol=tol,
+            max_rounds=max_rounds, client=client, screen=screen, solver=solver,
+            random_order=random_order, seed=seed, X_test=X_test, y_test=y_test,
+            verbose=verbose, callback=callback, penalty_factor=penalty_factor,
+            positive=positive, bounds=bounds,
+        )  # fmt: skip
+        with handle(X, y, client, n_partitions, split) as ds:
+            cvres = cross_validated(ds, cv=cv, scoring=scoring, sample_weight=sample_weight,
+                                    **settings)  # fmt: skip
+            res = path(ds, sample_weight=sample_weight, n_partitions=ds.n_partitions,
+                       **{**settings, "alphas": cvres.alphas[0]})  # fmt: skip
+        res.cv_ = cvres
+        return with_classes(res, labels.classes)
+    solver_obj = make_solver(
+        solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=make_datafit(loss),
+        random_order=random_order,
+        seed=seed, screen=screen, spread=spread,
+        # warm-started from the previous alpha, the working set is usually right: its
+        # subproblem is solved to the target gap at once (one pass per alpha, not two)
+        tight_inner=True,
+    )  # fmt: skip
+    check_penalty(base, solver_obj, standardize)
+    refusal = excluded(stream=stream, checkpoint=checkpoint, verbose=verbose)
+    ready = read_or_ship(path, call, solver_obj, refusal)
+    if ready.shipped:
+        return with_classes(ready.result, labels.classes)
+    inputs, ex = ready.inputs, ready.ex
+    problem, _ = _set_up(
+        inputs, ex, stream, solver_obj, penalty=base,
+        fit_intercept=fit_intercept, standardize=standardize, tol=tol,
+        n_partitions=n_partitions, loss=loss,
+    )  # fmt: skip
+    ex = problem.executor
+    try:
+        grid = _grid(problem, alphas, n_alphas, eps, l1_ratio)
+        test = test_data(X, X_test, y_test)
+        settings = _checkpoint_settings(call, inputs, test, solver_obj, base)
+        ck = None
+        if checkpoint is not None:
+            ck = PathCheckpoint.open_or_create(
+                checkpoint, fingerprint=fingerprint(X, inputs.y, split), settings=settings,
+                alphas=grid, n_features=problem.p,
+            )  # fmt: skip
+        state, start = _resumed(ck, solver_obj, problem, grid, l1_ratio)
+        scales = col_scales(ex, problem.blocks) if standardize else None
+        records: list[dict[str, Any]] = []
+
+        def on_alpha(step: AlphaStep) -> None:
+            res, w = step.result, step.result.coef_
+            coef = w if scales is None else w * scales
+            metric = None if test is None else test_metric(test, coef, res.intercept_, client, loss)
+            rec = dict(
+                coef=coef, intercept=res.intercept_, gap=res.gap_, converged=res.converged_,
+                n_active=int(np.count_nonzero(w)), passes=res.passes_, seconds=step.seconds,
+                rounds=res.n_rounds_, test_metric=metric,
+            )  # fmt: skip
+            if ck is not None:
+                ck.record(step.k, **rec, state=step.state.checkpoint_arrays())
+            records.append(sparse_record(rec))
+            _report(step, rec, tol, verbose, callback)
+
+        penalty_at = base.at
+        walk(solver_obj, problem, grid, penalty_at, on_alpha, state=state, start=start,
+             reproducible=ck is not None)  # fmt: skip
+    finally:  # interrupted too: nothing of the solve stays on the workers
+        ex.close()
+    d = ck.load() if ck is not None else records_as_arrays(records, problem.p)
+    res = PathResult.from_checkpoint_arrays(d, alphas=grid, l1_ratio=l1_ratio, loss=loss, tol=tol)
+    res.fit_intercept, res.n_samples_ = fit_intercept, n_samples(inputs, problem)
+    return with_classes(res, labels.classes)
+
+
+def _checkpoint_settings(
+    call: dict[str, Any], inputs: Any, test: Any, solver: Any, penalty: ElasticNet
+) -> dict[str, Any]:
+    """What a path's checkpoint resumes only with: the call's problem and solver settings,
+    digests of its weights and test targets, and a weighted penalty's factors and sign."""
+    settings = {
+        "l1_ratio": call["l1_ratio"], "loss": call["loss"],
+        "fit_intercept": call["fit_intercept"], "standardize": call["standardize"],
+        "tol": call["tol"],
+        "max_rounds": 1000 if call["max_rounds"] is None else call["max_rounds"],
+        "n_partitions": call["n_partitions"], "solver": call["solver"],
+        "screen": call["screen"],
+        "sample_weight": None if inputs.weights is None else crc(inputs.sample_weight),
+        "test": None if test is None else crc(np.asarray(test[1])),
+        "solver_options": solver_settings(solver),
+    }  # fmt: skip
+    if not penalty.uniform:
+        factors, box = penalty.factors, penalty.bounds  # empty: all 1, none
+        settings["penalty"] = {
+            "positive": penalty.positive,
+            "penalty_factor": crc(factors) if factors.size else None,
+        }
+        if box.size and not penalty.positive:
+            settings["penalty"]["bounds"] = crc(box)
+    return settings
+
+
+def _grid(problem: Problem, alphas: Any, n_alphas: int, eps: float, l1_ratio: float) -> np.ndarray:
+    """The alphas of the path: given, or ``n_alphas`` from ``alpha_max`` down geometrically."""
+    if alphas is not None:
+        grid = np.asarray(alphas, dtype=np.float64).ravel()
+        if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
+            raise ValueError("alphas must be finite and > 0")
+        return grid
+    return alpha_grid(problem_alpha_max(problem, l1_ratio), n_alphas, eps)
+
+
+def _resumed(
+    ck: Any, solver: Any, problem: Problem, grid: np.ndarray, l1_ratio: float
+) -> tuple[WarmState | None, int]:
+    """Where a checkpointed path resumes: the solver's state after the last completed alpha
+    (bit for bit) and the next alpha's index; ``(None, 0)`` for a fresh path."""
+    if ck is None or not ck.n_done:
+        return None, 0
+    start = ck.n_done
+    intercept = float(ck.load()["intercepts"][start - 1])
+    # checked (lengths, finiteness) before any kernel sees them: the checkpoint is untrusted
+    lengths = {"w": problem.p, "z": problem.n, "xt_bound": 1}
+    arrays = ck.state(start - 1, lengths=lengths, required=("w", "z"))
+    at = problem.at(problem.penalty.at(float(grid[start - 1])))
+    return solver.restore(at, arrays, intercept), start
+
+
+def _report(step: AlphaStep, rec: dict[str, Any], tol: float, verbose: bool, callback: Any):
+    """An alpha's warning when not certified, its line, its callback."""
+    res = step.result
+    if not res.converged_:
+        why = res.history_[-1].get("stopped") if res.history_ else None  # stopped early
+        warnings.warn(
+            f"alpha[{step.k}] = {step.alpha:.6g} is not certified: relative duality gap "
+            f"{res.gap_:.3e} > tol {tol:.3e} after {res.n_rounds_} rounds"
+            + ("" if why is None else f"; {why}"),
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+    if verbose:
+        print(f"alpha[{step.k:3d}] {step.alpha:.4e}  nnz {rec['n_active']:6d}  "
+              f"gap {res.gap_:.2e}  passes {rec['passes']}")  # fmt: skip
+    if callback is not None:
+        callback(step.k, step.alpha, res)
