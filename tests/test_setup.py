@@ -1,6 +1,7 @@
 """README's set-up commands and quickstart, run as a new user runs them.
 
-The commands and the code are read from README.md, so these tests follow the README.
+The commands and the code are read from README.md, so these tests follow the README;
+its cluster quickstart is examples/quickstart.py, byte for byte.
 """
 
 import csv
@@ -11,15 +12,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 
+def readme_text() -> str:
+    """README.md as it is on disk (decoded, newlines untranslated)."""
+    return README.read_bytes().decode("utf-8")
+
+
 def readme_section(title: str) -> str:
     """The text of README's ``## title`` section, up to the next ``## `` heading."""
-    text = README.read_text()
+    text = readme_text()
     match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
     assert match, f"README.md has no '## {title}' section"
     return match.group(1)
@@ -49,36 +56,65 @@ def run(args, **kwargs) -> subprocess.CompletedProcess:
     return done
 
 
-# ---------------------------------------------------------------- quickstart as a script
+# ---------------------------------------------------------------- README's Python code
+
+QUICKSTART = ROOT / "examples" / "quickstart.py"
 
 
-def quickstart_script() -> str:
-    """README's quickstart on the ``small`` preset, a free dashboard port and 10 alphas a path."""
-    (code,) = fenced_blocks(readme_section("Quickstart"), "python")
-    code = re.sub(r"""preset=(["'])\w+\1""", 'preset="small"', code)
-    code = re.sub(r"n_alphas=\d+", "n_alphas=10", code)
-    return re.sub(r"""(dashboard_address=["'][\w.]*):\d+""", r"\1:0", code)
+def quickstart_blocks() -> tuple[str, str]:
+    """README's Quickstart code: the in-memory lines, then examples/quickstart.py."""
+    blocks = fenced_blocks(readme_section("Quickstart"), "python")
+    assert len(blocks) == 2, blocks
+    return blocks[0], blocks[1]
+
+
+def test_readme_python_blocks_are_the_quickstart_and_it_is_the_example():
+    """README's Python blocks are the two run below, in order; the second is the example
+    file byte for byte (README is read without newline translation)."""
+    assert fenced_blocks(readme_text(), "python") == list(quickstart_blocks())
+    in_memory, script = quickstart_blocks()
+    assert script.encode() == QUICKSTART.read_bytes()
+    assert "Client" not in in_memory and "LocalCluster" not in in_memory
+
+
+def test_readme_in_memory_lines_run_in_this_process(capsys):
+    from sklearn.linear_model import Lasso
+
+    in_memory, _ = quickstart_blocks()
+    namespace: dict = {"__name__": "readme"}
+    exec(compile(in_memory, "README.md", "exec"), namespace)  # warnings are errors here
+    est, X, y = namespace["est"], namespace["X"], namespace["y"]
+    assert type(est).__module__.startswith("dl1.") and type(X).__module__.startswith("scipy.")
+    assert est.tol == 1e-4 and 0 <= est.gap_ <= est.tol
+    assert np.flatnonzero(est.coef_).tolist() == list(range(20))  # as the comment says
+    gap, printed = capsys.readouterr().out.split(maxsplit=1)
+    assert float(gap) == est.gap_ and printed.startswith("[ 0  1  2"), printed
+    reference = Lasso(alpha=est.alpha, tol=1e-12, max_iter=100_000).fit(X, y)
+    np.testing.assert_allclose(est.predict(X[:3]), reference.predict(X[:3]), rtol=1e-3)
 
 
 @pytest.mark.slow
 def test_readme_quickstart_runs_as_a_script(tmp_path):
-    script = tmp_path / "quickstart.py"
-    script.write_text(quickstart_script())
-    done = run([sys.executable, str(script)], cwd=tmp_path, timeout=600)
-    assert "Traceback" not in done.stderr, done.stderr
-    assert len(done.stdout.splitlines()) >= 2, done.stdout
-    assert set(tmp_path.iterdir()) > {script}, "the quickstart wrote nothing"
-
-
-@pytest.mark.slow
-def test_example_quickstart_runs(tmp_path):
-    done = run(
-        [sys.executable, str(ROOT / "examples" / "quickstart.py"), str(tmp_path)],
-        cwd=tmp_path,
-        timeout=600,
-    )
-    rows = [line for line in done.stdout.splitlines() if line.startswith("alpha_max/")]
-    assert len(rows) == 3 and all("certified: True" in line for line in rows)
+    """README's cluster quickstart, as a user runs it: a fresh process in an empty folder."""
+    _, script = quickstart_blocks()
+    (tmp_path / "quickstart.py").write_text(script)
+    done = run([sys.executable, "quickstart.py"], cwd=tmp_path, timeout=300)
+    assert "Traceback" not in done.stderr and "Warning" not in done.stderr, done.stderr
+    lines = done.stdout.splitlines()
+    fit = re.fullmatch(r"gap (\S+) converged True test R\^2 (\S+)", lines[0])
+    assert fit and 0 <= float(fit[1]) <= 1e-6 and float(fit[2]) > 0.5, lines[0]
+    table = [line.split() for line in lines[2:22]]
+    assert [row[0] for row in table] == [str(k) for k in range(20)], lines[1:22]
+    assert all(row[4] == "yes" for row in table), lines[1:22]  # the certified column
+    assert lines[22].startswith("20 alphas (squared, l1_ratio=1.0, tol=1e-06): 20 certified, 0 not")
+    cv = re.fullmatch(r"CV alpha (\S+) 1-SE alpha (\S+) test R\^2 (\S+)", lines[23])
+    assert cv and 0 < float(cv[1]) <= float(cv[2]) and float(cv[3]) > 0.5, lines[23]
+    assert lines[24].startswith("Lasso(alpha="), lines[24]
+    predictions = lines[25].strip("[]").split()
+    assert len(predictions) == 3 and all(np.isfinite(float(v)) for v in predictions), lines[25]
+    assert len(lines) == 26, lines[26:]
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["e2006.zarr", "lasso-cv", "lasso-fit", "quickstart.py"], written
 
 
 # ---------------------------------------------------------------- numba's cache location
