@@ -318,7 +318,7 @@ def persist(
         raise ValidationError("X is a Dataset already")
     inputs = read_inputs(X, y, sample_weight, "squared", split, y_optional=True)
     ex = executor_for(client)
-    ex.check_memory(memory_floor(inputs.store, split, False, n_partitions))
+    ex.check_memory(memory_floor(inputs, False, n_partitions))
     blocks, cb = load_blocks(ex, inputs.X, np.zeros(0), False, False, n_partitions,
                              inputs.store, split, stream=False)  # fmt: skip
     ex.wait(blocks)

@@ -29,7 +29,8 @@ from dl1.store.location import is_store_source
 class Inputs:
     """A fit's validated inputs: ``X`` as a 2-D dask array (each column chunk a feature
     block), ``y``, the sample weights normalised to sum to n (empty: none), the datafit,
-    and the store ``X`` came from (None: not a store)."""
+    the store ``X`` came from (None: not a store) and, for data given in this process's
+    memory, that matrix (``local``: CSC or a NumPy array) as the blocks will be cut from it."""
 
     X: da.Array
     y: np.ndarray
@@ -38,26 +39,28 @@ class Inputs:
     store: Store | None
     split: str
     dataset: Any = None  # a dl1.Dataset whose held blocks the fit reads
+    local: Any = None  # X in this process's memory (None: a store, a dask array, a Dataset)
 
     @property
     def weights(self) -> np.ndarray | None:
         return None if self.sample_weight.shape[0] == 0 else self.sample_weight
 
 
-def as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray | None]:
-    """(X as a 2-D dask array, y from a store or None, sample weights from a store or None)."""
+def as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray | None, Any]:
+    """(X as a 2-D dask array, y from a store or None, sample weights from a store or None,
+    X as the in-memory matrix the dask array wraps, or None)."""
     if is_store_source(X):
         X = open_store(X)
     if isinstance(X, Store):
         y = X.read("y", split)
         sw = X.read("sample_weight", split) if X.entry(split)["has_sample_weight"] else None
-        return X.to_dask(split, X.column_format(split)), y, sw
+        return X.to_dask(split, X.column_format(split)), y, sw, None
     if isinstance(X, da.Array):
         if X.ndim != 2:
             raise ValidationError(f"X must be 2-D, got {X.ndim} dimensions")
         if any(np.isnan(c) for cs in X.chunks for c in cs):
             raise ValidationError("X has unknown chunk sizes; call X.compute_chunk_sizes()")
-        return X, None, None
+        return X, None, None, None
     if sp.issparse(X) or isinstance(X, np.ndarray) or is_pydata_sparse(X):
         if X.ndim != 2:
             raise ValidationError(
@@ -66,7 +69,7 @@ def as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray
             )
         n, p = X.shape
         X = np.asarray(X) if isinstance(X, np.ndarray) else as_csc(X)
-        return da.from_array(X, chunks=(n, max(1, -(-p // 4))), asarray=False), None, None
+        return da.from_array(X, chunks=(n, max(1, -(-p // 4))), asarray=False), None, None, X
     raise ValidationError(
         f"X must be a dask array, a dl1 Store, store path or URL, a dl1 Dataset, a scipy.sparse "
         f"or pydata sparse matrix or a NumPy array; got {type(X).__name__}"
@@ -143,7 +146,7 @@ def read_inputs(
         return dataset_inputs(X, y, sample_weight, loss)
     store = open_store(X) if is_store_source(X) else X
     store = store if isinstance(store, Store) else None
-    Xd, y_store, sw_store = as_dask(X if store is None else store, split)
+    Xd, y_store, sw_store, local = as_dask(X if store is None else store, split)
     n, p = Xd.shape
     if n == 0 or p == 0:
         raise ValidationError(
@@ -161,7 +164,8 @@ def read_inputs(
     y = np.zeros(0) if y is None else checked_y(datafit, y, n)
     if sample_weight is None:
         sample_weight = sw_store
-    return Inputs(Xd, y, normalized_weights(sample_weight, n), datafit, store, split)
+    return Inputs(Xd, y, normalized_weights(sample_weight, n), datafit, store, split,
+                  local=local)  # fmt: skip
 
 
 def checked_y(datafit: Any, y: Any, n: int) -> np.ndarray:

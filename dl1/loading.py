@@ -14,10 +14,12 @@ from typing import Any
 import dask
 import dask.array as da
 import numpy as np
+import scipy.sparse as sp
 
 from dl1.errors import ValidationError
 from dl1.inputs import Inputs, check_two_classes
 from dl1.row_blocks import load_rows
+from dl1.runtime.memory import READ_PEAK, DataFloor
 from dl1.runtime.worker import WORKER_BASELINE
 from dl1.solvers.base import DataHandles, Problem, WorkingSetBudget
 from dl1.store import Store
@@ -107,14 +109,15 @@ def decide_stream(
     return need > 0.5 * budget
 
 
-def memory_floor(store: Store | None, split: str, streamed: bool, n_partitions: int) -> Any:
-    """What the solve makes each partition's worker hold, from the store's sizes
-    (:class:`~dl1.runtime.memory.DataFloor`): its blocks in memory, or (streamed) the peak
-    of reading its largest block; nothing known for other inputs."""
-    from dl1.runtime.memory import READ_PEAK, DataFloor
-
+def memory_floor(inputs: Inputs, streamed: bool, n_partitions: int) -> Any:
+    """What the solve makes each partition's worker hold (:class:`~dl1.runtime.memory.
+    DataFloor`): from a store's sizes, its blocks in memory or (streamed) the peak of
+    reading its largest block; for a matrix in this process's memory, its blocks and the
+    whole matrix, which every worker cutting blocks from it receives
+    (:func:`local_floor`); nothing known for other inputs (a dask array)."""
+    store, split = inputs.store, inputs.split
     if store is None:
-        return DataFloor()
+        return DataFloor() if inputs.local is None else local_floor(inputs.local, n_partitions)
     fmt = store.column_format(split)
     cb = store.col_bounds(split)
     per_block = store.block_nnz(split, fmt).sum(axis=0) * (store.dtype(split).itemsize + 4)
@@ -123,6 +126,21 @@ def memory_floor(store: Store | None, split: str, streamed: bool, n_partitions: 
     if streamed:
         return DataFloor(tuple(READ_PEAK * float(per_block[q].max()) for q in parts), held=False)
     return DataFloor(tuple(float(per_block[q].sum()) for q in parts), held=True)
+
+
+def local_floor(local: Any, n_partitions: int) -> Any:
+    """:class:`~dl1.runtime.memory.DataFloor` of a matrix in this process's memory (CSC or
+    a NumPy array): per partition (a share of its columns), its blocks (CSC, int32 indices)
+    plus the whole matrix, the dependency each worker that cuts blocks receives."""
+    if sp.issparse(local):
+        per_col = np.diff(local.indptr) * (local.dtype.itemsize + 4)
+    else:  # dense: its nonzeros become the blocks
+        per_col = np.count_nonzero(local, axis=0) * (local.dtype.itemsize + 4)
+    per_col = per_col.astype(np.float64) + 8.0
+    whole = float(local.data.nbytes + local.indices.nbytes + local.indptr.nbytes
+                  if sp.issparse(local) else local.nbytes)  # fmt: skip
+    parts = np.array_split(per_col, max(1, min(n_partitions, per_col.shape[0])))
+    return DataFloor(tuple(whole + float(q.sum()) for q in parts), held=True)
 
 
 def block_sources(store: Store, split: str, sw: np.ndarray, standardize: bool, center: bool):
@@ -296,7 +314,7 @@ def load_problem(
     them; returned with the seconds loading took."""
     t0 = time.perf_counter()
     check_two_classes(inputs, loss, fit_intercept)
-    ex.check_memory(memory_floor(inputs.store, inputs.split, streamed, n_partitions))
+    ex.check_memory(memory_floor(inputs, streamed, n_partitions))
     rows = None
     if layout == "rows":
         if standardize:

@@ -15,6 +15,7 @@ from dl1.inputs import read_inputs
 from dl1.objective.datafits import make_datafit
 from dl1.runtime import one_piece
 from dl1.runtime.executor import executor_for
+from dl1.runtime.memory import DataFloor
 
 
 def check_call(inputs: Any, client: Any, solver: Any, loss: str, n_partitions: int) -> None:
@@ -116,5 +117,7 @@ def read_or_ship(
     check_call(inputs, call["client"], solver, loss, call["n_partitions"])
     ex = executor_for(call["client"]) if early.ex is None else early.ex
     if one_piece.chosen(ex, lambda: one_piece.data_bytes(X, inputs), refusal):
+        if inputs.local is not None:  # one worker receives the matrix and cuts its blocks
+            ex.check_memory(DataFloor((2.0 * (one_piece.data_bytes(X, inputs) or 0.0),)))
         return Ready(True, one_piece.ship(ex, entry, X, call, inputs.dataset))
     return Ready(inputs=inputs, ex=ex)

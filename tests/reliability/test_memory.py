@@ -10,6 +10,7 @@ import shutil
 import threading
 import time
 
+import dask
 import numpy as np
 import pytest
 
@@ -231,3 +232,43 @@ def test_soak_twenty_paths_on_one_cluster():
         assert last <= 1.10 * first, (w, [r[w] / 2**20 for r in rss])
     # medians: a path slowed by another process on the machine is not a trend
     assert np.median(seconds[-4:]) <= 1.25 * np.median(seconds[:4]), seconds
+
+
+def _csr_of(megabytes: float, n: int = 20_000, p: int = 50_000, seed: int = 0):
+    """A CSR matrix of about ``megabytes`` MB (float64 values, int32 indices), fast to
+    make: random column indices, sorted within rows."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    per_row = max(1, int(megabytes * 1e6 / 12 / n))
+    indices = np.sort(rng.integers(0, p, size=(n, per_row), dtype=np.int32), axis=1).ravel()
+    indptr = np.arange(0, n * per_row + 1, per_row, dtype=np.int64)
+    X = sp.csr_matrix((rng.random(n * per_row), indices, indptr), shape=(n, p))
+    X.sum_duplicates()
+    return X, rng.standard_normal(n)
+
+
+@pytest.mark.parametrize("one_piece", [False, True])
+def test_in_memory_data_too_big_for_the_workers_is_refused_up_front(one_piece):
+    """A 230 MB in-memory CSR matrix on two workers of 600 MiB, distributed (each worker
+    receives the matrix to cut its blocks) and in one piece forced (one worker receives it
+    and builds every block). Before: the workers paused and a MemoryStallError came after
+    the stall timeout (81 s), or, in one piece, Dask's CommClosedError after two nanny
+    restarts.
+
+    Pass: WorkerMemoryError within 60 s (dl1's warm-up on the workers), naming a
+    memory_limit above 600 MiB; a 5 MB matrix on the same cluster is fitted.
+    """
+    big, y = _csr_of(230)
+    small, y_small = _csr_of(5, seed=1)
+    with nanny_cluster(2, memory_limit="600MiB") as (_, client):
+        with dask.config.set({"dl1.one-piece": one_piece}):
+            t0 = time.monotonic()
+            with pytest.raises(WorkerMemoryError) as err:
+                dl1.fit(big, y, alpha=0.05, client=client)
+            seconds = time.monotonic() - t0
+            res = dl1.fit(small, y_small, alpha=0.05, client=client)
+    need = re.search(r"memory_limit of at least (\d+) MiB", str(err.value))
+    assert need and int(need.group(1)) > 600, str(err.value)
+    assert seconds < 60, seconds
+    assert res.converged_
