@@ -1,5 +1,5 @@
 """The ``dl1`` command line: ``dl1 demo``, ``generate``, ``convert``, ``info``, ``fit``,
-``path``, ``predict`` and ``score``.
+``path``, ``predict``, ``score`` and ``warm``.
 
 Every command checks its options and its inputs (manifest, targets, column statistics,
 saved model) before it starts or joins a cluster, and shuts down the cluster it started.
@@ -10,7 +10,7 @@ not a usable store or model), 1 for any other; ``--debug`` prints the traceback 
 on stderr. Progress goes to stderr: a bar on a terminal, timestamped lines otherwise.
 """
 
-from dl1.cli import fitting, predicting, stores  # noqa: F401 - registers the commands
+from dl1.cli import fitting, predicting, stores, warming  # noqa: F401 - registers them
 from dl1.cli.app import EXIT_ERROR, EXIT_USAGE, cli, exit_status, main, one_line
 from dl1.cli.cluster import ClusterSpec, _client
 from dl1.cli.stores import summary
