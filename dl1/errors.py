@@ -27,6 +27,10 @@ class IncompleteStoreError(StoreError):
     """The store has no complete manifest (a writer was interrupted, or it is not a dl1 store)."""
 
 
+class StoreAccessError(StoreError, PermissionError):
+    """The process reading a store (a worker, named) has no access to it: credentials."""
+
+
 class StoreCorruptError(StoreError):
     """A chunk of the store is missing, truncated or does not match its checksum."""
 

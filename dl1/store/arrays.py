@@ -23,10 +23,10 @@ import numpy as np
 import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
-from dl1.errors import ClusterStalledError, StoreCorruptError
+from dl1.errors import ClusterStalledError, StoreAccessError, StoreCorruptError
 from dl1.store import frames
 from dl1.store.format import checksum, chunk_path, n_chunks
-from dl1.store.location import Location, OversizeObjectError, as_location
+from dl1.store.location import Location, OversizeObjectError, access_error, as_location, denied
 from dl1.store.manifest import MAX_METADATA_BYTES
 
 #: Metadata of arrays parsed by this process, by (URL, key, checksum, chunk sizes; for a
@@ -172,9 +172,11 @@ def _array_metadata(
             f"the metadata of array {key!r} has more than the {MAX_METADATA_BYTES:,} bytes "
             f"accepted ({loc.display(rel)})"
         ) from None
-    except ClusterStalledError:  # storage not answering: not corrupt
+    except (ClusterStalledError, StoreAccessError):  # not answering, no access: not corrupt
         raise
     except Exception as e:
+        if denied(e):
+            raise access_error(f"array {key!r}", e) from e
         raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
     if len(_ARRAY_META) >= MAX_CACHED_METADATA:
         _ARRAY_META.clear()
@@ -262,15 +264,19 @@ def read_array(
             _chunk_body(loc, key, k, entry, compressor, crc, c * arr.dtype.itemsize, prefetched)
         try:
             arr = zarr.open_array(loc.zarr_store(), path=key, mode="r")
-        except ClusterStalledError:  # storage not answering: not corrupt
+        except (ClusterStalledError, StoreAccessError):  # not answering, no access: not corrupt
             raise
         except Exception as e:
+            if denied(e):
+                raise access_error(f"array {key!r}", e) from e
             raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
         try:
             a = arr[lo:hi]
-        except ClusterStalledError:  # storage not answering: not corrupt
+        except (ClusterStalledError, StoreAccessError):  # not answering, no access: not corrupt
             raise
         except Exception as e:
+            if denied(e):
+                raise access_error(f"array {key!r}", e) from e
             raise StoreCorruptError(f"{_failing_chunk(arr, key, entry)}: {e}") from e
     if sl is None and checksum(a) != entry["crc32c"]:
         raise StoreCorruptError(
@@ -413,7 +419,7 @@ def _read_direct(
                     scratch = np.empty(c, dtype=dtype)
                 decoder.decode(body, out=scratch)
                 out[a - lo : b - lo] = scratch[a - k * c : b - k * c]
-        except ClusterStalledError:  # storage not answering: not corrupt
+        except (ClusterStalledError, StoreAccessError):  # not answering, no access: not corrupt
             raise
         except Exception as e:
             raise StoreCorruptError(

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from dl1.errors import ClusterStalledError, StoreCorruptError, ValidationError
+from dl1.errors import ClusterStalledError, StoreAccessError, StoreCorruptError, ValidationError
 from dl1.timeouts import stall_timeout
 
 T = TypeVar("T")
@@ -113,6 +113,49 @@ def stall_types() -> tuple[type[BaseException], ...]:
 #: s3fs's attempts of one request (its public ``retries``, 5 by default, which it applies
 #: twice over to a read: up to 25 attempts); botocore's own retries are off.
 S3FS_ATTEMPTS = 2
+
+
+#: Errors of object storage clients that mean "no access" (botocore's, gcsfs', adlfs'),
+#: by name: their packages are optional.
+DENIED_NAMES = frozenset({"NoCredentialsError", "PartialCredentialsError",
+                          "CredentialRetrievalError", "NoAuthTokenError",
+                          "ClientAuthenticationError", "RefreshError"})  # fmt: skip
+
+
+def denied(e: BaseException) -> bool:
+    """Whether ``e`` (or an exception it was raised from) is a refusal of access: missing
+    or rejected credentials, or a permission error."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, PermissionError) or type(e).__name__ in DENIED_NAMES:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def this_process() -> str:
+    """``worker <address>`` in a Dask worker (a task, or a worker's thread), else ``this
+    process``: where a read failed."""
+    try:
+        from distributed import get_worker  # optional here: stores are read without Dask too
+
+        return f"worker {get_worker().address}"
+    except (ImportError, ValueError):
+        return "this process"
+
+
+def access_error(what: str, e: BaseException) -> StoreAccessError:
+    """The error of a read of ``what`` refused for lack of access, naming where it ran and
+    what the caller can do."""
+    where = this_process()
+    hint = ("a worker lacks the access the calling process has: give the workers the "
+            "store's credentials (their environment, e.g. AWS_* variables, or a role) or "
+            "pass them in storage_options, which travel with the store"
+            if where.startswith("worker") else
+            "give this process the store's credentials or storage_options")  # fmt: skip
+    return StoreAccessError(f"{what} cannot be read on {where}: {type(e).__name__}: {e}; "
+                            f"{hint}")  # fmt: skip
 
 
 def bound_retries(fs: Any) -> Any:
@@ -264,6 +307,8 @@ class Location:
         for rel, g in zip(rels, got, strict=True):
             if isinstance(g, stall_types()):
                 raise self._stalled(rel, g) from g
+            if isinstance(g, BaseException) and denied(g):
+                raise access_error(self.display(rel), g) from g
         out = []
         for rel, m, g in zip(rels, max_bytes, got, strict=True):
             if isinstance(g, Exception):
@@ -316,6 +361,10 @@ class Location:
             return fn(*args, **kwargs)
         except stall_types() as e:
             raise self._stalled(rel, e) from e
+        except Exception as e:
+            if denied(e):
+                raise access_error(self.display(rel), e) from e
+            raise
 
     def _stalled(self, rel: str, e: BaseException) -> ClusterStalledError:
         return ClusterStalledError(

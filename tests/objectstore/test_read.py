@@ -324,3 +324,60 @@ def test_the_s3_example_runs(s3_cluster, tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "the same coefficients" in out.stdout
+
+
+#: A worker's environment without credentials for the test server (botocore then finds
+#: none: empty variables count as unset, no files, no instance metadata).
+NO_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SESSION_TOKEN": "",
+                  "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent",
+                  "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_workers_without_the_credentials_are_named_with_what_to_do(s3_store):
+    """Workers started without the bucket's credentials, the client with them, a fit in
+    one piece and distributed. Before: in one piece a bare ``NoCredentialsError: Unable to
+    locate credentials``; distributed a StoreCorruptError "array ... cannot be opened".
+
+    Pass: StoreAccessError (not StoreCorruptError) naming the object, the worker's address
+    (one of the cluster's), the client library's error and what to do (credentials in the
+    workers' environment or storage_options).
+    """
+    import dask
+    from distributed import Client, LocalCluster
+
+    from dl1.errors import StoreAccessError
+
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                     dashboard_address=None, env=NO_CREDENTIALS) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):  # fmt: skip
+        workers = set(client.scheduler_info()["workers"])
+        for one_piece in (True, False):
+            with dask.config.set({"dl1.one-piece": one_piece, "dl1.stall-timeout": 30}):
+                with pytest.raises(StoreAccessError) as err:
+                    dl1.fit(s3_store, alpha=0.01, client=client)
+            message = str(err.value)
+            assert s3_store in message and "Unable to locate credentials" in message, message
+            assert any(f"on worker {w}" in message for w in workers), message
+            assert "storage_options" in message and "environment" in message, message
+            assert not isinstance(err.value, StoreCorruptError)
+
+
+def test_a_refused_read_in_this_process_is_an_access_error(s3_store, monkeypatch):
+    """Pass: a read refused for credentials in the calling process is a StoreAccessError
+    naming "this process" (not a worker) and the object."""
+    from dl1.errors import StoreAccessError
+
+    loc = as_location(s3_store)
+
+    class NoCredentialsError(Exception):  # as botocore names it
+        pass
+
+    def refuse(*args, **kwargs):
+        raise NoCredentialsError("Unable to locate credentials")
+
+    monkeypatch.setattr(loc.fs, "cat_file", refuse)
+    with pytest.raises(StoreAccessError, match=r"manifest\.json cannot be read on this process"):
+        loc.read("manifest.json", 1 << 20)
