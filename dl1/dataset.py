@@ -18,6 +18,7 @@ workers then drop the blocks (Dask forgets a key once no client holds it).
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from typing import Any, NamedTuple
 
@@ -322,4 +323,6 @@ def persist(
     blocks, cb = load_blocks(ex, inputs.X, np.zeros(0), False, False, n_partitions,
                              inputs.store, split, stream=False)  # fmt: skip
     ex.wait(blocks)
-    return Dataset(inputs, blocks, cb, client, n_partitions)
+    # the blocks are held: the in-memory matrix is not kept beside them (a handle's recipe
+    # travels with every solve shipped in one piece)
+    return Dataset(dataclasses.replace(inputs, local=None), blocks, cb, client, n_partitions)

@@ -188,3 +188,18 @@ def test_a_handle_on_a_cluster_equals_a_fit_on_the_array(local_cluster):
     with pytest.raises(ValidationError, match="held by this process"):
         dl1.fit(dl1.persist(X, y), alpha=0.01, client=local_cluster)
     ds.release()
+
+
+def test_a_handle_of_in_memory_data_does_not_keep_the_matrix_twice():
+    """Pass: a data handle made from a matrix in memory ships (to a solve in one piece) a
+    recipe without that matrix beside its dask array: its pickle is within 10% of the
+    array's (it doubled when the inputs kept the matrix for the memory check, and the
+    folds' shipments, past 1 MiB, were then scattered)."""
+    import cloudpickle
+
+    X = sp.random(2000, 1500, density=0.02, format="csr", random_state=3)
+    with dl1.persist(X, np.ones(2000)) as ds:
+        recipe, _ = ds.shipped()
+        assert recipe.inputs.local is None
+        size, array = len(cloudpickle.dumps(recipe)), len(cloudpickle.dumps(recipe.inputs.X))
+    assert size < 1.1 * array, (size, array)
