@@ -17,8 +17,8 @@ from dl1.store import Store, StoreWriter, open_store
 from dl1.store.format import CHUNK_ELEMS, DTYPES, FORMATS, block_digest, write_array
 from dl1.store.location import Location
 from dl1.store.reader import ChunkType
+from dl1.store.split_writer import DEFAULT_BLOCK_NNZ, check_finite, write_block
 from dl1.store.upload import open_written, remove_staging, staging_dir, upload_tree
-from dl1.store.writer import DEFAULT_BLOCK_NNZ, check_finite, write_block
 
 
 def open(  # noqa: A001 - the library's entry point, like zarr.open

@@ -27,7 +27,7 @@ from dl1.errors import SvmlightFormatError
 from dl1.kernels import svmlight as svmlight_kernels
 from dl1.store import SplitWriter, Store, StoreWriter, open_store
 from dl1.store.format import DTYPES, FORMATS, SPLITS
-from dl1.store.writer import DEFAULT_BLOCK_NNZ
+from dl1.store.split_writer import DEFAULT_BLOCK_NNZ
 
 #: Largest accepted ``batch_bytes`` (1 GiB); the kernels address a batch with int64.
 MAX_BATCH_BYTES = 1 << 30

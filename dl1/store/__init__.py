@@ -11,7 +11,7 @@ _WHERE = {
     "as_location": "dl1.store.location",
     "Store": "dl1.store.reader",
     "open_store": "dl1.store.reader",
-    "SplitWriter": "dl1.store.writer",
+    "SplitWriter": "dl1.store.split_writer",
     "StoreWriter": "dl1.store.writer",
 }
 

@@ -19,8 +19,8 @@ import scipy.sparse as sp
 
 from dl1.store.format import MANIFEST, block_digest, write_manifest
 from dl1.store.reader import Store, open_store
+from dl1.store.split_writer import write_block
 from dl1.store.upload import check_uploaded, remove_staging, staging_dir, upload_tree
-from dl1.store.writer import write_block
 
 
 def add_csr(path: Any, storage_options: dict[str, Any] | None = None) -> Store:
