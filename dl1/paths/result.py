@@ -494,7 +494,8 @@ class PathResult:
             lo, hi = a.min(), a.max()
             if lo == hi:
                 lo, hi = lo / 2, hi * 2
-            ax.set_xlim(hi, lo)  # alpha decreases to the right, as the path runs
+            pad = (hi / lo) ** 0.03  # 3% of the log range each side: a mark at an end shows
+            ax.set_xlim(hi * pad, lo / pad)  # alpha decreases to the right, as the path runs
         ax.set_xlabel("alpha")
 
 

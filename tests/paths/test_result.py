@@ -149,3 +149,17 @@ def test_from_a_checkpoint(tmp_path):
     r = PathResult.from_checkpoint_arrays(ck.load(), l1_ratio=1.0, loss="squared", tol=1e-8)
     assert np.array_equal(r.alphas_, alphas[:4]) and r.best_alpha_ == alphas[3]
     assert r.coefs_[3, 3] == pytest.approx(-0.3) and r.coefs_.nnz == 6
+
+
+def test_the_best_alpha_at_an_end_of_the_grid_is_inside_the_plot():
+    """Pass: a path whose best alpha is its smallest (a choice at the grid's edge) draws
+    its best-alpha line strictly inside the validation plot's x-limits (it used to lie on
+    the axes' border, invisible); every alpha is inside too."""
+    r = make(metrics={"mse": np.linspace(3, 1, 8)})  # decreasing: the last alpha is best
+    assert r.best_alpha_ == r.alphas_.min()
+    fig = r._plot_validation()
+    ax = fig.axes[0]
+    right, left = ax.get_xlim()[1], ax.get_xlim()[0]  # alpha decreases to the right
+    assert left > r.alphas_.max() and right < r.best_alpha_
+    (line,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    assert right < line.get_xdata()[0] < left
