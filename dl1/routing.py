@@ -4,6 +4,7 @@ here (:func:`read_or_ship`)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -116,8 +117,9 @@ def read_or_ship(
     inputs = read_inputs(X, call["y"], call["sample_weight"], loss, call["split"])
     check_call(inputs, call["client"], solver, loss, call["n_partitions"])
     ex = executor_for(call["client"]) if early.ex is None else early.ex
-    if one_piece.chosen(ex, lambda: one_piece.data_bytes(X, inputs), refusal):
+    nbytes = functools.cache(lambda: one_piece.data_bytes(X, inputs))  # asked at most once
+    if one_piece.chosen(ex, nbytes, refusal):
         if inputs.local is not None:  # one worker receives the matrix and cuts its blocks
-            ex.check_memory(DataFloor((2.0 * (one_piece.data_bytes(X, inputs) or 0.0),)))
+            ex.check_memory(DataFloor((2.0 * (nbytes() or 0.0),)))
         return Ready(True, one_piece.ship(ex, entry, X, call, inputs.dataset))
     return Ready(inputs=inputs, ex=ex)

@@ -23,7 +23,7 @@ import numpy as np
 import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
-from dl1.errors import ClusterStalledError, StoreAccessError, StoreCorruptError
+from dl1.errors import ClusterStalledError, StoreAccessError, StoreCorruptError, StoreError
 from dl1.store import frames
 from dl1.store.format import checksum, chunk_path, n_chunks
 from dl1.store.location import Location, OversizeObjectError, access_error, as_location, denied
@@ -175,13 +175,19 @@ def _array_metadata(
     except (ClusterStalledError, StoreAccessError):  # not answering, no access: not corrupt
         raise
     except Exception as e:
-        if denied(e):
-            raise access_error(f"array {key!r}", e) from e
-        raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
+        raise unreadable(key, f"array {key!r} cannot be opened", e) from e
     if len(_ARRAY_META) >= MAX_CACHED_METADATA:
         _ARRAY_META.clear()
     _ARRAY_META[cache_key] = found
     return found
+
+
+def unreadable(key: str, what: str, e: Exception) -> StoreError:
+    """The error of array ``key`` failing to open or read with ``e``: access refused
+    (:func:`~dl1.store.location.access_error`, naming where), else corrupt (``what``)."""
+    if denied(e):
+        return access_error(f"array {key!r}", e)
+    return StoreCorruptError(f"{what}: {e}")
 
 
 def _fetched(loc: Location, rel: str, max_bytes: int, prefetched: Prefetched | None) -> bytes:
@@ -267,17 +273,13 @@ def read_array(
         except (ClusterStalledError, StoreAccessError):  # not answering, no access: not corrupt
             raise
         except Exception as e:
-            if denied(e):
-                raise access_error(f"array {key!r}", e) from e
-            raise StoreCorruptError(f"array {key!r} cannot be opened: {e}") from e
+            raise unreadable(key, f"array {key!r} cannot be opened", e) from e
         try:
             a = arr[lo:hi]
         except (ClusterStalledError, StoreAccessError):  # not answering, no access: not corrupt
             raise
         except Exception as e:
-            if denied(e):
-                raise access_error(f"array {key!r}", e) from e
-            raise StoreCorruptError(f"{_failing_chunk(arr, key, entry)}: {e}") from e
+            raise unreadable(key, _failing_chunk(arr, key, entry), e) from e
     if sl is None and checksum(a) != entry["crc32c"]:
         raise StoreCorruptError(
             f"array {key!r} does not match its manifest checksum (a chunk was replaced or the "

@@ -6,7 +6,6 @@ process, in one piece, distributed and out of core."""
 
 from __future__ import annotations
 
-import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -22,12 +21,6 @@ from dl1.objective.datafits import make_datafit
 from dl1.objective.gap import duality_gap
 from dl1.objective.penalties import WeightedElasticNet
 from tests.helpers import fit_in_mode
-
-
-@pytest.fixture
-def in_process():
-    with dask.config.set(scheduler="sync"):
-        yield
 
 
 def regression(n=150, p=30, seed=0):

@@ -201,12 +201,6 @@ def alpha_of(kind, X, y, frac):
     return frac * float(np.abs(X.T @ F.gradient(y, np.full(y.shape[0], b0))).max())
 
 
-@pytest.fixture(autouse=False)
-def in_process():
-    with dask.config.set(scheduler="sync"):
-        yield
-
-
 @pytest.mark.parametrize("kind", LOSSES)
 @pytest.mark.parametrize("l1_ratio", [1.0, 0.5])
 @pytest.mark.slow

@@ -5,7 +5,6 @@ and the same answer on a cluster."""
 
 from __future__ import annotations
 
-import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -18,12 +17,6 @@ from tests.helpers import fit_in_mode
 
 DATAFITS = {"squared": Quadratic(), "logistic": Logistic(), "poisson": Poisson()}
 FREE = np.array([0, 3, 7])
-
-
-@pytest.fixture
-def in_process():
-    with dask.config.set(scheduler="sync"):
-        yield
 
 
 def problem(loss, n=160, p=30, seed=0):

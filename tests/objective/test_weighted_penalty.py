@@ -21,12 +21,6 @@ from dl1.objective.penalties import ElasticNet, WeightedElasticNet
 from tests.helpers import fit_in_mode
 
 
-@pytest.fixture
-def in_process():
-    with dask.config.set(scheduler="sync"):
-        yield
-
-
 def regression(n=150, p=30, seed=0):
     rng = np.random.default_rng(seed)
     X = sp.random(n, p, density=0.3, random_state=seed, format="csr")
