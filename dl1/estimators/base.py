@@ -19,7 +19,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -116,6 +116,9 @@ class DL1Estimator(BaseEstimator):
     (:meth:`_alpha`, :meth:`_l1_ratio`), and how targets are checked (:meth:`_targets`)."""
 
     _loss = "squared"
+    #: The losses of the saved fits (without an estimator record) this class loads as its
+    #: own (:meth:`_from_fit`, :func:`dl1.load_estimator`); none for the CV estimators.
+    _fits: ClassVar[tuple[str, ...]] = ()
     _parameter_constraints: dict[str, list[Any]] = {}
 
     # -- parameters ------------------------------------------------------------------------
@@ -231,6 +234,18 @@ class DL1Estimator(BaseEstimator):
         self.n_iter_ = int(res.n_rounds_)
         self.dual_gap_ = float(res.dual_gap_)
         self.gap_ = float(res.gap_)
+
+    @classmethod
+    def _from_fit(cls, model: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The parameters of this estimator fitting ``model`` (a FitResult saved without an
+        estimator record) and the fitted attributes the model does not hold; None when
+        ``model`` is not one of this class's fits."""
+        if model.loss not in cls._fits:
+            return None
+        params: dict[str, Any] = {"fit_intercept": bool(model.fit_intercept)}
+        if 0.0 < model.tol < 1.0:
+            params["tol"] = float(model.tol)
+        return params, {}
 
     def _set_loaded(self, res: Any, fitted: dict[str, Any]) -> None:
         """The attributes a fit sets, from a saved model (:func:`dl1.load_estimator`):

@@ -58,6 +58,23 @@ class _Classifier(ClassifierMixin, DL1Estimator):
     ``l1_ratio``; ``coef_`` of shape (1, n_features) and ``intercept_`` (1,) as
     scikit-learn's linear classifiers."""
 
+    @classmethod
+    def _from_fit(cls, model: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        got = super()._from_fit(model)
+        if got is None:
+            return None
+        params, fitted = got
+        r, alpha, n = float(model.l1_ratio), float(model.alpha), model.n_samples_
+        params["penalty"] = "l1" if r == 1.0 else "elasticnet"
+        if r != 1.0:
+            params["l1_ratio"] = r
+        if n and alpha > 0:  # C = 1 / (n_samples * alpha), the unweighted fit's
+            params["C"] = 1.0 / (n * alpha)
+        classes = model.classes_
+        fitted["classes_"] = np.array([-1.0, 1.0]) if classes is None else classes.copy()
+        fitted["class_weight_"] = None
+        return params, fitted
+
     def _alpha(self, total_weight: float) -> float:
         return 1.0 / (float(self.C) * total_weight)
 
@@ -215,6 +232,7 @@ class LogisticRegression(_Classifier):
     """
 
     _loss = "logistic"
+    _fits = ("logistic",)
     _parameter_constraints = _constraints(n_jobs=CONSTRAINTS["n_jobs"])
 
     def __init__(
@@ -306,7 +324,15 @@ class LinearSVC(_Classifier):
         As :class:`LogisticRegression`.
     """
 
-    _parameter_constraints = _constraints(loss=[Options(("squared_hinge", "hinge"))])
+    _fits = ("squared_hinge", "hinge")
+    _parameter_constraints = _constraints(loss=[Options(_fits)])
+
+    @classmethod
+    def _from_fit(cls, model: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        got = super()._from_fit(model)
+        if got is not None:
+            got[0]["loss"] = model.loss
+        return got
 
     def __init__(
         self,

@@ -58,6 +58,8 @@ CV_CONSTRAINTS: dict[str, list[Any]] = {
 class _CrossValidated:
     """The fit of the CV estimators: :func:`dl1.fit_cv`, then the refit's attributes."""
 
+    _fits: tuple[str, ...] = ()  # a saved fit loads as the estimator, not as its CV
+
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> Any:
         """Cross-validate the grid, choose, and refit on all rows (:func:`dl1.fit_cv`).
 

@@ -39,6 +39,7 @@ class PoissonRegressor(ElasticNet):
     """
 
     _loss = "poisson"
+    _fits = ("poisson",)
 
     def __init__(
         self,
@@ -107,6 +108,7 @@ class HuberRegressor(ElasticNet):
         As :class:`dl1.Lasso`.
     """
 
+    _fits = ("huber",)
     _parameter_constraints = {**_constraints("alpha", "l1_ratio", "tol", "max_iter",
                                              "warm_start", "random_state", "positive"),
                               "epsilon": [POSITIVE]}  # fmt: skip

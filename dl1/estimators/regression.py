@@ -93,6 +93,16 @@ class Lasso(_Regressor):
         The full result of :func:`dl1.fit` (history, timings, passes).
     """
 
+    _fits = ("squared",)
+
+    @classmethod
+    def _from_fit(cls, model: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        got = super()._from_fit(model)
+        if got is None or float(model.l1_ratio) != 1.0:  # an elastic net's fit: not a Lasso
+            return None
+        got[0]["alpha"] = float(model.alpha)
+        return got
+
     _parameter_constraints = _constraints("alpha", "tol", "max_iter", "warm_start",
                                           "random_state", "positive")  # fmt: skip
 
@@ -150,6 +160,17 @@ class ElasticNet(_Regressor):
     coef_, intercept_, n_iter_, dual_gap_, gap_, n_features_in_, feature_names_in_, result_
         As :class:`Lasso`.
     """
+
+    _fits = ("squared",)
+
+    @classmethod
+    def _from_fit(cls, model: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        got = super()._from_fit(model)
+        if got is None or (cls is ElasticNet and float(model.l1_ratio) == 1.0):
+            return None  # a Lasso's fit
+        got[0].update(alpha=float(model.alpha), l1_ratio=float(model.l1_ratio),
+                      **model.loss_params)  # fmt: skip
+        return got
 
     _parameter_constraints = _constraints("alpha", "l1_ratio", "tol", "max_iter",
                                           "warm_start", "random_state", "positive")  # fmt: skip

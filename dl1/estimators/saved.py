@@ -190,38 +190,12 @@ def _feature_names(ck: FieldChecker, raw: Any, p: int) -> np.ndarray:
 
 def _natural_estimator(ck: FieldChecker, model: Any) -> tuple[Any, dict[str, Any]]:
     """The estimator of a fit saved without a record (unfitted, and the fitted attributes
-    the model does not hold): the one of its loss, with its
-    penalty, intercept and tolerance (a classifier's ``C = 1 / (n_samples * alpha)``, the
-    unweighted fit's)."""
-    known = _estimator_classes()
-    loss, r, alpha = model.loss, float(model.l1_ratio), float(model.alpha)
-    params: dict[str, Any] = {"fit_intercept": bool(model.fit_intercept)}
-    if 0.0 < model.tol < 1.0:
-        params["tol"] = float(model.tol)
-    fitted: dict[str, Any] = {}
-    if loss == "squared":
-        name = "Lasso" if r == 1.0 else "ElasticNet"
-        params.update(alpha=alpha, **({} if r == 1.0 else {"l1_ratio": r}))
-    elif loss in ("poisson", "huber"):
-        name = "PoissonRegressor" if loss == "poisson" else "HuberRegressor"
-        params.update(alpha=alpha, l1_ratio=r, **model.loss_params)
-    elif loss in ("logistic", "hinge", "squared_hinge"):
-        name = "LogisticRegression" if loss == "logistic" else "LinearSVC"
-        n = model.n_samples_
-        params.update(penalty="l1" if r == 1.0 else "elasticnet")
-        if r != 1.0:
-            params["l1_ratio"] = r
-        if n and alpha > 0:
-            params["C"] = 1.0 / (n * alpha)
-        if name == "LinearSVC":
-            params["loss"] = loss
-        classes = model.classes_
-        fitted["classes_"] = np.array([-1.0, 1.0]) if classes is None else classes.copy()
-        fitted["class_weight_"] = None
-    else:
-        ck.fail("loss", f"is {loss!r}, which no dl1 estimator fits: read the model with "
-                "dl1.load_model (a FitResult, which predicts and converts to scikit-learn)",
-                loss)  # fmt: skip
-    return known[name](**params), fitted
-
-
+    the model does not hold): the first of dl1's estimator classes that takes it as one of
+    its fits (:meth:`~dl1.estimators.base.DL1Estimator._from_fit`)."""
+    for cls in _estimator_classes().values():
+        got = cls._from_fit(model)
+        if got is not None:
+            return cls(**got[0]), got[1]
+    ck.fail("loss", f"is {model.loss!r}, which no dl1 estimator fits: read the model with "
+            "dl1.load_model (a FitResult, which predicts and converts to scikit-learn)",
+            model.loss)  # fmt: skip
