@@ -13,6 +13,7 @@ import scipy.sparse as sp
 from dl1.chunks import as_csc, as_csr
 from dl1.errors import ValidationError
 from dl1.kernels import store as store_kernels
+from dl1.runtime.connection import connected
 from dl1.store import Store, StoreWriter, open_store
 from dl1.store.format import CHUNK_ELEMS, DTYPES, FORMATS, block_digest, write_array
 from dl1.store.location import Location
@@ -226,6 +227,19 @@ def _write_dask_chunk(
     return out
 
 
+def _written(tasks: list[list[Any]], client: Any) -> list[list[dict[str, Any]]]:
+    """Each write task's report, run on ``client`` (an address: connected to for the
+    writes) or on the local threaded scheduler; every writer ends (its block or its error)
+    before an error is raised."""
+    with connected(client) as client:
+        if client is None:
+            (results,) = dask.compute(tasks, scheduler="threads")
+            return results
+        futures = [client.compute(row) for row in tasks]
+        client.gather([f for row in futures for f in row], errors="skip")
+        return [client.gather(row) for row in futures]
+
+
 def from_dask(
     X: da.Array,
     y: Any,
@@ -257,9 +271,10 @@ def from_dask(
     dst : str, PathLike or URL
         The new store, with ``storage_options`` for a URL (credentials from the
         environment by default; the workers need them too).
-    client : distributed.Client, optional
-        Where to run the writes. Without it the local threaded scheduler is used; a global
-        client is never picked up silently.
+    client : distributed.Client or str, optional
+        Where to run the writes (a scheduler's address is connected to for them).
+        Without it the local threaded scheduler is used; a global client is never picked
+        up silently.
     """
     if not isinstance(X, da.Array) or X.ndim != 2:
         raise ValidationError("X must be a 2-D dask array")
@@ -310,13 +325,7 @@ def from_dask(
             ]
             for i in range(len(rb) - 1)
         ]
-        if client is not None:
-            futures = [client.compute(row) for row in tasks]
-            # every writer ends (its block or its error) before an error is raised
-            client.gather([f for row in futures for f in row], errors="skip")
-            results = [client.gather(row) for row in futures]
-        else:
-            (results,) = dask.compute(tasks, scheduler="threads")
+        results = _written(tasks, client)
         for res in (res for row in results for res in row):
             if "error" in res:  # the first block's in block order, every writer done
                 raise res["error"]

@@ -18,6 +18,7 @@ workers then drop the blocks (Dask forgets a key once no client holds it).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import numbers
 from typing import Any, NamedTuple
@@ -233,10 +234,19 @@ class Dataset:
     # -- lifetime -------------------------------------------------------------------------
     def release(self) -> None:
         """Drop the blocks (every view of the handle too): the workers free them once no
-        other client holds them."""
+        other client holds them. A client :func:`persist` connected for the handle (given
+        ``client`` as an address) is closed."""
         self._shared["released"] = True
         self._shared["rows"] = None
         self._blocks.clear()
+        connection = self._shared.pop("connection", None)
+        if connection is not None:
+            connection.close()
+
+    def keep(self, connection: contextlib.ExitStack) -> None:
+        """Close ``connection`` on :meth:`release`: the client :func:`persist` connected
+        to a scheduler's address for this handle."""
+        self._shared["connection"] = connection
 
     def __enter__(self) -> Dataset:
         return self
@@ -296,8 +306,9 @@ def persist(
         only to predict).
     sample_weight : array_like, optional
         Used by fits on the handle that are given no weights of their own.
-    client : distributed.Client, optional
-        Default: the current Dask client; this process when there is none.
+    client : distributed.Client or str, optional
+        Default: the current Dask client; this process when there is none. For a
+        scheduler's address, the handle keeps a client connected to it until released.
     n_partitions : int
         The fits' partitions (as in :func:`dl1.fit`): blocks are placed one partition per
         worker.

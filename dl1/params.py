@@ -140,9 +140,12 @@ def predicate(description: str) -> Callable[[Callable[[Any], bool]], Callable[[A
     return wrap
 
 
-@predicate("a distributed.Client")
+@predicate("a distributed.Client or its scheduler's address ('tcp://host:8786')")
 def is_client(value: Any) -> bool:
-    """A ``distributed.Client`` (by duck type: its ``submit`` and ``scheduler_info``)."""
+    """A ``distributed.Client`` (by duck type: its ``submit`` and ``scheduler_info``), or
+    the address of a scheduler, connected to for the call (:mod:`dl1.runtime.connection`)."""
+    if isinstance(value, str):
+        return "://" in value
     return hasattr(value, "submit") and hasattr(value, "scheduler_info")
 
 

@@ -231,9 +231,11 @@ def fit(
     spread : bool or "cocoa", optional
         ``"ws"``: solve working-set subproblems where their columns were extracted instead
         of gathering them on one worker (None: out of core, when they would not fit).
-    client : distributed.Client, optional
+    client : distributed.Client or str, optional
         The cluster to run on; by default the current Dask client (as ``dask.compute``:
-        ``distributed.default_client()``), and in this process when there is none.
+        ``distributed.default_client()``), and in this process when there is none. An
+        address (``"tcp://host:8786"``) is connected to for the call, with Dask's configured
+        security (``distributed.comm.tls.*``).
     split : str
         Split of a store to fit on.
     verbose, callback : a line, or a call with the history entry, per round.

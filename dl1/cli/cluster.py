@@ -15,7 +15,6 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import click
 
 from dl1.errors import Dl1Error, ValidationError
+from dl1.runtime.connection import check_scheduler_answers
 
 #: A scheduler file larger than this is refused unread (Dask's hold one address and a few ids).
 MAX_SCHEDULER_FILE_BYTES = 1 << 20
@@ -257,38 +257,10 @@ def _client(
     return stack, client
 
 
-def check_scheduler_answers(address: str, security: Any) -> None:
-    """Refuse, naming it, an address where nothing completes Dask's handshake within
-    Dask's connect timeout (``distributed.comm.timeouts.connect``): an HTTP server (the
-    dashboard's port) or another service. Dask's own client would wait there for ever, or
-    read the text as a frame length (``MemoryError``). One Dask comm, opened and closed."""
-    import dask
-    from dask.utils import parse_timedelta
-    from distributed.comm import connect
-
-    bound = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
-    kwargs = security.get_connection_args("client") if security is not None else {}
-
-    async def handshake() -> None:
-        comm = await asyncio.wait_for(connect(address, timeout=bound, **kwargs), bound)
-        await comm.close()
-
-    try:  # in a thread of its own: asyncio.run unsets the calling thread's event loop
-        with ThreadPoolExecutor(1, thread_name_prefix="dl1-handshake") as pool:
-            pool.submit(asyncio.run, handshake()).result()
-    except (OSError, TimeoutError, ValueError, MemoryError, EOFError) as e:
-        why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-        raise ConnectionError(
-            f"no Dask scheduler answers at {address} within {bound:g} s ({why}); is it the "
-            "scheduler's address (not its dashboard's or another service's)?"
-        ) from None
-
-
 def close_workers(cluster: Any, timeout: float = CLOSE_TIMEOUT) -> None:
     """Close the workers of a LocalCluster dl1 started, giving each up to ``timeout``
     seconds to exit before its nanny kills it (Dask's own close gives 4 s, which a loaded
     machine exceeds: "Worker process still alive after 4.0 seconds, killing")."""
-    import asyncio
 
     from distributed import LocalCluster
 
@@ -317,7 +289,6 @@ async def _terminate_nanny(dask_worker: Any) -> bool:
     heartbeat caught by the close of the worker's connections logs a CommClosedError
     traceback ("Failed to communicate with scheduler during heartbeat"; seen in a SLURM
     job's log, 5 ms after "Stopping worker")."""
-    import asyncio
     import signal
 
     if not getattr(dask_worker, "nanny", None):

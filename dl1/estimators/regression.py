@@ -57,9 +57,9 @@ class Lasso(_Regressor):
         Seed of the randomised solvers (None: 0, results reproducible).
     solver : str or solver object, default="ws"
         As :func:`dl1.fit` (``"ws"``, ``"cd"``, ``"sdca"``, ``"sgd"``, ..., ``"auto"``).
-    client : distributed.Client, optional
-        The cluster to run on (default: the current client, else this process). Not
-        pickled with the estimator.
+    client : distributed.Client or str, optional
+        The cluster to run on (default: the current client, else this process), or its
+        scheduler's address, connected to for each fit. Not pickled with the estimator.
     n_partitions : int, default=2
         Groups of feature blocks updated together each round.
     stream : bool, optional

@@ -19,6 +19,7 @@ import dask.local
 
 from dl1.runtime import persisted
 from dl1.runtime.compute import current_client
+from dl1.runtime.connection import connected
 from dl1.runtime.dask_workarounds import engage_low_latency, low_latency
 from dl1.runtime.exposure import check_client
 from dl1.runtime.memory import DataFloor, check_worker_memory, killed_for_memory, warm_baseline
@@ -344,10 +345,15 @@ def coordinating(func: Callable) -> Callable:
         if client is None:
             held = held_by(args[0]) if args else NOT_HELD
             client = kwargs["client"] = current_client() if held is NOT_HELD else held
-        check_client(client)
-        args, kwargs = chunks_placed(signature, args, kwargs, client)
-        with low_latency(client, lazy=True), quiet_blas(), as_current(client):
-            return func(*args, **kwargs)
+        with contextlib.ExitStack() as connection:
+            client = kwargs["client"] = connection.enter_context(connected(client))
+            check_client(client)
+            args, kwargs = chunks_placed(signature, args, kwargs, client)
+            with low_latency(client, lazy=True), quiet_blas(), as_current(client):
+                result = func(*args, **kwargs)
+            if isinstance(result, Held) and result.client is client:
+                result.keep(connection.pop_all())  # a handle made on a client made here
+            return result
 
     return wrapper
 
@@ -382,6 +388,9 @@ class Held(Protocol):
     client: Any
 
     def shipped(self) -> Any: ...
+
+    def keep(self, connection: contextlib.ExitStack) -> None:
+        """Close ``connection`` (a client made for the call that made this) when released."""
 
 
 def held_by(X: Any) -> Any:

@@ -60,15 +60,10 @@ def check_scheduler_address(address: str) -> None:
 
 
 def check_client(client: Any) -> None:
-    """Refuse what cannot run a fit (an address in place of a client, a closed client),
-    then :func:`check_scheduler_address` of ``client``'s scheduler (nothing for None)."""
+    """Refuse a closed client, then :func:`check_scheduler_address` of ``client``'s
+    scheduler (nothing for None)."""
     if client is None:
         return
-    if isinstance(client, str):
-        raise ValidationError(
-            f"client={client!r} is an address: pass a connected client, "
-            f"distributed.Client({client!r}), or none to use the current one"
-        )
     if client.scheduler is None:  # a closed client has no scheduler connection
         raise ValidationError(
             "the Dask client is closed: pass an open client, or none to fit on the current "

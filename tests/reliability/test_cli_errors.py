@@ -167,7 +167,7 @@ def test_the_scheduler_check_leaves_the_calling_threads_event_loop_alone():
     (``asyncio.run`` there would unset it, and Dask's nanny kills then fail)."""
     code = (
         "import asyncio\n"
-        "from dl1.cli.cluster import check_scheduler_answers\n"
+        "from dl1.runtime.connection import check_scheduler_answers\n"
         "try:\n"
         "    check_scheduler_answers('tcp://127.0.0.1:9', None)\n"
         "except ConnectionError:\n"

@@ -1,5 +1,5 @@
-"""Inputs that crashed with an error naming nothing: a closed client, an address in
-place of a client, weights near the float64 limit."""
+"""Inputs that crashed with an error naming nothing: a closed client, weights near the
+float64 limit (an address in place of a client: tests/runtime/test_connection.py)."""
 
 from __future__ import annotations
 
@@ -27,18 +27,6 @@ def test_a_closed_client_is_named():
         client.close()
         with pytest.raises(ValidationError, match="client is closed"):
             dl1.fit(X, y, alpha=0.01, client=client)
-
-
-def test_an_address_in_place_of_a_client_is_named():
-    """Pass: client="tcp://..." says to pass distributed.Client(address) (before:
-    AttributeError 'str' object has no attribute 'scheduler')."""
-    X, y = data()
-    with pytest.raises(ValueError, match=r"client"):
-        dl1.fit(X, y, alpha=0.01, client="tcp://127.0.0.1:8786")
-    from dl1.runtime.exposure import check_client
-
-    with pytest.raises(ValidationError, match=r"distributed.Client\('tcp://127.0.0.1:8786'\)"):
-        check_client("tcp://127.0.0.1:8786")
 
 
 @pytest.mark.parametrize("scale", [1e300, 1e-318])
