@@ -332,6 +332,20 @@ def test_to_sklearn_speaks_the_classes(data, loss):
     np.testing.assert_array_equal(path.to_sklearn(a).predict(Xt), path.predict(Xt, a))
 
 
+@pytest.mark.usefixtures("in_process")
+@pytest.mark.parametrize("pair", [(0, 1), (3, 7), (False, True)])
+def test_an_estimators_result_speaks_its_numeric_classes(data, pair):
+    """``est.result_`` (a FitResult) predicts, scores and saves in the estimator's classes
+    when they are numbers, as ``est`` does."""
+    X, y, Xt, yt = data
+    est = dl1.LogisticRegression(C=10.0, tol=TOL).fit(X, relabel(y, pair))
+    np.testing.assert_array_equal(est.result_.classes_, est.classes_.astype(np.float64))
+    np.testing.assert_array_equal(est.result_.predict(Xt), est.predict(Xt))
+    np.testing.assert_array_equal(est.result_.to_sklearn().predict(Xt), est.predict(Xt))
+    tested = relabel(yt, pair)
+    assert est.result_.score(Xt, tested) == pytest.approx(est.score(Xt, tested))
+
+
 # -- on a cluster ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("one_piece", [True, False])
 def test_on_a_cluster(data, stores, local_cluster, one_piece, monkeypatch):

@@ -27,7 +27,7 @@ from dl1.estimators.base import (
     computed,
     is_out_of_core,
 )
-from dl1.labels import as_pm1
+from dl1.labels import as_pm1, with_classes
 from dl1.params import UNIT, InvalidParameterError, Options, predicate
 
 
@@ -155,6 +155,10 @@ class _Classifier(ClassifierMixin, DL1Estimator):
         return classes
 
     def _set_result(self, res: Any) -> None:
+        """As the base class's; ``result_`` predicts in ``classes_`` when they are numbers
+        (a FitResult's labels are numbers: others leave it in -1 / +1)."""
+        if np.issubdtype(self.classes_.dtype, np.number) or self.classes_.dtype == bool:
+            res = with_classes(res, self.classes_)
         super()._set_result(res)
         self.coef_ = self.coef_.reshape(1, -1)
         self.intercept_ = np.array([self.intercept_])
@@ -227,8 +231,10 @@ class LogisticRegression(_Classifier):
         The weights of ``classes_`` the fit used (None without ``class_weight``).
     coef_ : ndarray (1, n_features)
     intercept_ : ndarray (1,)
-    n_iter_, dual_gap_, gap_, n_features_in_, feature_names_in_, result_
+    n_iter_, dual_gap_, gap_, n_features_in_, feature_names_in_
         As :class:`dl1.Lasso`.
+    result_ : dl1.FitResult
+        The fit; it predicts in ``classes_`` when they are numbers, else in -1 / +1.
     """
 
     _loss = "logistic"
