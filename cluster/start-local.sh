@@ -6,6 +6,7 @@
 # /metrics...), which start even with --no-dashboard and answer any local user without
 # authentication or TLS, get no routes and are closed as they start (dl1.runtime.nohttp).
 # DL1_DASHBOARD=PORT serves them on 127.0.0.1 (the dashboard on PORT; 0: any free port).
+# dl1's kernels are compiled into numba's cache first (dl1 warm; DL1_WARM=0 skips it).
 # The scheduler's address is written to dl1-scheduler.json; stop with cluster/stop-local.sh.
 set -euo pipefail
 n="${1:-2}"
@@ -37,6 +38,11 @@ DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING="${DASK_DISTRIBUTED__SCHEDULER__WORK_
 echo $! > dl1-cluster.pids
 for _ in $(seq 600); do [ -s "$file" ] && break; sleep 0.1; done
 [ -s "$file" ] || { echo "scheduler did not start; see dl1-scheduler.log" >&2; exit 1; }
+# every kernel into numba's cache (once per installation: later runs load it in seconds), so
+# that the workers' first fit does not compile; DL1_WARM=0 skips it
+if [ "${DL1_WARM:-1}" != 0 ]; then
+    dl1 warm > dl1-warm.log 2>&1 || echo "dl1 warm failed (see dl1-warm.log); the workers compile their kernels at first use" >&2
+fi
 # large freed arrays go back to the system (see dl1/runtime/localcluster.py); glibc reads it at start
 export MALLOC_MMAP_THRESHOLD_="${MALLOC_MMAP_THRESHOLD_:-65536}"
 # no statistical profiler: its 1,000 s of call trees grow a busy worker's memory (ibid.)

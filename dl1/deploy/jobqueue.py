@@ -21,6 +21,7 @@ import logging
 import math
 import numbers
 import shlex
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,8 +97,14 @@ class WorkerSettings:
     args: list[str]
 
     def prologue(self) -> list[str]:
-        """The environment as shell ``export`` lines of a job script."""
-        return [f"export {k}={shlex.quote(v)}" for k, v in self.env.items()]
+        """The environment as shell ``export`` lines of a job script, then ``dl1 warm``
+        (:mod:`dl1.warming`): a node's first job compiles the kernels into the
+        installation's cache, later ones load them in seconds. A failure there is said
+        and the worker starts anyway (compiling its kernels at first use)."""
+        python = shlex.quote(sys.executable)
+        warm = (f"{python} -m dl1 warm >&2 || echo 'dl1 warm failed; the worker compiles "
+                "its kernels at first use' >&2")  # fmt: skip
+        return [*(f"export {k}={shlex.quote(v)}" for k, v in self.env.items()), warm]
 
 
 def worker_settings(*, dashboard: bool = False, host: str | None = "127.0.0.1") -> WorkerSettings:

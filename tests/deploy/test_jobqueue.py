@@ -4,7 +4,9 @@ Rendered by dask-jobqueue itself, no batch system needed; the SLURM jobs run for
 test_slurm.py.
 """
 
+import os
 import shlex
+import subprocess
 
 import pytest
 
@@ -82,3 +84,27 @@ def test_invalid_options_are_refused_by_name(kwargs, name):
 def test_arguments_that_do_not_shape_a_job_are_refused_by_name(name):
     with pytest.raises(TypeError, match=f"unexpected keyword arguments: {name}$"):
         job_script("slurm", memory="1GiB", **{name: 1})
+
+
+def _warm_line(script: str) -> str:
+    lines = script.splitlines()
+    warm = next(ln for ln in lines if " -m dl1 warm" in ln)
+    worker = next(i for i, ln in enumerate(lines) if "distributed.cli.dask_worker" in ln)
+    assert lines.index(warm) < worker  # kernels cached before the worker starts
+    return warm
+
+
+def test_each_job_warms_the_kernel_cache_before_its_worker_starts():
+    line = _warm_line(job_script("slurm", memory="1GiB"))
+    run = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and "kernels compiled or loaded" in run.stderr
+
+
+def test_a_failed_warm_is_said_and_the_job_goes_on(tmp_path):
+    (tmp_path / "dl1").mkdir()  # a dl1 that cannot run: the job's line says so, exit 0
+    (tmp_path / "dl1" / "__init__.py").write_text("raise ImportError('broken install')\n")
+    line = _warm_line(job_script("slurm", memory="1GiB"))
+    run = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})  # fmt: skip
+    assert run.returncode == 0
+    assert "broken install" in run.stderr and "dl1 warm failed" in run.stderr

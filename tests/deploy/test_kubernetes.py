@@ -128,3 +128,6 @@ def test_the_image_is_pinned_to_this_release():
         assert deps[name] == name + spec, name
     dockerfile = (K8S / "Dockerfile").read_text()
     assert f"-t dl1:{VERSION}" in dockerfile and "cluster/kubernetes/requirements.txt" in dockerfile
+    # the image caches the kernels as root, after the install and before the user switch
+    assert dockerfile.index("pip install") < dockerfile.index("&& dl1 warm") < dockerfile.index(
+        "USER 1000")

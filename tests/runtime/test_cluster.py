@@ -72,6 +72,8 @@ def test_fit_on_a_real_scheduler_and_workers(tmp_path, recipe_cluster):
             remote = dl1.fit(store, alpha=0.01, tol=1e-10, client=client, callback=watch)
         assert during and all(n > before[w] for w, n in during[-1].items())
         assert {h["transport"] for h in remote.history_} == {"direct"}
+        # the recipe cached the kernels before starting the workers (dl1 warm)
+        assert "kernels compiled or loaded" in (tmp_path / "dl1-warm.log").read_text()
         # the workers are separate processes started by the recipe
         assert os.getpid() not in client.run(os.getpid).values()
         # as the recipe starts it, the scheduler steals no work (dl1 places its tasks)
