@@ -128,6 +128,9 @@ def test_the_image_is_pinned_to_this_release():
         assert deps[name] == name + spec, name
     dockerfile = (K8S / "Dockerfile").read_text()
     assert f"-t dl1:{VERSION}" in dockerfile and "cluster/kubernetes/requirements.txt" in dockerfile
-    # the image caches the kernels as root, after the install and before the user switch
-    assert dockerfile.index("pip install") < dockerfile.index("&& dl1 warm") < dockerfile.index(
-        "USER 1000")
+    # the image caches the kernels after the install, where the pods' user finds them (its
+    # own ~/.cache is not root's), and gives that user the cache before switching to it
+    assert "ENV NUMBA_CACHE_DIR=/opt/dl1/numba-cache" in dockerfile
+    order = ["ENV NUMBA_CACHE_DIR", "pip install", "&& dl1 warm", "chown -R 1000:1000 /opt/dl1",
+             "USER 1000"]
+    assert [dockerfile.index(s) for s in order] == sorted(dockerfile.index(s) for s in order)
