@@ -104,3 +104,29 @@ def as_csc(chunk: Any) -> sp.csc_matrix:
 def as_csr(chunk: Any) -> sp.csr_matrix:
     """``chunk`` as a CSR matrix (see :func:`as_scipy`)."""
     return as_scipy(chunk, "csr")
+
+
+def column_range(local: Any, lo: int, hi: int) -> Any:
+    """Columns ``lo:hi`` of an in-memory ``local`` (CSC, as :func:`dl1.inputs.as_dask`
+    keeps it, or a NumPy array) without copying: a CSC matrix over slices of its arrays,
+    or a view. Pickled, it carries only those columns (NumPy pickles a view's own data)."""
+    if not sp.issparse(local):
+        return local[:, lo:hi]
+    s, e = int(local.indptr[lo]), int(local.indptr[hi])
+    indptr = local.indptr[lo : hi + 1] - s
+    return sp.csc_matrix((local.data[s:e], local.indices[s:e], indptr),
+                         shape=(local.shape[0], hi - lo), copy=False)  # fmt: skip
+
+
+def row_range(local: Any, lo: int, hi: int) -> Any:
+    """Rows ``lo:hi`` of an in-memory ``local`` (CSC or a NumPy array): a copy of those
+    rows only (a CSC matrix's rows are spread over its whole arrays)."""
+    return local[lo:hi]
+
+
+def data_bytes(local: Any) -> int:
+    """Bytes of an in-memory matrix's values and structure (a NumPy array's, or a SciPy
+    sparse matrix's ``data``, ``indices`` and ``indptr``)."""
+    if not sp.issparse(local):
+        return int(np.asarray(local).nbytes)
+    return int(local.data.nbytes + local.indices.nbytes + local.indptr.nbytes)

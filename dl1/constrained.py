@@ -80,7 +80,8 @@ def fw_problem(
         blocks, cb = inputs.dataset.feature_blocks(ex, sw, standardize, fit_intercept)
     else:
         blocks, cb = load_blocks(
-            ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, False
+            ex, Xd, sw, standardize, fit_intercept, n_partitions, store, split, False,
+            local=inputs.local,
         )
         ex.wait(blocks)
     t_load = time.perf_counter() - t0
@@ -239,7 +240,8 @@ def _standardized(X, y, coef, fit_intercept, n_partitions, client, split) -> np.
     inputs = read_inputs(X, y, None, "squared", split)
     Xd, sw, store = inputs.X, inputs.sample_weight, inputs.store
     ex = executor_for(client)
-    blocks, _ = load_blocks(ex, Xd, sw, True, fit_intercept, n_partitions, store, split, False)
+    blocks, _ = load_blocks(ex, Xd, sw, True, fit_intercept, n_partitions, store, split, False,
+                            local=inputs.local)  # fmt: skip
     scales = col_scales(ex, blocks)
     out = np.zeros_like(coef)
     nz = scales > 0

@@ -332,7 +332,7 @@ def persist(
     ex = executor_for(client)
     ex.check_memory(memory_floor(inputs, False, n_partitions))
     blocks, cb = load_blocks(ex, inputs.X, np.zeros(0), False, False, n_partitions,
-                             inputs.store, split, stream=False)  # fmt: skip
+                             inputs.store, split, stream=False, local=inputs.local)  # fmt: skip
     ex.wait(blocks)
     # the blocks are held: the in-memory matrix is not kept beside them (a handle's recipe
     # travels with every solve shipped in one piece)

@@ -16,9 +16,11 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
+from dl1.chunks import column_range, data_bytes
 from dl1.errors import ValidationError
 from dl1.inputs import Inputs, check_two_classes
 from dl1.row_blocks import load_rows
+from dl1.runtime.compute import graph_carrying
 from dl1.runtime.memory import READ_PEAK, DataFloor
 from dl1.runtime.worker import WORKER_BASELINE
 from dl1.solvers.base import DataHandles, Problem, WorkingSetBudget
@@ -131,16 +133,16 @@ def memory_floor(inputs: Inputs, streamed: bool, n_partitions: int) -> Any:
 def local_floor(local: Any, n_partitions: int) -> Any:
     """:class:`~dl1.runtime.memory.DataFloor` of a matrix in this process's memory (CSC or
     a NumPy array): per partition (a share of its columns), its blocks (CSC, int32 indices)
-    plus the whole matrix, the dependency each worker that cuts blocks receives."""
+    plus the columns they are cut from, which the worker receives (:func:`spread_blocks`)."""
     if sp.issparse(local):
-        per_col = np.diff(local.indptr) * (local.dtype.itemsize + 4)
+        nnz = np.diff(local.indptr)
+        given = nnz * (local.dtype.itemsize + local.indices.itemsize) + local.indptr.itemsize
     else:  # dense: its nonzeros become the blocks
-        per_col = np.count_nonzero(local, axis=0) * (local.dtype.itemsize + 4)
-    per_col = per_col.astype(np.float64) + 8.0
-    whole = float(local.data.nbytes + local.indices.nbytes + local.indptr.nbytes
-                  if sp.issparse(local) else local.nbytes)  # fmt: skip
+        nnz = np.count_nonzero(local, axis=0)
+        given = np.full(local.shape[1], local.shape[0] * local.dtype.itemsize)
+    per_col = (nnz * (local.dtype.itemsize + 4) + given).astype(np.float64) + 8.0
     parts = np.array_split(per_col, max(1, min(n_partitions, per_col.shape[0])))
-    return DataFloor(tuple(whole + float(q.sum()) for q in parts), held=True)
+    return DataFloor(tuple(float(q.sum()) for q in parts), held=True)
 
 
 def block_sources(store: Store, split: str, sw: np.ndarray, standardize: bool, center: bool):
@@ -180,8 +182,14 @@ def load_blocks(
     store: Store | None = None,
     split: str = "train",
     stream: bool = False,
+    *,
+    local: Any = None,
 ):
-    """The feature blocks: futures of blocks in worker memory, or (``stream``) their sources."""
+    """The feature blocks: futures of blocks in worker memory, or (``stream``) their sources.
+
+    ``local``, the in-memory matrix ``Xd`` wraps (None: none): on a cluster each block's
+    columns travel in its own task, to its partition's worker only (:func:`spread_blocks`).
+    """
     if stream:
         assert store is not None
         return block_sources(store, split, sw, standardize, center)
@@ -193,6 +201,14 @@ def load_blocks(
     if store is not None and ex.in_process:
         return blocks_here(store, split, stored, cb, sw, standardize, center), cb
     K = len(cb) - 1
+    part_of = np.concatenate(
+        [
+            np.full(len(a), q)
+            for q, a in enumerate(np.array_split(np.arange(K), max(1, min(n_partitions, K))))
+        ]
+    ).tolist()
+    if local is not None and not ex.in_process:
+        return spread_blocks(ex, local, cb, part_of, sw, standardize, center), cb
     dl = Xd.to_delayed()
     tasks = []
     for j in range(K):
@@ -210,13 +226,24 @@ def load_blocks(
                 j, int(cb[j]), sw, standardize, center, *chunks, verified=store is not None
             )
         )
-    part_of = np.concatenate(
-        [
-            np.full(len(a), q)
-            for q, a in enumerate(np.array_split(np.arange(K), max(1, min(n_partitions, K))))
-        ]
-    )
-    return ex.compute(tasks, workers=part_of.tolist()), cb
+    return ex.compute(tasks, workers=part_of), cb
+
+
+def spread_blocks(ex: Any, local: Any, cb: np.ndarray, part_of: list[int], sw: np.ndarray,
+                  standardize: bool, center: bool) -> list[Any]:  # fmt: skip
+    """Futures of the blocks of the in-memory matrix ``local`` (of column bounds ``cb``),
+    the columns of each in its own task, placed on partition ``part_of[j]``'s worker: a
+    worker receives its blocks' columns only (a dask array wrapping the whole matrix
+    sends it whole to every worker that computes one of its chunks), and the scheduler,
+    which keeps each task's arguments, can compute a block again if its worker is lost."""
+    tasks = [
+        dask.delayed(assemble_block, pure=False)(
+            j, int(cb[j]), sw, standardize, center, column_range(local, int(cb[j]), int(cb[j + 1]))
+        )
+        for j in range(len(cb) - 1)
+    ]
+    with graph_carrying(data_bytes(local)):
+        return ex.compute(tasks, workers=part_of)
 
 
 def stored_piece(
@@ -328,7 +355,7 @@ def load_problem(
     else:
         blocks, col_bounds = load_blocks(
             ex, inputs.X, inputs.sample_weight, standardize, fit_intercept, n_partitions,
-            inputs.store, inputs.split, streamed,
+            inputs.store, inputs.split, streamed, local=inputs.local,
         )  # fmt: skip
         if not streamed:
             ex.wait(blocks)

@@ -14,8 +14,10 @@ import dask
 import dask.array as da
 import numpy as np
 
+from dl1.chunks import data_bytes, row_range
 from dl1.errors import StoreCorruptError, ValidationError
 from dl1.inputs import SQUARES_MIN, Inputs
+from dl1.runtime.compute import graph_carrying
 from dl1.solvers.base import RowData
 from dl1.store import Store
 from dl1.tasks.rows import (
@@ -48,7 +50,10 @@ def held_rows(ex: Any, inputs: Inputs, n_partitions: int) -> RowData:
     Xd = inputs.X
     if inputs.store is not None and "csr" in inputs.store.entry(inputs.split)["formats"]:
         Xd = inputs.store.to_dask(inputs.split, "csr")
-    blocks, rb = rows_in_memory(ex, Xd, n_partitions, inputs.store is not None)
+    if inputs.local is not None and not ex.in_process:
+        blocks, rb = spread_rows(ex, inputs.local, n_partitions)
+    else:
+        blocks, rb = rows_in_memory(ex, Xd, n_partitions, inputs.store is not None)
     parts = row_parts(len(blocks), n_partitions)
     return RowData(blocks, rb, parts, checked_rows(ex, blocks, rb, parts, inputs.sample_weight,
                                                    stored_squares(inputs)))  # fmt: skip
@@ -150,6 +155,24 @@ def rows_in_memory(ex: Any, Xd: da.Array, n_partitions: int, verified: bool):
     split = np.array_split(np.arange(len(tasks)), max(1, min(n_partitions, len(tasks))))
     part_of = [q for q, a in enumerate(split) for _ in a]
     blocks = ex.compute(tasks, workers=part_of)
+    ex.wait(blocks)
+    return blocks, rb
+
+
+def spread_rows(ex: Any, local: Any, n_partitions: int) -> tuple[list[Any], np.ndarray]:
+    """Futures of one row block per partition of the in-memory matrix ``local``, the rows
+    of each in its own task (as :func:`dl1.loading.spread_blocks` does columns), on its
+    partition's worker; and the blocks' first rows."""
+    n = local.shape[0]
+    size = max(1, -(-n // n_partitions))  # the rows of rows_in_memory's chunks
+    rb = np.r_[np.arange(0, n, size), n].astype(np.int64)
+    tasks = [
+        dask.delayed(assemble_rows, pure=False)(i, int(rb[i]),
+                                                row_range(local, int(rb[i]), int(rb[i + 1])))
+        for i in range(len(rb) - 1)
+    ]  # fmt: skip
+    with graph_carrying(data_bytes(local)):
+        blocks = ex.compute(tasks, workers=list(range(len(tasks))))
     ex.wait(blocks)
     return blocks, rb
 

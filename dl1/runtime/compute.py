@@ -90,3 +90,18 @@ def computed_here(kwargs: dict[str, Any]) -> dict[str, Any]:
         return kwargs
     values = computed(*lazy.values())  # in this thread: called within solving_here()
     return {**kwargs, **dict(zip(lazy, values, strict=True))}
+
+
+@contextmanager
+def graph_carrying(nbytes: int) -> Iterator[None]:
+    """Within: graphs up to ``nbytes`` (plus 10%) submitted without Dask's "Sending large
+    graph" warning (``distributed.admin.large-graph-warning-threshold``), for a graph that
+    carries the caller's in-memory data on purpose: each block's values in its own task,
+    which the scheduler keeps so that it can compute a lost block again (scattered data
+    it cannot)."""
+    from dask.utils import parse_bytes
+
+    key = "distributed.admin.large-graph-warning-threshold"
+    threshold = max(parse_bytes(dask.config.get(key, "10MB")), int(1.1 * nbytes))
+    with dask.config.set({key: threshold}):
+        yield
