@@ -440,7 +440,7 @@ def run_many(
             try:
                 answers = _submitted(ex, shipments, blocks, spread, listener)
                 break
-            except FutureCancelledError:
+            except (FutureCancelledError, ShipmentLost):
                 if attempt == RESENDS:
                     raise
     caught = [c for a in answers for c in a.caught]
@@ -499,11 +499,24 @@ def inline(shipment: Shipment) -> bytes | None:
     return packed if len(packed) <= INLINE_BYTES else None
 
 
+class ShipmentLost(Exception):
+    """A shipment's worker was lost while it was scattered to it: sent again."""
+
+
 def _scatter(ex: Any, shipment: Shipment, workers: list[str] | None) -> Any:
     """``shipment`` scattered (to ``workers`` if given), waited for by the watchdog: a
-    cluster whose workers cannot take it (all paused, all lost) is a stall, not a hang."""
+    cluster whose workers cannot take it (all paused, all lost) is a stall, not a hang.
+
+    A worker lost during the scatter fails it with the connection's error, or with the
+    scheduler's ``KeyError`` for the worker it no longer knows (told where the data
+    landed): :class:`ShipmentLost`, which :func:`run_many` sends again."""
+    from distributed.comm import CommClosedError
+
     coro = ex.client.scatter(shipment, hash=False, workers=workers, asynchronous=True)
-    return ex.watch.run_on_loop(coro, lambda: f"a {shipment.entry.__name__} sent to a worker")
+    try:
+        return ex.watch.run_on_loop(coro, lambda: f"a {shipment.entry.__name__} sent to a worker")
+    except (KeyError, CommClosedError, ConnectionError) as e:
+        raise ShipmentLost(f"{type(e).__name__}: {e}") from e
 
 
 #: Warnings of the libraries beneath (not of the solve) stay in the worker's log.

@@ -413,3 +413,32 @@ def test_a_small_call_travels_in_its_task_and_a_large_one_is_scattered(local_clu
     assert len(tasks) == 1 and scattered == [1]
     np.testing.assert_array_equal(small.coef_, large.coef_)
     assert small.coef_.shape == (X.shape[1],) and np.count_nonzero(small.coef_)
+
+
+def test_a_shipment_whose_worker_is_lost_while_scattered_is_sent_again(local_cluster,
+                                                                        monkeypatch):  # fmt: skip
+    """The scatter of a large call fails as when its worker is lost mid-way (the scheduler,
+    told where the data landed, raises KeyError for a worker it no longer knows): the call
+    is scattered again and answers as undisturbed. Before: the KeyError reached the caller."""
+    from dl1.runtime import one_piece
+
+    X, y = _regression()
+    kw = dict(alpha=0.01, tol=1e-8)
+    monkeypatch.setattr(one_piece, "INLINE_BYTES", 100)
+    ref, _ = _solve(local_cluster, True, dl1.fit, X, y, **kw)
+    scatter, failed = local_cluster.scatter, []
+
+    def lost_once(*args, **kwargs):
+        if failed:
+            return scatter(*args, **kwargs)
+        failed.append(1)
+
+        async def lost():
+            raise KeyError("tcp://127.0.0.1:1")
+
+        return lost()
+
+    monkeypatch.setattr(local_cluster, "scatter", lost_once)
+    got, tasks = _solve(local_cluster, True, dl1.fit, X, y, **kw)
+    assert failed == [1] and len(tasks) == 1
+    np.testing.assert_array_equal(got.coef_, ref.coef_)
