@@ -37,6 +37,13 @@ MAX_LINE_BYTES = (1 << 31) - 1
 #: refused unless ``max_line_bytes`` says otherwise: the buffer grows to hold a long line,
 #: and a small compressed file can hold a huge one.
 DEFAULT_MAX_LINE_BYTES = 64 << 20
+#: A file's width (its largest index, without ``n_features``) is refused above
+#: ``max(WIDTH_FREE, WIDTH_PER_NONZERO * nonzeros)``: a store and every fit on it keep
+#: arrays of one entry per column (statistics, coefficients, scales), so a few indices
+#: naming huge columns would cost gigabytes of empty columns. ``n_features`` keeps any
+#: width up to 2**31.
+WIDTH_FREE = 1 << 24
+WIDTH_PER_NONZERO = 16
 
 _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
 
@@ -196,7 +203,9 @@ def from_svmlight(
         float32), a malformed qid, a negative index, an index >= 2**31, index 0 with
         ``zero_based=False``, an index beyond ``n_features``, and indices that are not
         strictly increasing within a line (unsorted or duplicate; scikit-learn refuses
-        those too). The store is never finalised: ``dst`` has no manifest and the spill
+        those too), and, without ``n_features``, a largest index making the store wider
+        than ``max(2**24, 16 x nonzeros)`` columns (:data:`WIDTH_FREE`). The store is never
+        finalised: ``dst`` has no manifest and the spill
         files are removed.
 
     Notes
@@ -426,6 +435,7 @@ class _Ingest:
         self.crc = 0
         self.min_index = svmlight_kernels.MAX_INDEX + 1
         self.max_index = -1
+        self.max_lines = (0, 0)  # the lines of the batch holding the largest index
         # first line with index == n_features (an error only if the file is zero-based)
         self.eq_error: str | None = None
         self.ends_with_newline = True
@@ -590,7 +600,9 @@ class _Ingest:
             self.rows += n_rows
             self.nnz += nnz
             self.min_index = min(self.min_index, int(min_idx))
-            self.max_index = max(self.max_index, int(max_idx))
+            if max_idx > self.max_index:
+                self.max_index = int(max_idx)
+                self.max_lines = (self.line + 1, self.line + max(n_nl, 1))
         self.line += n_nl
 
     def _convert_slow(
@@ -666,7 +678,25 @@ class _Ingest:
             base = 0 if zero_based else 1
         if base == 0 and self.eq_error is not None:
             raise SvmlightFormatError(self.eq_error)
+        self._check_width(base)
         return base
+
+    def _check_width(self, base: int) -> None:
+        """Refuse a width the file's nonzeros do not justify (see :data:`WIDTH_FREE`),
+        unless ``n_features`` was given."""
+        width = self.max_index + 1 - base
+        limit = max(WIDTH_FREE, WIDTH_PER_NONZERO * self.nnz)
+        if self.n_features >= 0 or width <= limit:
+            return
+        a, b = self.max_lines
+        where = f"line {a}" if a == b else f"lines {a}-{b}"
+        raise SvmlightFormatError(
+            f"{self.name}, {where}: feature index {self.max_index} makes the store "
+            f"{width:,} columns wide for {self.nnz:,} nonzeros; a store and each fit keep "
+            f"arrays of one entry per column ({8 * width / 2**30:.2f} GiB each here), so "
+            f"widths above max({WIDTH_FREE:,}, {WIDTH_PER_NONZERO} x nonzeros) are refused; "
+            "give n_features (dl1 convert --n-features) to keep this width"
+        )
 
 
 __all__ = ["from_svmlight", "memory_bound", "write_svmlight_split"]

@@ -15,7 +15,8 @@ import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
 import dl1
-from dl1.errors import IncompleteStoreError, StoreCorruptError
+from dl1.errors import IncompleteStoreError, StoreCorruptError, SvmlightFormatError
+from dl1.io.svmlight import from_svmlight
 from dl1.store import open_store
 from dl1.store.arrays import read_array
 from dl1.store.format import block_digest
@@ -224,7 +225,7 @@ SVMLIGHT_CHILD = textwrap.dedent(
     from_svmlight(warm_src, warm_dst)  # kernels loaded before the baseline
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t = time.perf_counter()
-    store = from_svmlight(src, dst)
+    store = from_svmlight(src, dst, n_features=10**8)  # a width given: kept
     out = {
         "seconds": time.perf_counter() - t,
         "peak_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024,
@@ -239,7 +240,8 @@ SVMLIGHT_CHILD = textwrap.dedent(
 
 @pytest.mark.slow
 def test_svmlight_memory_follows_the_data_not_the_largest_index(tmp_path):
-    """Pass: ingesting a svmlight file of two lines naming column 10**8 takes under 300 MiB
+    """Pass: ingesting a svmlight file of two lines naming column 10**8 (``n_features``
+    given: without it the width is refused, below) takes under 300 MiB
     of peak memory above the baseline (a counting sort, statistics and block index pointers
     sized by the largest index took 5.2 GB for 22 bytes before) and under 60 s, and gives
     the matrix scikit-learn's load_svmlight_file reads: shape (2, 10**8), every value in
@@ -410,3 +412,25 @@ def test_layout_digest_is_shared_by_csc_and_csr_and_tells_matrices_apart(tmp_pat
     kw = dict(alpha=0.05, l1_ratio=0.5, solver="sdca")
     a, b = dl1.fit(str(plain), **kw), dl1.fit(str(both), **kw)
     np.testing.assert_array_equal(a.coef_, b.coef_)
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [(b"1 100000000:2.5\n-1 7:1 100000000:-1\n", "lines 1-2"),
+     (b"1 2147483646:1\n", "line 1")],
+)
+def test_a_width_the_nonzeros_do_not_justify_is_refused_at_ingest(tmp_path, text, where):
+    """A 16- to 36-byte file naming column 10**8 or 2**31 - 2. Before: it ingested, then
+    ``dl1 convert`` peaked at 2.57 GB, ``dl1 info`` at 2.47 GB and a fit at 2.0 GB (10**8),
+    and ``dl1 info`` needed 16 GiB (2**31 - 2): a store and its fits keep arrays of one
+    entry per column. Pass: SvmlightFormatError naming the file, the lines, the width,
+    the stated limit and ``n_features``, and no store is left at the destination."""
+    src = tmp_path / "wide.svm"
+    src.write_bytes(text)
+    with pytest.raises(SvmlightFormatError) as err:
+        from_svmlight(src, tmp_path / "s")
+    msg = str(err.value)
+    for part in ("wide.svm", where, "columns wide for", "max(16,777,216, 16 x nonzeros)",
+                 "n_features"):  # fmt: skip
+        assert part in msg, msg
+    assert not (tmp_path / "s" / "dl1-manifest.json").exists()
