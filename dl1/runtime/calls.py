@@ -27,7 +27,7 @@ from typing import Any
 
 import cloudpickle
 
-from dl1.runtime.wire import BlockMoved
+from dl1.runtime.wire import BlockMoved, ServerClosed
 
 #: Buffers of at least this many bytes travel as frames of their own (out of band).
 OUT_OF_BAND_BYTES = 64 * 2**10
@@ -144,11 +144,13 @@ class Call:
 
     def result(self, timeout: float | None = None) -> Any:
         """The call's result (its error raised here; BlockMoved for a server's answer that a
-        block moved); TimeoutError if none came within ``timeout`` seconds (the call stays
-        pending)."""
+        block moved, ServerClosed for one that its server is not there); TimeoutError if
+        none came within ``timeout`` seconds (the call stays pending)."""
         reply = self._future.result(timeout=timeout)
         if "moved" in reply:
             raise BlockMoved(reply["moved"])
+        if "closed" in reply:
+            raise ServerClosed(reply["closed"])
         return unpack(reply["result"])
 
 

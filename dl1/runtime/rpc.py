@@ -31,6 +31,7 @@ from dl1.runtime.wire import (
     BlockMoved,
     GroupRef,
     ScanPlan,
+    ServerClosed,
     ValueRef,
     WireBlock,
     WireGroup,
@@ -152,6 +153,8 @@ class RpcExecutor(DistributedExecutor):
             self.client.rpc, addr, "dl1_open", session=self.session, peers=workers,
             client=self.client.id,
         )  # fmt: skip
+        if "closed" in reply:
+            raise ServerClosed(reply["closed"])
         return reply["address"]
 
     def _via(self) -> Any:

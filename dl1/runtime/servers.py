@@ -20,7 +20,7 @@ from distributed.protocol import to_serialize
 
 from dl1.runtime.calls import Packed
 from dl1.runtime.partition_server import PartitionServer
-from dl1.runtime.wire import MAX_SERVERS, PLUGIN_NAME, BlockMoved, ServerClosed
+from dl1.runtime.wire import MAX_SERVERS, PLUGIN_NAME, BlockMoved
 
 #: Seconds between a worker's checks that the clients of its servers are connected: the
 #: longest a server outlives a client that could not close it (a killed process).
@@ -56,8 +56,10 @@ class PartitionServers(WorkerPlugin):
         )
 
     def teardown(self, worker: Any) -> None:
-        for op in ("dl1_open", "dl1_call", "dl1_close"):
-            worker.handlers.pop(op, None)
+        # the handlers stay, answering that the servers are closed: a call already on its
+        # way (sent before a frozen worker resumed and closed) would otherwise be logged by
+        # Dask as "No handler dl1_call found" with a KeyError traceback
+        worker.handlers.update(dict.fromkeys(("dl1_open", "dl1_call", "dl1_close"), self.closed))
         if self._watcher is not None:
             self._watcher.cancel()
         while self.servers:
@@ -115,11 +117,17 @@ class PartitionServers(WorkerPlugin):
                 continue
             pool.reuse(peer, comm)
 
+    async def closed(self, **msg: Any) -> dict:
+        """The answer of every handler once the worker's servers are torn down."""
+        return {"closed": f"dl1's servers on {self.worker.address} are closed"}
+
     async def call(self, session: str, payload: Packed) -> dict:
-        """The packed result of a method of ``session``'s server, run in its thread."""
+        """The packed result of a method of ``session``'s server, run in its thread; for a
+        server not held here, an answer saying so (expected: the caller falls back to
+        tasks), not an error Dask would log with its traceback."""
         server = self.servers.get(session)
         if server is None:
-            raise ServerClosed(f"no server {session} on {self.worker.address}")
+            return {"closed": f"no server {session} on {self.worker.address}"}
         self.servers.move_to_end(session)
         try:
             result = await asyncio.wrap_future(server.calls.submit(server.serve, payload))

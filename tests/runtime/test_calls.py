@@ -160,3 +160,28 @@ def test_workers_listen_on_no_port_of_their_own_during_a_fit(local_cluster):
     for sample in samples:
         for w, ports in sample.items():
             assert ports and ports <= allowed[w], (w, ports - allowed[w])
+
+
+def test_calls_to_closed_servers_are_answered_without_a_logged_traceback():
+    """A call naming a server its worker no longer holds, and one reaching the worker after
+    its servers were torn down (a frozen worker that resumed and closed, say), raise
+    ServerClosed at the caller; the worker logs nothing for either. Before: the torn-down
+    worker logged "No handler dl1_call found in Worker" with a KeyError traceback."""
+    from distributed import Client, LocalCluster
+
+    from dl1.runtime.wire import PLUGIN_NAME
+
+    with (
+        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        rx = RpcExecutor(DistributedExecutor(client))
+        addr = rx._ready()[0]
+        client.run(drop_server, rx.session, workers=[addr])
+        with pytest.raises(ServerClosed, match="no server"):
+            rx.ask(addr, "held_groups")
+        client.unregister_worker_plugin(PLUGIN_NAME)  # the servers torn down
+        with pytest.raises(ServerClosed, match="closed"):
+            rx.ask(addr, "held_groups")
+        logs = "\n".join(line for _, line in client.get_worker_logs()[addr])
+    assert "No handler" not in logs and "Traceback" not in logs, logs
