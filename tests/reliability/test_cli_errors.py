@@ -78,6 +78,11 @@ def stores(tmp_path_factory):
         (("path", "{s}", "--checkpoint", "{afile}/ck"), "--checkpoint {afile}/ck: {afile} is"),
         (("path", "{s}", "--plots", "{afile}/p"), "--plots {afile}/p: {afile} is not a dir"),
         (("path", "{s}", "--output", "{afile}/m"), "--output {afile}/m: {afile} is not a dir"),
+        # a folder no one can create files in, root included (permissions would not stop
+        # root): /proc
+        (("fit", "{s}", "--output", "/proc/m.json"), "--output /proc/m.json: /proc cannot be"),
+        (("path", "{s}", "--checkpoint", "/proc/ck"), "--checkpoint /proc/ck: /proc cannot be"),
+        (("path", "{s}", "--plots", "/proc/p"), "--plots /proc/p: /proc cannot be written"),
     ],
 )
 def test_invalid_input_is_one_line_exit_2_before_any_cluster(stores, args, named):
