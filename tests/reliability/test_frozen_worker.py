@@ -244,3 +244,37 @@ def test_a_worker_frozen_before_a_one_piece_fit_gives_an_answer_or_a_stall_in_bo
             np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-8)
         seconds = time.monotonic() - freezer.at
     assert seconds < STALL_S + SLACK_S, seconds
+
+
+def test_an_idle_worker_frozen_mid_way_through_a_one_piece_fit_delays_nothing(
+    cluster, fit_data
+):
+    """The issue's case: the worker that does not run a one-piece fit's task SIGSTOPped at
+    its third round, ``dl1.stall-timeout`` = ``STALL_S``. Before: the right answer, 83 s
+    after the freeze with a 10 s stall timeout.
+
+    Pass: the in-process answer (1e-8) within ``STALL_S`` + 30 s of the freeze.
+    """
+    X, y = fit_data
+    ref = dl1.fit(X.tocsr(), y, client=None, **FIT)
+    pids = worker_pids(cluster)
+
+    def solving_on() -> set[str]:
+        """The workers running a task (the one-piece solve's)."""
+        return {w for w, keys in cluster.processing().items() if keys}
+
+    with Freezer() as freezer, dask.config.set({STALL_TIMEOUT_KEY: STALL_S,
+                                                 "dl1.one-piece": True}):  # fmt: skip
+
+        def freeze_the_idle_one(entry):
+            if entry["round"] == 3 and freezer.at is None:
+                busy = solving_on()
+                idle = [a for a in pids if a not in busy]
+                assert len(busy) == 1 and len(idle) == 1, (busy, idle)
+                freezer.freeze(pids[idle[0]])
+
+        res = dl1.fit(X.tocsr(), y, client=cluster, callback=freeze_the_idle_one, **FIT)
+        assert freezer.at is not None, "the fit ended before its third round"
+        seconds = time.monotonic() - freezer.at
+    np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-8)
+    assert seconds < STALL_S + SLACK_S, seconds
