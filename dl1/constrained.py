@@ -22,8 +22,10 @@ from dl1.errors import ValidationError
 from dl1.inputs import check_two_classes, read_inputs
 from dl1.loading import col_scales, decide_stream, load_blocks
 from dl1.params import CONSTRAINED, CONSTRAINED_PATH, validate_params
+from dl1.paths import PathResult
 from dl1.paths.evaluation import records_as_arrays, sparse_record, test_data, test_metric
 from dl1.paths.loop import AlphaStep, walk
+from dl1.penalised import alpha_max, fit
 from dl1.runtime.executor import coordinating, executor_for
 from dl1.solvers.fw import ConstrainedProblem, FrankWolfeSolver
 from dl1.solvers.fw_problem import FWProblem, FWResult, sample_size
@@ -222,8 +224,6 @@ def delta_max(
     float
         The l1 norm (of the standardised coefficients with ``standardize``).
     """
-    from dl1.penalised import alpha_max, fit
-
     common = dict(fit_intercept=fit_intercept, standardize=standardize, client=client, split=split)
     amax = alpha_max(X, y, **common)
     if not (np.isfinite(amax) and amax > 0):
@@ -398,8 +398,6 @@ def path_constrained(
         Lasso's relative gap and the objective ``f``.
     """
     validate_params(CONSTRAINED_PATH, dict(locals()), "dl1.path_constrained()")
-    from dl1.paths import PathResult
-
     solver = FrankWolfeSolver(
         stop=stop, tol=tol, step_tol=step_tol, max_iter=max_iter, seed=seed, certify=certify
     )

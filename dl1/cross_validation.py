@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from dl1.dataset import Dataset, persist
 from dl1.entry_labels import entry_labels
 from dl1.errors import ValidationError
 from dl1.inputs import as_vector, read_inputs
@@ -84,8 +85,6 @@ class CrossValidatedFit:
 def handle(X: Any, y: Any, client: Any, n_partitions: int, split: str) -> Iterator[Any]:
     """``X`` as a :class:`~dl1.dataset.Dataset`: itself if it is one (given no ``y``), or
     one persisted here and released at the end."""
-    from dl1.dataset import Dataset, persist
-
     if isinstance(X, Dataset):
         if y is not None:
             raise ValidationError("y comes with the Dataset; pass y to dl1.persist")

@@ -27,6 +27,10 @@ import numpy as np
 
 from dl1.errors import ValidationError
 from dl1.runtime.executor import coordinating, executor_for
+from dl1.runtime.watchdog import watched_result
+from dl1.solvers.result import coef_by_block
+from dl1.tasks.blocks import identity, reweight_block
+from dl1.tasks.passes import matvec_task
 
 
 class Dataset:
@@ -161,8 +165,6 @@ class Dataset:
     def feature_blocks(self, ex: Any, sw: np.ndarray, standardize: bool, center: bool):
         """The blocks a fit with normalised weights ``sw`` (empty: none) reads: the held
         ones, or blocks sharing their arrays with the fit's own column constants."""
-        from dl1.tasks.blocks import identity, reweight_block
-
         self._check_live()
         if sw.shape[0] == 0 and not standardize:
             return list(self._blocks), self.col_bounds
@@ -184,6 +186,7 @@ class Dataset:
     def row_blocks(self, ex: Any) -> Any:
         """The row blocks (sample-wise solvers), loaded and checked on first use, then held
         too."""
+        # local: dl1.row_blocks loads zarr and its codecs, which dl1.Dataset does without
         from dl1.row_blocks import held_rows
 
         self._check_live()
@@ -214,9 +217,6 @@ class Dataset:
     def decision_function(self, coef: np.ndarray, intercept: float) -> np.ndarray:
         """``X @ coef + intercept`` on this view's rows, from the held blocks (no read of the
         store), computed where they are: n values, like ``y``, which the client holds too."""
-        from dl1.runtime.watchdog import watched_result
-        from dl1.solvers.result import coef_by_block
-
         self._check_live()
         coef = np.asarray(coef, dtype=np.float64).ravel()
         if coef.shape[0] != self.shape[1]:
@@ -278,8 +278,6 @@ class HandleRecipe(NamedTuple):
 
 def _matvec_rows(blocks: list[Any], parts: list[Any], n: int, intercept: float,
                  rows: np.ndarray | None) -> np.ndarray:  # fmt: skip
-    from dl1.tasks.passes import matvec_task
-
     z = np.full(n, intercept)
     if blocks:
         z += matvec_task(blocks, parts, n)
@@ -320,6 +318,8 @@ def persist(
     Dataset
         Accepted as ``X`` everywhere; ``with dl1.persist(...) as ds:`` releases it at the end.
     """
+    # local: dl1.inputs and dl1.loading load zarr and its codecs, dl1.params scikit-learn
+    # and pandas: none of them in import dl1.dataset (dl1.Dataset; dl1.entry_labels imports it)
     from dl1.inputs import read_inputs
     from dl1.loading import load_blocks, memory_floor
     from dl1.params import PENALISED, validate_params

@@ -28,7 +28,9 @@ from dl1.solvers.alpha_max import problem_alpha_max
 from dl1.solvers.auto import choose_solver
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.registry import SOLVERS, solver_class  # noqa: F401  (solvers load here)
-from dl1.solvers.result import FitResult
+from dl1.solvers.result import FitResult, coef_by_block
+from dl1.tasks.passes import matvec_task
+from dl1.tasks.rows import rows_matvec_task
 
 
 def make_solver(
@@ -294,10 +296,6 @@ def warm_state(
 ) -> WarmState:
     """The solver's state at ``coef`` (input scale; None: zeros) and ``intercept`` (None:
     the intercept of ``w = 0``), with ``z = X w + b`` computed on the workers."""
-    from dl1.solvers.result import coef_by_block
-    from dl1.tasks.passes import matvec_task
-    from dl1.tasks.rows import rows_matvec_task
-
     pb, ex = problem, problem.executor
     w = np.zeros(pb.p) if coef is None else np.asarray(coef, dtype=np.float64).ravel()
     if w.shape[0] != pb.p or not np.isfinite(w).all():

@@ -20,6 +20,7 @@ from dl1.labels import as_pm1
 from dl1.objective.datafits import CLASSIFICATION_LOSSES, LOSSES, datafit_class
 from dl1.runtime.compute import computed
 from dl1.runtime.executor import Held
+from dl1.store.location import is_store_source
 
 
 def decision_function(X: Any, coef: Any, intercept: Any, *, split: str = "test") -> Any:
@@ -124,8 +125,9 @@ def as_input(X: Any, split: str = "test") -> Any:
     path or Dataset; a CSR matrix or float ndarray (validated, finite) in memory."""
     import dask.array as da
 
+    # local: Store is dl1.store.reader's, which loads zarr and its codecs: not in import
+    # dl1.predict (the solvers and dl1.dataset import it)
     from dl1.store import Store, open_store
-    from dl1.store.location import is_store_source
 
     if is_store_source(X):
         X = open_store(X)
@@ -189,8 +191,8 @@ def _proba(d: np.ndarray) -> np.ndarray:
 
 
 def _targets(X: Any, y: Any, split: str) -> np.ndarray:
+    # local: keeps zarr out of import dl1.predict, as in as_input
     from dl1.store import Store, open_store
-    from dl1.store.location import is_store_source
 
     if y is None:
         if is_store_source(X):

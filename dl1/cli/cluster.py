@@ -23,6 +23,8 @@ import click
 
 from dl1.errors import Dl1Error, ValidationError
 from dl1.runtime.connection import check_scheduler_answers
+from dl1.runtime.exposure import check_scheduler_address
+from dl1.runtime.localcluster import local_cluster
 
 #: A scheduler file larger than this is refused unread (Dask's hold one address and a few ids).
 MAX_SCHEDULER_FILE_BYTES = 1 << 20
@@ -234,8 +236,6 @@ def _client(
     stack = ExitStack()
     address = spec.scheduler or (spec.scheduler_file and scheduler_address(spec.scheduler_file))
     if address:
-        from dl1.runtime.exposure import check_scheduler_address
-
         check_scheduler_address(address)
         security = client_security(address, spec)
         check_scheduler_answers(address, security)
@@ -326,6 +326,8 @@ def _start(spec: ClusterSpec) -> Any:
     """The cluster dl1 starts for ``spec``: a LocalCluster or SLURM jobs."""
     if spec.cluster == "slurm":
         try:
+            # local: --cluster slurm only (dask-jobqueue is optional, dl1[jobqueue]); a failed
+            # import becomes the one-line error below
             from dl1.deploy.jobqueue import jobqueue_cluster
         except ImportError as e:
             raise Dl1Error(
@@ -344,8 +346,6 @@ def _start(spec: ClusterSpec) -> Any:
             log_directory=spec.job_log_directory,
             timeout=spec.worker_timeout,  # the jobs are cancelled if no worker joins by then
         )
-    from dl1.runtime.localcluster import local_cluster
-
     return local_cluster(
         silence_logs=logging.WARNING,
         n_workers=spec.workers,

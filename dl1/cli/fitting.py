@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import numpy as np
 
+import dl1
 from dl1.cli.app import Output, cli, command_options, output
 from dl1.cli.cluster import (
     DASHBOARD_OPTION,
@@ -34,10 +35,13 @@ from dl1.cli.stores import (
     summary,
     where,
 )
+from dl1.datasets import make_e2006_like
 from dl1.entry_labels import entry_labels
 from dl1.errors import ValidationError
+from dl1.inputs import read_inputs
 from dl1.objective.datafits import LOSSES, datafit_class
 from dl1.params import COMMON, CONSTRAINED_PATH, PATH, PENALISED, POSITIVE, validate_params
+from dl1.predict import decision_function
 
 if TYPE_CHECKING:
     from dl1.store import Store
@@ -53,8 +57,6 @@ def _check_store(
     """The store opened and its fit inputs validated (manifest, ``y`` for ``loss``: with
     ``any_labels``, any two labels of a classification loss, as :func:`dl1.fit` maps them;
     column statistics) before a cluster starts."""
-    from dl1.inputs import read_inputs
-
     store = open_input(path, storage_options)
     y = entry_labels(store, None, loss, "train").y if any_labels else None
     read_inputs(store, y, None, loss, "train")
@@ -75,8 +77,6 @@ def _round_reporter(progress: Progress, every: int) -> Any:
 
 
 def _test_metric(store: Store, res: Any, loss: str, client: Any) -> dict[str, float]:
-    from dl1.predict import decision_function
-
     pred = client.compute(decision_function(store, res.coef_, res.intercept_, split="test"))
     pred = pred.result()
     y_test = store.read("y", "test")
@@ -101,8 +101,6 @@ def _fit_and_report(
     out: Output,
     progress_every: int = 1,
 ) -> Any:
-    import dl1
-
     t0 = time.perf_counter()
     with Progress("fit") as progress:
         amax = dl1.alpha_max(store, l1_ratio=l1_ratio, loss=loss, client=client)
@@ -242,8 +240,6 @@ def check_writable(path: str | os.PathLike | None, option: str) -> None:
 def demo(out: str | None, seed: int, workers: int, dashboard: bool) -> None:
     """The main job on its embedded default: generate the 'small' E2006-like preset, fit a
     Lasso at alpha_max / 20 on a LocalCluster and print its certificate."""
-    from dl1.datasets import make_e2006_like
-
     validate_params(COMMON, {"seed": seed}, "dl1 demo")
     o = output()
     with tempfile.TemporaryDirectory(prefix="dl1-demo-") as tmp:
@@ -397,8 +393,6 @@ def path_cmd(
     With --constrained, the constrained Lasso path instead: n-alphas radii from eps *
     delta_max up to the paper's delta_max, each certified by its exact FW gap at --tol
     (--loss squared or logistic; no --checkpoint, --l1-ratio 1 only)."""
-    import dl1
-
     if constrained and (checkpoint is not None or l1_ratio != 1.0):
         raise click.UsageError("--constrained takes neither --checkpoint nor --l1-ratio")
     cluster.check()

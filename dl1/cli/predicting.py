@@ -21,7 +21,10 @@ from dl1.cli.cluster import ClusterSpec, cluster_options, connected
 from dl1.cli.progress import Progress
 from dl1.cli.stores import check_split, open_input, storage_options_option, where
 from dl1.errors import ValidationError
+from dl1.models import load_model
 from dl1.objective.datafits import datafit_class
+from dl1.paths.result import PathResult
+from dl1.predict import check_n_features, decision_function
 
 #: Row blocks of predictions computed at once per worker.
 BLOCKS_IN_FLIGHT_PER_WORKER = 2
@@ -30,9 +33,6 @@ BLOCKS_IN_FLIGHT_PER_WORKER = 2
 def load(model_path: str, alpha: float | None) -> Any:
     """The saved model at ``model_path`` (a :class:`dl1.FitResult`; of a saved path, the
     model of grid alpha ``alpha``, or of its chosen alpha)."""
-    from dl1.models import load_model
-    from dl1.paths.result import PathResult
-
     model = load_model(model_path)
     if isinstance(model, PathResult):
         try:
@@ -56,8 +56,6 @@ def model_and_data(
     """``(fitted, store, split)``: the saved model (:func:`load`), the store DATA opened
     and its split chosen (:func:`check_split`), checked to have the model's features,
     before a cluster starts."""
-    from dl1.predict import check_n_features
-
     fitted = load(model, alpha)
     store = open_input(data, storage_options)
     split = check_split(store, split)
@@ -146,8 +144,6 @@ def predict(
 ) -> None:
     """Predict with the saved MODEL on the store DATA (a path or URL), out of core: row
     block by row block, on the workers, into the .npy file --output."""
-    from dl1.predict import decision_function
-
     cluster.check()
     dst = Path(pred_out)
     if dst.suffix != ".npy":

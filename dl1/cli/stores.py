@@ -19,8 +19,13 @@ import numpy as np
 
 from dl1.cli.app import cli, command_options, output
 from dl1.cli.progress import Progress
+from dl1.datasets import make_e2006_like
 from dl1.errors import ValidationError
+from dl1.io.svmlight import from_svmlight
 from dl1.params import COMMON, validate_params
+from dl1.store import open_store
+from dl1.store.csr import add_csr as add_csr_blocks
+from dl1.store.location import as_location
 
 if TYPE_CHECKING:
     from dl1.store import Store
@@ -74,15 +79,11 @@ def located(path: str, storage_options: dict[str, Any] | None) -> Any:
     takes one where it takes a path or URL)."""
     if storage_options is None:
         return path
-    from dl1.store.location import as_location
-
     return as_location(path, storage_options)
 
 
 def open_input(path: str, storage_options: dict[str, Any] | None = None) -> Store:
     """The store at ``path`` (a local path or URL), opened and checked."""
-    from dl1.store import open_store  # here: zarr and the kernels load in ~1.3 s
-
     return open_store(located(path, storage_options))
 
 
@@ -176,8 +177,6 @@ def generate(
     storage_options: dict[str, Any] | None,
 ) -> None:
     """Generate an E2006-like synthetic store at DST, a path or URL (out-of-core)."""
-    from dl1.datasets import make_e2006_like
-
     validate_params(COMMON, {"seed": seed}, "dl1 generate")
     check_fresh(dst, overwrite)
     t0 = time.perf_counter()
@@ -248,8 +247,6 @@ def convert(
 ) -> None:
     """Convert an svmlight/libsvm file (plain, .gz or .bz2) SRC into a store at DST (a path
     or URL), or (--add-csr) add CSR blocks to the store SRC."""
-    from dl1.io.svmlight import from_svmlight
-
     if add_csr:
         _add_csr(src, dst, storage_options)
         return
@@ -284,14 +281,12 @@ def convert(
 
 
 def _add_csr(src: str, dst: str | None, storage_options: dict[str, Any] | None) -> None:
-    from dl1.store.csr import add_csr
-
     if dst is not None or (not is_url(src) and not Path(src).is_dir()):
         raise click.UsageError("--add-csr takes one argument: the store SRC")
     t0 = time.perf_counter()
     with Progress("convert") as progress:
         progress.note(f"adding CSR blocks to {src}")
-        store = add_csr(located(src, storage_options))
+        store = add_csr_blocks(located(src, storage_options))
     dt = time.perf_counter() - t0
     output().say(f"CSR blocks added in {dt:.1f} s")
     _report(store, dt, "convert --add-csr")

@@ -13,7 +13,6 @@ untouched, and predictions on it are lazy dask arrays computed where the blocks 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import numbers
 import os
 import warnings
@@ -33,6 +32,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from dl1.dataset import Dataset
 from dl1.entry_labels import stored_labels
 from dl1.estimators.record import estimator_record
 from dl1.objective.datafits import datafit_class
@@ -45,8 +45,13 @@ from dl1.params import (
     predicate,
     validate_params,
 )
+from dl1.penalised import fit as dl1_fit
+from dl1.predict import as_input, decision_function
 from dl1.runtime.compute import computed as compute_here
 from dl1.saving import save_model
+from dl1.solvers.result import ConvergenceWarning
+from dl1.store import Store
+from dl1.store.location import is_store_source
 
 #: Parameters of :func:`dl1.fit` the estimators take under the same name.
 SHARED = ("fit_intercept", "standardize", "n_partitions", "stream", "screen", "solver",
@@ -88,20 +93,12 @@ CONSTRAINTS: dict[str, list[Any]] = {
 def is_out_of_core(X: Any) -> bool:
     """A dask array, a dl1 store or its path, or a :class:`dl1.Dataset`: data passed to
     :func:`dl1.fit` and to :mod:`dl1.predict` untouched."""
-    from dl1.store.location import is_store_source
-
     if is_store_source(X):
         return True
     if type(X).__module__.startswith("dask."):
         return True
-    from dl1.store import Store
-
     if isinstance(X, Store):
         return True
-    try:
-        from dl1.dataset import Dataset
-    except ImportError:  # pragma: no cover - the module lands with the data handle
-        return False
     return isinstance(X, Dataset)
 
 
@@ -170,8 +167,6 @@ class DL1Estimator(BaseEstimator):
         -------
         self
         """
-        from dl1.penalised import fit as dl1_fit
-
         self._validate_params()
         X, y, sample_weight, total = self._inputs(X, y, sample_weight)
         kwargs = {name: getattr(self, name) for name in SHARED}
@@ -179,7 +174,7 @@ class DL1Estimator(BaseEstimator):
             res = dl1_fit(
                 X, y, alpha=self._alpha(total), l1_ratio=self._l1_ratio(), loss=self._loss,
                 sample_weight=sample_weight, tol=self.tol, max_rounds=self.max_iter,
-                seed=self._seed(), **kwargs, **self._warm_start(dl1_fit),
+                seed=self._seed(), **kwargs, **self._warm_start(),
                 **self._penalty_options(),
             )  # fmt: skip
         self._set_result(res)
@@ -215,12 +210,10 @@ class DL1Estimator(BaseEstimator):
     def _check_weighted_targets(self, y: Any, sample_weight: np.ndarray) -> None:
         """Targets that weights leave unusable are refused (classifiers: both classes)."""
 
-    def _warm_start(self, dl1_fit: Any) -> dict[str, Any]:
+    def _warm_start(self) -> dict[str, Any]:
         """``coef_init`` / ``intercept_init`` from the previous fit when ``warm_start``."""
         if not (self.warm_start and hasattr(self, "coef_")):
             return {}
-        if "coef_init" not in inspect.signature(dl1_fit).parameters:
-            return {}  # pragma: no cover - until dl1.fit takes warm starts
         coef = np.ravel(self.coef_)
         if coef.shape[0] != self.n_features_in_:
             return {}
@@ -316,8 +309,6 @@ class DL1Estimator(BaseEstimator):
 
     def _decision(self, X: Any) -> Any:
         """``X @ coef_ + intercept_``: an ndarray in memory, a lazy dask array out of core."""
-        from dl1.predict import decision_function
-
         if not is_out_of_core(X):
             return np.asarray(decision_function(self._validated(X), *self._coef_intercept()))
         check_is_fitted(self)
@@ -362,8 +353,6 @@ class DL1Estimator(BaseEstimator):
 def in_estimator_terms() -> Iterator[None]:
     """Re-issue the fit's ConvergenceWarnings in the estimator's terms: its parameter is
     ``max_iter``, not dl1.fit's ``max_rounds``."""
-    from dl1.solvers.result import ConvergenceWarning
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -378,14 +367,10 @@ def in_estimator_terms() -> Iterator[None]:
 
 
 def _n_features(X: Any) -> int:
-    from dl1.predict import as_input
-
     return int(as_input(X, "train").shape[1])
 
 
 def _n_samples(X: Any) -> int:
-    from dl1.predict import as_input
-
     return int(as_input(X, "train").shape[0])
 
 

@@ -29,6 +29,7 @@ from dl1.estimators.base import (
 )
 from dl1.labels import as_pm1, with_classes
 from dl1.params import UNIT, InvalidParameterError, Options, predicate
+from dl1.predict import predict_proba
 
 
 @predicate('None, "balanced" or a dict from class label to weight')
@@ -282,8 +283,6 @@ class LogisticRegression(_Classifier):
 
     def predict_proba(self, X: Any) -> Any:
         """Probabilities of ``classes_`` (n, 2); lazy for out-of-core X."""
-        from dl1.predict import predict_proba
-
         if not is_out_of_core(X):
             return np.asarray(predict_proba(self._validated(X), *self._coef_intercept()))
         check_is_fitted(self)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from dl1.cross_validation import fit_cv
 from dl1.estimators.base import CONSTRAINTS, SHARED
 from dl1.estimators.classification import LogisticRegression, is_class_weight
 from dl1.estimators.regression import _Regressor
@@ -74,8 +75,6 @@ class _CrossValidated:
         -------
         self
         """
-        from dl1.cross_validation import fit_cv
-
         self._validate_params()
         X, y, sample_weight, _ = self._inputs(X, y, sample_weight)
         res = fit_cv(

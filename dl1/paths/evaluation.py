@@ -12,14 +12,15 @@ import numpy as np
 
 from dl1.errors import ValidationError
 from dl1.objective.datafits import datafit_class
+from dl1.predict import decision_function
+from dl1.runtime.watchdog import watched_result
 from dl1.store import Store, open_store
+from dl1.store.format import checksum
 
 
 def fingerprint(X: Any, y: np.ndarray, split: str) -> dict[str, Any]:
     """What identifies the data of a checkpoint: store checksums, or a token of the input."""
     from dask.base import tokenize
-
-    from dl1.store.format import checksum
 
     if isinstance(X, (str, os.PathLike)):
         X = open_store(X)
@@ -69,16 +70,12 @@ def test_data(X: Any, X_test: Any, y_test: Any) -> tuple[Any, np.ndarray] | None
 
 
 def test_metric(test, coef: np.ndarray, b: float, client: Any, loss: str) -> dict[str, float]:
-    from dl1.predict import decision_function
-
     pred = decision_function(test[0], coef, b)
     if isinstance(pred, np.ndarray):  # in-memory test data
         return metrics(loss, test[1], pred)
     if client is None:
         pred = pred.compute(scheduler=dask.local.get_sync)  # in this process, as asked
     else:  # waited for by the watchdog: a stalled cluster is an error, not a hang
-        from dl1.runtime.watchdog import watched_result
-
         pred = watched_result(client, client.compute(pred), "the test split's predictions")
     return metrics(loss, test[1], pred)
 
@@ -121,8 +118,6 @@ def records_as_arrays(records: list[dict[str, Any]], p: int) -> dict[str, Any]:
 
 
 def crc(a: np.ndarray) -> int:
-    from dl1.store.format import checksum
-
     return checksum(np.ascontiguousarray(a, dtype=np.float64))
 
 

@@ -12,6 +12,7 @@ import scipy.sparse as sp
 from dl1.labels import checked_classes
 from dl1.objective.datafits import datafit_class
 from dl1.saving import save_model
+from dl1.solvers.result import FitResult
 
 #: Where a path keeps each validation metric (a loss lists its own, the first minimised to
 #: choose ``best_alpha_``: ``Datafit.metrics``), its column in the summary, and whether it is
@@ -282,8 +283,6 @@ class PathResult:
         """The model of the ``k``-th alpha: a :class:`dl1.FitResult` (it predicts, scores,
         saves and converts to scikit-learn); the certificate values a path does not keep
         (absolute gap, objectives) are NaN."""
-        from dl1.solvers.result import FitResult
-
         n = self.n_alphas
         if not -n <= k < n:
             raise IndexError(f"alpha index {k} out of range for a path of {n} alphas")

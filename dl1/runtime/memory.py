@@ -21,7 +21,7 @@ import dask
 
 from dl1.errors import WorkerMemoryError
 from dl1.runtime.warm import warm_up
-from dl1.runtime.worker import WORKER_BASELINE
+from dl1.runtime.worker import WORKER_BASELINE, resident
 
 MiB = 2**20
 
@@ -37,8 +37,6 @@ async def warm_baseline(dask_worker: Any = None) -> int:
     event loop, the kernels in a thread: the loop goes on sending heartbeats meanwhile (a
     worker silent for seconds is taken for a stopped one, :mod:`dl1.runtime.watchdog`)."""
     import asyncio
-
-    from dl1.runtime.worker import resident
 
     await asyncio.to_thread(warm_up)
     rss = resident()

@@ -59,6 +59,10 @@ from dl1.runtime import persisted
 from dl1.runtime.cancel import cancelled_with_task
 from dl1.runtime.compute import computed_here, in_task, solving_here
 from dl1.runtime.dask_workarounds import client_low_latency
+from dl1.runtime.executor import DistributedExecutor
+from dl1.runtime.worker import WORKER_BASELINE, heap_for_solve
+from dl1.store.location import is_store_source
+from dl1.store.reader import Store, block_memory, manifest_store
 
 ONE_PIECE_KEY = "dl1.one-piece"
 FRACTION_KEY = "dl1.one-piece-fraction"
@@ -98,8 +102,6 @@ def data_bytes(X: Any, inputs: Any) -> float | None:
     if inputs.dataset is not None:
         return inputs.dataset.held_bytes()
     if inputs.store is not None:
-        from dl1.store.reader import block_memory  # zarr and its codecs: on first use
-
         return float(block_memory(inputs.store, inputs.split))
     if sp.issparse(X):  # as the CSC blocks it becomes (int32 indices), as a store's
         return float(X.nnz * (X.dtype.itemsize + 4) + 8 * (X.shape[1] + 1))
@@ -116,9 +118,6 @@ def data_bytes(X: Any, inputs: Any) -> float | None:
 def names_store(X: Any) -> bool:
     """Whether ``X`` is a store (opened, or a path, URL or zarr store naming one), whose
     solve in one piece can be decided from its manifest alone (:func:`manifest_bytes`)."""
-    from dl1.store import Store
-    from dl1.store.location import is_store_source
-
     return isinstance(X, Store) or is_store_source(X)
 
 
@@ -126,9 +125,6 @@ def manifest_bytes(X: Any, split: str) -> float:
     """Bytes the blocks of ``split`` of store ``X`` take in memory, from its manifest alone:
     the caller that ships the solve neither checks nor reads the store's chunks, the worker
     does (as it opens the store to solve)."""
-    from dl1.store import Store
-    from dl1.store.reader import block_memory, manifest_store
-
     return float(block_memory(X if isinstance(X, Store) else manifest_store(X), split))
 
 
@@ -176,8 +172,6 @@ def fits(ex: Any, nbytes: float | None) -> bool:
 def room(ex: Any) -> dict[str, float]:
     """Each worker's memory for data: its limit (else the host's memory shared by the
     workers) less its measured baseline."""
-    from dl1.runtime.worker import WORKER_BASELINE
-
     share = host_memory() / max(1, ex.n_workers)
     return {
         a: float((ex.limits.get(a) or share) - ex.baselines.get(a, WORKER_BASELINE))
@@ -387,8 +381,6 @@ def attached(given: dict[str, Any], chunks: dict[str, list[Any]]) -> dict[str, A
 
 def chosen(ex: Any, nbytes: Callable[[], float | None], refusal: Refusal | None) -> bool:
     """Whether a solve whose data takes ``nbytes()`` bytes runs in one piece on ``ex``."""
-    from dl1.runtime.executor import DistributedExecutor
-
     mode = setting()
     if not isinstance(ex, DistributedExecutor) or mode is False or refusal is not None:
         return False
@@ -533,8 +525,6 @@ def in_worker(
     of its arguments (:func:`carried`); the result goes back with its ``coef_`` as its
     nonzeros."""
     from distributed import get_worker
-
-    from dl1.runtime.worker import heap_for_solve
 
     t0 = time.perf_counter()
     if isinstance(shipment, bytes):

@@ -112,6 +112,8 @@ class RpcExecutor(DistributedExecutor):
     def _open_servers(self) -> list[str]:
         """Register the plugin (once per cluster) and start a server of this solve on every
         worker alive, straight or through the scheduler (:meth:`_reachable`)."""
+        # local: dl1.runtime.servers imports distributed (a WorkerPlugin), which import
+        # dl1.runtime.rpc (and so dl1.penalised, the CLI) does without until a solve
         from dl1.runtime.servers import PartitionServers
 
         self.client.register_plugin(PartitionServers())

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from dl1.kernels.gram import gram_matvec, take_submatrix
+from dl1.objective.datafits import Logistic, Quadratic
+from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.tasks.blocks import assemble_block
 from dl1.tasks.columns import extract_task
 from dl1.tasks.gram import GRAM_DTYPE
@@ -25,6 +28,7 @@ def warm_up() -> None:
     import scipy.sparse as sp
     import sklearn.exceptions  # noqa: F401  (dl1.ConvergenceWarning's base)
 
+    # local: loading zarr and its codecs is this warm-up's purpose, not import dl1.runtime.warm's
     import dl1.store.reader  # noqa: F401  (zarr and the codecs: every task reading a store)
 
     for dtype in (np.float64, np.float32):
@@ -65,9 +69,6 @@ def warm_up() -> None:
         )
         matvec_task([blk], [(np.array([0]), np.array([1.0]))], 2)
         # working-set solver: scan (with screening), gathering, both subproblem paths
-        from dl1.objective.datafits import Logistic, Quadratic
-        from dl1.objective.penalties.elastic_net import ElasticNet
-
         none = [(np.zeros(0, np.int64), np.zeros(0))]
         scan_task([blk], g, 0.2, none, 1, [None], (g, 1.0, 0.1))
         ext = extract_task(blk, np.array([0, 1]))
@@ -86,8 +87,6 @@ def warm_up() -> None:
             )
     # kernels the tiny subproblems above do not reach: a cached float32 Gram matrix reused
     # by the next working set, and its products (one Gram dtype: once, not per data dtype)
-    from dl1.kernels.gram import gram_matvec, take_submatrix
-
     Q = np.eye(2, dtype=GRAM_DTYPE)
     gram_matvec(Q, np.ones(2), np.zeros(2))
     take_submatrix(Q, np.arange(2), np.zeros_like(Q), np.arange(2))
@@ -98,7 +97,5 @@ def warm_coordinator() -> None:
     """Load the kernels the coordinating process runs itself (the datafit's reductions,
     :mod:`dl1.kernels.vectors`): numba's first load in a process takes ~0.3 s, paid here
     with the workers' warm-up rather than inside a fit's first round."""
-    from dl1.objective.datafits import Quadratic
-
     one = np.ones(2)
     Quadratic().value(one, one)

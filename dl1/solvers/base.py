@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from dl1.solvers.result import FitResult
+from dl1.tasks.blocks import BlockSource
 
 
 class DataHandles(NamedTuple):
@@ -99,8 +100,6 @@ class Problem:
     @property
     def streamed(self) -> bool:
         """Out of core: the blocks are sources, read from the store by every task."""
-        from dl1.tasks.blocks import BlockSource
-
         return bool(self.blocks) and isinstance(self.blocks[0], BlockSource)
 
     @property

@@ -29,6 +29,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dl1.tasks.stochastic import calibration_task
+
 #: Candidates relative to the solver's base value (steps: the base times these; RDA's
 #: ``gamma``, the inverse of a step, divided by them).
 FACTORS = tuple(2.0**k for k in range(-2, 7))
@@ -78,8 +80,6 @@ def calibrate(
     """The candidate with the lowest regularised objective after one pass over a sample of
     rows, each partition's part computed on its worker
     (:func:`dl1.tasks.stochastic.calibration_task` with the solver's ``trial``)."""
-    from dl1.tasks.stochastic import calibration_task
-
     t0 = time.perf_counter()
     ex, rows = pb.executor, pb.rows
     sizes = [int(sum(rows.row_bounds[i + 1] - rows.row_bounds[i] for i in part))

@@ -11,6 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from dl1.objective.datafits import Logistic, Quadratic
+from dl1.objective.gap import duality_gap_from_stats
+from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.solvers.result import overhead_fraction
 from dl1.tasks.fw import column_task, fw_round_task, nnz_task, sigma_task
 from dl1.tasks.records import (
@@ -218,8 +221,6 @@ class FWProblem:
         self.yc = y - self.ybar
         self.yy = float(self.yc @ self.yc)
         if self.logistic:
-            from dl1.objective.datafits import Logistic
-
             self.datafit = Logistic()
             self.b0 = self.datafit.initial_intercept(y) if fit_intercept else 0.0
             self.f0 = self.n * self.datafit.value(y, np.full(self.n, self.b0))
@@ -510,10 +511,6 @@ def penalised_certificate(
     ``n alpha l1_ratio = lambda_1`` and ``n alpha (1 - l1_ratio) = l2``, at the current point,
     from a full pass's statistics of ``X^T r``
     (:func:`dl1.objective.gap.duality_gap_from_stats`)."""
-    from dl1.objective.datafits import Quadratic
-    from dl1.objective.gap import duality_gap_from_stats
-    from dl1.objective.penalties.elastic_net import ElasticNet
-
     nan = float("nan")
     if lam1 <= 0 or prob.f0 <= 0:
         return nan, nan, nan

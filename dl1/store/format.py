@@ -202,6 +202,8 @@ def block_digest(
 ) -> int:
     """Digest of a block's entries that its CSC and CSR layouts share: the tie between the
     two layouts of a store (:func:`dl1.kernels.store.content_digest`)."""
+    # local: dl1.kernels loads numba (~0.1 s), which dl1.store.format, .manifest and .arrays
+    # do without
     from dl1.kernels.store import content_digest
 
     data = np.ascontiguousarray(data)

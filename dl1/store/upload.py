@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from dl1.errors import StoreError
+from dl1.store.format import FORMAT_NAME
 from dl1.store.location import Location, as_location
+from dl1.store.reader import open_store
 
 #: Largest root ``zarr.json`` read to tell whether a destination holds a dl1 store.
 MAX_ROOT_JSON = 64 << 10
@@ -66,8 +68,6 @@ def remote_state(remote: Location, manifest: str) -> str:
 
 
 def _is_dl1_root(fs: Any, key: str) -> bool:
-    from dl1.store.format import FORMAT_NAME
-
     try:
         if fs.size(key) > MAX_ROOT_JSON:
             return False
@@ -179,8 +179,6 @@ def remove_staging(path: Path) -> None:
 def open_written(dest: Path | Location) -> Any:
     """The store just written at ``dest``, opened (and checked) as :func:`dl1.open_store`
     opens it."""
-    from dl1.store.reader import open_store
-
     if isinstance(dest, Location):
         return open_store(dest)
     return open_store(dest)

@@ -95,6 +95,7 @@ class BlockSource:
     center: bool
 
     def load(self) -> Block:
+        # local: dl1.store loads zarr and its codecs; workers on held blocks never need them
         from dl1.store.arrays import read_array
         from dl1.store.format import block_key
         from dl1.store.reader import read_block_arrays, read_block_task

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from dl1.kernels.select import csc_copy_columns_into, csc_select_columns
 from dl1.tasks.blocks import Block, BlockSource, loaded
 from dl1.tasks.records import (
     ColumnGroup,
@@ -15,8 +16,6 @@ from dl1.tasks.records import (
 
 def select_columns(indptr, indices, data, cols):
     """CSC arrays of the columns ``cols`` (in that order) of a CSC matrix."""
-    from dl1.kernels.select import csc_select_columns
-
     return csc_select_columns(indptr, indices, data, np.asarray(cols, dtype=np.int64))
 
 
@@ -63,7 +62,6 @@ def group_col_sums(extracts: list[ColumnGroup], sample_weight: np.ndarray) -> li
 def gather_columns(extracts: list[ColumnGroup], extract_ids: list[np.ndarray], ws: np.ndarray):
     """CSC arrays, scales and squared norms of the columns ``ws`` (in that order), copied
     from the cached groups into arrays allocated once (one copy of the working set)."""
-    from dl1.kernels.select import csc_copy_columns_into
 
     if not extracts:
         return np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0), np.zeros(0), np.zeros(0)

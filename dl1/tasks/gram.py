@@ -9,6 +9,15 @@ from collections import OrderedDict
 import numpy as np
 
 from dl1.cancellation import check_cancelled
+from dl1.kernels.gram import (
+    csc_cross_gram,
+    csc_dense_rows,
+    gram_cd_epochs,
+    gram_matvec,
+    take_submatrix,
+)
+from dl1.kernels.vectors import dual_sums
+from dl1.objective.gap import dual_from_stats
 
 #: Elements (rows x columns) of the scratch that densifies a batch of working-set columns
 #: while their Gram rows are formed (in memory; out of core :func:`dl1.loading.dense_max` is less).
@@ -54,8 +63,6 @@ class GramGapEstimate:
     """
 
     def __init__(self, datafit, penalty, y, z, theta, h0, w0, s, g_y):
-        from dl1.kernels.vectors import dual_sums
-
         self.n = y.shape[0]
         self.penalty = penalty
         self.a0 = 2.0 * self.n * datafit.value(y, z, s)
@@ -65,8 +72,6 @@ class GramGapEstimate:
         self.g_y = g_y
 
     def gap(self, w: np.ndarray, h: np.ndarray) -> float:
-        from dl1.objective.gap import dual_from_stats
-
         n, pen = self.n, self.penalty
         d = w - self.w0
         xt = n * h
@@ -100,8 +105,6 @@ def gram_epochs(
     from the ``min_between``-th epoch), ``max_between`` epochs, or ``max_epochs``. ``hist``
     carries the extrapolation's iterates across calls. Returns the epochs run and whether
     the estimate stopped them."""
-    from dl1.kernels.gram import gram_cd_epochs, gram_matvec
-
     a1, a2 = penalty.alpha_l1, penalty.alpha_l2
     hist = [] if hist is None else hist
     qd = np.empty(w.shape[0])
@@ -190,8 +193,6 @@ def working_set_gram(
     result, of :data:`GRAM_DTYPE` (entries formed in float64, then rounded), is cached under
     ``key`` (replacing the previous entry) and must not be modified by the caller.
     """
-    from dl1.kernels.gram import take_submatrix
-
     m = ws.shape[0]
     hit = GRAM_CACHE.pop(key, None) if key is not None else None
     if hit is not None and np.array_equal(hit[0], ws):  # the same working set again
@@ -237,8 +238,6 @@ def _new_rows(
     the positions of its new columns (:func:`working_set_gram`): by BLAS on row blocks when
     the columns are dense enough, else by the sparse product
     :func:`dl1.kernels.gram.csc_cross_gram`."""
-    from dl1.kernels.gram import csc_cross_gram, csc_dense_rows
-
     m, k = indptr.shape[0] - 1, new.shape[0]
     nnz_new = int(np.diff(indptr)[new].sum())
     if indices.shape[0] / (n * m) * nnz_new / (n * k) <= 0.01:

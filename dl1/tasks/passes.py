@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from dl1.kernels.cd import cd_block_epochs
-from dl1.kernels.linalg import DUAL_SIDES, csc_col_sqnorms, csc_xt_theta_stats
+from dl1.kernels.linalg import DUAL_SIDES, csc_col_sqnorms, csc_matvec, csc_xt_theta_stats
+from dl1.kernels.screen import csc_scan_screen, top_scores, violation_scores
 from dl1.tasks.blocks import (
     NO_BOUNDS,
     NO_FACTORS,
@@ -130,8 +131,6 @@ def matvec_task(
     blocks: list[Block | BlockSource], w_parts: list[tuple[np.ndarray, np.ndarray]], n: int
 ):
     """``X_part w_part`` (used to rebuild ``X w`` from a warm start)."""
-    from dl1.kernels.linalg import csc_matvec
-
     out = np.zeros(n)
     for b, (idx, val) in zip(blocks, w_parts, strict=True):
         if idx.shape[0] == 0:
@@ -196,8 +195,6 @@ def scan_task(
     few numbers travel. ``penalties`` (per block) give a weighted penalty's statistics and
     violations (:func:`~dl1.kernels.screen.violation_scores`).
     """
-    from dl1.kernels.screen import csc_scan_screen, top_scores, violation_scores
-
     t0 = time.perf_counter()
     out = []
     theta_prev, prev_scale, radius = prev if prev is not None else (np.zeros(0), 1.0, 0.0)

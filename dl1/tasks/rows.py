@@ -63,6 +63,7 @@ class RowSource:
     reads: tuple  # ((j, block manifest entry, block shape), ...)
 
     def load(self) -> RowBlock:
+        # local: dl1.store loads zarr and its codecs; workers on held blocks never need them
         from dl1.store.reader import read_block_task
 
         if self.fmt == "csr":
@@ -77,6 +78,7 @@ class RowSource:
         """The CSR chunks placed one at a time into preallocated arrays: besides the block,
         one chunk is in memory (the row counts come from the small index pointers first;
         scipy's ``hstack`` holds the chunks, the result and a temporary)."""
+        # local: zarr and its codecs only where a store is read (as in load)
         from dl1.store.arrays import read_array
         from dl1.store.format import block_key
         from dl1.store.reader import read_block_arrays

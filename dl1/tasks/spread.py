@@ -9,6 +9,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from dl1.kernels.cd import cd_block_epochs
+from dl1.kernels.gram import take_submatrix
+from dl1.kernels.linalg import csc_matvec, csc_rmatvec
+from dl1.kernels.screen import csc_scan_screen
+from dl1.kernels.select import csc_rows_as_csr
 from dl1.tasks.blocks import NO_BOUNDS, NO_FACTORS, NO_PROFILE, NO_SHIFT
 from dl1.tasks.gram import GRAM_DTYPE, GramGapEstimate, gram_epochs
 from dl1.tasks.records import (
@@ -54,8 +58,6 @@ def ws_round_task(
     stats : (max |c_j|, sum_j (|c_j| - threshold)_+^2) over the live columns.
     kernel_s : float, the seconds the round took.
     """
-    from dl1.kernels.screen import csc_scan_screen
-
     t0 = time.perf_counter()
     n = g.shape[0]
     u = np.zeros(n)
@@ -122,8 +124,6 @@ def ws_round_task(
 def _group_rows(e: ColumnGroup, cols: np.ndarray, r0: int, r1: int) -> sp.csr_matrix:
     """Rows ``[r0, r1)`` of the columns ``cols`` (local positions) of a cached group, scaled,
     in float64 (products through BLAS and scipy), as CSR; the group is not copied."""
-    from dl1.kernels.select import csc_rows_as_csr
-
     cols = np.asarray(cols, dtype=np.int64)
     indptr, indices, data = csc_rows_as_csr(e.indptr, e.indices, e.data, e.col_scale, cols, r0, r1)
     return sp.csr_matrix((data, indices, indptr), shape=(r1 - r0, cols.shape[0]))
@@ -134,8 +134,6 @@ def partition_rmatvec_task(
 ) -> list[np.ndarray]:
     """``X_q^T v`` (scaled columns) over a partition's live columns (each group's ``keeps``,
     in group order), for every ``v`` of ``vecs``."""
-    from dl1.kernels.linalg import csc_rmatvec
-
     outs: list[list[np.ndarray]] = [[] for _ in vecs]
     for e, keep in zip(extracts, keeps, strict=True):
         keep = np.asarray(keep, dtype=np.int64)
@@ -151,8 +149,6 @@ def partition_matvec_task(
     extracts: list[ColumnGroup], keeps: list[np.ndarray], d: np.ndarray, n: int
 ) -> np.ndarray:
     """``X_q d`` (scaled columns) over a partition's live columns (``d`` in their order)."""
-    from dl1.kernels.linalg import csc_matvec
-
     u = np.zeros(n)
     k = 0
     for e, keep in zip(extracts, keeps, strict=True):
@@ -237,8 +233,6 @@ def merge_gram_task(
     entries of columns already in ``prev`` copied, those of the new columns (positions
     ``new_pos`` of ``ids``) from ``blocks``: ``(row positions, new-column positions,
     X_rows^T S X_new)``. Held as a task result (recomputable), not in a worker cache."""
-    from dl1.kernels.gram import take_submatrix
-
     m = ids.shape[0]
     Q = np.empty((m, m), dtype=GRAM_DTYPE)
     if prev is not None:

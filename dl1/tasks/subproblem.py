@@ -11,7 +11,8 @@ import numpy as np
 
 from dl1.cancellation import check_cancelled
 from dl1.kernels.cd import cd_block_epochs
-from dl1.kernels.linalg import DUAL_SIDES, csc_xt_theta_stats
+from dl1.kernels.linalg import DUAL_SIDES, csc_matvec, csc_rmatvec, csc_xt_theta_stats
+from dl1.objective.gap import duality_gap_from_stats
 from dl1.tasks.blocks import NO_PROFILE
 from dl1.tasks.columns import col_sums, gather_columns
 from dl1.tasks.gram import (
@@ -178,8 +179,6 @@ def column_cd(
     """:func:`subproblem_task`'s column-wise path: epochs of exact coordinate descent on the
     gathered columns ``cols`` from ``w`` (``z``, a copy of ``z0``, updated in place), the
     intercept refitted each epoch, Anderson extrapolation every ``anderson + 1`` epochs."""
-    from dl1.objective.gap import duality_gap_from_stats
-
     indptr, indices, data, scale, sqn = cols
     datafit, penalty, fit_intercept = settings.datafit, settings.penalty, settings.fit_intercept
     target_gap, max_epochs = settings.target_gap, settings.max_epochs
@@ -262,8 +261,6 @@ def anderson_step(hist, w, db_total, z, y, s, datafit, penalty, indptr, indices,
 
     ``z`` is updated in place when the extrapolated point is accepted.
     """
-    from dl1.kernels.linalg import csc_matvec
-
     H = np.asarray(hist)
     U = np.diff(H, axis=0)
     C = U @ U.T
@@ -314,9 +311,6 @@ def solve_on_gram(
     ``Q = X_W^T (S - s s^T / sum(s)) X_W / n`` profiles the intercept out; ``h = -grad F`` is
     refreshed exactly from the residual at every gap check, so rounding cannot accumulate.
     """
-    from dl1.kernels.linalg import csc_matvec, csc_rmatvec
-    from dl1.objective.gap import duality_gap_from_stats
-
     n, m = y.shape[0], w.shape[0]
     vals = data if scale.shape[0] == 0 else data * np.repeat(scale, np.diff(indptr))
     c = None

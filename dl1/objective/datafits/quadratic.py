@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from dl1.errors import ValidationError
 from dl1.kernels.codes import SQUARED
+from dl1.kernels.vectors import dual_sums, residual_sums
 
 
 def normalize_sample_weight(sample_weight: ArrayLike | None, n: int) -> NDArray[np.float64] | None:
@@ -73,8 +74,6 @@ def optional_weights(s: ArrayLike | None, n: int) -> NDArray[np.float64] | None:
 def _residual_sums(y: ArrayLike, z: ArrayLike, s: ArrayLike | None) -> tuple[float, float, float]:
     """``(sum s r, sum s r^2, sum s)`` of ``r = y - z`` in one pass, without temporaries
     (:func:`dl1.kernels.vectors.residual_sums`)."""
-    from dl1.kernels.vectors import residual_sums
-
     y = np.ascontiguousarray(y, dtype=np.float64)
     z = np.ascontiguousarray(z, dtype=np.float64)
     if z.shape != y.shape:
@@ -342,8 +341,6 @@ class Quadratic:
         callable
             float -> float (``inf`` where ``theta`` leaves the domain, as :meth:`conjugate`).
         """
-        from dl1.kernels.vectors import dual_sums
-
         y = np.ascontiguousarray(y, dtype=np.float64)
         theta = np.ascontiguousarray(theta, dtype=np.float64)
         n = theta.shape[0]
