@@ -58,7 +58,7 @@ def test_a_cancelled_one_piece_path_stops_on_its_worker_within_seconds(local_clu
 
 @pytest.mark.parametrize(
     ("loss", "gram_max", "module", "kernel"),
-    [("squared", 8192, "dl1.kernels.gram", "gram_cd_epochs"),
+    [("squared", 8192, "dl1.tasks.gram", "gram_cd_epochs"),
      ("squared", 0, "dl1.tasks.subproblem", "cd_block_epochs"),
      ("logistic", 8192, "dl1.tasks.prox_newton", "weighted_cd_epochs")],
 )  # fmt: skip
