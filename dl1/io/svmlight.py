@@ -37,11 +37,9 @@ MAX_LINE_BYTES = (1 << 31) - 1
 #: refused unless ``max_line_bytes`` says otherwise: the buffer grows to hold a long line,
 #: and a small compressed file can hold a huge one.
 DEFAULT_MAX_LINE_BYTES = 64 << 20
-#: A file's width (its largest index, without ``n_features``) is refused above
-#: ``max(WIDTH_FREE, WIDTH_PER_NONZERO * nonzeros)``: a store and every fit on it keep
-#: arrays of one entry per column (statistics, coefficients, scales), so a few indices
-#: naming huge columns would cost gigabytes of empty columns. ``n_features`` keeps any
-#: width up to 2**31.
+#: Without ``n_features``, a width above ``max(WIDTH_FREE, WIDTH_PER_NONZERO * nonzeros)``
+#: is refused: a store and its fits keep arrays of one entry per column, so a few huge
+#: indices would cost gigabytes of empty columns. ``n_features`` keeps any width to 2**31.
 WIDTH_FREE = 1 << 24
 WIDTH_PER_NONZERO = 16
 
