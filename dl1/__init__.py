@@ -78,6 +78,7 @@ __all__ = [
 
 
 def __getattr__(name: str):
+    # local: no public `importlib` attribute on dl1, whose __dir__ lists its globals with the API
     import importlib
     import importlib.util
 

@@ -24,6 +24,7 @@ import numbers
 from typing import Any, NamedTuple
 
 import numpy as np
+from dask.sizeof import sizeof
 
 from dl1.errors import ValidationError
 from dl1.runtime.executor import coordinating, executor_for
@@ -199,8 +200,6 @@ class Dataset:
         """Bytes of the held blocks in memory, as Dask counts them (``sizeof``)."""
         self._check_live()
         if self.client is None:
-            from dask.sizeof import sizeof
-
             return float(sum(sizeof(b) for b in self._blocks))
         got = self.client.nbytes(keys=[b.key for b in self._blocks], summary=False)
         return float(sum(got.values()))

@@ -41,6 +41,7 @@ def gather_budget(ex: Any, streamed: bool) -> float:
     smallest worker's memory limit beyond :data:`WORKER_BASELINE`; in memory: no bound)."""
     if not streamed:
         return float("inf")
+    # local: psutil (~0.02 s to import) only to size the budget of an out-of-core fit
     import psutil
 
     total = psutil.virtual_memory().total
@@ -97,6 +98,7 @@ def decide_stream(
         return False
     if stream:
         return True
+    # local: psutil (~0.02 s to import) only when streaming is decided from memory (auto)
     import psutil
 
     need = block_memory(store, split)

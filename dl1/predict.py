@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import dask
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import expit
 
 from dl1.chunks import check_structure
 from dl1.errors import ValidationError
@@ -99,6 +101,7 @@ def score(
     ``y``. Lazy targets and predictions are computed on the current client, or in this
     thread within a solve in one piece (:func:`dl1.runtime.compute.computed`).
     """
+    # local: scikit-learn (~1 s, ~120 MiB to import) only to score; workers import dl1.predict
     from sklearn.metrics import accuracy_score, r2_score
 
     classifies = datafit_class(loss).classifies  # an unknown loss: refused before any work
@@ -123,6 +126,7 @@ def score(
 def as_input(X: Any, split: str = "test") -> Any:
     """``X`` as what the predictions use: a dask array for a dask array, store, store
     path or Dataset; a CSR matrix or float ndarray (validated, finite) in memory."""
+    # local: dask.array (~0.2 s, its pandas/xarray integrations): not in import dl1.predict
     import dask.array as da
 
     # local: Store is dl1.store.reader's, which loads zarr and its codecs: not in import
@@ -152,6 +156,7 @@ def check_n_features(X: Any, n_features: int) -> None:
 
 
 def _in_memory(X: Any) -> Any:
+    # local: scikit-learn (~1 s, ~120 MiB to import) only to check an in-memory X
     from sklearn.utils import check_array
 
     if not sp.issparse(X) and hasattr(X, "to_scipy_sparse"):  # pydata sparse COO / GCXS
@@ -184,8 +189,6 @@ def _labels(d: np.ndarray) -> np.ndarray:
 
 
 def _proba(d: np.ndarray) -> np.ndarray:
-    from scipy.special import expit
-
     p = expit(d)
     return np.stack([1 - p, p], axis=1)
 
@@ -232,7 +235,7 @@ def _row_count(chunk: Any) -> int:
 
 
 def _dask_decision(X: Any, coef: np.ndarray, b: float) -> Any:
-    import dask
+    # local: dask.array (~0.2 s, its pandas/xarray integrations) only for lazy inputs
     import dask.array as da
 
     cb = np.concatenate([[0], np.cumsum(X.chunks[1])]).astype(np.int64)

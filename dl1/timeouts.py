@@ -4,6 +4,7 @@ storage) before it fails with a named error rather than hang."""
 from __future__ import annotations
 
 import dask
+from dask.utils import parse_timedelta
 
 #: Dask configuration key of the stall timeout (seconds, or a string such as ``"2 min"``).
 STALL_TIMEOUT_KEY = "dl1.stall-timeout"
@@ -17,8 +18,6 @@ __all__ = ["DEFAULT_STALL_TIMEOUT", "STALL_TIMEOUT_KEY", "stall_timeout"]
 
 def stall_timeout() -> float:
     """Seconds of no progress before a wait fails: ``dl1.stall-timeout`` (Dask config)."""
-    from dask.utils import parse_timedelta
-
     value = dask.config.get(STALL_TIMEOUT_KEY, default=None)
     if value is None:
         return DEFAULT_STALL_TIMEOUT

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import math
+import traceback
 from typing import Any
 
 import click
+import numpy as np
 
 from dl1.errors import (
     Dl1Error,
@@ -60,8 +62,6 @@ def one_line(error: BaseException) -> str:
 def _jsonable(x: Any) -> Any:
     """``x`` with numpy scalars / arrays as Python values and non-finite floats as None
     (JSON has no NaN)."""
-    import numpy as np
-
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -129,8 +129,6 @@ class Dl1Group(click.Group):
             raise
         except Exception as e:  # noqa: BLE001 - every error of a command ends here
             if ctx.meta.get("dl1.debug"):
-                import traceback
-
                 traceback.print_exc()
             status = exit_status(e)
             click.echo(one_line(e), err=True)

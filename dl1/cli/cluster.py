@@ -14,12 +14,15 @@ import functools
 import json
 import logging
 import os
+import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import click
+from dask.utils import parse_bytes
 
 from dl1.errors import Dl1Error, ValidationError
 from dl1.runtime.connection import check_scheduler_answers
@@ -94,8 +97,6 @@ def _check_memory_limit(memory_limit: str | None) -> None:
     """A ``--memory-limit`` parsed before the cluster starts."""
     if memory_limit is None or memory_limit == "auto":
         return
-    from dask.utils import parse_bytes
-
     try:
         ok = parse_bytes(memory_limit) > 0
     except ValueError:
@@ -230,6 +231,7 @@ def _client(
             scheduler=scheduler, workers=workers, memory_limit=memory_limit, dashboard=dashboard
         )
     spec.check()
+    # local: distributed (~0.3 s to import) only once a command needs its cluster
     from distributed import Client
 
     logging.getLogger("distributed").setLevel(logging.WARNING)
@@ -261,7 +263,7 @@ def close_workers(cluster: Any, timeout: float = CLOSE_TIMEOUT) -> None:
     """Close the workers of a LocalCluster dl1 started, giving each up to ``timeout``
     seconds to exit before its nanny kills it (Dask's own close gives 4 s, which a loaded
     machine exceeds: "Worker process still alive after 4.0 seconds, killing")."""
-
+    # local: distributed (~0.3 s to import) only once a command has a cluster to close
     from distributed import LocalCluster
 
     if not isinstance(cluster, LocalCluster):
@@ -289,8 +291,6 @@ async def _terminate_nanny(dask_worker: Any) -> bool:
     heartbeat caught by the close of the worker's connections logs a CommClosedError
     traceback ("Failed to communicate with scheduler during heartbeat"; seen in a SLURM
     job's log, 5 ms after "Stopping worker")."""
-    import signal
-
     if not getattr(dask_worker, "nanny", None):
         return False
     heartbeat = dask_worker.periodic_callbacks.get("heartbeat")
@@ -309,8 +309,6 @@ def stop_nannies(client: Any, timeout: float = CLOSE_TIMEOUT) -> None:
     once, and the workers' logs then hold ``CommClosedError`` tracebacks. One at a time:
     when a worker leaves, the scheduler tells the others, and one closing meanwhile makes
     it log "Batched Comm Closed" with a traceback."""
-    import time
-
     deadline = time.monotonic() + timeout
     try:
         for address in client.nthreads():
@@ -382,6 +380,7 @@ def client_security(address: str, spec: ClusterSpec) -> Any:
     """The client's TLS settings: ``--tls-*`` when given, else Dask's configuration
     (``distributed.comm.tls.*``). A ``tls://`` address without a CA certificate or a
     client certificate is a :class:`ValidationError` naming what is missing."""
+    # local: distributed (~0.3 s to import) only to connect to a running scheduler
     from distributed.security import Security
 
     given = (spec.tls_ca_file, spec.tls_cert, spec.tls_key)

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 import numpy as np
+from numpy.lib.format import open_memmap
 
 from dl1.cli.app import cli, command_options, output
 from dl1.cli.cluster import ClusterSpec, cluster_options, connected
@@ -67,8 +68,8 @@ def write_blockwise(pred: Any, dst: Path, client: Any, progress: Progress) -> in
     """Compute the dask vector ``pred`` block by block on ``client`` (a few blocks in flight)
     into the ``.npy`` file ``dst`` (written beside it, renamed when complete); returns the
     number of values."""
+    # local: distributed (~0.3 s to import) only once predictions are computed on a cluster
     from distributed import as_completed
-    from numpy.lib.format import open_memmap
 
     n = int(pred.shape[0])
     starts = np.concatenate([[0], np.cumsum(pred.chunks[0])]).astype(np.int64)

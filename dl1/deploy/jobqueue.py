@@ -199,6 +199,7 @@ def jobqueue_cluster(
 def _submit(cluster: Any, n_workers: int) -> None:
     """Submit the jobs of ``n_workers`` workers and wait for the submissions (not for the
     jobs to start): a refused submission raises :class:`JobSubmissionError`."""
+    # local: distributed (~0.3 s to import) comes with dask-jobqueue's cluster, not on import
     from distributed.core import Status
 
     async def submitted() -> None:
@@ -305,6 +306,7 @@ def _cluster_class(kind: str) -> type:
     TLS certificate and key it wrote for the jobs (``security=True``), which it otherwise
     leaves until the cluster object is garbage collected."""
     try:
+        # local: dask-jobqueue is optional (dl1[jobqueue]); without it, the ImportError below
         import dask_jobqueue
     except ImportError as e:
         raise ImportError(

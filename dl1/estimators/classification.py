@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import dask.array as da
 import numpy as np
 from sklearn.base import ClassifierMixin
 from sklearn.utils.class_weight import compute_class_weight
@@ -293,8 +294,6 @@ class LogisticRegression(_Classifier):
         d = self._decision(X)
         if isinstance(d, np.ndarray):
             return -np.logaddexp(0.0, -np.multiply.outer(d, [-1.0, 1.0]))
-        import dask.array as da
-
         return -da.logaddexp(0.0, -da.stack([-d, d], axis=1))
 
 

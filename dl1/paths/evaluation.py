@@ -9,6 +9,8 @@ from typing import Any
 import dask
 import dask.local
 import numpy as np
+import scipy.sparse as sp
+from dask.base import tokenize
 
 from dl1.errors import ValidationError
 from dl1.objective.datafits import datafit_class
@@ -20,8 +22,6 @@ from dl1.store.format import checksum
 
 def fingerprint(X: Any, y: np.ndarray, split: str) -> dict[str, Any]:
     """What identifies the data of a checkpoint: store checksums, or a token of the input."""
-    from dask.base import tokenize
-
     if isinstance(X, (str, os.PathLike)):
         X = open_store(X)
     if isinstance(X, Store):
@@ -90,8 +90,6 @@ def sparse_record(rec: dict[str, Any]) -> dict[str, Any]:
 
 def records_as_arrays(records: list[dict[str, Any]], p: int) -> dict[str, Any]:
     """The per-alpha records of a run without checkpoint, in the checkpoint's load() form."""
-    import scipy.sparse as sp
-
     names = sorted({m for r in records for m in (r["test_metric"] or {})})
     indptr = np.concatenate([[0], np.cumsum([r["coef"][0].shape[0] for r in records])])
     coefs = sp.csc_matrix(

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
+import dask
+from dask.utils import parse_timedelta
 
 from dl1.runtime.wire import BlockMoved, ServerClosed
 
@@ -105,9 +107,6 @@ CONNECT_S = 10.0
 
 def connect_timeout() -> float:
     """Seconds to connect to a worker: :data:`CONNECT_S`, or Dask's timeout if shorter."""
-    import dask
-    from dask.utils import parse_timedelta
-
     dask_s = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
     return min(CONNECT_S, float(dask_s or CONNECT_S))
 
@@ -165,6 +164,7 @@ def start_call(
 ) -> Call:
     """Send ``op`` with ``args`` packed (here, in the calling thread) from a thread outside
     ``loop``, the event loop owning ``pool``; the reply is read by the loop as it comes."""
+    # local: distributed (~0.3 s to import), which import dl1.runtime.calls does without
     from distributed.protocol import to_serialize
 
     payload = to_serialize(pack(args))

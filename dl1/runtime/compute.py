@@ -11,6 +11,7 @@ from typing import Any
 
 import dask
 import dask.local
+from dask.utils import parse_bytes
 
 from dl1.runtime import persisted
 
@@ -49,6 +50,7 @@ def current_client() -> Any:
     ``dask.compute`` decides; None within a solve in one piece (:func:`in_task`)."""
     if dask.config.get("scheduler", None) in LOCAL_SCHEDULERS or in_task():
         return None
+    # local: distributed (~0.3 s to import), which import dl1.runtime.compute does without
     from distributed import default_client
 
     try:
@@ -99,8 +101,6 @@ def graph_carrying(nbytes: int) -> Iterator[None]:
     carries the caller's in-memory data on purpose: each block's values in its own task,
     which the scheduler keeps so that it can compute a lost block again (scattered data
     it cannot)."""
-    from dask.utils import parse_bytes
-
     key = "distributed.admin.large-graph-warning-threshold"
     threshold = max(parse_bytes(dask.config.get(key, "10MB")), int(1.1 * nbytes))
     with dask.config.set({key: threshold}):

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import dask
+from dask.utils import parse_timedelta
 
 from dl1.errors import ValidationError
 from dl1.runtime.exposure import check_scheduler_address
@@ -21,14 +22,14 @@ def check_scheduler_answers(address: str, security: Any) -> None:
     Dask's connect timeout (``distributed.comm.timeouts.connect``): an HTTP server (the
     dashboard's port) or another service. Dask's own client would wait there for ever, or
     read the text as a frame length (``MemoryError``). One Dask comm, opened and closed."""
-    from dask.utils import parse_timedelta
-    from distributed.comm import connect
+    # local: distributed (~0.3 s to import) only to reach a scheduler at an address
+    from distributed.comm import connect as open_comm
 
     bound = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
     kwargs = security.get_connection_args("client") if security is not None else {}
 
     async def handshake() -> None:
-        comm = await asyncio.wait_for(connect(address, timeout=bound, **kwargs), bound)
+        comm = await asyncio.wait_for(open_comm(address, timeout=bound, **kwargs), bound)
         await comm.close()
 
     try:  # in a thread of its own: asyncio.run unsets the calling thread's event loop
@@ -46,6 +47,7 @@ def configured_security(address: str) -> Any:
     """Dask's configured client security (``distributed.comm.tls.*``); for a ``tls://``
     address without a CA or a client certificate there, a :class:`ValidationError` naming
     what to set."""
+    # local: distributed (~0.3 s to import) only to reach a scheduler at an address
     from distributed.security import Security
 
     security = Security()
@@ -61,6 +63,7 @@ def configured_security(address: str) -> Any:
 def connect(address: str) -> Any:
     """A ``distributed.Client`` of the scheduler at ``address`` (not made the default one),
     once a scheduler answers there (:func:`check_scheduler_answers`)."""
+    # local: distributed (~0.3 s to import) only to reach a scheduler at an address
     from distributed import Client
 
     if "://" not in address:

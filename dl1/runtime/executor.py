@@ -199,6 +199,7 @@ class DistributedExecutor:
             return []
         if self.watch.failed is not None:
             raise self.watch.failed  # the solve is over: no second wait for the timeout
+        # local: distributed (~0.3 s to import), which import dl1.runtime.executor does without
         from distributed import KilledWorker
 
         coro = self.client.gather(list(handles), asynchronous=True)
@@ -215,6 +216,7 @@ class DistributedExecutor:
     def wait(self, handles: list[Any]) -> None:
         """Wait for ``handles`` to finish (the watchdog bounds the wait); a task's own
         exception is raised here."""
+        # local: distributed (~0.3 s to import), which import dl1.runtime.executor does without
         from distributed import wait
 
         if self.watch.failed is not None:
@@ -311,6 +313,7 @@ def quiet_blas() -> Iterator[None]:
 def blas_controller() -> Any:
     """This process's ``threadpoolctl.ThreadpoolController``, made once: making one scans
     every loaded library (~15 ms, which ``threadpool_limits`` paid in every fit)."""
+    # local: threadpoolctl (~2 ms to import) only once a solve holds BLAS to one thread
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()

@@ -39,6 +39,7 @@ def is_loopback_host(host: str) -> bool:
 def check_scheduler_address(address: str) -> None:
     """Warn (:class:`InsecureClusterWarning`, once per address and process) when
     ``address`` is a ``tcp://`` address whose host is not loopback."""
+    # local: distributed (~0.3 s to import) only to check a scheduler's address
     from distributed.comm import parse_address
     from distributed.comm.addressing import parse_host_port
 

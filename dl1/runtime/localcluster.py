@@ -75,6 +75,7 @@ def local_cluster(*, dashboard: bool = False, **kwargs: Any) -> Any:
     **kwargs
         Arguments of ``distributed.LocalCluster``.
     """
+    # local: distributed (~0.3 s to import) only once a LocalCluster is started
     from distributed import LocalCluster
 
     kwargs = loopback_addresses(kwargs)
@@ -121,6 +122,7 @@ def loopback_addresses(kwargs: dict[str, Any]) -> dict[str, Any]:
 def _worker_memory_limit(kwargs: dict[str, Any]) -> int | None:
     """The memory limit of each worker of ``LocalCluster(**kwargs)``, as Dask parses it
     (None: no limit, or one this function does not foresee, ``n_workers`` left to Dask)."""
+    # local: distributed (~0.3 s to import) only once a LocalCluster is started
     from distributed.worker_memory import parse_memory_limit
 
     if "memory_limit" in kwargs:

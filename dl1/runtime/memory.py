@@ -13,6 +13,7 @@ restarted for memory while the solve runs turns its ``KilledWorker`` into the sa
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -36,8 +37,6 @@ async def warm_baseline(dask_worker: Any = None) -> int:
     before a solve gives it data. Run on every worker by ``client.run``, in the worker's
     event loop, the kernels in a thread: the loop goes on sending heartbeats meanwhile (a
     worker silent for seconds is taken for a stopped one, :mod:`dl1.runtime.watchdog`)."""
-    import asyncio
-
     await asyncio.to_thread(warm_up)
     rss = resident()
     return max(rss - _held_in_memory(dask_worker), 0)

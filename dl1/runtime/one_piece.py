@@ -49,9 +49,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import cloudpickle
 import dask
 import numpy as np
 import scipy.sparse as sp
+from dask.sizeof import sizeof
 from dask.utils import parse_bytes
 
 from dl1.errors import Dl1Error, ValidationError
@@ -182,6 +184,7 @@ def room(ex: Any) -> dict[str, float]:
 @functools.cache
 def host_memory() -> int:
     """This machine's memory in bytes (asked once)."""
+    # local: psutil (~0.02 s to import) only to size a solve in one piece
     import psutil
 
     return int(psutil.virtual_memory().total)
@@ -424,6 +427,7 @@ def run_many(
     would hold and warns about past 10 MiB); scattered data is not recomputable, so a
     shipment lost with its worker is sent again, at most :data:`RESENDS` times.
     """
+    # local: distributed (~0.3 s to import), which import dl1.runtime.one_piece does without
     from distributed.client import FutureCancelledError
 
     listener = None if callback is None else Listener(ex.client, callback)
@@ -482,9 +486,6 @@ def inline(shipment: Shipment) -> bytes | None:
     """``shipment`` pickled, if it takes at most :data:`INLINE_BYTES` (an in-memory array
     larger than that is not pickled to find out); else None. As bytes, Dask looks for no
     futures or keys inside (it would in a dataclass's fields)."""
-    import cloudpickle
-    from dask.sizeof import sizeof
-
     if sizeof(shipment.X) > INLINE_BYTES:
         return None
     packed = cloudpickle.dumps(shipment, protocol=5)
@@ -502,6 +503,7 @@ def _scatter(ex: Any, shipment: Shipment, workers: list[str] | None) -> Any:
     A worker lost during the scatter fails it with the connection's error, or with the
     scheduler's ``KeyError`` for the worker it no longer knows (told where the data
     landed): :class:`ShipmentLost`, which :func:`run_many` sends again."""
+    # local: distributed (~0.3 s to import), which import dl1.runtime.one_piece does without
     from distributed.comm import CommClosedError
 
     coro = ex.client.scatter(shipment, hash=False, workers=workers, asynchronous=True)
@@ -524,6 +526,7 @@ def in_worker(
     (:func:`inline`); ``blocks`` are a data handle's blocks, ``chunks`` the persisted chunks
     of its arguments (:func:`carried`); the result goes back with its ``coef_`` as its
     nonzeros."""
+    # local: distributed (~0.3 s to import) is loaded in a worker, where this task runs
     from distributed import get_worker
 
     t0 = time.perf_counter()

@@ -243,6 +243,7 @@ class RpcExecutor(DistributedExecutor):
         return [self._holder[f.key] for f in futures]
 
     def _block_futures(self, a: Any, out: list[Any]) -> None:
+        # local: distributed (~0.3 s to import), which import dl1.runtime.rpc does without
         from distributed import Future
 
         if isinstance(a, (list, tuple)):
@@ -252,6 +253,7 @@ class RpcExecutor(DistributedExecutor):
             out.append(a)
 
     def _wire(self, a: Any, addr: str) -> Any:
+        # local: distributed (~0.3 s to import), which import dl1.runtime.rpc does without
         from distributed import Future
 
         if isinstance(a, list):
@@ -270,6 +272,7 @@ class RpcExecutor(DistributedExecutor):
         return a
 
     def _wire_group(self, g: GroupRef) -> WireGroup:
+        # local: distributed (~0.3 s to import), which import dl1.runtime.rpc does without
         from distributed import Future
 
         if g.parent is not None:
@@ -411,6 +414,7 @@ class RpcExecutor(DistributedExecutor):
     ) -> ScanPlan | None:
         """The wire form of a pass over ``parts`` (None: a partition's blocks are not all
         futures held by one server)."""
+        # local: distributed (~0.3 s to import), which import dl1.runtime.rpc does without
         from distributed import Future
 
         holders = []

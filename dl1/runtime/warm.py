@@ -5,6 +5,7 @@ baseline after it) and in the coordinating process."""
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from dl1.kernels.gram import gram_matvec, take_submatrix
 from dl1.objective.datafits import Logistic, Quadratic
@@ -25,7 +26,6 @@ def warm_up() -> None:
     global _WARM
     if _WARM:
         return
-    import scipy.sparse as sp
     import sklearn.exceptions  # noqa: F401  (dl1.ConvergenceWarning's base)
 
     # local: loading zarr and its codecs is this warm-up's purpose, not import dl1.runtime.warm's

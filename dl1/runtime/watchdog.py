@@ -125,6 +125,7 @@ def silent_after(n_workers: int) -> float:
     """Seconds without a heartbeat after which a worker of a cluster of ``n_workers`` is
     silent: :data:`SILENT_S`, or three of Dask's heartbeat intervals if longer."""
     try:
+        # local: distributed (~0.3 s to import) only when a cluster's workers are watched
         from distributed.scheduler import heartbeat_interval
 
         interval = float(heartbeat_interval(n_workers))
@@ -138,6 +139,7 @@ def quiet_for(seconds: float, n_workers: int) -> str:
     :func:`silent_after` (a frozen process not yet counted silent): its heartbeat's age
     when past four of Dask's heartbeat intervals (at least 2 s), else nothing."""
     try:
+        # local: distributed (~0.3 s to import) only when a cluster's workers are watched
         from distributed.scheduler import heartbeat_interval
 
         interval = float(heartbeat_interval(n_workers))

@@ -15,11 +15,16 @@ import contextlib
 import ctypes
 import ctypes.util
 import functools
+import gc
+import multiprocessing
 import os
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+
+import dask
+from dask.utils import parse_bytes
 
 from dl1.runtime.dask_workarounds import set_spill_target
 
@@ -131,6 +136,7 @@ def resident() -> int:
 @functools.cache
 def _process(pid: int) -> Any:
     """The ``psutil.Process`` of ``pid``, made once (a forked child asks with its own)."""
+    # local: psutil (~0.02 s to import) only once this process's memory is measured
     import psutil
 
     return psutil.Process(pid)
@@ -190,8 +196,6 @@ def managed_target(limit: float, pause_fraction: float, target: float) -> float:
 def managed_target_of(limit: float) -> float:
     """:func:`managed_target` of a worker with ``limit`` bytes, under Dask's configured
     target and pause fractions."""
-    import dask
-
     pause = dask.config.get("distributed.worker.memory.pause") or 1.0
     target = dask.config.get("distributed.worker.memory.target") or 1.0
     return managed_target(limit, pause, target * limit)
@@ -201,10 +205,7 @@ def spill_buffer(worker_local_directory: str, memory_limit: int) -> Any:
     """Dask's spill buffer (as a worker makes it: in ``storage`` of its local directory,
     under the configured ``max-spill``) holding :func:`managed_target_of` its memory limit
     in memory: a worker's ``data=`` argument, ``(spill_buffer, {"memory_limit": limit})``."""
-    import os
-
-    import dask
-    from dask.utils import parse_bytes
+    # local: distributed (~0.3 s to import) is loaded in a worker, which calls this
     from distributed.spill import SpillBuffer
 
     max_spill = dask.config.get("distributed.worker.memory.max-spill")
@@ -225,6 +226,7 @@ def dask_setup(worker: Any) -> None:
     - It checks every :data:`TRIM_INTERVAL_MS` whether to trim (:class:`MemoryTrimmer`,
       kept as ``worker.dl1_trimmer``).
     """
+    # local: tornado (~0.05 s, a dependency of distributed) only in a worker, which loads it
     from tornado.ioloop import PeriodicCallback
 
     memory = worker.memory_manager
@@ -252,8 +254,5 @@ def dask_teardown(worker: Any) -> None:
     machine, more than the 8 s a nanny waits before it kills the worker ("Worker process
     still alive after 8.0 seconds, killing"). Only in a worker process a nanny started: a
     worker in its client's process (``processes=False``) leaves that process alone."""
-    import gc
-    import multiprocessing
-
     if multiprocessing.parent_process() is not None:
         gc.freeze()

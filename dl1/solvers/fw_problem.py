@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy.special import expit
 
 from dl1.objective.datafits import Logistic, Quadratic
 from dl1.objective.gap import duality_gap_from_stats
@@ -268,8 +269,6 @@ class FWProblem:
     def line_search(self, st: FWState, dt: float, cand) -> float:
         if not self.logistic:
             return st.line_search(dt, cand, self.n, self.intercept, self.l2)
-        from scipy.special import expit
-
         # no closed form: safeguarded Newton on phi(lam) = f(a + lam d), d = dt e_i - a,
         # with X d = v = dt z_i - p (O(n) per evaluation, on the coordinator)
         i, (rows, vals) = cand.col, cand.column[:2]

@@ -26,6 +26,7 @@ def __getattr__(name: str) -> Any:
 @functools.cache
 def convergence_warning() -> type[UserWarning]:
     """``dl1.ConvergenceWarning``, made on first use (one class per process)."""
+    # local: scikit-learn (~1 s, ~120 MiB to import) on the warning's first use, as said above
     from sklearn.exceptions import ConvergenceWarning as SklearnConvergenceWarning
 
     class ConvergenceWarning(SklearnConvergenceWarning):

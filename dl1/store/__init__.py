@@ -19,6 +19,7 @@ _WHERE = {
 def __getattr__(name: str):
     # loaded on first use: workers reading blocks (dl1.kernels.store) need no dask.array
     if name in _WHERE:
+        # local: no public `importlib` attribute on dl1.store beside its lazy API (PEP 562)
         import importlib
 
         return getattr(importlib.import_module(_WHERE[name]), name)

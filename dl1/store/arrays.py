@@ -22,6 +22,7 @@ import numcodecs
 import numpy as np
 import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
+from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from dl1.errors import ClusterStalledError, StoreAccessError, StoreCorruptError, StoreError
 from dl1.store import frames
@@ -155,8 +156,6 @@ def _array_metadata(
     through zarr (whose every open is a round trip through its event-loop thread): once per
     process for an array of given checksum and chunk sizes, and for a local file of given
     ``stamp`` (:func:`_check_chunks_present`)."""
-    from zarr.core.metadata.v3 import ArrayV3Metadata
-
     cache_key = _meta_key(loc, key, entry, stamp)
     hit = _ARRAY_META.get(cache_key)
     if hit is not None:

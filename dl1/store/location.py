@@ -73,6 +73,7 @@ def is_store_source(source: Any) -> bool:
         return True
     if not type(source).__module__.startswith("zarr."):
         return False
+    # local: zarr (~0.25 s, ~24 MiB to import) is loaded already when source is a zarr object
     from zarr.abc.store import Store as ZarrStore
 
     return isinstance(source, ZarrStore)
@@ -104,6 +105,7 @@ def stall_types() -> tuple[type[BaseException], ...]:
     """The errors of a request to storage that did not answer in time (botocore's, when
     installed, and the standard ``TimeoutError`` fsspec's timeouts derive from)."""
     try:
+        # local: botocore is optional (with s3fs: dl1[s3]); without it, TimeoutError only
         from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
     except ImportError:  # optional: only object storage needs botocore
         return (TimeoutError,)
@@ -246,6 +248,7 @@ class Location:
         """The fsspec filesystem (created once per process and location)."""
         cached = self.__dict__.get("_fs")
         if cached is None:
+            # local: fsspec (~0.04 s to import) only once a store's files are reached
             from fsspec.core import url_to_fs
 
             if self.is_local:
@@ -375,6 +378,7 @@ class Location:
 
     def zarr_store(self) -> Any:
         """A read-only zarr store object rooted here."""
+        # local: zarr (~0.25 s, ~24 MiB to import) only once a store is opened through zarr
         from zarr.storage import FsspecStore, LocalStore
 
         if self.is_local:
@@ -388,6 +392,7 @@ class Location:
 
 
 def _from_zarr_store(store: Any) -> Location:
+    # local: zarr (~0.25 s, ~24 MiB to import) is loaded already when given a zarr store
     from zarr.storage import FsspecStore, LocalStore
 
     if isinstance(store, LocalStore):
@@ -419,6 +424,7 @@ def as_location(source: Any, storage_options: Mapping[str, Any] | None = None) -
     if is_url(source):
         protocol = source.split("://", 1)[0].lower()
         if protocol in _LOCAL_PROTOCOLS:
+            # local: fsspec (~0.04 s to import) only for a file:// or local:// URL
             from fsspec.core import url_to_fs
 
             return Location(os.path.abspath(url_to_fs(source)[1]))
@@ -431,6 +437,7 @@ def as_location(source: Any, storage_options: Mapping[str, Any] | None = None) -
             )
         return Location(str(Path(source).absolute()))
     try:
+        # local: zarr (~0.25 s, ~24 MiB to import) only for a source not a path, URL or Location
         from zarr.abc.store import Store as ZarrStore
     except ImportError:  # pragma: no cover - zarr is a dependency
         ZarrStore = ()  # noqa: N806

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import dask
 import numpy as np
 import scipy.sparse as sp
 from dask.base import tokenize
@@ -150,6 +151,7 @@ def _to_chunk(arrs, shape, fmt: str, chunk_type: ChunkType):
         return m
     if chunk_type == "dense":
         return m.toarray()
+    # local: pydata sparse (~0.2 s alone) only for chunk_type="sparse"; workers need none
     import sparse
 
     return sparse.GCXS.from_scipy_sparse(m)
@@ -187,6 +189,7 @@ def _meta(chunk_type: ChunkType, fmt: str, dtype: np.dtype):
     m = (sp.csc_matrix if fmt == "csc" else sp.csr_matrix)((0, 0), dtype=dtype)
     if chunk_type == "scipy":
         return m
+    # local: pydata sparse (~0.2 s alone) only for chunk_type="sparse"; workers need none
     import sparse
 
     return sparse.GCXS.from_scipy_sparse(m)
@@ -332,6 +335,7 @@ class Store:
             for j in range(len(cb) - 1)
         }
         chunks = (tuple(np.diff(rb).tolist()), tuple(np.diff(cb).tolist()))
+        # local: dask.array (~0.25 s, ~13 MiB to import) stays out of workers reading blocks
         import dask.array as da
 
         return da.Array(dsk, name, chunks, meta=_meta(chunk_type, fmt, self.dtype(split)))
@@ -339,8 +343,6 @@ class Store:
     def column_piece(self, split: str, fmt: str | None, i: int, j: int, lo: int, hi: int):
         """A dask delayed of columns ``[lo, hi)`` (within the block) of stored block
         ``(i, j)``, read where it runs (:func:`read_columns_task`)."""
-        import dask
-
         fmt = self._fmt(split, fmt)
         blk = self.entry(split)["blocks"][fmt][i][j]
         args = (self.root, split, fmt, i, j, blk, self.block_shape(split, i, j))
@@ -359,6 +361,7 @@ class Store:
             (tok, i): (_read_slice_task, root, key, arrays[name], int(rb[i]), int(rb[i + 1]))
             for i in range(len(rb) - 1)
         }
+        # local: dask.array (~0.25 s, ~13 MiB to import) stays out of workers reading blocks
         import dask.array as da
 
         return da.Array(dsk, tok, (tuple(np.diff(rb).tolist()),), meta=np.empty(0, np.float64))

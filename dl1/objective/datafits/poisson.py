@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import xlogy
 
@@ -72,6 +73,7 @@ class Poisson(PointwiseLoss):
     def sklearn_estimator(self, res: Any) -> Any:
         """scikit-learn's ``PoissonRegressor`` (L2 only: ``l1_ratio == 0``), whose
         objective is the same: half the mean deviance plus ``alpha / 2 ||w||^2``."""
+        # local: scikit-learn (~1 s, ~120 MiB) only to compare with it; workers import datafits
         from sklearn.linear_model import PoissonRegressor
 
         if res.l1_ratio != 0.0:
@@ -79,8 +81,6 @@ class Poisson(PointwiseLoss):
                 "scikit-learn's PoissonRegressor has an L2 penalty only: no equivalent of a "
                 f"Poisson fit with l1_ratio={res.l1_ratio}"
             )
-        import scipy.sparse as sp
-
         est = PoissonRegressor(alpha=res.alpha, fit_intercept=bool(res.fit_intercept),
                                tol=res.tol)  # fmt: skip
         # fitted (public API only) on one row of zeros, so that its link is set; the caller

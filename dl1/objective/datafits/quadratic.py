@@ -146,6 +146,7 @@ class Quadratic:
     def sklearn_estimator(self, res: Any) -> Any:
         """scikit-learn's ``Lasso`` (``l1_ratio == 1``) or ``ElasticNet``, same ``alpha`` and
         ``l1_ratio``: the same objective."""
+        # local: scikit-learn (~1 s, ~120 MiB) only to compare with it; workers import datafits
         from sklearn.linear_model import ElasticNet, Lasso
 
         kw = dict(alpha=res.alpha, fit_intercept=bool(res.fit_intercept), tol=res.tol)
