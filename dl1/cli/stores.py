@@ -217,7 +217,8 @@ def generate(
     "--n-features",
     type=click.IntRange(min=1),
     default=None,
-    help="Number of features (default: largest index seen).",
+    help="Number of features (default: the largest index seen, refused above max(2**24, "
+    "16 x nonzeros) columns).",
 )
 @click.option(
     "--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True
