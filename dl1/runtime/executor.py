@@ -12,7 +12,7 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import dask
 import dask.local
@@ -38,10 +38,8 @@ class Executor(Protocol):
     """What a solver runs its steps through. ``handle``s are futures (Dask's, or values in
     process); every wait is bounded (:mod:`dl1.runtime.watchdog`).
 
-    ``submit_pass`` and ``submit_then_scan`` are the working-set solver's rounds run by the
-    subproblem's partition server (direct calls); they return a handle with ``result()``,
-    or None when no server runs them (in process, plain tasks, or a call that failed and
-    fell back to tasks): the solver then runs the same steps as tasks.
+    An executor whose partition servers also run the working-set solver's passes is a
+    :class:`PassServer` as well.
     """
 
     n_workers: int
@@ -56,8 +54,30 @@ class Executor(Protocol):
     def check_memory(self, floor: Any) -> None: ...
     def broadcast(self, fn: Callable, *args: Any) -> None: ...
     def close(self) -> None: ...
-    def submit_pass(self, *args: Any) -> Any | None: ...
-    def submit_then_scan(self, *args: Any) -> Any | None: ...
+
+
+class PassRequest(NamedTuple):
+    """A pass over the feature blocks, as the working-set solver asks a
+    :class:`PassServer` to run it: each partition's blocks (futures), their column ranges
+    and alive sets, the screening threshold and the working set's minimum size."""
+
+    parts: list[list[Any]]
+    bounds: list[list[tuple[int, int]]]
+    alive: list[list[Any]]
+    threshold: float
+    ws_start: int
+
+
+@runtime_checkable
+class PassServer(Protocol):
+    """An executor whose partition servers run the working-set solver's rounds (direct
+    calls, :mod:`dl1.runtime.rpc`). Each method returns a handle with ``result()``, or
+    None when no server can run it now (a block not held by one server, a call that failed
+    and fell back to tasks): the solver then runs the same steps as tasks."""
+
+    def submit_pass(self, request: PassRequest, theta: Any, w_parts: list[Any],
+                    ws_size: int) -> Any | None: ...  # fmt: skip
+    def submit_then_scan(self, request: PassRequest, fn: Callable, *args: Any) -> Any | None: ...
 
 
 #: The baseline memory of each worker this process warmed up (:func:`warm_up` run there by
@@ -105,13 +125,6 @@ class LocalExecutor:
     def close(self) -> None:
         """Release what the solve held beside its tasks (here: nothing)."""
 
-    def submit_pass(self, *args: Any) -> None:
-        """A pass run by the subproblem's server: none here (the coordinator runs it)."""
-        return None
-
-    def submit_then_scan(self, *args: Any) -> None:
-        """A subproblem followed by the next pass on one server: none here."""
-        return None
 
 
 class DistributedExecutor:
@@ -241,13 +254,6 @@ class DistributedExecutor:
         """Release what the solve held beside its tasks (tasks: nothing; see
         :meth:`dl1.runtime.rpc.RpcExecutor.close`)."""
 
-    def submit_pass(self, *args: Any) -> None:
-        """A pass run by the subproblem's server: none here (the coordinator runs it)."""
-        return None
-
-    def submit_then_scan(self, *args: Any) -> None:
-        """A subproblem followed by the next pass on one server: none here."""
-        return None
 
     def compute(self, delayed: list[Any], workers: list[int] | None = None) -> list[Any]:
         engage_low_latency()

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dl1.runtime.calls import Call, send_call, start_call
-from dl1.runtime.executor import DistributedExecutor
+from dl1.runtime.executor import DistributedExecutor, PassRequest
 from dl1.runtime.wire import (
     OPENER,
     PROBE_S,
@@ -340,62 +340,43 @@ class RpcExecutor(DistributedExecutor):
                     self.fall_back()
         return self.task_submit(fn, *args)
 
-    def submit_then_scan(
-        self,
-        parts: list[list[Any]],
-        bounds: list[list[tuple[int, int]]],
-        alive: list[list[Any]],
-        threshold: float,
-        ws_start: int,
-        fn: Any,
-        *args: Any,
-    ) -> RpcFuture | None:
-        """``fn(*args)`` (a working-set subproblem) on its server, which then runs the next
-        pass over ``parts`` (each partition's block futures, with their column ranges and
-        alive sets) as the coordinator would (:meth:`PartitionServer.call`). A handle whose
-        ``result()`` is ``(fn's result, each partition's scan results or None, the pass's
-        seconds)``; None when a partition's blocks are not all held by one server (then
-        submit ``fn`` alone)."""
+    def submit_then_scan(self, request: PassRequest, fn: Any, *args: Any) -> RpcFuture | None:
+        """``fn(*args)`` (a working-set subproblem) on its server, which then runs the
+        ``request``ed pass as the coordinator would (:meth:`PartitionServer.call`). A
+        handle whose ``result()`` is ``(fn's result, each partition's scan results or None,
+        the pass's seconds)``; None when a partition's blocks are not all held by one
+        server (then submit ``fn`` alone)."""
         return self._home_call(
-            (parts, bounds, alive, threshold, ws_start),
+            request,
             "call",
             lambda home, plan: (fn, [self._wire(a, home) for a in args], plan),
             # by tasks: the subproblem alone (the coordinator then runs the pass)
             lambda: (self.by_task(fn, *args), None, 0.0),
         )
 
-    def submit_pass(
-        self,
-        parts: list[list[Any]],
-        bounds: list[list[tuple[int, int]]],
-        alive: list[list[Any]],
-        threshold: float,
-        ws_start: int,
-        theta: np.ndarray,
-        w_parts: list[Any],
-        ws_size: int,
-    ) -> RpcFuture | None:
-        """A pass over ``parts`` at ``theta`` run by the subproblem's server, its peers'
+    def submit_pass(self, request: PassRequest, theta: np.ndarray, w_parts: list[Any],
+                    ws_size: int) -> RpcFuture | None:  # fmt: skip
+        """The ``request``ed pass at ``theta`` run by the subproblem's server, its peers'
         partitions by its calls to them (:meth:`PartitionServer.scan_pass`). A handle whose
         ``result()`` is each partition's scan results, or None if the call failed (the
         executor then runs tasks); None when a partition's blocks are not all held by one
         server."""
         return self._home_call(
-            (parts, bounds, alive, threshold, ws_start),
+            request,
             "scan_pass",
             lambda home, plan: (plan, theta, w_parts, int(ws_size)),
             no_result,
         )
 
-    def _home_call(self, pass_args: tuple, method: str, args: Any, fallback: Any) -> Any:
+    def _home_call(self, request: PassRequest, method: str, args: Any, fallback: Any) -> Any:
         """``method(*args(home, plan))`` of the subproblem's server (``home``), ``plan``
-        the wire form of the pass :meth:`_plan` makes of ``pass_args``: an
+        the wire form of the pass :meth:`_plan` makes of ``request``: an
         :class:`RpcFuture` falling back to ``fallback()``; None when there is no such plan
         or server."""
         if self.broken:
             return None
         try:
-            plan = self._plan(*pass_args)
+            plan = self._plan(request)
             if plan is None:
                 return None
             home = min(self._ready())
@@ -404,29 +385,23 @@ class RpcExecutor(DistributedExecutor):
             self.fall_back()
             return None
 
-    def _plan(
-        self,
-        parts: list[list[Any]],
-        bounds: list[list[tuple[int, int]]],
-        alive: list[list[Any]],
-        threshold: float,
-        ws_start: int,
-    ) -> ScanPlan | None:
-        """The wire form of a pass over ``parts`` (None: a partition's blocks are not all
+    def _plan(self, request: PassRequest) -> ScanPlan | None:
+        """The wire form of the ``request``ed pass (None: a partition's blocks are not all
         futures held by one server)."""
         # local: distributed (~0.3 s to import), which import dl1.runtime.rpc does without
         from distributed import Future
 
         holders = []
-        for part in parts:
+        for part in request.parts:
             if not all(isinstance(b, Future) for b in part):
                 return None
             where = set(self._holders(part))
             if len(where) != 1 or None in where:
                 return None
             holders.append(where.pop())
-        blocks = [[WireBlock(b.key) for b in part] for part in parts]
-        return ScanPlan(holders, blocks, bounds, alive, float(threshold), int(ws_start))
+        blocks = [[WireBlock(b.key) for b in part] for part in request.parts]
+        return ScanPlan(holders, blocks, request.bounds, request.alive, float(request.threshold),
+                        int(request.ws_start))  # fmt: skip
 
     def submit_to(self, part: int, fn: Any, *args: Any) -> Any:
         if not self.broken and fn is extract_task:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from dl1.objective.gap import duality_gap_from_stats
+from dl1.runtime.executor import PassRequest, PassServer
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.numerics import Progress, check_round
 from dl1.solvers.result import (
@@ -366,8 +367,10 @@ class Run:
         if self.screen or not self.problem.penalty.uniform:  # the servers pass the plain one
             return None
         pb = self.problem
+        if not isinstance(pb.executor, PassServer):
+            return None
         handle = pb.executor.submit_pass(
-            *self.pass_plan(), theta,
+            self.pass_request(), theta,
             [coef_by_block(self.w, pb.col_bounds, q, self.support) for q in pb.partitions],
             ws_size,
         )  # fmt: skip
@@ -375,9 +378,9 @@ class Run:
         self.by_server = scans is not None
         return scans
 
-    def pass_plan(self) -> tuple:
-        """A pass's partitions for the subproblem's server: their blocks, column ranges and
-        alive sets, the threshold and the working set's minimum size."""
+    def pass_request(self) -> PassRequest:
+        """The next pass, as the subproblem's server runs it: each partition's blocks,
+        column ranges and alive sets, the threshold and the working set's minimum size."""
         pb = self.problem
         blocks = [[pb.blocks[j] for j in part] for part in pb.partitions]
         bounds = [
@@ -385,7 +388,7 @@ class Run:
             for part in pb.partitions
         ]
         alive = [[self.alive[j] for j in part] for part in pb.partitions]
-        return blocks, bounds, alive, self.threshold, self.solver.ws_start
+        return PassRequest(blocks, bounds, alive, self.threshold, self.solver.ws_start)
 
     def certify(self, r: int, last: LastScan) -> dict[str, Any]:
         """The gap of the current point from the pass's block statistics; the round's
@@ -543,9 +546,9 @@ class Run:
         """The subproblem, and with direct calls (no screening) the next pass run by its
         server in the same call; else the subproblem alone as a task."""
         ex = self.problem.executor
-        plain = not self.screen and self.problem.penalty.uniform
-        fused = None if not plain else ex.submit_then_scan(
-            *self.pass_plan(), subproblem_task, *call
+        served = isinstance(ex, PassServer) and not self.screen and self.problem.penalty.uniform
+        fused = None if not served else ex.submit_then_scan(
+            self.pass_request(), subproblem_task, *call
         )
         if fused is None:
             (out,) = ex.gather([ex.submit(subproblem_task, *call)])

@@ -1,4 +1,5 @@
-"""Every executor implements the declared Executor protocol (dl1.runtime.executor)."""
+"""Every executor implements the declared Executor protocol, and the direct calls the
+PassServer one too (dl1.runtime.executor)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import inspect
 
 import pytest
 
-from dl1.runtime.executor import DistributedExecutor, Executor, LocalExecutor
+from dl1.runtime.executor import DistributedExecutor, Executor, LocalExecutor, PassServer
 from dl1.runtime.rpc import RpcExecutor
 
 
@@ -17,13 +18,15 @@ def test_every_executor_implements_the_protocol(local_cluster):
     try:
         declared = [n for n, _ in inspect.getmembers(Executor, inspect.isfunction)
                     if not n.startswith("_")]  # fmt: skip
-        assert "submit_pass" in declared and "gather" in declared
+        assert "gather" in declared and "submit_pass" not in declared
         for ex, transport in ((local, "local"), (tasks, "tasks"), (direct, "direct")):
             assert isinstance(ex, Executor), type(ex)
             assert ex.transport == transport
             assert ex.in_process is (ex is local)
             assert ex.n_workers == (1 if ex is local else 2)
-        assert local.submit_pass() is None and tasks.submit_then_scan() is None
+        # the working-set passes: a separate protocol, which only the direct calls serve
+        assert [isinstance(ex, PassServer) for ex in (local, tasks, direct)] == [
+            False, False, True]
     finally:
         direct.close()
 
