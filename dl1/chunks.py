@@ -118,13 +118,7 @@ def column_range(local: Any, lo: int, hi: int) -> Any:
                          shape=(local.shape[0], hi - lo), copy=False)  # fmt: skip
 
 
-def row_range(local: Any, lo: int, hi: int) -> Any:
-    """Rows ``lo:hi`` of an in-memory ``local`` (CSC or a NumPy array): a copy of those
-    rows only (a CSC matrix's rows are spread over its whole arrays)."""
-    return local[lo:hi]
-
-
-def data_bytes(local: Any) -> int:
+def matrix_nbytes(local: Any) -> int:
     """Bytes of an in-memory matrix's values and structure (a NumPy array's, or a SciPy
     sparse matrix's ``data``, ``indices`` and ``indptr``)."""
     if not sp.issparse(local):

@@ -16,7 +16,7 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
-from dl1.chunks import column_range, data_bytes
+from dl1.chunks import column_range, matrix_nbytes
 from dl1.errors import ValidationError
 from dl1.inputs import Inputs, check_two_classes
 from dl1.row_blocks import load_rows
@@ -244,7 +244,7 @@ def spread_blocks(ex: Any, local: Any, cb: np.ndarray, part_of: list[int], sw: n
         )
         for j in range(len(cb) - 1)
     ]
-    with graph_carrying(data_bytes(local)):
+    with graph_carrying(matrix_nbytes(local)):
         return ex.compute(tasks, workers=part_of)
 
 

@@ -14,7 +14,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from dl1.chunks import data_bytes, row_range
+from dl1.chunks import matrix_nbytes
 from dl1.errors import StoreCorruptError, ValidationError
 from dl1.inputs import SQUARES_MIN, Inputs
 from dl1.runtime.compute import graph_carrying
@@ -167,11 +167,11 @@ def spread_rows(ex: Any, local: Any, n_partitions: int) -> tuple[list[Any], np.n
     size = max(1, -(-n // n_partitions))  # the rows of rows_in_memory's chunks
     rb = np.r_[np.arange(0, n, size), n].astype(np.int64)
     tasks = [
-        dask.delayed(assemble_rows, pure=False)(i, int(rb[i]),
-                                                row_range(local, int(rb[i]), int(rb[i + 1])))
+        # rows of CSC: a copy of those rows only (they are spread over its whole arrays)
+        dask.delayed(assemble_rows, pure=False)(i, int(rb[i]), local[int(rb[i]):int(rb[i + 1])])
         for i in range(len(rb) - 1)
-    ]  # fmt: skip
-    with graph_carrying(data_bytes(local)):
+    ]
+    with graph_carrying(matrix_nbytes(local)):
         blocks = ex.compute(tasks, workers=list(range(len(tasks))))
     ex.wait(blocks)
     return blocks, rb

@@ -251,10 +251,10 @@ def _csr_of(megabytes: float, n: int = 20_000, p: int = 50_000, seed: int = 0):
 @pytest.mark.parametrize("one_piece", [False, True])
 def test_in_memory_data_too_big_for_the_workers_is_refused_up_front(one_piece):
     """A 230 MB in-memory CSR matrix on two workers of 600 MiB, distributed (each worker
-    receives the matrix to cut its blocks) and in one piece forced (one worker receives it
-    and builds every block). Before: the workers paused and a MemoryStallError came after
-    the stall timeout (81 s), or, in one piece, Dask's CommClosedError after two nanny
-    restarts.
+    receives its blocks' columns and builds its blocks) and in one piece forced (one worker
+    receives the matrix and builds every block). Before: the workers paused and a
+    MemoryStallError came after the stall timeout (81 s), or, in one piece, Dask's
+    CommClosedError after two nanny restarts.
 
     Pass: WorkerMemoryError within 60 s (dl1's warm-up on the workers), naming a
     memory_limit above 600 MiB; a 5 MB matrix on the same cluster is fitted.
