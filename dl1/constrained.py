@@ -21,7 +21,7 @@ import numpy as np
 from dl1.errors import ValidationError
 from dl1.inputs import check_two_classes, read_inputs
 from dl1.loading import col_scales, decide_stream, load_blocks
-from dl1.params import CONSTRAINED, CONSTRAINED_PATH, validate_params
+from dl1.params import CONSTRAINED, CONSTRAINED_PATH, validated
 from dl1.paths import PathResult
 from dl1.paths.evaluation import records_as_arrays, sparse_record, test_data, test_metric
 from dl1.paths.loop import AlphaStep, walk
@@ -101,6 +101,7 @@ def fw_problem(
     return prob, t_load
 
 
+@validated(CONSTRAINED, "dl1.fit_constrained()")
 @coordinating
 def fit_constrained(
     X: Any,
@@ -172,7 +173,6 @@ def fit_constrained(
     dl1.solvers.fw_problem.FWResult
         With ``stopped_by_`` naming the rule that ended the run.
     """
-    validate_params(CONSTRAINED, dict(locals()), "dl1.fit_constrained()")
     solver = FrankWolfeSolver(
         stop=stop, tol=tol, step_tol=step_tol, max_iter=max_iter, seed=seed, certify=certify,
         verbose=verbose, callback=callback,
@@ -335,6 +335,7 @@ def path_extra(res: FWResult, delta: float) -> dict[str, Any]:
     }
 
 
+@validated(CONSTRAINED_PATH, "dl1.path_constrained()")
 @coordinating
 def path_constrained(
     X: Any,
@@ -397,7 +398,6 @@ def path_constrained(
         products, nonzeros read, full passes, the rule that stopped it, the penalised
         Lasso's relative gap and the objective ``f``.
     """
-    validate_params(CONSTRAINED_PATH, dict(locals()), "dl1.path_constrained()")
     solver = FrankWolfeSolver(
         stop=stop, tol=tol, step_tol=step_tol, max_iter=max_iter, seed=seed, certify=certify
     )

@@ -11,8 +11,9 @@ alpha ``1 / (C * training weight)`` differs by fold as in scikit-learn.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,24 +23,26 @@ from dl1.entry_labels import entry_labels
 from dl1.errors import ValidationError
 from dl1.inputs import as_vector, read_inputs
 from dl1.labels import with_classes
-from dl1.objective.datafits import datafit_class
-from dl1.objective.penalties.elastic_net import ElasticNet
-from dl1.params import PATH, validate_params
+from dl1.objective.datafits import datafit_class, make_datafit
+from dl1.params import PATH, validated
 from dl1.paths.cv import SCORINGS, CVResult, cross_validate, make_folds, path_runner
 from dl1.paths.evaluation import alpha_grid
 from dl1.penalised import (
-    _set_up,
-    alpha_max,
+    FitCall,
     check_penalty,
-    fit,
+    fitted,
+    largest_alpha,
     make_penalty,
-    make_solver,
+    set_up,
 )
-from dl1.routing import check_call
+from dl1.routing import Plan, check_call, direct_calls
 from dl1.runtime import one_piece
 from dl1.runtime.executor import coordinating, executor_for
 from dl1.solvers.base import Problem
+from dl1.solvers.options import SolverOptions
+from dl1.solvers.registry import make_solver
 from dl1.solvers.result import FitResult
+from dl1.specs import Call, Data, Execution, Grid, Model
 
 
 @dataclass(frozen=True)
@@ -99,53 +102,41 @@ def handle(X: Any, y: Any, client: Any, n_partitions: int, split: str) -> Iterat
 
 def cross_validated(
     ds: Any,
+    model: Model,
+    solver: Any,
     *,
     cv: Any,
     scoring: str | None,
     sample_weight: Any,
     client: Any,
-    loss: str,
-    l1_ratio: float,
-    alphas: Any = None,
-    n_alphas: int = 100,
-    eps: float = 1e-3,
+    grid: Grid,
     Cs: Any = None,
-    penalty_factor: Any = None,
-    positive: bool = False,
-    bounds: Any = None,
-    **settings: Any,
 ) -> CVResult:
-    """Cross-validation of one grid on the data handle ``ds`` (:mod:`dl1.paths.cv`): the
-    grid is ``alphas``, or ``n_alphas`` from the whole data's ``alpha_max`` down to ``eps``
-    times it, the same on every fold; or, given ``Cs`` (increasing), each fold's
-    ``1 / (C * training weight)``."""
-    classifies = datafit_class(loss).classifies
+    """Cross-validation of one grid on the data handle ``ds`` (:mod:`dl1.paths.cv`): each
+    fold's path of ``model`` (its penalty at alpha 1) solved by ``solver``, warm-started
+    from alpha to alpha. The grid is ``grid``'s alphas, or its ``n_alphas`` from the whole
+    data's ``alpha_max`` down to ``eps`` times it, the same on every fold; or, given ``Cs``
+    (increasing), each fold's ``1 / (C * training weight)``."""
+    classifies = datafit_class(model.loss).classifies
     scoring = scoring or ("accuracy" if classifies else "mse")
     if scoring not in SCORINGS or (scoring == "mse") == classifies:
-        raise ValidationError(f"scoring={scoring!r} does not go with loss={loss!r}")
+        raise ValidationError(f"scoring={scoring!r} does not go with loss={model.loss!r}")
     n = ds.shape[0]
     sw = None if sample_weight is None else as_vector(sample_weight, n, "sample_weight")
     folds = make_folds(cv, n, ds.y, classifier=classifies)
-    keys = ("fit_intercept", "standardize", "tol", "max_rounds", "screen", "solver",
-            "random_order", "seed")  # fmt: skip
-    opts = {"fit_intercept": True, "standardize": False, "tol": 1e-4, "max_rounds": None,
-            "screen": False, "solver": "ws", "random_order": False, "seed": 0,
-            **{k: settings[k] for k in keys if k in settings}}  # fmt: skip
     if Cs is not None:
         Cs = np.sort(np.asarray(Cs, np.float64))
         grids = np.array([1.0 / (Cs * _weight_sum(sw, f.train)) for f in folds])
     else:
+        alphas = grid.alphas
         if alphas is None:
-            amax = alpha_max(ds, l1_ratio=l1_ratio, loss=loss, sample_weight=sw, client=client,
-                             fit_intercept=opts["fit_intercept"],
-                             standardize=opts["standardize"], penalty_factor=penalty_factor,
-                             positive=positive, bounds=bounds)  # fmt: skip
-            alphas = alpha_grid(amax, n_alphas, eps)
-        grid = np.sort(np.asarray(alphas, np.float64).ravel())[::-1]
-        grids = np.tile(grid, (len(folds), 1))
+            whole = Data(ds, None, sw)
+            amax = largest_alpha(whole, model, Execution(client, ds.n_partitions))
+            alphas = alpha_grid(amax, grid.n_alphas, grid.eps)
+        alphas = np.sort(np.asarray(alphas, np.float64).ravel())[::-1]
+        grids = np.tile(alphas, (len(folds), 1))
 
-    penalty = make_penalty(1.0, l1_ratio, penalty_factor, positive, bounds)
-    fold_run = FoldRun(loss, penalty, opts)
+    fold_run = FoldRun(model, solver)
     ex = executor_for(client)
     in_one_piece = None
     if one_piece.chosen(ex, ds.held_bytes, None):
@@ -167,34 +158,29 @@ def cross_validated(
 
 @dataclass(frozen=True)
 class FoldRun:
-    """How each fold's path is solved: the loss, the penalty mix and the solver's settings
-    (a plain record: it travels with the folds solved in one piece)."""
+    """How each fold's path is solved: the model (its penalty at alpha 1: each alpha's is
+    ``penalty.at(alpha)``) and the configured solver (a plain record: it travels with the
+    folds solved in one piece)."""
 
-    loss: str
-    penalty: ElasticNet  # at alpha 1: each alpha's is ``penalty.at(alpha)``
-    opts: dict[str, Any]
+    model: Model
+    solver: Any
 
     def problem_for(self, view: Any, weights: Any, client: Any) -> tuple[Any, Problem]:
-        """The solver and the loaded problem of the training view ``view``."""
-        opts = self.opts
-        inputs = read_inputs(view, None, weights, self.loss, "train")
-        solver = make_solver(
-            opts["solver"], max_rounds=opts["max_rounds"], datafit=inputs.datafit,
-            random_order=opts["random_order"], seed=opts["seed"], screen=opts["screen"],
-            tight_inner=True,
-        )  # fmt: skip
-        check_call(inputs, client, solver, self.loss, view.n_partitions)
-        check_penalty(self.penalty, solver, opts["standardize"])
-        problem, _ = _set_up(
-            inputs, executor_for(client), False, solver, penalty=self.penalty,
-            fit_intercept=opts["fit_intercept"], standardize=opts["standardize"],
-            tol=opts["tol"], n_partitions=view.n_partitions, loss=self.loss,
-        )  # fmt: skip
+        """The solver (a copy per fold: folds run side by side) and the loaded problem of
+        the training view ``view``."""
+        solver, loss = copy.copy(self.solver), self.model.loss
+        inputs = read_inputs(view, None, weights, loss, "train")
+        check_call(inputs, client, solver, loss, view.n_partitions)
+        call = Call(Data(view, None, weights), self.model, solver,
+                    Execution(client, view.n_partitions, False))  # fmt: skip
+        ex = direct_calls(executor_for(client), solver, False)
+        problem, _ = set_up(call, Plan(inputs=inputs, ex=ex))
         return solver, problem
 
     def runner(self, client: Any) -> Any:
         """The fold runner of :func:`dl1.paths.cv.cross_validate` on ``client``."""
-        return path_runner(lambda v, w: self.problem_for(v, w, client), penalty=self.penalty)
+        return path_runner(lambda v, w: self.problem_for(v, w, client),
+                           penalty=self.model.penalty)  # fmt: skip
 
 
 def fold_in_process(X: Any, *, client: Any, job: Any, fold_run: FoldRun) -> Any:
@@ -207,6 +193,7 @@ def _weight_sum(sw: np.ndarray | None, rows: np.ndarray) -> float:
     return float(rows.shape[0]) if sw is None else float(sw[rows].sum())
 
 
+@validated({k: v for k, v in PATH.items() if k != "l1_ratio"}, "dl1.fit_cv()")
 @coordinating
 def fit_cv(
     X: Any,
@@ -265,34 +252,26 @@ def fit_cv(
     -------
     CrossValidatedFit
     """
-    validate_params({k: v for k, v in PATH.items() if k != "l1_ratio"}, locals(), "dl1.fit_cv()")
     ratios = np.atleast_1d(np.asarray(l1_ratio, dtype=np.float64))
     if ratios.ndim != 1 or ratios.size == 0 or np.any((ratios < 0) | (ratios > 1)):
         raise ValidationError(f"l1_ratio must be in [0, 1] (one value or several); got {l1_ratio}")
-    settings = dict(fit_intercept=fit_intercept, standardize=standardize, tol=tol,
-                    max_rounds=max_rounds, solver=solver, screen=screen,
-                    random_order=random_order, seed=seed, penalty_factor=penalty_factor,
-                    positive=positive, bounds=bounds)  # fmt: skip
     labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1, before any work
+    datafit = make_datafit(loss)
+    options = SolverOptions(max_rounds=max_rounds, random_order=random_order, seed=seed)
+    refit_solver = make_solver(solver, options, datafit)
+    # warm-started along each fold's path, the working set is usually right (dl1.path's)
+    path_solver = make_solver(solver, replace(options, screen=screen, tight_inner=True), datafit)
+    models = [Model(loss, make_penalty(1.0, float(r), penalty_factor, positive, bounds),
+                    fit_intercept, standardize, tol) for r in ratios]  # fmt: skip
+    for m in models:
+        check_penalty(m.penalty, path_solver, standardize)
     with handle(labels.X, labels.y, client, n_partitions, split) as ds:
         sw = sample_weight if sample_weight is not None else ds.sample_weight
         results = [
-            cross_validated(
-                ds,
-                cv=cv,
-                scoring=scoring,
-                sample_weight=sw,
-                client=client,
-                loss=loss,
-                l1_ratio=float(r),
-                alphas=alphas,
-                n_alphas=n_alphas,
-                eps=eps,
-                Cs=Cs,
-                **settings,
-            )
-            for r in ratios
-        ]
+            cross_validated(ds, m, path_solver, cv=cv, scoring=scoring, sample_weight=sw,
+                            client=client, grid=Grid(alphas, n_alphas, eps), Cs=Cs)
+            for m in models
+        ]  # fmt: skip
         best = _best_ratio(results)
         chosen = results[best]
         total = float(ds.shape[0] if sw is None else np.sum(sw))
@@ -305,9 +284,9 @@ def fit_cv(
             alpha, alpha_1se = (float(chosen.alphas[0][k]) for k in (chosen.best, chosen.best_1se))
         res = None
         if refit:
-            res = fit(ds, alpha=alpha, l1_ratio=float(ratios[best]), loss=loss,
-                      sample_weight=sample_weight, client=client, n_partitions=ds.n_partitions,
-                      **{k: v for k, v in settings.items() if k != "screen"})  # fmt: skip
+            model = replace(models[best], penalty=models[best].penalty.at(alpha))
+            res = fitted(FitCall(Data(ds, None, sample_weight), model, refit_solver,
+                                 Execution(client, ds.n_partitions)))  # fmt: skip
     return CrossValidatedFit(results, best, ratios, float(alpha), float(alpha_1se), chosen.best,
                              chosen.best_1se, with_classes(res, labels.classes),
                              labels.classes)  # fmt: skip

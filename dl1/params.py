@@ -19,6 +19,8 @@ A constraint is one of:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping
@@ -128,6 +130,31 @@ def validate_params(
     for name, value in params.items():
         if name in constraints:
             check_value(name, value, constraints[name], where)
+
+
+def validated(
+    constraints: Mapping[str, list[Any]], where: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator (scikit-learn's ``validate_params``): the function's arguments, bound to
+    its signature with their defaults, checked against ``constraints`` before its body
+    runs, so that an entry point's keywords are validated once, where it is called."""
+
+    def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(func)
+
+        @functools.wraps(func)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as exc:  # as Python says it, naming the function
+                raise TypeError(f"{func.__name__}() {exc}") from None
+            bound.apply_defaults()
+            validate_params(constraints, bound.arguments, where)
+            return func(*args, **kwargs)
+
+        return checked
+
+    return wrap
 
 
 def predicate(description: str) -> Callable[[Callable[[Any], bool]], Callable[[Any], bool]]:

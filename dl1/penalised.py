@@ -1,14 +1,16 @@
-"""The penalised problem's entry points ``dl1.fit`` and ``dl1.alpha_max`` (the functional
-core of the estimators), and the set-up they share with ``dl1.path``
-(:mod:`dl1.penalised_path`) and cross-validation (:mod:`dl1.cross_validation`)."""
+"""The penalised problem's entry points ``dl1.fit`` and ``dl1.alpha_max`` (used by the
+estimators), each a thin shell that validates its keywords once, builds the call's record
+(:class:`FitCall`) and hands it to its functional core (:func:`fitted`); and the set-up
+they share with ``dl1.path`` (:mod:`dl1.penalised_path`) and cross-validation
+(:mod:`dl1.cross_validation`)."""
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import time
+from dataclasses import dataclass
 from typing import Any
 
-import dask
 import numpy as np
 
 from dl1.entry_labels import entry_labels
@@ -19,58 +21,47 @@ from dl1.loading import col_scales, decide_stream, load_problem
 from dl1.objective.datafits import make_datafit
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.objective.penalties.weighted import WeightedElasticNet
-from dl1.params import PENALISED, validate_params
-from dl1.routing import check_dataset, read_or_ship
+from dl1.params import PENALISED, validated
+from dl1.routing import Plan, check_dataset, plan_execution
 from dl1.runtime.executor import coordinating, executor_for
-from dl1.runtime.one_piece import excluded
-from dl1.runtime.rpc import rpc_executor
 from dl1.solvers.alpha_max import problem_alpha_max
-from dl1.solvers.auto import choose_solver
 from dl1.solvers.base import Problem, WarmState
-from dl1.solvers.registry import SOLVERS, solver_class  # noqa: F401  (solvers load here)
+from dl1.solvers.options import SolverOptions
+from dl1.solvers.registry import make_solver
 from dl1.solvers.result import FitResult, coef_by_block
+from dl1.specs import Call, Data, Execution, Model, solver_with_callback
 from dl1.tasks.passes import matvec_task
 from dl1.tasks.rows import rows_matvec_task
 
 
-def make_solver(
-    solver: str,
-    *,
-    max_rounds: int | None,
-    max_epochs: int | None = None,
-    datafit: Any = None,
-    **options: Any,
-) -> Any:
-    """The solver called ``solver`` in :data:`dl1.solvers.registry.SOLVERS` (``"auto"``:
-    :func:`dl1.solvers.auto.choose_solver`'s for ``datafit``), configured from the entry
-    points' keywords: each solver takes those its constructor names (the working-set solver
-    ``screen`` and ``spread``, coordinate descent ``n_epochs``, the sample-wise solvers
-    ``max_epochs``, ...); a keyword left to its default (None) is not passed. A solver
-    object is used as it is configured."""
-    if not isinstance(solver, str):
-        return solver
-    if solver == "auto":
-        solver = choose_solver(datafit)
-    cls = solver_class(solver)
-    accepted = inspect.signature(cls).parameters
-    options["max_rounds"] = 1000 if max_rounds is None else max_rounds
-    if max_epochs is not None:
-        options["max_epochs"] = max_epochs
-    return cls(**{k: v for k, v in options.items() if k in accepted})
+@dataclass(frozen=True)
+class FitCall(Call):
+    """One :func:`fit` call, validated (:mod:`dl1.specs`), with its warm start."""
+
+    coef_init: Any = None
+    intercept_init: float | None = None
+
+    @property
+    def callback(self) -> Any:
+        return getattr(self.solver, "callback", None)  # called per round by the solver
+
+    def with_callback(self, callback: Any) -> FitCall:
+        return dataclasses.replace(self, solver=solver_with_callback(self.solver, callback))
 
 
-def _set_up(
-    inputs: Any, ex: Any, stream: bool | None, solver: Any, **settings: Any
-) -> tuple[Problem, float]:
-    """The out-of-core decision on executor ``ex`` (given direct calls where ``solver``
-    gains from them), and the loaded problem with its loading seconds."""
-    settings["penalty"].check_features(int(inputs.X.shape[1]))
-    streamed = decide_stream(stream, inputs.store, inputs.split, ex, inputs.dataset)
-    ex = direct_calls(ex, solver, streamed)
+def set_up(call: Call, plan: Plan) -> tuple[Problem, float]:
+    """The problem of ``call`` loaded as ``plan`` says, with its loading seconds (the
+    servers started for it closed if loading fails or is interrupted)."""
+    model = call.model
     try:
-        return load_problem(inputs, ex, streamed=streamed, layout=solver.layout, **settings)
-    except BaseException:  # an error or an interrupt: the servers started meanwhile go
-        ex.close()
+        return load_problem(
+            plan.inputs, plan.ex, penalty=model.penalty, fit_intercept=model.fit_intercept,
+            standardize=model.standardize, tol=model.tol,
+            n_partitions=call.execution.n_partitions, loss=model.loss,
+            streamed=plan.streamed, layout=call.solver.layout,
+        )  # fmt: skip
+    except BaseException:
+        plan.ex.close()
         raise
 
 
@@ -107,15 +98,7 @@ def check_penalty(penalty: ElasticNet, solver: Any, standardize: bool = False) -
                               "give standardize=False")  # fmt: skip
 
 
-def direct_calls(ex: Any, solver: Any, streamed: bool) -> Any:
-    """``ex`` with direct calls to the workers' partition servers when the solver's rounds
-    gain from them (blocks in worker memory, gathered subproblems), unless Dask's
-    configuration says ``dl1.direct-calls: False`` (every step a Dask task)."""
-    if streamed or not solver.direct_calls or not dask.config.get("dl1.direct-calls", True):
-        return ex
-    return rpc_executor(ex)
-
-
+@validated(PENALISED, "dl1.fit()")
 @coordinating
 def fit(
     X: Any,
@@ -251,44 +234,48 @@ def fit(
         With a classification loss, ``classes_`` holds the two labels (``[-1.0, 1.0]`` for
         labels -1 / +1).
     """
-    call = dict(locals())
-    validate_params(PENALISED, call, "dl1.fit()")
     labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1, before any work
-    call.update(X=labels.X, y=labels.y)
-    solver_obj = make_solver(
-        solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=make_datafit(loss),
-        n_epochs=n_epochs,
+    options = SolverOptions(
+        max_rounds=max_rounds, max_epochs=max_epochs, n_epochs=n_epochs,
         random_order=random_order, seed=seed, screen=screen, spread=spread, verbose=verbose,
         callback=callback,
     )  # fmt: skip
-    penalty = make_penalty(alpha, l1_ratio, penalty_factor, positive, bounds)
-    check_penalty(penalty, solver_obj, standardize)
-    refusal = excluded(stream=stream, verbose=verbose)
-    ready = read_or_ship(fit, call, solver_obj, refusal)
-    if ready.shipped:
-        return with_classes(ready.result, labels.classes)
-    inputs, ex = ready.inputs, ready.ex
-    problem, t_load = _set_up(
-        inputs, ex, stream, solver_obj, penalty=penalty,
-        fit_intercept=fit_intercept, standardize=standardize, tol=tol,
-        n_partitions=n_partitions, loss=loss,
-    )  # fmt: skip
-    ex = problem.executor
+    call = FitCall(
+        Data(labels.X, labels.y, sample_weight, split),
+        Model(loss, make_penalty(alpha, l1_ratio, penalty_factor, positive, bounds),
+              fit_intercept, standardize, tol),  # fmt: skip
+        make_solver(solver, options, make_datafit(loss)),
+        Execution(client, n_partitions, stream, verbose),
+        coef_init, intercept_init,
+    )
+    check_penalty(call.model.penalty, call.solver, standardize)
+    return with_classes(fitted(call), labels.classes)
+
+
+def fitted(call: FitCall) -> FitResult:
+    """The functional core of :func:`fit`: ``call`` planned, its problem loaded and solved
+    (in one piece on a worker when the plan says so), certified by the solver."""
+    plan = plan_execution(fitted, call)
+    if plan.shipped:
+        return plan.answer
+    problem, t_load = set_up(call, plan)
+    ex, model = problem.executor, call.model
     t0 = time.perf_counter()
     warm = None
-    if coef_init is not None or intercept_init is not None:
-        warm = warm_state(problem, solver_obj, coef_init, intercept_init, standardize)
+    if call.coef_init is not None or call.intercept_init is not None:
+        warm = warm_state(problem, call.solver, call.coef_init, call.intercept_init,
+                          model.standardize)  # fmt: skip
     try:
-        res, state = solver_obj.solve(problem, warm)
-        solver_obj.release(problem, state)
+        res, state = call.solver.solve(problem, warm)
+        call.solver.release(problem, state)
     finally:  # interrupted too: nothing of the solve stays on the workers
         ex.close()
     res.load_seconds_ = t_load
     res.solve_seconds_ = time.perf_counter() - t0
-    res.n_samples_ = n_samples(inputs, problem)
-    if standardize:
+    res.n_samples_ = n_samples(plan.inputs, problem)
+    if model.standardize:
         res.coef_ = res.coef_ * col_scales(ex, problem.blocks)
-    return with_classes(res, labels.classes)
+    return res
 
 
 def warm_state(
@@ -320,6 +307,7 @@ def warm_state(
     return solver.restore(pb, {"w": w, "z": z}, b)
 
 
+@validated(PENALISED, "dl1.alpha_max()")
 @coordinating
 def alpha_max(
     X: Any,
@@ -345,20 +333,28 @@ def alpha_max(
     One pass over the data (per-block reductions on the workers; ``stream`` as in
     :func:`fit`; any two labels of a classification loss are mapped to -1 / +1 as there).
     """
-    validate_params(PENALISED, locals(), "dl1.alpha_max()")
     labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1
-    inputs = read_inputs(labels.X, labels.y, sample_weight, loss, split)
-    check_dataset(inputs, client, inputs.dataset.n_partitions if inputs.dataset else 2)
-    ex = executor_for(client)
-    streamed = decide_stream(stream, inputs.store, split, ex, inputs.dataset)
-    n_parts = inputs.dataset.n_partitions if inputs.dataset else max(1, ex.n_workers)
-    penalty = make_penalty(1.0, l1_ratio, penalty_factor, positive, bounds)
-    penalty.check_features(int(inputs.X.shape[1]))
+    data = Data(labels.X, labels.y, sample_weight, split)
+    model = Model(loss, make_penalty(1.0, l1_ratio, penalty_factor, positive, bounds),
+                  fit_intercept, standardize)  # fmt: skip
+    return largest_alpha(data, model, Execution(client, stream=stream))
+
+
+def largest_alpha(data: Data, model: Model, execution: Execution) -> float:
+    """The core of :func:`alpha_max`: one pass over ``data`` for ``model``'s penalty (its
+    ``l1_ratio`` and weights), on the partitions of a data handle or one per worker."""
+    inputs = read_inputs(data.X, data.y, data.sample_weight, model.loss, data.split)
+    n_parts = inputs.dataset.n_partitions if inputs.dataset else None
+    check_dataset(inputs, execution.client, n_parts or 2)
+    ex = executor_for(execution.client)
+    streamed = decide_stream(execution.stream, inputs.store, data.split, ex, inputs.dataset)
+    model.penalty.check_features(int(inputs.X.shape[1]))
     problem, _ = load_problem(
-        inputs, ex, penalty=penalty, fit_intercept=fit_intercept,
-        standardize=standardize, tol=1.0, n_partitions=n_parts, loss=loss, streamed=streamed,
+        inputs, ex, penalty=model.penalty, fit_intercept=model.fit_intercept,
+        standardize=model.standardize, tol=1.0, n_partitions=n_parts or max(1, ex.n_workers),
+        loss=model.loss, streamed=streamed,
     )  # fmt: skip
-    return problem_alpha_max(problem, l1_ratio)
+    return problem_alpha_max(problem, model.penalty.l1_ratio)
 
 
 def n_samples(inputs: Any, problem: Problem) -> int:

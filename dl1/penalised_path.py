@@ -3,8 +3,10 @@ scores, cross-validation (``cv=``) and a checkpoint that a path resumes from."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,8 +17,7 @@ from dl1.errors import ValidationError
 from dl1.labels import with_classes
 from dl1.loading import col_scales
 from dl1.objective.datafits import make_datafit
-from dl1.objective.penalties.elastic_net import ElasticNet
-from dl1.params import PATH, validate_params
+from dl1.params import PATH, validated
 from dl1.paths.checkpoint import PathCheckpoint
 from dl1.paths.checkpoint_format import solver_settings
 from dl1.paths.evaluation import (
@@ -30,21 +31,18 @@ from dl1.paths.evaluation import (
 )
 from dl1.paths.loop import AlphaStep, walk
 from dl1.paths.result import PathResult
-from dl1.penalised import (
-    _set_up,
-    check_penalty,
-    make_penalty,
-    make_solver,
-    n_samples,
-)
-from dl1.routing import read_or_ship
+from dl1.penalised import check_penalty, make_penalty, n_samples, set_up
+from dl1.routing import plan_execution
 from dl1.runtime.executor import coordinating
-from dl1.runtime.one_piece import excluded
 from dl1.solvers.alpha_max import problem_alpha_max
 from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.options import DEFAULT_MAX_ROUNDS, SolverOptions
+from dl1.solvers.registry import make_solver
 from dl1.solvers.result import ConvergenceWarning
+from dl1.specs import Call, Data, Execution, Grid, Model
 
 
+@validated(PATH, "dl1.path()")
 @coordinating
 def path(
     X: Any,
@@ -130,69 +128,78 @@ def path(
         (held-out labels ``y_test`` are mapped as the training labels; a value of neither
         class is refused).
     """
-    call = dict(locals())
-    validate_params(PATH, call, "dl1.path()")
     labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1, before any work
-    X, y = labels.X, labels.y
-    X_test, y_test = held_out(X, X_test, y_test, labels)
-    call.update(X=X, y=y, X_test=X_test, y_test=y_test)
-    base = make_penalty(1.0, l1_ratio, penalty_factor, positive, bounds)
-    if cv is not None:
-        if checkpoint is not None:
-            raise ValidationError("checkpoint is not available with cv")
-        settings = dict(
-            n_alphas=n_alphas, eps=eps, alphas=alphas, l1_ratio=l1_ratio, loss=loss,
-            fit_intercept=fit_intercept, standardize=standardize, tol=tol,
-            max_rounds=max_rounds, client=client, screen=screen, solver=solver,
-            random_order=random_order, seed=seed, X_test=X_test, y_test=y_test,
-            verbose=verbose, callback=callback, penalty_factor=penalty_factor,
-            positive=positive, bounds=bounds,
-        )  # fmt: skip
-        with handle(X, y, client, n_partitions, split) as ds:
-            cvres = cross_validated(ds, cv=cv, scoring=scoring, sample_weight=sample_weight,
-                                    **settings)  # fmt: skip
-            res = path(ds, sample_weight=sample_weight, n_partitions=ds.n_partitions,
-                       **{**settings, "alphas": cvres.alphas[0]})  # fmt: skip
-        res.cv_ = cvres
-        return with_classes(res, labels.classes)
-    solver_obj = make_solver(
-        solver, max_rounds=max_rounds, max_epochs=max_epochs, datafit=make_datafit(loss),
-        random_order=random_order,
-        seed=seed, screen=screen, spread=spread,
-        # warm-started from the previous alpha, the working set is usually right: its
-        # subproblem is solved to the target gap at once (one pass per alpha, not two)
-        tight_inner=True,
+    X_test, y_test = held_out(labels.X, X_test, y_test, labels)
+    if cv is not None and checkpoint is not None:
+        raise ValidationError("checkpoint is not available with cv")
+    options = SolverOptions(
+        max_rounds=max_rounds, max_epochs=max_epochs, random_order=random_order, seed=seed,
+        screen=screen, spread=spread, tight_inner=True,
     )  # fmt: skip
-    check_penalty(base, solver_obj, standardize)
-    refusal = excluded(stream=stream, checkpoint=checkpoint, verbose=verbose)
-    ready = read_or_ship(path, call, solver_obj, refusal)
-    if ready.shipped:
-        return with_classes(ready.result, labels.classes)
-    inputs, ex = ready.inputs, ready.ex
-    problem, _ = _set_up(
-        inputs, ex, stream, solver_obj, penalty=base,
-        fit_intercept=fit_intercept, standardize=standardize, tol=tol,
-        n_partitions=n_partitions, loss=loss,
-    )  # fmt: skip
-    ex = problem.executor
+    call = PathCall(
+        Data(labels.X, labels.y, sample_weight, split, X_test, y_test),
+        Model(loss, make_penalty(1.0, l1_ratio, penalty_factor, positive, bounds),
+              fit_intercept, standardize, tol),  # fmt: skip
+        make_solver(solver, options, make_datafit(loss)),
+        Execution(client, n_partitions, stream, verbose, callback, checkpoint),
+        Grid(alphas, n_alphas, eps), cv, scoring,
+    )
+    check_penalty(call.model.penalty, call.solver, standardize)
+    res = walked(call) if cv is None else cross_validated_path(call)
+    return with_classes(res, labels.classes)
+
+
+@dataclass(frozen=True)
+class PathCall(Call):
+    """One :func:`path` call, validated (:mod:`dl1.specs`): its grid and, with ``cv``, its
+    cross-validation."""
+
+    grid: Grid = Grid()
+    cv: Any = None
+    scoring: str | None = None
+
+
+def cross_validated_path(call: PathCall) -> PathResult:
+    """The path of ``call`` on the whole data, its grid cross-validated first on a data
+    handle (made here unless ``X`` is one): ``cv_`` holds the folds' scores."""
+    data, model, execution = call.data, call.model, call.execution
+    with handle(data.X, data.y, execution.client, execution.n_partitions, data.split) as ds:
+        cvres = cross_validated(ds, model, call.solver, cv=call.cv, scoring=call.scoring,
+                                sample_weight=data.sample_weight, client=execution.client,
+                                grid=call.grid)  # fmt: skip
+        whole = Data(ds, None, data.sample_weight, data.split, data.X_test, data.y_test)
+        res = walked(dataclasses.replace(
+            call, data=whole, grid=Grid(cvres.alphas[0]), cv=None,
+            execution=dataclasses.replace(execution, n_partitions=ds.n_partitions),
+        ))  # fmt: skip
+    res.cv_ = cvres
+    return res
+
+
+def walked(call: PathCall) -> PathResult:
+    """The functional core of :func:`path` (without ``cv``): ``call`` planned, its problem
+    loaded, its alphas solved in turn, each warm-started from the previous one (in one
+    piece on a worker when the plan says so)."""
+    plan = plan_execution(walked, call)
+    if plan.shipped:
+        return plan.answer
+    problem, _ = set_up(call, plan)
+    data, model, execution = call.data, call.model, call.execution
+    ex, solver = problem.executor, call.solver
     try:
-        grid = _grid(problem, alphas, n_alphas, eps, l1_ratio)
-        test = test_data(X, X_test, y_test)
-        settings = _checkpoint_settings(call, inputs, test, solver_obj, base)
-        ck = None
-        if checkpoint is not None:
-            ck = PathCheckpoint.open_or_create(
-                checkpoint, fingerprint=fingerprint(X, inputs.y, split), settings=settings,
-                alphas=grid, n_features=problem.p,
-            )  # fmt: skip
-        state, start = _resumed(ck, solver_obj, problem, grid, l1_ratio)
-        scales = col_scales(ex, problem.blocks) if standardize else None
+        grid = _grid(problem, call.grid, model.penalty.l1_ratio)
+        test = test_data(data.X, data.X_test, data.y_test)
+        ck = _checkpoint(call, plan.inputs, test, problem, grid)
+        state, start = _resumed(ck, solver, problem, grid)
+        scales = col_scales(ex, problem.blocks) if model.standardize else None
         records: list[dict[str, Any]] = []
 
         def on_alpha(step: AlphaStep) -> None:
             res, w = step.result, step.result.coef_
             coef = w if scales is None else w * scales
-            metric = None if test is None else test_metric(test, coef, res.intercept_, client, loss)
+            metric = None
+            if test is not None:
+                metric = test_metric(test, coef, res.intercept_, execution.client, model.loss)
             rec = dict(
                 coef=coef, intercept=res.intercept_, gap=res.gap_, converged=res.converged_,
                 n_active=int(np.count_nonzero(w)), passes=res.passes_, seconds=step.seconds,
@@ -201,31 +208,42 @@ def path(
             if ck is not None:
                 ck.record(step.k, **rec, state=step.state.checkpoint_arrays())
             records.append(sparse_record(rec))
-            _report(step, rec, tol, verbose, callback)
+            _report(step, rec, model.tol, execution)
 
-        penalty_at = base.at
-        walk(solver_obj, problem, grid, penalty_at, on_alpha, state=state, start=start,
+        walk(solver, problem, grid, model.penalty.at, on_alpha, state=state, start=start,
              reproducible=ck is not None)  # fmt: skip
     finally:  # interrupted too: nothing of the solve stays on the workers
         ex.close()
     d = ck.load() if ck is not None else records_as_arrays(records, problem.p)
-    res = PathResult.from_checkpoint_arrays(d, alphas=grid, l1_ratio=l1_ratio, loss=loss, tol=tol)
-    res.fit_intercept, res.n_samples_ = fit_intercept, n_samples(inputs, problem)
-    return with_classes(res, labels.classes)
+    res = PathResult.from_checkpoint_arrays(d, alphas=grid, l1_ratio=model.penalty.l1_ratio,
+                                            loss=model.loss, tol=model.tol)  # fmt: skip
+    res.fit_intercept, res.n_samples_ = model.fit_intercept, n_samples(plan.inputs, problem)
+    return res
 
 
-def _checkpoint_settings(
-    call: dict[str, Any], inputs: Any, test: Any, solver: Any, penalty: ElasticNet
-) -> dict[str, Any]:
+def _checkpoint(
+    call: PathCall, inputs: Any, test: Any, problem: Problem, grid: np.ndarray
+) -> PathCheckpoint | None:
+    """The path's checkpoint, opened (to resume) or created; None without one."""
+    if call.execution.checkpoint is None:
+        return None
+    return PathCheckpoint.open_or_create(
+        call.execution.checkpoint, fingerprint=fingerprint(call.data.X, inputs.y, call.data.split),
+        settings=_checkpoint_settings(call, inputs, test), alphas=grid, n_features=problem.p,
+    )  # fmt: skip
+
+
+def _checkpoint_settings(call: PathCall, inputs: Any, test: Any) -> dict[str, Any]:
     """What a path's checkpoint resumes only with: the call's problem and solver settings,
     digests of its weights and test targets, and a weighted penalty's factors and sign."""
+    model, solver, penalty = call.model, call.solver, call.model.penalty
     settings = {
-        "l1_ratio": call["l1_ratio"], "loss": call["loss"],
-        "fit_intercept": call["fit_intercept"], "standardize": call["standardize"],
-        "tol": call["tol"],
-        "max_rounds": 1000 if call["max_rounds"] is None else call["max_rounds"],
-        "n_partitions": call["n_partitions"], "solver": call["solver"],
-        "screen": call["screen"],
+        "l1_ratio": penalty.l1_ratio, "loss": model.loss,
+        "fit_intercept": model.fit_intercept, "standardize": model.standardize,
+        "tol": model.tol,
+        "max_rounds": getattr(solver, "max_rounds", DEFAULT_MAX_ROUNDS),
+        "n_partitions": call.execution.n_partitions, "solver": solver.name,
+        "screen": getattr(solver, "screen", False),
         "sample_weight": None if inputs.weights is None else crc(inputs.sample_weight),
         "test": None if test is None else crc(np.asarray(test[1])),
         "solver_options": solver_settings(solver),
@@ -241,18 +259,18 @@ def _checkpoint_settings(
     return settings
 
 
-def _grid(problem: Problem, alphas: Any, n_alphas: int, eps: float, l1_ratio: float) -> np.ndarray:
+def _grid(problem: Problem, grid: Grid, l1_ratio: float) -> np.ndarray:
     """The alphas of the path: given, or ``n_alphas`` from ``alpha_max`` down geometrically."""
-    if alphas is not None:
-        grid = np.asarray(alphas, dtype=np.float64).ravel()
-        if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
+    if grid.alphas is not None:
+        alphas = np.asarray(grid.alphas, dtype=np.float64).ravel()
+        if alphas.size == 0 or not np.all(np.isfinite(alphas)) or np.any(alphas <= 0):
             raise ValueError("alphas must be finite and > 0")
-        return grid
-    return alpha_grid(problem_alpha_max(problem, l1_ratio), n_alphas, eps)
+        return alphas
+    return alpha_grid(problem_alpha_max(problem, l1_ratio), grid.n_alphas, grid.eps)
 
 
 def _resumed(
-    ck: Any, solver: Any, problem: Problem, grid: np.ndarray, l1_ratio: float
+    ck: Any, solver: Any, problem: Problem, grid: np.ndarray
 ) -> tuple[WarmState | None, int]:
     """Where a checkpointed path resumes: the solver's state after the last completed alpha
     (bit for bit) and the next alpha's index; ``(None, 0)`` for a fresh path."""
@@ -267,7 +285,7 @@ def _resumed(
     return solver.restore(at, arrays, intercept), start
 
 
-def _report(step: AlphaStep, rec: dict[str, Any], tol: float, verbose: bool, callback: Any):
+def _report(step: AlphaStep, rec: dict[str, Any], tol: float, execution: Execution) -> None:
     """An alpha's warning when not certified, its line, its callback."""
     res = step.result
     if not res.converged_:
@@ -279,8 +297,8 @@ def _report(step: AlphaStep, rec: dict[str, Any], tol: float, verbose: bool, cal
             ConvergenceWarning,
             stacklevel=4,
         )
-    if verbose:
+    if execution.verbose:
         print(f"alpha[{step.k:3d}] {step.alpha:.4e}  nnz {rec['n_active']:6d}  "
               f"gap {res.gap_:.2e}  passes {rec['passes']}")  # fmt: skip
-    if callback is not None:
-        callback(step.k, step.alpha, res)
+    if execution.callback is not None:
+        execution.callback(step.k, step.alpha, res)

@@ -1,22 +1,28 @@
-"""A call's route, decided before any solving: the checks that refuse it early, and whether
-it is solved in one piece on a worker (:mod:`dl1.runtime.one_piece`) or its inputs are read
-here (:func:`read_or_ship`)."""
+"""A call's route, decided once before any solving (:func:`plan_execution`): the checks that
+refuse it early; whether it is solved in one piece on a worker (:mod:`dl1.runtime.one_piece`,
+the worker running the entry point's core function on the call's record) or its inputs are
+read here; out of core or not; with direct calls to the workers or tasks only."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+import dask
 import numpy as np
 
 from dl1.errors import ValidationError
 from dl1.inputs import read_inputs
+from dl1.loading import decide_stream
 from dl1.objective.datafits import make_datafit
 from dl1.runtime import one_piece
 from dl1.runtime.executor import executor_for
 from dl1.runtime.memory import DataFloor
+from dl1.runtime.rpc import rpc_executor
+from dl1.specs import Call
 
 
 def check_call(inputs: Any, client: Any, solver: Any, loss: str, n_partitions: int) -> None:
@@ -78,48 +84,75 @@ class StoreDecision:
     result: Any = None
 
 
-def store_in_one_piece(
-    entry: Callable[..., Any], call: dict[str, Any], solver: Any, refusal: Any
-) -> StoreDecision:
-    """``entry``'s ``call`` on a store solved in one piece, when the rule chooses it from the
-    store's manifest alone: the worker opens, checks and reads the store and validates the
-    call (its errors are raised here as they are). Other inputs are decided once read."""
-    X, loss = call["X"], call["loss"]
+def store_in_one_piece(solve: Callable[[Any], Any], call: Call) -> StoreDecision:
+    """``solve(call)`` on a store run in one piece, when the rule chooses it from the
+    store's manifest alone: the worker opens, checks and reads the store (its errors are
+    raised here as they are). Other inputs are decided once read."""
+    X, split, loss = call.data.X, call.data.split, call.model.loss
     if not one_piece.names_store(X):
         return StoreDecision()
-    ex = executor_for(call["client"])
-    if not one_piece.chosen(ex, lambda: one_piece.manifest_bytes(X, call["split"]), refusal):
+    ex = executor_for(call.execution.client)
+    refusal = call.execution.refusal()
+    if not one_piece.chosen(ex, lambda: one_piece.manifest_bytes(X, split), refusal):
         return StoreDecision(ex)
-    check_solver(make_datafit(loss), solver, loss)
-    return StoreDecision(ex, True, one_piece.ship(ex, entry, X, call))
+    check_solver(make_datafit(loss), call.solver, loss)
+    return StoreDecision(ex, True, shipped(ex, solve, call))
 
 
-@dataclass(frozen=True)
-class Ready:
-    """A call's inputs read and checked, with its executor; or (``shipped``) its answer,
-    computed in one piece."""
+class Plan(NamedTuple):
+    """How a call runs, decided once before it is solved: in one piece on a worker
+    (``shipped``, with its ``answer``), or here with its ``inputs`` read and checked, on
+    executor ``ex`` (with direct calls to the workers where the solver gains from them),
+    out of core (``streamed``) or not."""
 
     shipped: bool = False
-    result: Any = None
+    answer: Any = None
     inputs: Any = None
     ex: Any = None
+    streamed: bool = False
 
 
-def read_or_ship(
-    entry: Callable[..., Any], call: dict[str, Any], solver: Any, refusal: Any
-) -> Ready:
-    """``entry``'s ``call`` shipped in one piece when the rule chooses it (a store from its
-    manifest alone, other data once read); else its inputs read and checked."""
-    early = store_in_one_piece(entry, call, solver, refusal)
+def plan_execution(solve: Callable[[Any], Any], call: Call) -> Plan:
+    """The :class:`Plan` of ``call``, whose core function is ``solve``: shipped in one piece
+    when the rule chooses it (a store from its manifest alone, other data once read), and
+    ``solve(call)``'s answer then; else its inputs read and checked, and how it runs."""
+    early = store_in_one_piece(solve, call)
     if early.shipped:
-        return Ready(True, early.result)
-    X, loss = call["X"], call["loss"]
-    inputs = read_inputs(X, call["y"], call["sample_weight"], loss, call["split"])
-    check_call(inputs, call["client"], solver, loss, call["n_partitions"])
-    ex = executor_for(call["client"]) if early.ex is None else early.ex
-    nbytes = functools.cache(lambda: one_piece.data_bytes(X, inputs))  # asked at most once
-    if one_piece.chosen(ex, nbytes, refusal):
+        return Plan(True, early.result)
+    data, execution = call.data, call.execution
+    inputs = read_inputs(data.X, data.y, data.sample_weight, call.model.loss, data.split)
+    check_call(inputs, execution.client, call.solver, call.model.loss, execution.n_partitions)
+    call.model.penalty.check_features(int(inputs.X.shape[1]))
+    ex = executor_for(execution.client) if early.ex is None else early.ex
+    nbytes = functools.cache(lambda: one_piece.data_bytes(data.X, inputs))  # asked at most once
+    if one_piece.chosen(ex, nbytes, execution.refusal()):
         if inputs.local is not None:  # one worker receives the matrix and cuts its blocks
             ex.check_memory(DataFloor((2.0 * (nbytes() or 0.0),)))
-        return Ready(True, one_piece.ship(ex, entry, X, call, inputs.dataset))
-    return Ready(inputs=inputs, ex=ex)
+        return Plan(True, shipped(ex, solve, call, inputs.dataset))
+    streamed = decide_stream(execution.stream, inputs.store, data.split, ex, inputs.dataset)
+    return Plan(False, None, inputs, direct_calls(ex, call.solver, streamed), streamed)
+
+
+def direct_calls(ex: Any, solver: Any, streamed: bool) -> Any:
+    """``ex`` with direct calls to the workers' partition servers when the solver's rounds
+    gain from them (blocks in worker memory, gathered subproblems), unless Dask's
+    configuration says ``dl1.direct-calls: False`` (every step a Dask task)."""
+    if streamed or not solver.direct_calls or not dask.config.get("dl1.direct-calls", True):
+        return ex
+    return rpc_executor(ex)
+
+
+def shipped(ex: Any, solve: Callable[[Any], Any], call: Call, dataset: Any = None) -> Any:
+    """``solve(call)`` computed in one piece on ``ex``'s cluster (its callback called here)."""
+    travelling = {"call": call.travelling(), "solve": solve, **call.data.arrays()}
+    return one_piece.ship(ex, solved_here, call.data.X, travelling, call.callback, dataset)
+
+
+def solved_here(
+    X: Any, *, client: Any, call: Call, solve: Callable[[Any], Any], callback: Any = None,
+    **arrays: Any,
+) -> Any:  # fmt: skip
+    """A one-piece task's entry: ``solve`` (an entry point's core function) of ``call`` on
+    the data as it arrived in this worker, with the relayed ``callback``."""
+    data = dataclasses.replace(call.data, X=X, **arrays)
+    return solve(call.arrived(data, client, callback))

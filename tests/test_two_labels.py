@@ -355,8 +355,11 @@ def test_on_a_cluster(data, stores, local_cluster, one_piece, monkeypatch):
 
     shipped: list[str] = []
     ship = shipping.ship
-    monkeypatch.setattr(shipping, "ship",
-                        lambda *a, **k: shipped.append(a[1].__name__) or ship(*a, **k))  # fmt: skip
+    def spy(ex, entry, X, kwargs, *rest):
+        shipped.append(kwargs["solve"].__name__)  # the core function the worker runs
+        return ship(ex, entry, X, kwargs, *rest)
+
+    monkeypatch.setattr(shipping, "ship", spy)
     X, y, Xt, yt = data
     c = local_cluster
     with dask.config.set({"dl1.one-piece": one_piece}):
@@ -373,7 +376,7 @@ def test_on_a_cluster(data, stores, local_cluster, one_piece, monkeypatch):
         np.testing.assert_array_equal(p_res.coefs_.toarray(), p_ref.coefs_.toarray())
         np.testing.assert_array_equal(p_res.test_accuracy_, p_ref.test_accuracy_)
         np.testing.assert_array_equal(p_res.classes_, [0.0, 1.0])
-    assert shipped == (["fit"] * 4 + ["path"] * 2 if one_piece else [])
+    assert shipped == (["fitted"] * 4 + ["walked"] * 2 if one_piece else [])
 
 
 def test_command_line_fit_predict_and_score_in_the_labels(data, stores, local_cluster, tmp_path):

@@ -15,6 +15,7 @@ jobs), a real cluster names its network (``interface="ib0"``) and should use TLS
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import logging
@@ -28,7 +29,7 @@ from typing import Any
 import dask
 
 from dl1.errors import ClusterStalledError, Dl1Error
-from dl1.params import Interval, Options, is_str, predicate, validate_params
+from dl1.params import Interval, Options, is_str, predicate, validate_params, validated
 from dl1.runtime.localcluster import (
     CLUSTER_CONFIG,
     NO_HTTP_CONFIG,
@@ -130,6 +131,7 @@ def worker_settings(*, dashboard: bool = False, host: str | None = "127.0.0.1") 
     return WorkerSettings(env=env, args=args)
 
 
+@validated(_CONSTRAINTS, "dl1.deploy.jobqueue_cluster")
 def jobqueue_cluster(
     kind: str,
     n_workers: int,
@@ -183,9 +185,8 @@ def jobqueue_cluster(
         queued); when they do not, the jobs are cancelled and
         :class:`dl1.errors.ClusterStalledError` raised.
     """
-    params = dict(locals())
-    validate_params(_CONSTRAINTS, params, "dl1.deploy.jobqueue_cluster")
-    cluster = _cluster(params)
+    cluster = _cluster(JobSpec(kind, memory, cores, walltime, queue, account, extra, interface,
+                               security, log_directory, dashboard))  # fmt: skip
     try:
         _submit(cluster, n_workers)
         if timeout is not None:
@@ -254,7 +255,8 @@ def job_script(kind: str, **options: Any) -> str:
     """
     params = _script_arguments(kind, options)
     validate_params(_CONSTRAINTS, params, "dl1.deploy.job_script")
-    with _cluster(params) as cluster:
+    fields = {f.name for f in dataclasses.fields(JobSpec)}
+    with _cluster(JobSpec(**{k: v for k, v in params.items() if k in fields})) as cluster:
         script = cluster.job_script()
         return script.replace(cluster.scheduler_address, "tcp://SCHEDULER:8786")
 
@@ -271,10 +273,27 @@ def _script_arguments(kind: str, options: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in bound.arguments.items() if k not in _NOT_IN_SCRIPT}
 
 
-def _cluster(params: dict[str, Any]) -> Any:
-    """dask-jobqueue's cluster set up for dl1 (scheduler started, no job) from
-    :func:`jobqueue_cluster`'s arguments ``params``."""
-    kind, interface, dashboard = params["kind"], params["interface"], params["dashboard"]
+@dataclass(frozen=True)
+class JobSpec:
+    """What shapes the jobs and the scheduler of :func:`jobqueue_cluster` (its arguments
+    but the number of workers and the timeout), validated."""
+
+    kind: str
+    memory: str | None = None
+    cores: int = 1
+    walltime: str | None = None
+    queue: str | None = None
+    account: str | None = None
+    extra: list[str] | None = None
+    interface: str | None = None
+    security: Any = None
+    log_directory: str | None = None
+    dashboard: bool = False
+
+
+def _cluster(spec: JobSpec) -> Any:
+    """dask-jobqueue's cluster set up for dl1 (scheduler started, no job) for ``spec``."""
+    kind, interface, dashboard = spec.kind, spec.interface, spec.dashboard
     cls = _cluster_class(kind)
     settings = worker_settings(dashboard=dashboard, host=None if interface else "127.0.0.1")
     config = dict(CLUSTER_CONFIG)
@@ -288,15 +307,15 @@ def _cluster(params: dict[str, Any]) -> Any:
         scheduler |= {"dashboard_address": "127.0.0.1:0", "preload": [NO_HTTP_PRELOAD]}
     with dask.config.set(config):
         return cls(
-            **_job_kwargs(params),
+            **_job_kwargs(spec),
             interface=interface,
-            security=params.get("security"),
+            security=spec.security,
             scheduler_options=scheduler,
             job_script_prologue=settings.prologue(),
             worker_extra_args=settings.args,
             death_timeout=DEATH_TIMEOUT,
             job_name=JOB_NAME,
-            log_directory=params["log_directory"],
+            log_directory=spec.log_directory,
         )
 
 
@@ -327,17 +346,15 @@ def _cluster_class(kind: str) -> type:
     return type(f"Dl1{base.__name__}", (base,), {"_close": _close, "__module__": __name__})
 
 
-def _job_kwargs(params: dict[str, Any]) -> dict[str, Any]:
-    """dask-jobqueue's job arguments from :func:`jobqueue_cluster`'s (None: its
-    configuration's value)."""
-    cores = params["cores"]
-    kwargs: dict[str, Any] = {"cores": cores, "processes": cores}
-    named = {k: params[k] for k in ("memory", "walltime", "queue")}
+def _job_kwargs(spec: JobSpec) -> dict[str, Any]:
+    """dask-jobqueue's job arguments for ``spec`` (None: its configuration's value)."""
+    kwargs: dict[str, Any] = {"cores": spec.cores, "processes": spec.cores}
+    named = {"memory": spec.memory, "walltime": spec.walltime, "queue": spec.queue}
     # the account is "account" for SLURM and PBS, "project" for LSF
-    named["project" if params["kind"] == "lsf" else "account"] = params["account"]
+    named["project" if spec.kind == "lsf" else "account"] = spec.account
     kwargs |= {k: v for k, v in named.items() if v is not None}
-    if params["extra"]:
-        kwargs["job_extra_directives"] = list(params["extra"])
+    if spec.extra:
+        kwargs["job_extra_directives"] = list(spec.extra)
     return kwargs
 
 

@@ -347,13 +347,14 @@ class Listener:
 
 @dataclass(frozen=True)
 class Shipment:
-    """A call of an entry point, as it travels to the worker: the data as the caller gave
+    """A call (an entry point's core function and its record, or a fold's job) as it
+    travels to the worker: the data as the caller gave
     it (``X``), or, for a data handle, its recipe (``dataset``; its blocks travel as the
     task's dependencies). ``chunks``: the futures of the arguments that are dask
     collections holding persisted chunks (:func:`carried`), by argument name; they travel
     as the task's dependencies, not pickled with the rest."""
 
-    entry: Callable[..., Any]  # the entry point itself (pickled by reference)
+    entry: Callable[..., Any]  # the function the task calls (pickled by reference)
     X: Any
     kwargs: dict[str, Any] = field(default_factory=dict)
     dataset: Any = None
@@ -391,13 +392,17 @@ def chosen(ex: Any, nbytes: Callable[[], float | None], refusal: Refusal | None)
 
 
 def ship(
-    ex: Any, entry: Callable[..., Any], X: Any, call: dict[str, Any], dataset: Any = None
+    ex: Any,
+    entry: Callable[..., Any],
+    X: Any,
+    kwargs: dict[str, Any],
+    callback: Callable[..., Any] | None = None,
+    dataset: Any = None,
 ) -> Any:
-    """The answer of entry point ``entry`` called with ``X`` and ``call`` (its other
-    arguments; ``client`` is dropped; a ``callback`` is called here, see :class:`Listener`),
-    computed in one piece on ``ex``'s cluster; ``dataset``: ``X``'s data handle, if any."""
-    kwargs = {k: v for k, v in call.items() if k not in ("X", "client", "callback")}
-    callback = call.get("callback")
+    """``entry(X, client=None, **kwargs)`` computed in one piece on ``ex``'s cluster, its
+    ``callback`` (if any) called here with the calls relayed (see :class:`Listener`);
+    ``dataset``: ``X``'s data handle, if any (its blocks travel as the task's
+    dependencies)."""
     if dataset is None:
         return run_many(ex, [carried(entry, X, kwargs, ex.client)], [], callback=callback)[0]
     recipe, blocks = dataset.shipped()
@@ -508,7 +513,7 @@ def _scatter(ex: Any, shipment: Shipment, workers: list[str] | None) -> Any:
 
     coro = ex.client.scatter(shipment, hash=False, workers=workers, asynchronous=True)
     try:
-        return ex.watch.run_on_loop(coro, lambda: f"a {shipment.entry.__name__} sent to a worker")
+        return ex.watch.run_on_loop(coro, lambda: "a solve sent to a worker")
     except (KeyError, CommClosedError, ConnectionError) as e:
         raise ShipmentLost(f"{type(e).__name__}: {e}") from e
 
@@ -520,9 +525,9 @@ QUIET = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceW
 def in_worker(
     shipment: Shipment | bytes, blocks: list[Any], chunks: dict[str, list[Any]] | None = None
 ) -> Answer:
-    """The task: the entry point called in this process (no cluster: the in-process solver,
-    :func:`in_task` set for this task only), its warnings recorded to travel back, its
-    callback's calls relayed (:class:`Relay`). ``shipment`` may come pickled
+    """The task: the shipment's function called in this process (no cluster: the
+    in-process solver, :func:`in_task` set for this task only), its warnings recorded to
+    travel back, its callback's calls relayed (:class:`Relay`). ``shipment`` may come pickled
     (:func:`inline`); ``blocks`` are a data handle's blocks, ``chunks`` the persisted chunks
     of its arguments (:func:`carried`); the result goes back with its ``coef_`` as its
     nonzeros."""

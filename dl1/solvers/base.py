@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from dl1.solvers.options import SolverOptions
 from dl1.solvers.result import FitResult
 from dl1.tasks.blocks import BlockSource
 
@@ -166,6 +167,11 @@ class Solver(Protocol):
     direct_calls: bool
     #: the data it reads: feature blocks (``"columns"``) or row blocks (``"rows"``)
     layout: str
+
+    @classmethod
+    def from_options(cls, options: SolverOptions) -> Solver:
+        """The solver configured from the entry points' keywords (those it has)."""
+        ...
 
     def solve(self, problem: Problem, warm: WarmState | None = None) -> tuple[
         FitResult, WarmState

@@ -36,6 +36,7 @@ import numpy as np
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.numerics import Progress, check_round
+from dl1.solvers.options import SolverOptions
 from dl1.solvers.result import (
     UNCERTIFIED,
     Certificate,
@@ -71,6 +72,14 @@ class CoordinateDescentSolver:
     layout = "columns"
     #: every round is partition tasks: direct calls would not shorten it
     direct_calls = False
+
+    @classmethod
+    def from_options(cls, o: SolverOptions) -> CoordinateDescentSolver:
+        """This solver configured from the entry points' keywords (those it has)."""
+        return cls(
+            max_rounds=o.rounds, n_epochs=o.n_epochs, random_order=o.random_order, seed=o.seed,
+            verbose=o.verbose, callback=o.callback,
+        )  # fmt: skip
 
     def __init__(
         self,

@@ -30,6 +30,7 @@ from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, RowData, WarmState
 from dl1.solvers.calibration import FACTORS, Calibration, CalibrationSettings, calibrate
 from dl1.solvers.numerics import check_round
+from dl1.solvers.options import SolverOptions
 from dl1.solvers.result import Certificate, FitResult, make_result
 from dl1.tasks.rows import rows_matvec_task, rows_xt_task
 
@@ -82,6 +83,11 @@ class SampleWiseSolver:
     rate_parameter = ""
     #: The sample and cost bound of the calibration.
     calibration = CalibrationSettings()
+
+    @classmethod
+    def from_options(cls, o: SolverOptions) -> SampleWiseSolver:
+        """This solver configured from the entry points' keywords (those it has)."""
+        return cls(**o.epochs, seed=o.seed, verbose=o.verbose, callback=o.callback)
 
     def __init__(
         self,

@@ -39,6 +39,7 @@ import numpy as np
 
 from dl1.kernels.sdca import lasso_ridge, primal_from_dual
 from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.options import SolverOptions
 from dl1.solvers.result import ConvergenceWarning
 from dl1.solvers.rowwise import SampleWiseSolver, rows_xt_theta
 from dl1.tasks.stochastic import SDCAOutput, SDCASettings, sdca_round_task
@@ -74,6 +75,12 @@ class SDCASolver(SampleWiseSolver):
     """
 
     name = "sdca"
+
+    @classmethod
+    def from_options(cls, o: SolverOptions) -> SDCASolver:
+        """This solver configured from the entry points' keywords (those it has)."""
+        return cls(**o.epochs, n_epochs=o.n_epochs, seed=o.seed, verbose=o.verbose,
+                   callback=o.callback)  # fmt: skip
 
     def __init__(
         self,

@@ -46,6 +46,7 @@ from dl1.objective.datafits.hinge import Hinge, SmoothHinge
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.numerics import check_round
+from dl1.solvers.options import SolverOptions
 from dl1.solvers.result import Certificate, ConvergenceWarning, FitResult, make_result
 from dl1.solvers.scans import WS_START, choose_working_set, scan_pass
 from dl1.solvers.subproblems import CachedGroup
@@ -96,6 +97,14 @@ class SmoothingSolver:
     layout = "columns"
     #: takes a loss without a curvature bound (the hinge), unlike the other column solvers
     smooths = True
+
+    @classmethod
+    def from_options(cls, o: SolverOptions) -> SmoothingSolver:
+        """This solver configured from the entry points' keywords (those it has)."""
+        return cls(
+            max_rounds=o.rounds, spread=o.spread, random_order=o.random_order, seed=o.seed,
+            verbose=o.verbose, callback=o.callback,
+        )  # fmt: skip
 
     def __init__(
         self,

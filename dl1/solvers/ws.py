@@ -25,6 +25,7 @@ from dl1.objective.gap import duality_gap_from_stats
 from dl1.runtime.executor import PassRequest, PassServer
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.numerics import Progress, check_round
+from dl1.solvers.options import SolverOptions
 from dl1.solvers.result import (
     UNCERTIFIED,
     Certificate,
@@ -119,6 +120,14 @@ class WorkingSetSolver:
 
     name = "ws"
     layout = "columns"
+
+    @classmethod
+    def from_options(cls, o: SolverOptions) -> WorkingSetSolver:
+        """This solver configured from the entry points' keywords (those it has)."""
+        return cls(
+            max_rounds=o.rounds, screen=o.screen, spread=o.spread, tight_inner=o.tight_inner,
+            random_order=o.random_order, seed=o.seed, verbose=o.verbose, callback=o.callback,
+        )  # fmt: skip
 
     def __init__(
         self,

@@ -10,6 +10,7 @@ from sklearn.linear_model import Lasso
 
 import dl1
 from dl1.solvers.cd import CoordinateDescentSolver
+from dl1.solvers.options import SolverOptions
 from dl1.solvers.registry import SOLVERS
 
 
@@ -18,6 +19,11 @@ class ShuffledCD(CoordinateDescentSolver):
     user or a later issue would add it: its own class, registered by name)."""
 
     name = "shuffled-cd"
+
+    @classmethod
+    def from_options(cls, o: SolverOptions) -> ShuffledCD:
+        """The entry points' keywords it has (its constructor is narrower than its base's)."""
+        return cls(max_rounds=o.rounds, seed=o.seed, verbose=o.verbose, callback=o.callback)
 
     def __init__(self, *, max_rounds: int = 1000, seed: int = 0, verbose: bool = False,
                  callback=None) -> None:  # fmt: skip
