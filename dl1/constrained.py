@@ -101,8 +101,8 @@ def fw_problem(
     return prob, t_load
 
 
-@validated(CONSTRAINED, "dl1.fit_constrained()")
 @coordinating
+@validated(CONSTRAINED, "dl1.fit_constrained()")
 def fit_constrained(
     X: Any,
     y: Any = None,
@@ -335,8 +335,8 @@ def path_extra(res: FWResult, delta: float) -> dict[str, Any]:
     }
 
 
-@validated(CONSTRAINED_PATH, "dl1.path_constrained()")
 @coordinating
+@validated(CONSTRAINED_PATH, "dl1.path_constrained()")
 def path_constrained(
     X: Any,
     y: Any = None,

@@ -193,8 +193,8 @@ def _weight_sum(sw: np.ndarray | None, rows: np.ndarray) -> float:
     return float(rows.shape[0]) if sw is None else float(sw[rows].sum())
 
 
-@validated({k: v for k, v in PATH.items() if k != "l1_ratio"}, "dl1.fit_cv()")
 @coordinating
+@validated({k: v for k, v in PATH.items() if k != "l1_ratio"}, "dl1.fit_cv()")
 def fit_cv(
     X: Any,
     y: Any = None,

@@ -137,7 +137,9 @@ def validated(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator (scikit-learn's ``validate_params``): the function's arguments, bound to
     its signature with their defaults, checked against ``constraints`` before its body
-    runs, so that an entry point's keywords are validated once, where it is called."""
+    runs, so that an entry point's keywords are validated once, where it is called (below
+    :func:`~dl1.runtime.executor.coordinating`, which first warns of an exposed
+    scheduler and connects to an address given as ``client``)."""
 
     def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(func)

@@ -98,8 +98,8 @@ def check_penalty(penalty: ElasticNet, solver: Any, standardize: bool = False) -
                               "give standardize=False")  # fmt: skip
 
 
-@validated(PENALISED, "dl1.fit()")
 @coordinating
+@validated(PENALISED, "dl1.fit()")
 def fit(
     X: Any,
     y: Any = None,
@@ -307,8 +307,8 @@ def warm_state(
     return solver.restore(pb, {"w": w, "z": z}, b)
 
 
-@validated(PENALISED, "dl1.alpha_max()")
 @coordinating
+@validated(PENALISED, "dl1.alpha_max()")
 def alpha_max(
     X: Any,
     y: Any = None,

@@ -42,8 +42,8 @@ from dl1.solvers.result import ConvergenceWarning
 from dl1.specs import Call, Data, Execution, Grid, Model
 
 
-@validated(PATH, "dl1.path()")
 @coordinating
+@validated(PATH, "dl1.path()")
 def path(
     X: Any,
     y: Any = None,

@@ -350,6 +350,10 @@ def coordinating(func: Callable) -> Callable:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:  # a wrong keyword refused before anything is connected, as Python says it
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{func.__name__}() {exc}") from None
         client = kwargs.get("client")
         if client is None:
             held = held_by(args[0]) if args else NOT_HELD

@@ -67,9 +67,7 @@ def test_an_address_where_no_scheduler_answers_is_named():
 
 @pytest.mark.parametrize(
     ("client", "match"),
-    [("127.0.0.1:8786", "'client' parameter of dl1.fit.. must be a distributed.Client or its "
-                         "scheduler's address .'tcp://host:8786'."),
-     ("localhost", "'client' parameter of dl1.fit.. must be a distributed.Client")],
+    [("127.0.0.1:8786", "nor a scheduler address"), ("localhost", "nor a scheduler address")],
 )
 def test_a_string_that_is_no_address_is_refused(client, match):
     X, y = data()
