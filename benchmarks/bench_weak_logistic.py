@@ -1,0 +1,263 @@
+"""L1-logistic where users tune: weak regularisation (large C) and the default CV grid, on
+real short text, dl1 against liblinear, skglm and celer.
+
+The data is built on this machine from Debian's package descriptions (``debian_text.py``:
+TF-IDF of ``apt-cache dumpavail``'s descriptions); the label is one section against the
+rest (``--label libs``, the largest: 10.5% positives) or ``optional`` priority against the
+rest (99.5%). The objective is scikit-learn's ``C sum log(1 + exp(-y z)) + ||w||_1``
+divided by ``C n`` (dl1's ``alpha = 1 / (C n)``), with an unpenalised intercept.
+
+Every answer's relative duality gap is computed by the same certificate (:func:`certify`:
+dl1's gap function, NumPy, on the full data, at the answer's own coefficients and
+intercept). dl1
+runs at ``--tol``; each peer is run at tolerance 1e-4, then 10x tighter until its answer
+certifies at dl1's gap or better (down to 1e-12): the time quoted is that run's, with its
+gap. liblinear penalises its intercept (scikit-learn's ``intercept_scaling``, here 100, so
+the penalty on it is 100x weaker); celer fits no intercept for the logistic loss (its
+answer is certified as the model it is, with intercept 0, against the problem with one).
+Each fit runs in a child process of its own (its peak RSS measured there), ``--repeat``
+times: medians.
+
+``--cv`` also times ``LogisticRegressionCV(Cs=10, cv=5)``, liblinear's (L1) and dl1's,
+with their chosen ``C`` and held-out accuracy (not certified: a grid of fits).
+
+    python benchmarks/bench_weak_logistic.py --label libs --Cs 1 100 10000 --repeat 3 --cv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import queue
+import resource
+import statistics
+import time
+import warnings
+
+import numpy as np
+
+#: A peer's tolerances, tried in turn until its answer certifies at dl1's gap (or its gap
+#: stops falling: liblinear's penalised intercept and the peers' own stopping rules leave
+#: a floor of their own).
+PEER_TOLS = [1e-4, 1e-6, 1e-8, 1e-10]
+
+
+def certify(X, y, coef, b, alpha) -> float:
+    """Relative duality gap of ``(coef, b)`` for the L1-logistic problem with an unpenalised
+    intercept: dl1's gap function (NumPy) on the full data, as ``bench_logistic.py``, at the
+    answer's own point; relative to ``P`` at the best constant."""
+    from dl1.objective.datafits import Logistic
+    from dl1.objective.gap import duality_gap
+    from dl1.objective.penalties.elastic_net import ElasticNet
+
+    df = Logistic()
+    z = X @ coef + b
+    theta = df.dual_point(y, z, None, True)
+    _, _, gap = duality_gap(df, ElasticNet(alpha), y, z, coef, X.T @ theta, theta=theta)
+    p0 = df.value(y, np.full(y.shape[0], df.initial_intercept(y)))
+    return float(gap / p0)
+
+
+def data(label: str):
+    from debian_text import binary_label, load
+
+    d = load()
+    return d.X.tocsc(), binary_label(d, label)
+
+
+def _fit(name: str, C: float, tol: float, label: str, workers: int, q) -> None:
+    X, y = data(label)
+    n = X.shape[0]
+    alpha = 1.0 / (C * n)
+    info: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        if name == "dl1":
+            coef, b, info = _dl1(X, y, alpha, tol, workers)
+        elif name == "liblinear":
+            from sklearn.linear_model import LogisticRegression
+
+            m = LogisticRegression(C=C, l1_ratio=1.0, solver="liblinear", tol=tol,
+                                   intercept_scaling=100.0, max_iter=10_000).fit(X, y)  # fmt: skip
+            coef, b = m.coef_.ravel(), float(m.intercept_[0])
+        elif name == "skglm":
+            from skglm import GeneralizedLinearEstimator
+            from skglm.datafits import Logistic
+            from skglm.penalties import L1
+            from skglm.solvers import ProxNewton
+
+            est = GeneralizedLinearEstimator(Logistic(), L1(alpha),
+                                             ProxNewton(tol=tol, fit_intercept=True,
+                                                        max_iter=200))  # fmt: skip
+            est.fit(X, y)
+            coef, b = est.coef_.ravel(), float(np.ravel(est.intercept_)[0])
+        else:  # celer: no intercept for the logistic loss
+            import celer
+
+            m = celer.LogisticRegression(C=C, tol=tol, max_iter=200).fit(X, y)
+            coef, b = m.coef_.ravel(), 0.0
+        seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    q.put({"seconds": seconds, "gap": certify(X, y, coef, b, alpha),
+           "nnz": int(np.count_nonzero(coef)), "peak_mb": peak, **info})  # fmt: skip
+
+
+def _dl1(X, y, alpha, tol, workers):
+    import dl1
+
+    if workers:
+        from distributed import Client, LocalCluster
+
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
+                               dashboard_address="127.0.0.1:0")  # fmt: skip
+        with cluster, Client(cluster) as c:
+            dl1.fit(X[:200], y[:200], alpha=alpha, loss="logistic", client=c)  # warm-up
+            t0 = time.perf_counter()
+            res = dl1.fit(X, y, alpha=alpha, loss="logistic", tol=tol, client=c)
+            info = {"fit_seconds": time.perf_counter() - t0}
+    else:
+        res = dl1.fit(X, y, alpha=alpha, loss="logistic", tol=tol)
+        info = {}
+    hist = res.history_
+    info |= {
+        "rounds": res.n_rounds_,
+        "ws_sizes": [h.get("ws_size") for h in hist if h.get("ws_size")],
+        "newton_steps": sum(h.get("newton_steps") or 0 for h in hist),
+        "inner_epochs": sum(h.get("inner_epochs") or 0 for h in hist),
+    }
+    return res.coef_, res.intercept_, info
+
+
+def child(target, *args, limit: float) -> dict:
+    """``target(*args, q)`` in a spawned process; an error or ``limit`` seconds recorded as
+    the result."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=target, args=(*args, q))
+    p.start()
+    try:
+        out = q.get(timeout=limit)
+    except queue.Empty:
+        p.kill()
+        out = {"error": f"no answer within {limit:.0f} s"}
+    p.join()
+    if p.exitcode not in (0, None) and "seconds" not in out and "error" not in out:
+        out = {"error": f"exit code {p.exitcode}"}
+    return out
+
+
+def run_peer(name, C, target_gap, label, limit):
+    """The first tolerance at which ``name`` certifies at ``target_gap`` or better."""
+    best: dict = {}
+    for tol in PEER_TOLS:
+        out = child(_fit, name, C, tol, label, 0, limit=limit) | {"tol": tol}
+        if "error" in out:
+            return best | {"note": f"tol {tol:g}: {out['error']}"} if best else out
+        if out["gap"] <= target_gap:
+            return out
+        if best and out["gap"] > best["gap"] / 2:  # no longer falling: its floor
+            return best | {"note": f"gap floor {best['gap']:.1e} (tol {tol:g}: {out['gap']:.1e})"}
+        best = out
+    return best | {"note": "never certified at dl1's gap"}
+
+
+def _cv(name: str, label: str, q) -> None:
+    from sklearn.model_selection import StratifiedKFold
+
+    X, y = data(label)
+    cv = StratifiedKFold(5, shuffle=True, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        if name == "dl1":
+            import dl1
+
+            m = dl1.LogisticRegressionCV(Cs=10, cv=cv, tol=1e-4).fit(X, y)
+        else:
+            from sklearn.linear_model import LogisticRegressionCV
+
+            m = LogisticRegressionCV(Cs=10, cv=cv, l1_ratios=(1.0,), solver="liblinear",
+                                     tol=1e-4, intercept_scaling=100.0).fit(X, y)  # fmt: skip
+        seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    q.put({"seconds": seconds, "C": float(np.ravel(m.C_)[0]), "peak_mb": peak,
+           "train_accuracy": float(m.score(X, y))})  # fmt: skip
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--label", default="libs")
+    ap.add_argument("--Cs", nargs="+", type=float, default=[1.0, 100.0, 1e4])
+    ap.add_argument("--tol", type=float, default=1e-6, help="dl1's relative gap")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--peers", nargs="*", default=["liblinear", "skglm", "celer"])
+    ap.add_argument("--workers", type=int, default=0, help="dl1 on a LocalCluster too")
+    ap.add_argument("--cv", action="store_true")
+    ap.add_argument("--limit", type=float, default=120.0,
+                    help="seconds per peer fit at most (dl1's: 10 times)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    rows = []
+    for C in args.Cs:
+        runs = [child(_fit, "dl1", C, args.tol, args.label, 0, limit=10 * args.limit)
+                for _ in range(args.repeat)]  # fmt: skip
+        rows.append(summary("dl1 (in process)", C, runs))
+        target = max(r.get("gap", np.inf) for r in runs)
+        if args.workers:
+            runs = [child(_fit, "dl1", C, args.tol, args.label, args.workers,
+                          limit=10 * args.limit) for _ in range(args.repeat)]  # fmt: skip
+            rows.append(summary(f"dl1 ({args.workers} workers)", C, runs))
+        for peer in args.peers:
+            runs = [run_peer(peer, C, max(target, args.tol), args.label, args.limit)
+                    for _ in range(args.repeat)]  # fmt: skip
+            rows.append(summary(peer, C, runs))
+        print(json.dumps(rows[-1 - len(args.peers)]), flush=True)
+    print("\n| C | solver | seconds | gap | nnz | child's peak MB (data build included) | notes |"
+          "\n|---|---|---|---|---|---|---|")  # fmt: skip
+    for r in rows:
+        print(f"| {r['C']:g} | {r['solver']} | {r['seconds']} | {r['gap']} | {r['nnz']} | "
+              f"{r['peak_mb']} | {r['notes']} |")  # fmt: skip
+    if args.cv:
+        print("\n| LogisticRegressionCV(Cs=10, cv=5) | seconds | C_ | train accuracy | peak MB |")
+        print("|---|---|---|---|---|")
+        for name in ("dl1", "liblinear"):
+            runs = [child(_cv, name, args.label, limit=args.limit * 10)
+                    for _ in range(args.repeat)]  # fmt: skip
+            ok = [r for r in runs if "seconds" in r]
+            med = statistics.median(r["seconds"] for r in ok) if ok else float("nan")
+            first = ok[0] if ok else {"C": "-", "train_accuracy": "-", "peak_mb": "-"}
+            print(f"| {name} | {med:.2f} | {first['C']} | {first['train_accuracy']} | "
+                  f"{first['peak_mb']:.0f} |")  # fmt: skip
+            rows.append({"cv": name, "runs": runs})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1, default=str)
+
+
+def summary(solver: str, C: float, runs: list[dict]) -> dict:
+    """Median seconds of the runs, the largest gap, and what dl1's runs did."""
+    ok = [r for r in runs if "seconds" in r]
+    if not ok:
+        return {"solver": solver, "C": C, "seconds": "-", "gap": "-", "nnz": "-",
+                "peak_mb": "-", "notes": runs[0].get("error", ""), "runs": runs}  # fmt: skip
+    notes = []
+    if "rounds" in ok[0]:
+        r = ok[0]
+        notes.append(f"{r['rounds']} rounds, working sets {r['ws_sizes']}, "
+                     f"{r['newton_steps']} Newton steps, {r['inner_epochs']} epochs")  # fmt: skip
+    if "tol" in ok[0]:
+        notes.append(f"tol {max(r['tol'] for r in ok):g}")
+    notes += [r["note"] for r in ok if "note" in r][:1]
+    return {
+        "solver": solver, "C": C,
+        "seconds": f"{statistics.median(r['seconds'] for r in ok):.2f}",
+        "gap": f"{max(r['gap'] for r in ok):.1e}",
+        "nnz": ok[0]["nnz"], "peak_mb": f"{max(r['peak_mb'] for r in ok):.0f}",
+        "notes": "; ".join(notes), "runs": runs,
+    }  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
