@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
-import queue
 import resource
 import statistics
 import time
 import warnings
 
 import numpy as np
+from bench_cv import in_child
 
 #: A peer's tolerances, tried in turn until its answer certifies at dl1's gap (or its gap
 #: stops falling: liblinear's penalised intercept and the peers' own stopping rules leave
@@ -131,21 +130,10 @@ def _dl1(X, y, alpha, tol, workers):
 
 
 def child(target, *args, limit: float) -> dict:
-    """``target(*args, q)`` in a spawned process; an error or ``limit`` seconds recorded as
-    the result."""
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=target, args=(*args, q))
-    p.start()
-    try:
-        out = q.get(timeout=limit)
-    except queue.Empty:
-        p.kill()
-        out = {"error": f"no answer within {limit:.0f} s"}
-    p.join()
-    if p.exitcode not in (0, None) and "seconds" not in out and "error" not in out:
-        out = {"error": f"exit code {p.exitcode}"}
-    return out
+    """``target(*args, q)`` in a spawned process (``bench_cv.in_child``); no answer within
+    ``limit`` seconds (killed, or dead) recorded as the result."""
+    out = in_child(target, *args, limit=limit)
+    return {"error": f"no answer within {limit:.0f} s"} if out is None else out
 
 
 def run_peer(name, C, target_gap, label, limit):
@@ -189,7 +177,7 @@ def _cv(name: str, label: str, q) -> None:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--label", default="libs")
-    ap.add_argument("--Cs", nargs="+", type=float, default=[1.0, 100.0, 1e4])
+    ap.add_argument("--Cs", nargs="*", type=float, default=[1.0, 100.0, 1e4])
     ap.add_argument("--tol", type=float, default=1e-6, help="dl1's relative gap")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--peers", nargs="*", default=["liblinear", "skglm", "celer"])
