@@ -119,7 +119,7 @@ async def send_call(
     given. Dask raises the handler's own exception here. The connection is made (or taken
     from the pool) within :func:`connect_timeout` seconds; the call itself is not bounded
     (a subproblem may take long: the caller watches the worker instead)."""
-    if via_scheduler is not None:
+    if via_scheduler is not None:  # the scheduler's handler Dask's own Actors call through
         return await via_scheduler.proxy(msg={"op": op, **msg}, worker=address)
     # connect with our bound and hand the connection back: the call below takes it from
     # the pool at once (no await in between), so it does not connect again
