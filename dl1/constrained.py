@@ -1,7 +1,8 @@
 """``dl1.fit_constrained`` and ``dl1.path_constrained``: the Lasso as a constraint.
 
-The constrained problem ``min f(w, b)`` s.t. ``||w||_1 <= delta`` (``f`` the summed squared
-or logistic loss, plus ``l2/2 ||w||^2`` for the elastic net) is solved by randomized
+The constrained problem ``min f(w, b)`` s.t. ``||w||_1 <= delta`` (``f`` the summed loss, any
+differentiable one: squared, logistic, Poisson, Huber..., plus ``l2/2 ||w||^2`` for the
+elastic net) is solved by randomized
 Frank-Wolfe (Frandi et al., :mod:`dl1.solvers.fw`): each iteration scores a random sample of
 columns, so the data stays in worker memory and no pass over all of it is needed until the
 answer is certified. A fit stops at the FW gap the caller asked for (``tol``), or says, with a
@@ -46,13 +47,17 @@ def fw_inputs(X: Any, y: Any, loss: str, fit_intercept: bool, split: str) -> Any
             "Dataset view of some rows); use dl1.fit"
         )
     check_two_classes(inputs, loss, fit_intercept)
+    if not inputs.datafit.smooth:
+        raise ValidationError(
+            f"the constrained solver needs a differentiable loss (its line search and FW gap "
+            f"use the gradient), got loss={inputs.datafit.name!r}; use dl1.fit"
+        )
     return inputs
 
 
 def fw_problem(
     inputs: Any,
     *,
-    loss: str,
     fit_intercept: bool,
     standardize: bool,
     n_partitions: int,
@@ -96,7 +101,7 @@ def fw_problem(
         n_partitions=n_partitions,
         kappa=sample_size(int(cb[-1]), sample),
         l2=l2,
-        loss=loss,
+        datafit=inputs.datafit,
     )
     return prob, t_load
 
@@ -129,8 +134,9 @@ def fit_constrained(
     """Fit the constrained Lasso ``min f(w, b)`` s.t. ``||w||_1 <= delta`` by randomized
     Frank-Wolfe (Frandi et al.), certified by its FW gap.
 
-    ``f`` is ``1/2 ||y - X w - b||^2`` (``loss="squared"``) or the summed logistic loss
-    (labels in {-1, +1}), plus ``l2/2 ||w||^2`` (the elastic net in constrained form). Each
+    ``f`` is ``1/2 ||y - X w - b||^2`` (``loss="squared"``) or the summed loss of any other
+    differentiable datafit (``"logistic"``, labels in {-1, +1}; ``"poisson"``, ``"huber"``, the
+    smooth hinges), plus ``l2/2 ||w||^2`` (the elastic net in constrained form). Each
     iteration scores a random sample of columns against the residual, so an iteration costs a
     fraction of a pass; the answer is certified by one full pass (the exact FW gap, which
     bounds ``f(w) - f*``, and the duality gap of the penalised problem ``w`` solves).
@@ -141,7 +147,8 @@ def fit_constrained(
         As in :func:`dl1.fit` (no sample weights; the blocks are held in worker memory).
     delta : float
         Radius of the l1 ball (on the standardised coefficients with ``standardize``).
-    loss : {"squared", "logistic"}
+    loss : str or Datafit, default="squared"
+        As in :func:`dl1.fit`, a differentiable loss (the hinge is refused).
     l2 : float
         Ridge term ``l2/2 ||w||^2``, in the scale of ``1/2 ||y - X w - b||^2``.
     fit_intercept, standardize : bool
@@ -178,7 +185,7 @@ def fit_constrained(
         verbose=verbose, callback=callback,
     )  # fmt: skip
     prob, t_load = fw_problem(
-        fw_inputs(X, y, loss, fit_intercept, split), loss=loss, fit_intercept=fit_intercept,
+        fw_inputs(X, y, loss, fit_intercept, split), fit_intercept=fit_intercept,
         standardize=standardize, n_partitions=n_partitions, sample=sample, stream=stream,
         client=client, split=split, l2=l2,
     )  # fmt: skip
@@ -409,7 +416,7 @@ def path_constrained(
         n_partitions=n_partitions, **where,
     )  # fmt: skip
     prob, _ = fw_problem(
-        inputs, loss=loss, n_partitions=n_partitions, sample=sample, stream=stream, l2=l2, **where
+        inputs, n_partitions=n_partitions, sample=sample, stream=stream, l2=l2, **where
     )
     test = test_data(X, X_test, y_test)
     records, extra, misses = [], [], []

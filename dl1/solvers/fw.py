@@ -12,10 +12,11 @@ paper calls straightforward: the gradient gains ``l2 a_i`` on the support, the l
 unpenalised intercept: with ``fit_intercept`` the columns of ``X`` and ``y`` are
 centred implicitly, which is the paper's "without loss of generality alpha_0 = 0").
 
-L1-logistic regression (``loss="logistic"``, the other extension the paper names): ``f`` is
-the summed logistic loss of ``X a + b`` (labels +-1); the workers score
-``grad_i = z_i^T psi`` with ``psi`` the loss derivative (sent instead of ``p``), the step is a
-safeguarded Newton line search on the coordinator (O(n), using the chosen column), and the
+Other differentiable losses (L1-logistic regression, the other extension the paper names;
+also Poisson, Huber and the smooth hinges: any datafit with ``smooth``): ``f`` is the summed
+loss of ``X a + b``; the workers score ``grad_i = z_i^T psi`` with ``psi`` the loss
+derivative (sent instead of ``p``), the step is a safeguarded Newton line search on the
+coordinator (O(n), using the chosen column and the datafit's ``grad_hess``), and the
 intercept is re-fitted exactly after each step so that the FW gap in ``a`` stays a bound.
 
 One iteration is one round: every partition of feature blocks scores its share of a random
@@ -109,8 +110,8 @@ def solve_fw(
     if state is None:
         st.b = prob.b0
     # the centring of p (squared loss with an intercept) stands for the intercept there;
-    # the logistic intercept is re-fitted after each step instead
-    center = prob.intercept and not prob.logistic
+    # another loss's intercept is re-fitted after each step instead
+    center = prob.intercept and prob.quadratic
     run = FWRun(prob, t_start=time.perf_counter(), fetched0=prob.n_fetched)
     checks = GapChecks(max_wait=max(1, prob.p // max(prob.kappa, 1)))
     target = tol * prob.f0
@@ -253,7 +254,7 @@ class FWRun:
         scale = np.array([st.scale[i] for i in st.support])
         coef = np.zeros(prob.p)
         coef[st.support] = a[st.support] * scale
-        if prob.logistic:
+        if not prob.quadratic:
             intercept_ = st.b
         elif prob.intercept:
             intercept_ = prob.ybar - sum(a[i] * st.colsum[i] for i in st.support) / prob.n

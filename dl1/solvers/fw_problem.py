@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.special import expit
 
-from dl1.objective.datafits import Logistic, Quadratic
+from dl1.objective.datafits import Quadratic
+from dl1.objective.datafits.base import Datafit
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.solvers.result import overhead_fraction
@@ -204,30 +204,32 @@ class FWProblem:
         n_partitions: int,
         kappa: int,
         l2: float = 0.0,
-        loss: str = "squared",
+        datafit: Datafit | None = None,
     ) -> None:
         if not (np.isfinite(l2) and l2 >= 0):
             raise ValueError(f"l2 must be a finite number >= 0, got {l2!r}")
-        if loss not in ("squared", "logistic"):
-            raise ValueError(f"loss must be 'squared' or 'logistic', got {loss!r}")
+        datafit = Quadratic() if datafit is None else datafit
+        if not datafit.smooth:
+            raise ValueError(f"Frank-Wolfe needs a differentiable loss, got {datafit!r}")
         self.ex = ex
         self.l2 = float(l2)
-        self.loss = loss
-        self.logistic = loss == "logistic"
+        self.datafit = datafit
+        # the squared loss has closed forms (sigma = X^T y, the exact step, the centred
+        # intercept); any other smooth loss goes by its gradient and a Newton line search
+        self.quadratic = bool(datafit.quadratic)
         self.col_bounds = np.asarray(col_bounds, dtype=np.int64)
         self.n = int(y.shape[0])
         self.p = int(col_bounds[-1])
         self.intercept = fit_intercept
-        self.ybar = float(y.mean()) if fit_intercept and not self.logistic else 0.0
+        self.ybar = float(y.mean()) if fit_intercept and self.quadratic else 0.0
         self.yc = y - self.ybar
         self.yy = float(self.yc @ self.yc)
-        if self.logistic:
-            self.datafit = Logistic()
-            self.b0 = self.datafit.initial_intercept(y) if fit_intercept else 0.0
-            self.f0 = self.n * self.datafit.value(y, np.full(self.n, self.b0))
-        else:
+        if self.quadratic:
             self.b0 = 0.0
             self.f0 = 0.5 * self.yy
+        else:
+            self.b0 = datafit.initial_intercept(y) if fit_intercept else 0.0
+            self.f0 = self.n * datafit.value(y, np.full(self.n, self.b0))
         self.kappa = int(kappa)
         widths = np.diff(col_bounds)
         kap = split_sample(self.kappa, widths)
@@ -243,31 +245,32 @@ class FWProblem:
         self.parts = [[blocks[j] for j in g] for g in groups]
         self.offsets = [[int(col_bounds[j]) for j in g] for g in groups]
         self.kappas = [[int(kap[j]) for j in g] for g in groups]
-        # logistic: grad_j = x_j^T psi with psi the loss derivative, no sigma term
-        ys = np.zeros(self.n) if self.logistic else self.yc
+        # a loss other than the squared: grad_j = x_j^T psi (psi the loss derivative), no
+        # sigma term
+        ys = self.yc if self.quadratic else np.zeros(self.n)
         self.sigmas = [ex.submit(sigma_task, part, ys) for part in self.parts]
         counts = ex.gather([ex.submit(nnz_task, part) for part in self.parts])
         self.nnz = int(sum(sum(c) for c in counts))
 
     def psi(self, st: FWState) -> np.ndarray:
-        """Logistic: the loss derivative ``psi_i = -y_i sigmoid(-y_i z_i)`` at ``z = X a + b``
-        (``grad_a f = X^T psi``)."""
+        """A loss other than the squared: its derivative ``psi_i = loss'(y_i, z_i)`` at
+        ``z = X a + b`` (``grad_a f = X^T psi``)."""
         return self.n * self.datafit.gradient(self.yc, st.pvec + st.b)
 
     def objective(self, st: FWState) -> float:
-        if self.logistic:
-            loss = self.n * self.datafit.value(self.yc, st.pvec + st.b)
-            return loss + 0.5 * self.l2 * st.Q
-        return st.objective(self.yy, self.l2)
+        if self.quadratic:
+            return st.objective(self.yy, self.l2)
+        loss = self.n * self.datafit.value(self.yc, st.pvec + st.b)
+        return loss + 0.5 * self.l2 * st.Q
 
     def a_grad(self, st: FWState) -> float:
-        """``a^T grad_a f`` (squared: ``S - F + l2 Q``; logistic: ``(X a)^T psi + l2 Q``)."""
-        if self.logistic:
-            return float(st.pvec @ self.psi(st)) + self.l2 * st.Q
-        return st.a_grad(self.l2)
+        """``a^T grad_a f`` (squared: ``S - F + l2 Q``; else ``(X a)^T psi + l2 Q``)."""
+        if self.quadratic:
+            return st.a_grad(self.l2)
+        return float(st.pvec @ self.psi(st)) + self.l2 * st.Q
 
     def line_search(self, st: FWState, dt: float, cand) -> float:
-        if not self.logistic:
+        if self.quadratic:
             return st.line_search(dt, cand, self.n, self.intercept, self.l2)
         # no closed form: safeguarded Newton on phi(lam) = f(a + lam d), d = dt e_i - a,
         # with X d = v = dt z_i - p (O(n) per evaluation, on the coordinator)
@@ -279,13 +282,11 @@ class FWProblem:
         dd = st.Q - 2 * dt * ai + dt * dt
         z0 = st.pvec + st.b
         y, l2 = self.yc, self.l2
+        g, h, vv, unit = np.empty(self.n), np.empty(self.n), v * v, np.empty(0)
 
         def derivs(lam: float) -> tuple[float, float]:
-            z = z0 + lam * v
-            sig = expit(-y * z)  # sigmoid(-y z), without overflow for large |z|
-            d1 = float(-(y * sig) @ v) + l2 * (ad + lam * dd)
-            d2 = float((sig * (1 - sig)) @ (v * v)) + l2 * dd
-            return d1, d2
+            self.datafit.grad_hess(y, z0 + lam * v, unit, g, h)  # loss' and loss''
+            return float(g @ v) + l2 * (ad + lam * dd), float(h @ vv) + l2 * dd
 
         g0, _ = derivs(0.0)
         if g0 >= 0:
@@ -309,9 +310,10 @@ class FWProblem:
         return lam
 
     def refit_intercept(self, st: FWState) -> None:
-        """Logistic with an intercept: ``b`` minimising ``f(a, b)`` for the current ``a``
-        (Newton), so that ``d f / d b = 0`` and the FW gap in ``a`` bounds the error."""
-        if self.logistic and self.intercept:
+        """A loss other than the squared, with an intercept: ``b`` minimising ``f(a, b)``
+        for the current ``a`` (Newton), so that ``d f / d b = 0`` and the FW gap in ``a``
+        bounds the error."""
+        if not self.quadratic and self.intercept:
             for _ in range(50):
                 db = self.datafit.intercept_update(self.yc, st.pvec + st.b, None, max_iter=1)
                 st.b += db
@@ -348,7 +350,7 @@ class FWProblem:
         and, for a full pass, the certificate statistics ``(max |c_j|, excess)``."""
         t0 = time.perf_counter()
         extras = self._extras(st)
-        vec = self.psi(st) if self.logistic else st.pvec
+        vec = st.pvec if self.quadratic else self.psi(st)
         outs = self.ex.gather(
             [
                 self.ex.submit(
@@ -505,8 +507,8 @@ def scoring_threshold(prob: FWProblem, st: FWState) -> float:
 def penalised_certificate(
     prob: FWProblem, st: FWState, lam1: float, stats: tuple[float, float]
 ) -> tuple[float, float, float]:
-    """``(alpha, l1_ratio, relative gap)`` of the penalised problem
-    ``1/(2n) ||y - X w - b||^2 + alpha (l1_ratio ||w||_1 + (1 - l1_ratio)/2 ||w||^2)`` with
+    """``(alpha, l1_ratio, relative gap)`` of the penalised problem ``F(X w + b) +
+    alpha (l1_ratio ||w||_1 + (1 - l1_ratio)/2 ||w||^2)`` (``F`` the datafit, the mean loss) with
     ``n alpha l1_ratio = lambda_1`` and ``n alpha (1 - l1_ratio) = l2``, at the current point,
     from a full pass's statistics of ``X^T r``
     (:func:`dl1.objective.gap.duality_gap_from_stats`)."""
@@ -516,9 +518,8 @@ def penalised_certificate(
     n = prob.n
     alpha = (lam1 + prob.l2) / n
     ratio = lam1 / (lam1 + prob.l2)
-    datafit = prob.datafit if prob.logistic else Quadratic()
     _, _, gap = duality_gap_from_stats(
-        datafit, ElasticNet(alpha, ratio), prob.yc, st.pvec + st.b, st.coef(), stats.absmax,
+        prob.datafit, ElasticNet(alpha, ratio), prob.yc, st.pvec + st.b, st.coef(), stats.absmax,
         stats.excess, intercept=prob.intercept,
     )  # fmt: skip
     return alpha, ratio, gap / (prob.f0 / n)
