@@ -51,7 +51,9 @@ class PartitionServers(WorkerPlugin):
         # there is no public way to add a handler from a WorkerPlugin. Upstream: no issue
         # found (dask/distributed#8072 plans a WorkerPluginManager, not handlers); the
         # request to file is quoted in issue 31's note. Dask's Actors, the public way, were
-        # measured and not taken: docs/design.md, "Why not Dask Actors".
+        # measured and not taken: docs/design.md, "Why not Dask Actors" (their one actor
+        # thread per worker: dask/distributed#4224, fixed by #4225 for calls within one
+        # worker only; a call to a released actor left waiting, as #3041's unset result).
         worker.handlers.update(
             {"dl1_open": self.open, "dl1_call": self.call, "dl1_close": self.close}
         )
