@@ -286,6 +286,17 @@ def is_sample(value: Any) -> bool:
     return Interval(numbers.Real, 0, 1, closed="right")(value)
 
 
+#: Parameters of the multinomial model (:func:`dl1.fit_multiclass`).
+MULTICLASS = {
+    **{k: v for k, v in COMMON.items() if k not in ("loss", "standardize", "seed")},
+    "alpha": [POSITIVE],
+    "l1_ratio": [UNIT],
+    "penalty": [Options(("l1", "grouped"))],
+    "tol": [RELATIVE_TOL],
+    "max_rounds": [POSITIVE_INT],
+    "max_epochs": [POSITIVE_INT],
+}
+
 #: Parameters of the constrained problem (:func:`dl1.fit_constrained`).
 CONSTRAINED = {
     **COMMON,

@@ -1,0 +1,173 @@
+"""Kernels of the multiclass models: a CSC block times an ``n x K`` matrix, and block
+coordinate descent in which a feature's ``K`` coefficients move together.
+
+One pass over a column serves every class: ``x_j^T Theta`` is a ``K``-vector, and a step
+on feature ``j`` updates the ``K`` decision values of each of its rows at once.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+#: Backtracking halvings of a feature's step, at most (then the global bound is taken).
+MAX_BACKTRACK = 30
+
+
+@njit(nogil=True, cache=True)
+def csc_xt_mat(indptr, indices, data, M, out):  # pragma: no cover - numba
+    """``out = X^T M`` for a CSC block ``X`` (``n x p``) and ``M`` (``n x K``)."""
+    p = indptr.shape[0] - 1
+    K = M.shape[1]
+    for j in range(p):
+        for k in range(K):
+            out[j, k] = 0.0
+        for q in range(indptr[j], indptr[j + 1]):
+            i = indices[q]
+            v = data[q]
+            for k in range(K):
+                out[j, k] += v * M[i, k]
+
+
+@njit(nogil=True, cache=True)
+def csc_mat_add(indptr, indices, data, W, Z):  # pragma: no cover - numba
+    """``Z += X W`` for a CSC block ``X`` (``n x m``) and ``W`` (``m x K``)."""
+    m = indptr.shape[0] - 1
+    K = W.shape[1]
+    for j in range(m):
+        for q in range(indptr[j], indptr[j + 1]):
+            i = indices[q]
+            v = data[q]
+            for k in range(K):
+                Z[i, k] += v * W[j, k]
+
+
+@njit(nogil=True, cache=True)
+def _row_softmax(Z, P, lse, i):  # pragma: no cover - numba
+    """``P[i] = softmax(Z[i])`` and ``lse[i] = log-sum-exp(Z[i])``."""
+    K = Z.shape[1]
+    top = Z[i, 0]
+    for k in range(1, K):
+        top = max(top, Z[i, k])
+    s = 0.0
+    for k in range(K):
+        P[i, k] = math.exp(Z[i, k] - top)
+        s += P[i, k]
+    for k in range(K):
+        P[i, k] /= s
+    lse[i] = top + math.log(s)
+
+
+@njit(nogil=True, cache=True)
+def softmax_rows(Z, P, lse):  # pragma: no cover - numba
+    """Every row's softmax and log-sum-exp (see :func:`_row_softmax`)."""
+    for i in range(Z.shape[0]):
+        _row_softmax(Z, P, lse, i)
+
+
+@njit(nogil=True, cache=True)
+def _prox(u, step, a1, a2, grouped, out):  # pragma: no cover - numba
+    """The elastic net's (entry-wise) or the grouped one's (row-wise) proximal operator of
+    ``step * penalty`` at ``u``."""
+    K = u.shape[0]
+    if grouped:
+        norm = 0.0
+        for k in range(K):
+            norm += u[k] * u[k]
+        norm = math.sqrt(norm)
+        shrink = 0.0 if norm == 0.0 else max(0.0, 1.0 - step * a1 / norm)
+        for k in range(K):
+            out[k] = u[k] * shrink / (1.0 + step * a2)
+    else:
+        for k in range(K):
+            mag = max(abs(u[k]) - step * a1, 0.0)
+            out[k] = math.copysign(mag, u[k]) / (1.0 + step * a2)
+
+
+@njit(nogil=True, cache=True)
+def _rows_change(indptr, indices, data, j, Z, lse, codes, d):  # pragma: no cover - numba
+    """``n (F(Z + x_j d^T) - F(Z))`` over the rows of column ``j``."""
+    K = Z.shape[1]
+    total = 0.0
+    for q in range(indptr[j], indptr[j + 1]):
+        i = indices[q]
+        v = data[q]
+        top = Z[i, 0] + v * d[0]
+        for k in range(1, K):
+            top = max(top, Z[i, k] + v * d[k])
+        s = 0.0
+        for k in range(K):
+            s += math.exp(Z[i, k] + v * d[k] - top)
+        total += top + math.log(s) - lse[i] - v * d[codes[i]]
+    return total
+
+
+@njit(nogil=True, cache=True)
+def mc_cd_epoch(
+    indptr, indices, data, sqnorm, W, Z, P, lse, codes, a1, a2, grouped
+):  # pragma: no cover - numba
+    """One sweep of block coordinate descent over the ``m`` columns of a CSC matrix.
+
+    Feature ``j``'s ``K`` coefficients ``W[j]`` take one proximal gradient step on
+    ``F(Z) + penalty``: gradient ``g = x_j^T (P - Y) / n``, step ``1 / L`` from the current
+    curvature ``L = sum_i x_ij^2 max_k P_ik / n`` (``diag(p) - p p^T <= diag(p)``), doubled
+    until the loss's decrease over the column's rows is majorised (backtracking), capped by
+    the global bound ``||x_j||^2 / (2 n)`` (``lambda_max(diag(p) - p p^T) <= 1/2``), which
+    is always accepted. ``Z``, ``P`` and ``lse`` (the rows' log-sum-exp) follow. Returns the
+    largest coefficient change."""
+    m = indptr.shape[0] - 1
+    n = Z.shape[0]
+    K = Z.shape[1]
+    g = np.empty(K)
+    u = np.empty(K)
+    new = np.empty(K)
+    d = np.empty(K)
+    biggest = 0.0
+    for j in range(m):
+        if sqnorm[j] == 0.0:
+            continue
+        l_max = 0.5 * sqnorm[j] / n
+        curv = 0.0
+        for k in range(K):
+            g[k] = 0.0
+        for q in range(indptr[j], indptr[j + 1]):
+            i = indices[q]
+            v = data[q]
+            pmax = 0.0
+            for k in range(K):
+                g[k] += v * P[i, k]
+                pmax = max(pmax, P[i, k])
+            g[codes[i]] -= v
+            curv += v * v * pmax
+        L = min(max(curv / n, 1e-3 * l_max), l_max)
+        for k in range(K):
+            g[k] /= n
+        for _ in range(MAX_BACKTRACK + 1):
+            for k in range(K):
+                u[k] = W[j, k] - g[k] / L
+            _prox(u, 1.0 / L, a1, a2, grouped, new)
+            gd = 0.0
+            dd = 0.0
+            for k in range(K):
+                d[k] = new[k] - W[j, k]
+                gd += g[k] * d[k]
+                dd += d[k] * d[k]
+            if dd == 0.0 or L >= l_max:
+                break
+            if _rows_change(indptr, indices, data, j, Z, lse, codes, d) / n <= gd + 0.5 * L * dd:
+                break
+            L = min(2.0 * L, l_max)
+        if dd == 0.0:
+            continue
+        for k in range(K):
+            W[j, k] = new[k]
+            biggest = max(biggest, abs(d[k]))
+        for q in range(indptr[j], indptr[j + 1]):
+            i = indices[q]
+            v = data[q]
+            for k in range(K):
+                Z[i, k] += v * d[k]
+            _row_softmax(Z, P, lse, i)
+    return biggest

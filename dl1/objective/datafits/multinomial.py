@@ -1,0 +1,144 @@
+"""Multinomial logistic loss of ``K`` classes: ``F(Z) = (1/n) sum_i (lse(z_i) - z_{i, y_i})``.
+
+``Z = X W + 1 b^T`` is the ``n x K`` matrix of decision values (``W`` of shape ``(p, K)``,
+``b`` of length ``K``) and ``lse`` the log-sum-exp of a row: scikit-learn's multinomial
+objective (``LogisticRegression`` with ``C = 1 / (n alpha)``), glmnet's
+``family="multinomial"``. Labels are class codes ``0 .. K-1``.
+
+Duality (as :mod:`dl1.objective.gap`, per class). The dual point is ``Theta = -n grad F(Z) =
+Y - P`` (``Y`` one-hot, ``P`` the row softmax of ``Z``). The conjugate of a row's loss is the
+negative entropy on the simplex: ``f_i^*(u) = sum_k q_k log q_k`` for ``q = u + e_{y_i}`` in
+the simplex, else ``inf``; so ``F^*(-c Theta / n) = (1/n) sum_i negent(c P_i + (1 - c)
+e_{y_i})``, finite for every scale ``c`` in ``[0, 1]`` (a convex combination of two points
+of the simplex). With an intercept, ``sum_i Theta_i = 0`` holds when ``b`` is optimal for
+``W`` (:meth:`Multinomial.fit_intercept`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.special import logsumexp, softmax, xlogy
+
+from dl1.errors import ValidationError
+
+#: Newton steps of the intercept, at most (each is O(n K^2); a few reach machine precision).
+INTERCEPT_STEPS = 50
+
+
+class Multinomial:
+    """The multinomial (softmax cross-entropy) datafit; plain and picklable."""
+
+    name = "multinomial"
+    classifies = True
+
+    def __repr__(self) -> str:
+        return "Multinomial()"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self).__name__)
+
+    @staticmethod
+    def encode(y: ArrayLike) -> tuple[NDArray[Any], NDArray[np.int64]]:
+        """``(classes, codes)`` of labels ``y`` (sorted classes, as scikit-learn's); refuses
+        fewer than two classes, naming what it found."""
+        y = np.asarray(y)
+        if y.ndim != 1:
+            raise ValidationError(f"y must be 1-D class labels, got shape {y.shape}")
+        if y.dtype.kind == "f" and not np.isfinite(y).all():
+            bad = int(np.flatnonzero(~np.isfinite(y))[0])
+            raise ValidationError(f"y[{bad}] is {float(y[bad])}: labels must be finite")
+        classes, codes = np.unique(y, return_inverse=True)
+        if classes.shape[0] < 2:
+            raise ValidationError(
+                f"a classifier needs at least two classes in y; found {classes.tolist()!r}"
+            )
+        return classes, codes.astype(np.int64)
+
+    @staticmethod
+    def value(codes: NDArray[np.int64], Z: NDArray[np.float64]) -> float:
+        """``F(Z)``: the mean cross-entropy."""
+        n = Z.shape[0]
+        return float((logsumexp(Z, axis=1) - Z[np.arange(n), codes]).sum() / n)
+
+    @staticmethod
+    def probabilities(Z: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The row softmax ``P`` of ``Z`` (the predicted class probabilities)."""
+        return softmax(Z, axis=1)
+
+    @staticmethod
+    def dual_point(codes: NDArray[np.int64], P: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``Theta = Y - P`` (``-n`` times the gradient), from the probabilities ``P``."""
+        theta = -P
+        theta[np.arange(P.shape[0]), codes] += 1.0
+        return theta
+
+    @staticmethod
+    def conjugates(
+        codes: NDArray[np.int64], P: NDArray[np.float64], scales: tuple[float, ...]
+    ) -> tuple[float, ...]:
+        """``F^*(-c Theta / n)`` at each scale ``c`` of ``Theta = Y - P``: the mean negative
+        entropy of ``c P_i + (1 - c) e_{y_i}``."""
+        n = P.shape[0]
+        rows = np.arange(n)
+        out = []
+        for c in scales:
+            q = c * P
+            q[rows, codes] += 1.0 - c
+            out.append(float(xlogy(q, q).sum() / n))
+        return tuple(out)
+
+    @staticmethod
+    def initial_intercept(codes: NDArray[np.int64], n_classes: int) -> NDArray[np.float64]:
+        """The optimal intercept at ``W = 0``: the log class frequencies (centred)."""
+        counts = np.bincount(codes, minlength=n_classes).astype(np.float64)
+        b = np.log(np.maximum(counts, 1e-300) / codes.shape[0])
+        return b - b.mean()
+
+    def fit_intercept(
+        self, codes: NDArray[np.int64], Z: NDArray[np.float64], b: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(Z, b)`` with ``b`` made optimal for the coefficients behind ``Z`` (Newton steps
+        with a backtracking line search on ``F(Z + 1 d^T)``): then every class's column of
+        ``Theta`` sums to 0 (to rounding), the intercept's dual constraint. The Hessian's
+        null direction (adding a constant to every class) is closed by ``1 1^T / K``."""
+        n, K = Z.shape
+        counts = np.bincount(codes, minlength=K).astype(np.float64)
+        f = self.value(codes, Z)
+        for _ in range(INTERCEPT_STEPS):
+            P = self.probabilities(Z)
+            g = (P.sum(axis=0) - counts) / n
+            if np.abs(g).max() <= 1e-15 * max(1.0, f):
+                break
+            H = (np.diag(P.sum(axis=0)) - P.T @ P) / n + np.full((K, K), 1.0 / K)
+            d = -np.linalg.solve(H, g)
+            t = 1.0
+            for _ in range(60):
+                f_new = self.value(codes, Z + t * d)
+                if f_new <= f + 0.25 * t * (g @ d):
+                    break
+                t *= 0.5
+            else:
+                break
+            Z, b, f = Z + t * d, b + t * d, f_new
+            if t * np.abs(d).max() <= 1e-14 * max(1.0, np.abs(b).max()):
+                break
+        return Z, b
+
+
+def check_labels(codes: NDArray[np.int64], n_classes: int) -> None:
+    """Refuse class codes out of ``0 .. n_classes - 1`` (a corrupted label array)."""
+    if codes.shape[0] and (codes.min() < 0 or codes.max() >= n_classes):
+        bad = int(np.flatnonzero((codes < 0) | (codes >= n_classes))[0])
+        raise ValidationError(f"label code {codes[bad]} at row {bad} is not in 0..{n_classes - 1}")
+
+
+def log_loss_bound(n_classes: int) -> float:
+    """``F`` at ``Z = 0``: ``log K`` (a scale for relative tolerances)."""
+    return math.log(n_classes)

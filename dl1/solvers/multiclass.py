@@ -1,0 +1,270 @@
+"""Working-set solver of the multinomial model: every pass over the data serves all classes.
+
+The model is ``min_{W, b} F(X W + 1 b^T) + penalty(W)`` (:mod:`dl1.objective.datafits.
+multinomial`), ``W`` of shape ``(p, K)``, with the elastic net (each coefficient its own
+group) or the grouped one (a feature's ``K`` coefficients together,
+:mod:`dl1.objective.penalties.group`). Each round:
+
+1. the workers compute ``X_b^T Theta`` (``p_b x K``) of every feature block against the
+   dual point ``Theta = Y - P`` (one read of each block for all classes) and send back only
+   the gap's statistics and their most violating features (:func:`~dl1.tasks.multiclass.
+   mc_scan_task`);
+2. the coordinator certifies the point by the duality gap (:mod:`dl1.objective.gap`'s
+   scales: ``Theta`` rescaled into the dual norm ball, and unscaled with an L2 part) and
+   stops once it is at most ``tol`` times the loss at the best constant;
+3. otherwise the working set is the support plus the worst violators, up to
+   ``max(ws_start, 2 |support|)`` features (skglm / celer's growth rule); its columns are
+   extracted where the blocks are and the restricted problem is solved by block coordinate
+   descent (:func:`~dl1.kernels.multiclass.mc_cd_epoch`: a feature's ``K`` coefficients in
+   one step), the intercept refitted by Newton, until its own gap is a fraction of the
+   round's.
+
+What the coordinator holds grows with ``n x K`` (``Z``, ``P``, ``Theta``) and the working
+set's columns, not with ``p``; each worker receives ``Theta`` (``n x K``) once per round.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from dl1.kernels.multiclass import csc_mat_add, csc_xt_mat, mc_cd_epoch, softmax_rows
+from dl1.objective.datafits.multinomial import Multinomial
+from dl1.objective.gap import dual_from_conjugates, dual_scales
+from dl1.objective.penalties.elastic_net import ElasticNet
+from dl1.objective.penalties.group import GroupElasticNet
+from dl1.solvers.scans import WS_START
+from dl1.tasks.columns import extract_task
+from dl1.tasks.multiclass import excess_sq, group_norms, mc_scan_task
+
+#: Epochs of a subproblem between checks of its gap.
+CHECK_EVERY = 5
+
+
+@dataclass(frozen=True)
+class MulticlassProblem:
+    """What a multinomial solve reads: the executor and its feature blocks (futures or
+    sources) with their column ranges, the class codes, the penalty and the intercept."""
+
+    ex: Any
+    blocks: list[Any]
+    col_bounds: np.ndarray
+    codes: np.ndarray
+    n_classes: int
+    penalty: ElasticNet | GroupElasticNet
+    fit_intercept: bool = True
+    n_partitions: int = 2
+
+    @property
+    def grouped(self) -> bool:
+        return isinstance(self.penalty, GroupElasticNet)
+
+
+@dataclass
+class MulticlassResult:
+    """A certified multinomial fit. ``coef_`` is sparse, ``(K, p)`` (a text model's
+    ``K x p`` dense would not fit in memory); ``gap_`` is relative to ``F`` at the best
+    constant, as ``tol``."""
+
+    coef_: sp.csr_matrix
+    intercept_: np.ndarray
+    primal_: float
+    dual_: float
+    gap_: float
+    tol: float
+    converged_: bool
+    n_rounds_: int
+    n_epochs_: int
+    history_: list[dict] = field(default_factory=list)
+
+    @property
+    def dual_gap_(self) -> float:
+        return self.gap_
+
+
+@dataclass
+class _Point:
+    """The current iterate: the support (sorted features) and its rows of ``W``, the
+    intercept, and ``Z = X W + 1 b^T`` with its row softmax ``P`` and log-sum-exps."""
+
+    support: np.ndarray
+    W: np.ndarray
+    b: np.ndarray
+    Z: np.ndarray
+    P: np.ndarray
+    lse: np.ndarray
+
+    def refresh(self) -> None:
+        softmax_rows(self.Z, self.P, self.lse)
+
+
+class _Columns:
+    """A working set's columns gathered from their blocks, as one CSC matrix."""
+
+    def __init__(self, prob: MulticlassProblem, ws: np.ndarray) -> None:
+        blk = np.searchsorted(prob.col_bounds, ws, side="right") - 1
+        futs = [prob.ex.submit(extract_task, prob.blocks[k], ws[blk == k] - prob.col_bounds[k])
+                for k in np.unique(blk)]  # fmt: skip
+        groups = prob.ex.gather(futs)
+        ptrs, offset = [np.zeros(1, np.int64)], 0
+        for g in groups:
+            ptrs.append(g.indptr[1:].astype(np.int64) + offset)
+            offset += int(g.indptr[-1])
+        self.indptr = np.concatenate(ptrs)
+        self.indices = np.concatenate([g.indices for g in groups]).astype(np.int64)
+        self.data = np.concatenate([g.data for g in groups]).astype(np.float64)
+        self.sqnorm = np.concatenate([g.sqnorm for g in groups]).astype(np.float64)
+
+
+class MulticlassWorkingSetSolver:
+    """The multinomial working-set solver, configured once.
+
+    Parameters
+    ----------
+    tol : float
+        Target duality gap relative to ``F`` at the best constant.
+    max_rounds : int
+        Passes over the data, at most.
+    max_epochs : int
+        Coordinate-descent epochs of one subproblem, at most.
+    ws_start : int
+        The first working set's size.
+    inner_ratio : float
+        A subproblem stops at this fraction of the round's gap.
+    """
+
+    def __init__(self, tol: float = 1e-4, max_rounds: int = 100, max_epochs: int = 5000,
+                 ws_start: int = WS_START, inner_ratio: float = 0.3) -> None:  # fmt: skip
+        self.tol, self.max_rounds, self.max_epochs = tol, max_rounds, max_epochs
+        self.ws_start, self.inner_ratio = ws_start, inner_ratio
+        self.datafit = Multinomial()
+
+    def solve(self, prob: MulticlassProblem) -> MulticlassResult:
+        """Rounds of pass, certificate and subproblem until the gap reaches ``tol``."""
+        pt = self._start(prob)
+        scale = self.datafit.value(prob.codes, pt.Z)  # F at the best constant
+        history: list[dict] = []
+        epochs = 0
+        primal = dual = np.inf
+        for rnd in range(self.max_rounds):
+            t0 = time.perf_counter()
+            theta = self.datafit.dual_point(prob.codes, pt.P)
+            absmax, excess, cands, scores = self._pass(prob, theta)
+            primal, dual = self._gap(prob, pt, absmax, excess)
+            history.append({"round": rnd, "gap": (primal - dual) / scale, "primal": primal,
+                            "support": int(pt.support.shape[0]), "epochs": epochs})  # fmt: skip
+            if primal - dual <= self.tol * scale:
+                break
+            ws = self._working_set(prob, pt, cands, scores)
+            epochs += self._subproblem(prob, pt, ws, self.inner_ratio * (primal - dual))
+            history[-1]["seconds"] = time.perf_counter() - t0
+        coef = sp.csr_matrix(_scatter(pt, int(prob.col_bounds[-1])).T)
+        coef.eliminate_zeros()
+        gap = (primal - dual) / scale
+        return MulticlassResult(coef, pt.b.copy(), primal, dual, gap, self.tol,
+                                bool(gap <= self.tol), len(history), epochs, history)  # fmt: skip
+
+    # -- steps ----------------------------------------------------------------------------
+    def _start(self, prob: MulticlassProblem) -> _Point:
+        n, K = prob.codes.shape[0], prob.n_classes
+        b = (self.datafit.initial_intercept(prob.codes, K) if prob.fit_intercept
+             else np.zeros(K))  # fmt: skip
+        Z = np.tile(b, (n, 1))
+        pt = _Point(np.zeros(0, np.int64), np.zeros((0, K)), b, Z, np.empty((n, K)),
+                    np.empty(n))  # fmt: skip
+        pt.refresh()
+        return pt
+
+    def _parts(self, prob: MulticlassProblem) -> list[list[int]]:
+        k = len(prob.blocks)
+        return [list(g) for g in np.array_split(np.arange(k), max(1, min(prob.n_partitions, k)))]
+
+    def _pass(self, prob: MulticlassProblem, theta: np.ndarray):
+        """One pass over every block (a task per partition): the gap's statistics and the
+        candidates."""
+        n = theta.shape[0]
+        threshold = n * prob.penalty.alpha_l1
+        want = max(self.ws_start, 1)
+        futs = [prob.ex.submit(mc_scan_task, [prob.blocks[j] for j in part],
+                               [int(prob.col_bounds[j]) for j in part], theta, prob.grouped,
+                               threshold, want)
+                for part in self._parts(prob)]  # fmt: skip
+        scans = prob.ex.gather(futs)
+        absmax = max((s.absmax for s in scans), default=0.0)
+        excess = sum(s.excess_sq for s in scans)
+        cands = np.concatenate([s.candidates for s in scans])
+        scores = np.concatenate([s.scores for s in scans])
+        return absmax, excess, cands, scores
+
+    def _gap(self, prob: MulticlassProblem, pt: _Point, absmax: float, excess: float):
+        """``(primal, dual)`` at the point, from the pass's statistics."""
+        n = pt.Z.shape[0]
+        pen = prob.penalty
+        primal = self.datafit.value(prob.codes, pt.Z) + _penalty_value(pen, pt.W)
+        scales = dual_scales(pen, absmax, n)
+        conj = self.datafit.conjugates(prob.codes, pt.P, scales)
+        return primal, dual_from_conjugates(pen, scales, conj, excess, n)
+
+    def _working_set(self, prob, pt: _Point, cands: np.ndarray, scores: np.ndarray):
+        """The support plus the worst violators (largest dual-norm groups), sorted."""
+        size = max(self.ws_start, 2 * pt.support.shape[0])
+        order = np.argsort(-scores, kind="stable")
+        new = cands[order][~np.isin(cands[order], pt.support)]
+        _, first = np.unique(new, return_index=True)
+        new = new[np.sort(first)][: max(size - pt.support.shape[0], 0)]
+        return np.union1d(pt.support, new).astype(np.int64)
+
+    def _subproblem(self, prob: MulticlassProblem, pt: _Point, ws: np.ndarray,
+                    target: float) -> int:  # fmt: skip
+        """Solve the problem restricted to ``ws`` to a gap of ``target``; the point moves
+        to its answer (the support: the rows left nonzero). Returns the epochs it took."""
+        cols = _Columns(prob, ws)
+        n, K = pt.Z.shape
+        W = np.zeros((ws.shape[0], K))
+        W[np.searchsorted(ws, pt.support)] = pt.W
+        Z = np.tile(pt.b, (n, 1))
+        csc_mat_add(cols.indptr, cols.indices, cols.data, W, Z)  # exact, not drifted
+        pt.Z, pt.W, pt.support = Z, W, ws
+        pt.refresh()
+        pen = prob.penalty
+        a1, a2 = pen.alpha_l1, pen.alpha_l2
+        epoch = 0
+        for epoch in range(1, self.max_epochs + 1):
+            mc_cd_epoch(cols.indptr, cols.indices, cols.data, cols.sqnorm, pt.W, pt.Z, pt.P,
+                        pt.lse, prob.codes, a1, a2, prob.grouped)  # fmt: skip
+            if prob.fit_intercept:
+                pt.Z, pt.b = self.datafit.fit_intercept(prob.codes, pt.Z, pt.b)
+                pt.refresh()
+            if epoch % CHECK_EVERY == 0 and self._restricted_gap(prob, pt, cols) <= target:
+                break
+        keep = np.flatnonzero(np.abs(pt.W).max(axis=1) > 0)
+        pt.support, pt.W = ws[keep], pt.W[keep]
+        return epoch
+
+    def _restricted_gap(self, prob: MulticlassProblem, pt: _Point, cols: _Columns) -> float:
+        theta = self.datafit.dual_point(prob.codes, pt.P)
+        V = np.empty((cols.indptr.shape[0] - 1, theta.shape[1]))
+        csc_xt_mat(cols.indptr, cols.indices, cols.data, theta, V)
+        n = theta.shape[0]
+        norms = group_norms(V, prob.grouped)
+        absmax = float(norms.max(initial=0.0))
+        excess = excess_sq(V, prob.grouped, n * prob.penalty.alpha_l1)
+        primal, dual = self._gap(prob, pt, absmax, excess)
+        return primal - dual
+
+
+def _penalty_value(pen: ElasticNet | GroupElasticNet, W: np.ndarray) -> float:
+    """The penalty of a ``(m, K)`` block of rows (the elastic net entry-wise)."""
+    return pen.value(W) if isinstance(pen, GroupElasticNet) else pen.value(W.ravel())
+
+
+def _scatter(pt: _Point, p: int) -> sp.csr_matrix:
+    """The support's rows as a sparse ``(p, K)`` matrix."""
+    K = pt.W.shape[1]
+    rows = np.repeat(pt.support, K)
+    cols = np.tile(np.arange(K), pt.support.shape[0])
+    return sp.csr_matrix((pt.W.ravel(), (rows, cols)), shape=(p, K))

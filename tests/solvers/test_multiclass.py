@@ -1,0 +1,151 @@
+"""Multinomial logistic regression (dl1.fit_multiclass) against scikit-learn and a dense
+NumPy reference, certified; in process, on a 2-worker cluster and streamed from a store."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.special import logsumexp, softmax
+from sklearn.linear_model import LogisticRegression
+
+import dl1
+from dl1.errors import ValidationError
+from dl1.params import InvalidParameterError
+from tests.test_penalised import as_dask
+
+
+def _problem(n=240, p=70, K=4, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, p, density=0.2, random_state=seed + 1, format="csc")
+    W = rng.standard_normal((p, K)) * (rng.random((p, 1)) < 0.2) * 3
+    y = np.argmax(X @ W + rng.gumbel(size=(n, K)), axis=1)
+    return X, y
+
+
+def _objective(X, y, W, b, alpha, l1_ratio=1.0, grouped=False):
+    """The multinomial objective, written independently of dl1 (``W``: ``p x K``)."""
+    Z = X @ W + b
+    loss = (logsumexp(Z, axis=1) - Z[np.arange(X.shape[0]), y]).mean()
+    l1 = np.linalg.norm(W, axis=1).sum() if grouped else np.abs(W).sum()
+    return loss + alpha * (l1_ratio * l1 + 0.5 * (1 - l1_ratio) * (W * W).sum())
+
+
+def _sklearn(X, y, alpha, l1_ratio, intercept=True):
+    pen = "l1" if l1_ratio == 1.0 else "elasticnet"
+    kw = {} if pen == "l1" else {"l1_ratio": l1_ratio}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # saga's own convergence warning at max_iter
+        return LogisticRegression(penalty=pen, solver="saga", C=1 / (X.shape[0] * alpha),
+                                  tol=1e-13, max_iter=200000, fit_intercept=intercept,
+                                  **kw).fit(X, y)  # fmt: skip
+
+
+@pytest.mark.parametrize("l1_ratio, intercept", [(1.0, True), (0.5, True), (1.0, False)])
+def test_multinomial_matches_scikit_learn_saga(l1_ratio, intercept):
+    X, y = _problem()
+    alpha = 0.01
+    res = dl1.fit_multiclass(X, y, alpha=alpha, l1_ratio=l1_ratio, tol=1e-10,
+                             fit_intercept=intercept)  # fmt: skip
+    assert res.converged_ and res.gap_ <= 1e-10
+    assert res.coef_.shape == (4, 70) and res.intercept_.shape == (4,)
+    np.testing.assert_array_equal(res.classes_, np.arange(4))
+    W = res.coef_.T.toarray()
+    ours = _objective(X, y, W, res.intercept_, alpha, l1_ratio)
+    assert res.primal_ == pytest.approx(ours, rel=1e-12)
+    sk = _sklearn(X, y, alpha, l1_ratio, intercept)
+    theirs = _objective(X, y, sk.coef_.T, sk.intercept_, alpha, l1_ratio)
+    assert ours <= theirs + (res.primal_ - res.dual_)  # theirs >= the optimum
+    assert theirs - ours <= 1e-6 * ours  # saga's own precision
+    assert res.dual_ <= theirs  # the certificate is a true lower bound
+    # the same decision function (scikit-learn's intercepts are centred as dl1's up to a
+    # constant per row, which the softmax ignores)
+    Z_ours, Z_sk = X @ W + res.intercept_, X @ sk.coef_.T + sk.intercept_
+    np.testing.assert_allclose(softmax(Z_ours, axis=1), softmax(Z_sk, axis=1), atol=1e-4)
+
+
+def _grouped_reference(X, y, alpha, iters=20000):
+    """The grouped multinomial by FISTA on dense arrays (row-wise block soft-thresholding,
+    the intercept a free block), stopped when a step no longer moves."""
+    Xd = X.toarray()
+    n, p = Xd.shape
+    K = y.max() + 1
+    Y = np.eye(K)[y]
+    A = np.hstack([Xd, np.ones((n, 1))])
+    step = 1.0 / (0.5 * np.linalg.norm(A, 2) ** 2 / n)
+    V = np.zeros((p + 1, K))
+    U, t = V.copy(), 1.0
+    for _ in range(iters):
+        G = A.T @ (softmax(A @ U, axis=1) - Y) / n
+        Vn = U - step * G
+        norms = np.linalg.norm(Vn[:p], axis=1)
+        shrink = np.maximum(1 - step * alpha / np.where(norms > 0, norms, 1), 0)
+        Vn[:p] *= shrink[:, None]
+        tn = 0.5 * (1 + np.sqrt(1 + 4 * t * t))
+        U, t = Vn + (t - 1) / tn * (Vn - V), tn
+        if np.abs(Vn - V).max() < 1e-13:
+            V = Vn
+            break
+        V = Vn
+    return V[:p], V[p]
+
+
+def test_grouped_multinomial_matches_a_dense_reference():
+    X, y = _problem(n=150, p=30, K=3, seed=2)
+    alpha = 0.02
+    res = dl1.fit_multiclass(X, y, alpha=alpha, penalty="grouped", tol=1e-10)
+    assert res.converged_
+    W = res.coef_.T.toarray()
+    rows_in = np.abs(W).max(axis=1) > 0
+    assert 0 < rows_in.sum() < 30
+    assert (np.abs(W[rows_in]) > 0).all()  # in for every class or for none
+    Wr, br = _grouped_reference(X, y, alpha)
+    ours = _objective(X, y, W, res.intercept_, alpha, grouped=True)
+    theirs = _objective(X, y, Wr, br, alpha, grouped=True)
+    assert ours == pytest.approx(theirs, rel=1e-8)
+    assert res.dual_ <= theirs
+
+
+def test_string_labels_are_encoded_sorted():
+    X, y = _problem(K=3, seed=3)
+    names = np.array(["spam", "eggs", "ham"])[y]
+    res = dl1.fit_multiclass(X, names, alpha=0.02, tol=1e-8)
+    np.testing.assert_array_equal(res.classes_, ["eggs", "ham", "spam"])
+    ref = dl1.fit_multiclass(X, np.searchsorted(["eggs", "ham", "spam"], names), alpha=0.02,
+                             tol=1e-8)  # fmt: skip
+    np.testing.assert_array_equal(res.coef_.toarray(), ref.coef_.toarray())
+
+
+def test_distributed_and_streamed_fits_give_the_in_process_answer(local_cluster, tmp_path):
+    X, y = _problem(n=200, p=90, K=3, seed=5)
+    kw = dict(alpha=0.01, tol=1e-10)
+    local = dl1.fit_multiclass(X, y, **kw)
+    remote = dl1.fit_multiclass(as_dask(X, 5), y, client=local_cluster, **kw)
+    store = dl1.from_scipy(X, y.astype(float), tmp_path / "mc.zarr")
+    streamed = dl1.fit_multiclass(store, client=local_cluster, stream=True, **kw)
+    for res in (remote, streamed):
+        assert res.converged_
+        np.testing.assert_allclose(res.coef_.toarray(), local.coef_.toarray(), atol=1e-7)
+        np.testing.assert_allclose(res.intercept_, local.intercept_, atol=1e-7)
+    np.testing.assert_array_equal(streamed.classes_, [0.0, 1.0, 2.0])
+
+
+def test_a_bound_that_stops_the_fit_warns_with_the_gap():
+    X, y = _problem()
+    with pytest.warns(dl1.ConvergenceWarning, match="relative duality gap .* > tol 1e-12"):
+        res = dl1.fit_multiclass(X, y, alpha=0.001, tol=1e-12, max_rounds=2)
+    assert not res.converged_ and res.n_rounds_ == 2 and res.gap_ > 1e-12
+
+
+def test_bad_inputs_are_refused_before_any_block_loads():
+    X, y = _problem()
+    with pytest.raises(ValidationError, match="at least two classes"):
+        dl1.fit_multiclass(X, np.zeros(X.shape[0]), alpha=0.1)
+    with pytest.raises(InvalidParameterError, match="penalty"):
+        dl1.fit_multiclass(X, y, alpha=0.1, penalty="l2")
+    with pytest.raises(InvalidParameterError, match="alpha"):
+        dl1.fit_multiclass(X, y, alpha=-1.0)
+    with pytest.raises(ValidationError, match=r"y\[3\] is nan"):
+        dl1.fit_multiclass(X, np.where(np.arange(X.shape[0]) == 3, np.nan, y), alpha=0.1)
