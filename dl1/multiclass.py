@@ -34,6 +34,7 @@ def fit_multiclass(
     alpha: float,
     l1_ratio: float = 1.0,
     penalty: str = "l1",
+    sample_weight: Any = None,
     fit_intercept: bool = True,
     tol: float = 1e-4,
     max_rounds: int = 100,
@@ -62,6 +63,8 @@ def fit_multiclass(
     alpha, l1_ratio : float
         The penalty's strength and its l1 (or grouped) share.
     penalty : {"l1", "grouped"}
+    sample_weight : array-like (n,), optional
+        Non-negative weights (those of a store when ``X`` is one and this is None).
     fit_intercept : bool
     tol : float
         Target duality gap relative to the loss at the best constant.
@@ -78,19 +81,20 @@ def fit_multiclass(
         stopped the fit first.
     """
     del verbose, callback  # accepted as every entry point does; rounds are in history_
-    classes, codes, inputs = _labelled_inputs(X, y, split)
+    classes, codes, inputs = _labelled_inputs(X, y, sample_weight, split)
     ex = executor_for(client)
     if inputs.dataset is not None:
         raise ValidationError("fit_multiclass takes a store, a dask array or a matrix")
     streamed = decide_stream(stream, inputs.store, split, ex)
-    blocks, cb = load_blocks(ex, inputs.X, np.zeros(0), False, False, n_partitions,
+    sw = inputs.sample_weight
+    blocks, cb = load_blocks(ex, inputs.X, sw, False, False, n_partitions,
                              inputs.store, split, streamed, local=inputs.local)  # fmt: skip
     if not streamed:
         ex.wait(blocks)
     pen = (GroupElasticNet(alpha, l1_ratio) if penalty == "grouped"
            else ElasticNet(alpha, l1_ratio))  # fmt: skip
     prob = MulticlassProblem(ex, blocks, np.asarray(cb), codes, classes.shape[0], pen,
-                             fit_intercept, n_partitions)  # fmt: skip
+                             fit_intercept, n_partitions, sw)  # fmt: skip
     solver = MulticlassWorkingSetSolver(tol=tol, max_rounds=max_rounds, max_epochs=max_epochs)
     res = solver.solve(prob)
     res.classes_ = classes
@@ -103,15 +107,22 @@ def fit_multiclass(
     return res
 
 
-def _labelled_inputs(X: Any, y: Any, split: str):
-    """``(classes, codes, inputs)``: the labels encoded once, the data read as a squared
-    loss's (the codes are numbers; the class values are kept aside)."""
+def _labelled_inputs(X: Any, y: Any, sample_weight: Any, split: str):
+    """``(classes, codes, inputs)``: the labels encoded once, the data and weights read as
+    a squared loss's (the codes are numbers; the class values are kept aside). A class
+    whose samples all weigh 0 is refused (its coefficients would have no data)."""
     if y is not None:
         classes, codes = Multinomial.encode(y)
-        inputs = read_inputs(X, codes.astype(np.float64), None, "squared", split)
+        inputs = read_inputs(X, codes.astype(np.float64), sample_weight, "squared", split)
     else:
-        inputs = read_inputs(X, None, None, "squared", split)
+        inputs = read_inputs(X, None, sample_weight, "squared", split)
         classes, codes = Multinomial.encode(inputs.y)
-    if inputs.sample_weight.shape[0]:
-        raise ValidationError("fit_multiclass takes no sample weights yet (the store has some)")
+    sw = inputs.sample_weight
+    if sw.shape[0]:
+        weight = np.bincount(codes, weights=sw, minlength=classes.shape[0])
+        if not (weight > 0).all():
+            raise ValidationError(
+                f"class {classes[int(np.argmin(weight > 0))].item()!r} has no sample of positive "
+                "weight: every class needs one"
+            )
     return classes, codes, inputs

@@ -292,6 +292,7 @@ MULTICLASS = {
     "alpha": [POSITIVE],
     "l1_ratio": [UNIT],
     "penalty": [Options(("l1", "grouped"))],
+    "sample_weight": ["array-like", None],
     "tol": [RELATIVE_TOL],
     "max_rounds": [POSITIVE_INT],
     "max_epochs": [POSITIVE_INT],

@@ -28,6 +28,7 @@ from dl1.estimators.base import (
     computed,
     is_out_of_core,
 )
+from dl1.estimators.multiclass import MultinomialFit, labels_of
 from dl1.labels import as_pm1, with_classes
 from dl1.params import UNIT, InvalidParameterError, Options, predicate
 from dl1.predict import predict_proba
@@ -198,14 +199,16 @@ def _constraints(**extra: list[Any]) -> dict[str, list[Any]]:
             **extra}  # fmt: skip
 
 
-class LogisticRegression(_Classifier):
-    """Binary logistic regression with an L1 or elastic-net penalty, certified by its
-    duality gap.
+class LogisticRegression(MultinomialFit, _Classifier):
+    """Logistic regression with an L1 or elastic-net penalty, certified by its duality gap.
 
-    Minimises ``C sum_i s_i log(1 + exp(-y_i (x_i w + b))) + penalty(w)`` (scikit-learn's
-    ``LogisticRegression``, intercept unpenalised), with ``penalty(w) = ||w||_1`` or
-    ``l1_ratio ||w||_1 + (1 - l1_ratio) / 2 ||w||^2``: dl1.fit's logistic loss with
-    ``alpha = 1 / (C sum_i s_i)``.
+    Two classes: minimises ``C sum_i s_i log(1 + exp(-y_i (x_i w + b))) + penalty(w)``
+    (scikit-learn's ``LogisticRegression``, intercept unpenalised), with ``penalty(w) =
+    ||w||_1`` or ``l1_ratio ||w||_1 + (1 - l1_ratio) / 2 ||w||^2``: dl1.fit's logistic loss
+    with ``alpha = 1 / (C sum_i s_i)``. More classes: scikit-learn's multinomial model
+    (``C`` times the summed cross-entropy of the softmax of ``X W^T + b``, the same penalty
+    on ``W``), fitted by :func:`dl1.fit_multiclass` with every pass over the data shared by
+    the classes (no sample or class weights, warm start or standardisation yet).
 
     Parameters
     ----------
@@ -228,15 +231,16 @@ class LogisticRegression(_Classifier):
 
     Attributes
     ----------
-    classes_ : ndarray (2,)
+    classes_ : ndarray (K,)
     class_weight_ : ndarray (2,) or None
         The weights of ``classes_`` the fit used (None without ``class_weight``).
-    coef_ : ndarray (1, n_features)
-    intercept_ : ndarray (1,)
+    coef_ : ndarray (1, n_features), or (K, n_features) for K > 2 classes
+    intercept_ : ndarray (1,) or (K,)
     n_iter_, dual_gap_, gap_, n_features_in_, feature_names_in_
         As :class:`dl1.Lasso`.
-    result_ : dl1.FitResult
-        The fit; it predicts in ``classes_`` when they are numbers, else in -1 / +1.
+    result_ : dl1.FitResult, or MulticlassResult for K > 2
+        The fit; a binary one predicts in ``classes_`` when they are numbers, else in
+        -1 / +1.
     """
 
     _loss = "logistic"
@@ -282,15 +286,68 @@ class LogisticRegression(_Classifier):
         self.max_epochs = max_epochs
         self.n_jobs = n_jobs
 
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> LogisticRegression:
+        """Fit the model (binary: :func:`dl1.fit`; more classes: :func:`dl1.fit_multiclass`),
+        certified by its duality gap; X and y as :meth:`dl1.Lasso.fit`'s."""
+        self._validate_params()
+        labels = labels_of(X, y)
+        if labels is not None and np.unique(labels).shape[0] > 2:
+            return self._fit_multinomial(X, y, sample_weight)
+        return super().fit(X, y, sample_weight)
+
+    def decision_function(self, X: Any) -> Any:
+        """Binary: the signed distance, > 0 for ``classes_[1]``; K > 2 classes: ``(n, K)``
+        decision values. An ndarray in memory, a lazy dask array out of core."""
+        return self._decisions(X) if self._is_multinomial() else self._decision(X)
+
+    def predict(self, X: Any) -> Any:
+        """The most probable class of each sample (lazy, blockwise, out of core)."""
+        if self._is_multinomial():
+            return self._multinomial_predict(X)
+        return super().predict(X)
+
+    def to_sklearn(self) -> Any:
+        """The fitted scikit-learn ``LogisticRegression`` with the same predictions."""
+        if not self._is_multinomial():
+            return super().to_sklearn()
+        # local: scikit-learn's estimator only when asked for (as dl1.saving's)
+        from sklearn.linear_model import LogisticRegression as SkLogisticRegression
+
+        est = SkLogisticRegression(C=self.C, l1_ratio=self._l1_ratio(), solver="saga",
+                                   fit_intercept=self.fit_intercept)  # fmt: skip
+        est.classes_, est.coef_ = self.classes_, self.coef_.copy()
+        est.intercept_ = np.asarray(self.intercept_, dtype=np.float64).copy()
+        est.n_features_in_, est.n_iter_ = self.n_features_in_, np.array([self.n_iter_])
+        return est
+
+    def save(self, path: Any, *, overwrite: bool = False) -> Any:
+        """As :meth:`dl1.Lasso.save`; a model of more than two classes cannot be saved yet
+        (``to_sklearn()`` and pickling keep it)."""
+        if self._is_multinomial():
+            raise NotImplementedError(
+                "saving a LogisticRegression of more than two classes is not supported yet; "
+                "pickle it or keep est.to_sklearn()"
+            )
+        return super().save(path, overwrite=overwrite)
+
     def predict_proba(self, X: Any) -> Any:
-        """Probabilities of ``classes_`` (n, 2); lazy for out-of-core X."""
+        """Probabilities of ``classes_`` (n, K), rows summing to 1; lazy for out-of-core X."""
+        if self._is_multinomial():
+            return self._multinomial_proba(X)
         if not is_out_of_core(X):
             return np.asarray(predict_proba(self._validated(X), *self._coef_intercept()))
         check_is_fitted(self)
         return predict_proba(X, *self._coef_intercept())
 
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = True
+        return tags
+
     def predict_log_proba(self, X: Any) -> Any:
         """Log of :meth:`predict_proba`, computed stably from the decision function."""
+        if self._is_multinomial():
+            return self._multinomial_proba(X, log=True)
         d = self._decision(X)
         if isinstance(d, np.ndarray):
             return -np.logaddexp(0.0, -np.multiply.outer(d, [-1.0, 1.0]))

@@ -87,36 +87,39 @@ def _prox(u, step, a1, a2, grouped, out):  # pragma: no cover - numba
 
 
 @njit(nogil=True, cache=True)
-def _rows_change(indptr, indices, data, j, Z, lse, codes, d):  # pragma: no cover - numba
-    """``n (F(Z + x_j d^T) - F(Z))`` over the rows of column ``j``."""
+def _rows_change(indptr, indices, data, sw, j, Z, lse, codes, d):  # pragma: no cover - numba
+    """``n (F(Z + x_j d^T) - F(Z))`` over the rows of column ``j`` (``sw`` the sample
+    weights, empty for unit ones)."""
     K = Z.shape[1]
     total = 0.0
     for q in range(indptr[j], indptr[j + 1]):
         i = indices[q]
         v = data[q]
+        s = 1.0 if sw.shape[0] == 0 else sw[i]
         top = Z[i, 0] + v * d[0]
         for k in range(1, K):
             top = max(top, Z[i, k] + v * d[k])
-        s = 0.0
+        e = 0.0
         for k in range(K):
-            s += math.exp(Z[i, k] + v * d[k] - top)
-        total += top + math.log(s) - lse[i] - v * d[codes[i]]
+            e += math.exp(Z[i, k] + v * d[k] - top)
+        total += s * (top + math.log(e) - lse[i] - v * d[codes[i]])
     return total
 
 
 @njit(nogil=True, cache=True)
 def mc_cd_epoch(
-    indptr, indices, data, sqnorm, W, Z, P, lse, codes, a1, a2, grouped
+    indptr, indices, data, sw, sqnorm, W, Z, P, lse, codes, a1, a2, grouped
 ):  # pragma: no cover - numba
     """One sweep of block coordinate descent over the ``m`` columns of a CSC matrix.
 
     Feature ``j``'s ``K`` coefficients ``W[j]`` take one proximal gradient step on
-    ``F(Z) + penalty``: gradient ``g = x_j^T (P - Y) / n``, step ``1 / L`` from the current
-    curvature ``L = sum_i x_ij^2 max_k P_ik / n`` (``diag(p) - p p^T <= diag(p)``), doubled
-    until the loss's decrease over the column's rows is majorised (backtracking), capped by
-    the global bound ``||x_j||^2 / (2 n)`` (``lambda_max(diag(p) - p p^T) <= 1/2``), which
-    is always accepted. ``Z``, ``P`` and ``lse`` (the rows' log-sum-exp) follow. Returns the
-    largest coefficient change."""
+    ``F(Z) + penalty``: gradient ``g = x_j^T S (P - Y) / n`` (``S`` the sample weights
+    ``sw``, empty for unit ones), step ``1 / L`` from the current curvature ``L = sum_i s_i
+    x_ij^2 max_k P_ik / n`` (``diag(p) - p p^T <= diag(p)``), doubled until the loss's
+    decrease over the column's rows is majorised (backtracking), capped by the global bound
+    ``sqnorm_j / (2 n)`` (``sqnorm_j = sum_i s_i x_ij^2``; ``lambda_max(diag(p) - p p^T) <=
+    1/2``), which is always accepted. ``Z``, ``P`` and ``lse`` (the rows' log-sum-exp)
+    follow. Returns the largest coefficient change."""
     m = indptr.shape[0] - 1
     n = Z.shape[0]
     K = Z.shape[1]
@@ -134,13 +137,13 @@ def mc_cd_epoch(
             g[k] = 0.0
         for q in range(indptr[j], indptr[j + 1]):
             i = indices[q]
-            v = data[q]
+            v = data[q] if sw.shape[0] == 0 else data[q] * sw[i]
             pmax = 0.0
             for k in range(K):
                 g[k] += v * P[i, k]
                 pmax = max(pmax, P[i, k])
             g[codes[i]] -= v
-            curv += v * v * pmax
+            curv += v * data[q] * pmax
         L = min(max(curv / n, 1e-3 * l_max), l_max)
         for k in range(K):
             g[k] /= n
@@ -156,7 +159,8 @@ def mc_cd_epoch(
                 dd += d[k] * d[k]
             if dd == 0.0 or L >= l_max:
                 break
-            if _rows_change(indptr, indices, data, j, Z, lse, codes, d) / n <= gd + 0.5 * L * dd:
+            change = _rows_change(indptr, indices, data, sw, j, Z, lse, codes, d) / n
+            if change <= gd + 0.5 * L * dd:
                 break
             L = min(2.0 * L, l_max)
         if dd == 0.0:

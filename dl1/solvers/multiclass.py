@@ -58,10 +58,17 @@ class MulticlassProblem:
     penalty: ElasticNet | GroupElasticNet
     fit_intercept: bool = True
     n_partitions: int = 2
+    #: normalised to sum to n; empty for unit weights (the blocks' squared norms weighted)
+    sample_weight: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def grouped(self) -> bool:
         return isinstance(self.penalty, GroupElasticNet)
+
+    @property
+    def weights(self) -> np.ndarray | None:
+        """The sample weights, or None for unit ones (the datafit's convention)."""
+        return self.sample_weight if self.sample_weight.shape[0] else None
 
 
 @dataclass
@@ -146,13 +153,13 @@ class MulticlassWorkingSetSolver:
     def solve(self, prob: MulticlassProblem) -> MulticlassResult:
         """Rounds of pass, certificate and subproblem until the gap reaches ``tol``."""
         pt = self._start(prob)
-        scale = self.datafit.value(prob.codes, pt.Z)  # F at the best constant
+        scale = self.datafit.value(prob.codes, pt.Z, prob.weights)  # F at the best constant
         history: list[dict] = []
         epochs = 0
         primal = dual = np.inf
         for rnd in range(self.max_rounds):
             t0 = time.perf_counter()
-            theta = self.datafit.dual_point(prob.codes, pt.P)
+            theta = self.datafit.dual_point(prob.codes, pt.P, prob.weights)
             absmax, excess, cands, scores = self._pass(prob, theta)
             primal, dual = self._gap(prob, pt, absmax, excess)
             history.append({"round": rnd, "gap": (primal - dual) / scale, "primal": primal,
@@ -171,7 +178,7 @@ class MulticlassWorkingSetSolver:
     # -- steps ----------------------------------------------------------------------------
     def _start(self, prob: MulticlassProblem) -> _Point:
         n, K = prob.codes.shape[0], prob.n_classes
-        b = (self.datafit.initial_intercept(prob.codes, K) if prob.fit_intercept
+        b = (self.datafit.initial_intercept(prob.codes, K, prob.weights) if prob.fit_intercept
              else np.zeros(K))  # fmt: skip
         Z = np.tile(b, (n, 1))
         pt = _Point(np.zeros(0, np.int64), np.zeros((0, K)), b, Z, np.empty((n, K)),
@@ -204,9 +211,9 @@ class MulticlassWorkingSetSolver:
         """``(primal, dual)`` at the point, from the pass's statistics."""
         n = pt.Z.shape[0]
         pen = prob.penalty
-        primal = self.datafit.value(prob.codes, pt.Z) + _penalty_value(pen, pt.W)
+        primal = self.datafit.value(prob.codes, pt.Z, prob.weights) + _penalty_value(pen, pt.W)
         scales = dual_scales(pen, absmax, n)
-        conj = self.datafit.conjugates(prob.codes, pt.P, scales)
+        conj = self.datafit.conjugates(prob.codes, pt.P, scales, prob.weights)
         return primal, dual_from_conjugates(pen, scales, conj, excess, n)
 
     def _working_set(self, prob, pt: _Point, cands: np.ndarray, scores: np.ndarray):
@@ -234,10 +241,10 @@ class MulticlassWorkingSetSolver:
         a1, a2 = pen.alpha_l1, pen.alpha_l2
         epoch = 0
         for epoch in range(1, self.max_epochs + 1):
-            mc_cd_epoch(cols.indptr, cols.indices, cols.data, cols.sqnorm, pt.W, pt.Z, pt.P,
-                        pt.lse, prob.codes, a1, a2, prob.grouped)  # fmt: skip
+            mc_cd_epoch(cols.indptr, cols.indices, cols.data, prob.sample_weight, cols.sqnorm,
+                        pt.W, pt.Z, pt.P, pt.lse, prob.codes, a1, a2, prob.grouped)  # fmt: skip
             if prob.fit_intercept:
-                pt.Z, pt.b = self.datafit.fit_intercept(prob.codes, pt.Z, pt.b)
+                pt.Z, pt.b = self.datafit.fit_intercept(prob.codes, pt.Z, pt.b, prob.weights)
                 pt.refresh()
             if epoch % CHECK_EVERY == 0 and self._restricted_gap(prob, pt, cols) <= target:
                 break
@@ -246,7 +253,7 @@ class MulticlassWorkingSetSolver:
         return epoch
 
     def _restricted_gap(self, prob: MulticlassProblem, pt: _Point, cols: _Columns) -> float:
-        theta = self.datafit.dual_point(prob.codes, pt.P)
+        theta = self.datafit.dual_point(prob.codes, pt.P, prob.weights)
         V = np.empty((cols.indptr.shape[0] - 1, theta.shape[1]))
         csc_xt_mat(cols.indptr, cols.indices, cols.data, theta, V)
         n = theta.shape[0]

@@ -35,10 +35,10 @@ def test_softmax_rows_match_scipy_without_overflow():
     np.testing.assert_allclose(lse, logsumexp(Z, axis=1), rtol=1e-13)
 
 
-def _reference_epoch(X, W, Z, codes, a1, a2, grouped):
+def _reference_epoch(X, W, Z, codes, a1, a2, grouped, s):
     """One sweep of block proximal gradient, a feature's K coefficients at a time, with
     the kernel's step rule written plainly (current curvature, doubled until majorised,
-    capped by ||x_j||^2 / (2n))."""
+    capped by sum_i s_i x_ij^2 / (2n)); ``s`` the sample weights."""
     n, K = Z.shape
     Y = np.eye(K)[codes]
     for j in range(X.shape[1]):
@@ -47,10 +47,10 @@ def _reference_epoch(X, W, Z, codes, a1, a2, grouped):
         if rows.size == 0:
             continue
         P = softmax(Z, axis=1)
-        g = col @ (P - Y) / n
-        l_max = 0.5 * col @ col / n
-        L = min(max((col**2) @ P.max(axis=1) / n, 1e-3 * l_max), l_max)
-        f = lambda Zt: (logsumexp(Zt, axis=1) - Zt[np.arange(n), codes]).sum() / n  # noqa: E731
+        g = (s * col) @ (P - Y) / n
+        l_max = 0.5 * (s * col) @ col / n
+        L = min(max((s * col**2) @ P.max(axis=1) / n, 1e-3 * l_max), l_max)
+        f = lambda Zt: s @ (logsumexp(Zt, axis=1) - Zt[np.arange(n), codes]) / n  # noqa: E731
         while True:
             u = W[j] - g / L
             if grouped:
@@ -69,8 +69,9 @@ def _reference_epoch(X, W, Z, codes, a1, a2, grouped):
     return W, Z
 
 
+@pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("grouped", [False, True])
-def test_cd_epoch_matches_a_numpy_sweep(grouped):
+def test_cd_epoch_matches_a_numpy_sweep(grouped, weighted):
     X = _csc(n=60, p=10, seed=3)
     rng = np.random.default_rng(4)
     K = 3
@@ -78,13 +79,15 @@ def test_cd_epoch_matches_a_numpy_sweep(grouped):
     W0 = rng.standard_normal((10, K)) * 0.5
     Z0 = X @ W0 + rng.standard_normal(K)
     a1, a2 = 0.01, 0.005
-    W_ref, Z_ref = _reference_epoch(X, W0.copy(), Z0.copy(), codes, a1, a2, grouped)
+    s = rng.uniform(0, 2, 60) if weighted else np.ones(60)
+    W_ref, Z_ref = _reference_epoch(X, W0.copy(), Z0.copy(), codes, a1, a2, grouped, s)
     W, Z = W0.copy(), Z0.copy()
     P, lse = np.empty_like(Z), np.empty(60)
     softmax_rows(Z, P, lse)
-    sq = np.asarray(X.multiply(X).sum(axis=0)).ravel()
-    big = mc_cd_epoch(X.indptr, X.indices.astype(np.int64), X.data, sq, W, Z, P, lse, codes,
-                      a1, a2, grouped)  # fmt: skip
+    sq = s @ X.multiply(X).toarray()
+    sw = s if weighted else np.zeros(0)
+    big = mc_cd_epoch(X.indptr, X.indices.astype(np.int64), X.data, sw, sq, W, Z, P, lse,
+                      codes, a1, a2, grouped)  # fmt: skip
     np.testing.assert_allclose(W, W_ref, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(Z, Z_ref, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(P, softmax(Z, axis=1), rtol=1e-12)

@@ -34,13 +34,11 @@ def _objective(X, y, W, b, alpha, l1_ratio=1.0, grouped=False):
 
 
 def _sklearn(X, y, alpha, l1_ratio, intercept=True):
-    pen = "l1" if l1_ratio == 1.0 else "elasticnet"
-    kw = {} if pen == "l1" else {"l1_ratio": l1_ratio}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # saga's own convergence warning at max_iter
-        return LogisticRegression(penalty=pen, solver="saga", C=1 / (X.shape[0] * alpha),
-                                  tol=1e-13, max_iter=200000, fit_intercept=intercept,
-                                  **kw).fit(X, y)  # fmt: skip
+        return LogisticRegression(l1_ratio=l1_ratio, solver="saga", C=1 / (X.shape[0] * alpha),
+                                  tol=1e-13, max_iter=200000,
+                                  fit_intercept=intercept).fit(X, y)  # fmt: skip
 
 
 @pytest.mark.parametrize("l1_ratio, intercept", [(1.0, True), (0.5, True), (1.0, False)])
@@ -106,6 +104,30 @@ def test_grouped_multinomial_matches_a_dense_reference():
     theirs = _objective(X, y, Wr, br, alpha, grouped=True)
     assert ours == pytest.approx(theirs, rel=1e-8)
     assert res.dual_ <= theirs
+
+
+def test_integer_weights_fit_as_repeated_rows_and_as_scikit_learn():
+    X, y = _problem(n=150, p=40, K=3, seed=7)
+    rng = np.random.default_rng(8)
+    w = rng.integers(0, 4, X.shape[0]).astype(float)
+    w[np.flatnonzero(w == 0)[:1]] = 0.0
+    keep = np.repeat(np.arange(X.shape[0]), w.astype(int))
+    alpha = 0.01
+    weighted = dl1.fit_multiclass(X, y, alpha=alpha, sample_weight=w, tol=1e-11)
+    repeated = dl1.fit_multiclass(X[keep], y[keep], alpha=alpha, tol=1e-11)
+    np.testing.assert_allclose(weighted.coef_.toarray(), repeated.coef_.toarray(), atol=1e-6)
+    np.testing.assert_allclose(weighted.intercept_, repeated.intercept_, atol=1e-6)
+    assert weighted.primal_ == pytest.approx(repeated.primal_, rel=1e-9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sk = LogisticRegression(l1_ratio=1.0, solver="saga", C=1 / (w.sum() * alpha),
+                                tol=1e-13, max_iter=200000).fit(X, y, sample_weight=w)  # fmt: skip
+    Xd = X[keep]
+    ours = _objective(Xd, y[keep], weighted.coef_.T.toarray(), weighted.intercept_, alpha)
+    theirs = _objective(Xd, y[keep], sk.coef_.T, sk.intercept_, alpha)
+    assert abs(ours - theirs) <= 1e-6 * ours
+    with pytest.raises(ValidationError, match="class 1 has no sample of positive weight"):
+        dl1.fit_multiclass(X, y, alpha=alpha, sample_weight=np.where(y == 1, 0.0, 1.0))
 
 
 def test_string_labels_are_encoded_sorted():

@@ -25,6 +25,9 @@ from scipy.special import logsumexp, softmax, xlogy
 
 from dl1.errors import ValidationError
 
+#: Sample weights normalised to sum to n, or None for unit weights.
+Weights = NDArray[np.float64] | None
+
 #: Newton steps of the intercept, at most (each is O(n K^2); a few reach machine precision).
 INTERCEPT_STEPS = 50
 
@@ -62,10 +65,11 @@ class Multinomial:
         return classes, codes.astype(np.int64)
 
     @staticmethod
-    def value(codes: NDArray[np.int64], Z: NDArray[np.float64]) -> float:
-        """``F(Z)``: the mean cross-entropy."""
+    def value(codes: NDArray[np.int64], Z: NDArray[np.float64], s: Weights = None) -> float:
+        """``F(Z)``: the mean cross-entropy (weighted by ``s``, normalised to sum to n)."""
         n = Z.shape[0]
-        return float((logsumexp(Z, axis=1) - Z[np.arange(n), codes]).sum() / n)
+        ce = logsumexp(Z, axis=1) - Z[np.arange(n), codes]
+        return float((ce.sum() if s is None else s @ ce) / n)
 
     @staticmethod
     def probabilities(Z: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -73,54 +77,64 @@ class Multinomial:
         return softmax(Z, axis=1)
 
     @staticmethod
-    def dual_point(codes: NDArray[np.int64], P: NDArray[np.float64]) -> NDArray[np.float64]:
-        """``Theta = Y - P`` (``-n`` times the gradient), from the probabilities ``P``."""
+    def dual_point(
+        codes: NDArray[np.int64], P: NDArray[np.float64], s: Weights = None
+    ) -> NDArray[np.float64]:
+        """``Theta = S (Y - P)`` (``-n`` times the gradient), from the probabilities ``P``."""
         theta = -P
         theta[np.arange(P.shape[0]), codes] += 1.0
-        return theta
+        return theta if s is None else theta * s[:, None]
 
     @staticmethod
     def conjugates(
-        codes: NDArray[np.int64], P: NDArray[np.float64], scales: tuple[float, ...]
+        codes: NDArray[np.int64], P: NDArray[np.float64], scales: tuple[float, ...],
+        s: Weights = None,
     ) -> tuple[float, ...]:
-        """``F^*(-c Theta / n)`` at each scale ``c`` of ``Theta = Y - P``: the mean negative
-        entropy of ``c P_i + (1 - c) e_{y_i}``."""
+        """``F^*(-c Theta / n)`` at each scale ``c`` of ``Theta = S (Y - P)``: the (weighted)
+        mean negative entropy of ``c P_i + (1 - c) e_{y_i}``."""
         n = P.shape[0]
         rows = np.arange(n)
         out = []
         for c in scales:
             q = c * P
             q[rows, codes] += 1.0 - c
-            out.append(float(xlogy(q, q).sum() / n))
+            ent = xlogy(q, q).sum(axis=1)
+            out.append(float((ent.sum() if s is None else s @ ent) / n))
         return tuple(out)
 
     @staticmethod
-    def initial_intercept(codes: NDArray[np.int64], n_classes: int) -> NDArray[np.float64]:
-        """The optimal intercept at ``W = 0``: the log class frequencies (centred)."""
-        counts = np.bincount(codes, minlength=n_classes).astype(np.float64)
-        b = np.log(np.maximum(counts, 1e-300) / codes.shape[0])
+    def initial_intercept(
+        codes: NDArray[np.int64], n_classes: int, s: Weights = None
+    ) -> NDArray[np.float64]:
+        """The optimal intercept at ``W = 0``: the log (weighted) class frequencies,
+        centred; a class without weight gets a very negative one (its probability ~0)."""
+        counts = np.bincount(codes, weights=s, minlength=n_classes).astype(np.float64)
+        b = np.log(np.maximum(counts / counts.sum(), 1e-300))
+        b = np.maximum(b, -700.0)
         return b - b.mean()
 
     def fit_intercept(
-        self, codes: NDArray[np.int64], Z: NDArray[np.float64], b: NDArray[np.float64]
+        self, codes: NDArray[np.int64], Z: NDArray[np.float64], b: NDArray[np.float64],
+        s: Weights = None,
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """``(Z, b)`` with ``b`` made optimal for the coefficients behind ``Z`` (Newton steps
         with a backtracking line search on ``F(Z + 1 d^T)``): then every class's column of
         ``Theta`` sums to 0 (to rounding), the intercept's dual constraint. The Hessian's
         null direction (adding a constant to every class) is closed by ``1 1^T / K``."""
         n, K = Z.shape
-        counts = np.bincount(codes, minlength=K).astype(np.float64)
-        f = self.value(codes, Z)
+        counts = np.bincount(codes, weights=s, minlength=K).astype(np.float64)
+        f = self.value(codes, Z, s)
         for _ in range(INTERCEPT_STEPS):
             P = self.probabilities(Z)
-            g = (P.sum(axis=0) - counts) / n
+            SP = P if s is None else P * s[:, None]
+            g = (SP.sum(axis=0) - counts) / n
             if np.abs(g).max() <= 1e-15 * max(1.0, f):
                 break
-            H = (np.diag(P.sum(axis=0)) - P.T @ P) / n + np.full((K, K), 1.0 / K)
+            H = (np.diag(SP.sum(axis=0)) - SP.T @ P) / n + np.full((K, K), 1.0 / K)
             d = -np.linalg.solve(H, g)
             t = 1.0
             for _ in range(60):
-                f_new = self.value(codes, Z + t * d)
+                f_new = self.value(codes, Z + t * d, s)
                 if f_new <= f + 0.25 * t * (g @ d):
                     break
                 t *= 0.5
