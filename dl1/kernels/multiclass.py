@@ -68,22 +68,23 @@ def softmax_rows(Z, P, lse):  # pragma: no cover - numba
 
 
 @njit(nogil=True, cache=True)
-def _prox(u, step, a1, a2, grouped, out):  # pragma: no cover - numba
-    """The elastic net's (entry-wise) or the grouped one's (row-wise) proximal operator of
-    ``step * penalty`` at ``u``."""
+def _prox(u, D, a1, a2, grouped, out):  # pragma: no cover - numba
+    """The proximal operator of the penalty in the metric ``diag(D)`` at ``u``: the elastic
+    net entry-wise (``soft(u_k, a1 / D_k) / (1 + a2 / D_k)``), or the grouped one row-wise
+    (``D`` then constant)."""
     K = u.shape[0]
     if grouped:
         norm = 0.0
         for k in range(K):
             norm += u[k] * u[k]
         norm = math.sqrt(norm)
-        shrink = 0.0 if norm == 0.0 else max(0.0, 1.0 - step * a1 / norm)
+        shrink = 0.0 if norm == 0.0 else max(0.0, 1.0 - a1 / (D[0] * norm))
         for k in range(K):
-            out[k] = u[k] * shrink / (1.0 + step * a2)
+            out[k] = u[k] * shrink / (1.0 + a2 / D[0])
     else:
         for k in range(K):
-            mag = max(abs(u[k]) - step * a1, 0.0)
-            out[k] = math.copysign(mag, u[k]) / (1.0 + step * a2)
+            mag = max(abs(u[k]) - a1 / D[k], 0.0)
+            out[k] = math.copysign(mag, u[k]) / (1.0 + a2 / D[k])
 
 
 @njit(nogil=True, cache=True)
@@ -113,17 +114,21 @@ def mc_cd_epoch(
     """One sweep of block coordinate descent over the ``m`` columns of a CSC matrix.
 
     Feature ``j``'s ``K`` coefficients ``W[j]`` take one proximal gradient step on
-    ``F(Z) + penalty``: gradient ``g = x_j^T S (P - Y) / n`` (``S`` the sample weights
-    ``sw``, empty for unit ones), step ``1 / L`` from the current curvature ``L = sum_i s_i
-    x_ij^2 max_k P_ik / n`` (``diag(p) - p p^T <= diag(p)``), doubled until the loss's
-    decrease over the column's rows is majorised (backtracking), capped by the global bound
-    ``sqnorm_j / (2 n)`` (``sqnorm_j = sum_i s_i x_ij^2``; ``lambda_max(diag(p) - p p^T) <=
-    1/2``), which is always accepted. ``Z``, ``P`` and ``lse`` (the rows' log-sum-exp)
-    follow. Returns the largest coefficient change."""
+    ``F(Z) + penalty`` in a diagonal metric: gradient ``g = x_j^T S (P - Y) / n`` (``S`` the
+    sample weights ``sw``, empty for unit ones) and curvatures ``h_k = sum_i s_i x_ij^2
+    P_ik / n``, the block Hessian's majoriser at the current point (``diag(p) - p p^T <=
+    diag(p)``): a rare class takes a step as long as its own curvature allows. The grouped
+    penalty takes the largest ``h_k`` for all (its prox needs one scale). The metric is
+    doubled until the loss over the column's rows is majorised (backtracking), each entry
+    capped by the global bound ``sqnorm_j / (2 n)`` (``sqnorm_j = sum_i s_i x_ij^2``;
+    ``lambda_max(diag(p) - p p^T) <= 1/2``), which is always accepted. ``Z``, ``P`` and
+    ``lse`` (the rows' log-sum-exp) follow. Returns the largest coefficient change."""
     m = indptr.shape[0] - 1
     n = Z.shape[0]
     K = Z.shape[1]
     g = np.empty(K)
+    h = np.empty(K)
+    D = np.empty(K)
     u = np.empty(K)
     new = np.empty(K)
     d = np.empty(K)
@@ -132,38 +137,46 @@ def mc_cd_epoch(
         if sqnorm[j] == 0.0:
             continue
         l_max = 0.5 * sqnorm[j] / n
-        curv = 0.0
         for k in range(K):
             g[k] = 0.0
+            h[k] = 0.0
         for q in range(indptr[j], indptr[j + 1]):
             i = indices[q]
             v = data[q] if sw.shape[0] == 0 else data[q] * sw[i]
-            pmax = 0.0
+            vv = v * data[q]
             for k in range(K):
                 g[k] += v * P[i, k]
-                pmax = max(pmax, P[i, k])
+                h[k] += vv * P[i, k]
             g[codes[i]] -= v
-            curv += v * data[q] * pmax
-        L = min(max(curv / n, 1e-3 * l_max), l_max)
+        top = 0.0
         for k in range(K):
             g[k] /= n
-        for _ in range(MAX_BACKTRACK + 1):
+            h[k] = min(max(h[k] / n, 1e-4 * l_max), l_max)
+            top = max(top, h[k])
+        if grouped:
             for k in range(K):
-                u[k] = W[j, k] - g[k] / L
-            _prox(u, 1.0 / L, a1, a2, grouped, new)
+                h[k] = top
+        scale = 1.0
+        for _ in range(MAX_BACKTRACK + 1):
+            capped = True
+            for k in range(K):
+                D[k] = min(scale * h[k], l_max)
+                capped = capped and D[k] >= l_max
+                u[k] = W[j, k] - g[k] / D[k]
+            _prox(u, D, a1, a2, grouped, new)
             gd = 0.0
-            dd = 0.0
+            dDd = 0.0
             for k in range(K):
                 d[k] = new[k] - W[j, k]
                 gd += g[k] * d[k]
-                dd += d[k] * d[k]
-            if dd == 0.0 or L >= l_max:
+                dDd += D[k] * d[k] * d[k]
+            if dDd == 0.0 or capped:
                 break
             change = _rows_change(indptr, indices, data, sw, j, Z, lse, codes, d) / n
-            if change <= gd + 0.5 * L * dd:
+            if change <= gd + 0.5 * dDd:
                 break
-            L = min(2.0 * L, l_max)
-        if dd == 0.0:
+            scale *= 2.0
+        if dDd == 0.0:
             continue
         for k in range(K):
             W[j, k] = new[k]

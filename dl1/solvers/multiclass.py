@@ -243,10 +243,14 @@ class MulticlassWorkingSetSolver:
         for epoch in range(1, self.max_epochs + 1):
             mc_cd_epoch(cols.indptr, cols.indices, cols.data, prob.sample_weight, cols.sqnorm,
                         pt.W, pt.Z, pt.P, pt.lse, prob.codes, a1, a2, prob.grouped)  # fmt: skip
+            if epoch % CHECK_EVERY and epoch < self.max_epochs:
+                continue
+            # the intercept is a block of its own, updated (to optimality, an O(n K^2) Newton
+            # solve over every row) only where the gap is read: it needs it optimal
             if prob.fit_intercept:
                 pt.Z, pt.b = self.datafit.fit_intercept(prob.codes, pt.Z, pt.b, prob.weights)
                 pt.refresh()
-            if epoch % CHECK_EVERY == 0 and self._restricted_gap(prob, pt, cols) <= target:
+            if self._restricted_gap(prob, pt, cols) <= target:
                 break
         keep = np.flatnonzero(np.abs(pt.W).max(axis=1) > 0)
         pt.support, pt.W = ws[keep], pt.W[keep]

@@ -37,33 +37,40 @@ def test_softmax_rows_match_scipy_without_overflow():
 
 def _reference_epoch(X, W, Z, codes, a1, a2, grouped, s):
     """One sweep of block proximal gradient, a feature's K coefficients at a time, with
-    the kernel's step rule written plainly (current curvature, doubled until majorised,
-    capped by sum_i s_i x_ij^2 / (2n)); ``s`` the sample weights."""
+    the kernel's step rule written plainly: the metric diag(h), ``h_k = sum_i s_i x_ij^2
+    P_ik / n`` (its largest for every class when grouped), doubled until majorised, each
+    entry capped by sum_i s_i x_ij^2 / (2n); ``s`` the sample weights."""
     n, K = Z.shape
     Y = np.eye(K)[codes]
+
+    def f(Zt):
+        return s @ (logsumexp(Zt, axis=1) - Zt[np.arange(n), codes]) / n
+
     for j in range(X.shape[1]):
         col = X[:, [j]].toarray().ravel()
-        rows = np.flatnonzero(col)
-        if rows.size == 0:
+        if not col.any():
             continue
         P = softmax(Z, axis=1)
         g = (s * col) @ (P - Y) / n
         l_max = 0.5 * (s * col) @ col / n
-        L = min(max((s * col**2) @ P.max(axis=1) / n, 1e-3 * l_max), l_max)
-        f = lambda Zt: s @ (logsumexp(Zt, axis=1) - Zt[np.arange(n), codes]) / n  # noqa: E731
+        h = np.clip((s * col**2) @ P / n, 1e-4 * l_max, l_max)
+        if grouped:
+            h[:] = h.max()
+        scale = 1.0
         while True:
-            u = W[j] - g / L
+            D = np.minimum(scale * h, l_max)
+            u = W[j] - g / D
             if grouped:
                 norm = np.linalg.norm(u)
-                new = u * max(0.0, 1 - a1 / (L * norm)) / (1 + a2 / L) if norm else 0 * u
+                new = u * max(0.0, 1 - a1 / (D[0] * norm)) / (1 + a2 / D[0]) if norm else 0 * u
             else:
-                new = np.sign(u) * np.maximum(np.abs(u) - a1 / L, 0) / (1 + a2 / L)
+                new = np.sign(u) * np.maximum(np.abs(u) - a1 / D, 0) / (1 + a2 / D)
             d = new - W[j]
-            if not d.any() or L >= l_max:
+            if not d.any() or (D >= l_max).all():
                 break
-            if f(Z + np.outer(col, d)) - f(Z) <= g @ d + 0.5 * L * d @ d:
+            if f(Z + np.outer(col, d)) - f(Z) <= g @ d + 0.5 * D @ (d * d):
                 break
-            L = min(2 * L, l_max)
+            scale *= 2
         W[j] = new
         Z = Z + np.outer(col, d)
     return W, Z

@@ -28,6 +28,10 @@ from dl1.errors import ValidationError
 #: Sample weights normalised to sum to n, or None for unit weights.
 Weights = NDArray[np.float64] | None
 
+#: ``max_k |d F / d b_k|`` at which the intercept counts as optimal: the dual point's class
+#: sums are then zero to ``n`` times this (its constraint, to rounding).
+GRADIENT_TOL = 1e-14
+
 #: Newton steps of the intercept, at most (each is O(n K^2); a few reach machine precision).
 INTERCEPT_STEPS = 50
 
@@ -115,34 +119,34 @@ class Multinomial:
 
     def fit_intercept(
         self, codes: NDArray[np.int64], Z: NDArray[np.float64], b: NDArray[np.float64],
-        s: Weights = None,
+        s: Weights = None, max_steps: int = INTERCEPT_STEPS,
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """``(Z, b)`` with ``b`` made optimal for the coefficients behind ``Z`` (Newton steps
-        with a backtracking line search on ``F(Z + 1 d^T)``): then every class's column of
+        """``(Z, b)`` with ``b`` made optimal for the coefficients behind ``Z`` (at most
+        ``max_steps`` Newton steps with a backtracking line search on ``F(Z + 1 d^T)``,
+        until the Newton decrement is at rounding level): then every class's column of
         ``Theta`` sums to 0 (to rounding), the intercept's dual constraint. The Hessian's
         null direction (adding a constant to every class) is closed by ``1 1^T / K``."""
         n, K = Z.shape
         counts = np.bincount(codes, weights=s, minlength=K).astype(np.float64)
         f = self.value(codes, Z, s)
-        for _ in range(INTERCEPT_STEPS):
+        for _ in range(max_steps):
             P = self.probabilities(Z)
             SP = P if s is None else P * s[:, None]
             g = (SP.sum(axis=0) - counts) / n
-            if np.abs(g).max() <= 1e-15 * max(1.0, f):
-                break
             H = (np.diag(SP.sum(axis=0)) - SP.T @ P) / n + np.full((K, K), 1.0 / K)
+            if not np.abs(g).max() > GRADIENT_TOL:
+                break
             d = -np.linalg.solve(H, g)
-            t = 1.0
-            for _ in range(60):
+            decrement = -float(g @ d)  # the Newton decrement squared: f - min of the model
+            t, f_new = 1.0, f
+            # backtrack while the decrease is above rounding; below it, Newton's full step is
+            # exact to rounding and the line search's comparisons would be noise
+            while decrement > 1e-14 * max(1.0, f) and t > 1e-9:
                 f_new = self.value(codes, Z + t * d, s)
-                if f_new <= f + 0.25 * t * (g @ d):
+                if f_new <= f - 0.25 * t * decrement:
                     break
                 t *= 0.5
-            else:
-                break
-            Z, b, f = Z + t * d, b + t * d, f_new
-            if t * np.abs(d).max() <= 1e-14 * max(1.0, np.abs(b).max()):
-                break
+            Z, b, f = Z + t * d, b + t * d, min(f, f_new)
         return Z, b
 
 
