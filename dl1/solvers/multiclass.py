@@ -157,6 +157,7 @@ class MulticlassWorkingSetSolver:
         history: list[dict] = []
         epochs = 0
         primal = dual = np.inf
+        last_ws = np.zeros(0, np.int64)
         for rnd in range(self.max_rounds):
             t0 = time.perf_counter()
             theta = self.datafit.dual_point(prob.codes, pt.P, prob.weights)
@@ -167,7 +168,13 @@ class MulticlassWorkingSetSolver:
             if primal - dual <= self.tol * scale:
                 break
             ws = self._working_set(prob, pt, cands, scores)
-            epochs += self._subproblem(prob, pt, ws, self.inner_ratio * (primal - dual))
+            target = self.inner_ratio * (primal - dual)
+            if np.array_equal(ws, last_ws):
+                # the same working set again: its problem is the whole one (no violator
+                # outside), so solve it to the final target at once, not a fraction closer
+                target = min(target, 0.5 * self.tol * scale)
+            last_ws = ws
+            epochs += self._subproblem(prob, pt, ws, target)
             history[-1]["seconds"] = time.perf_counter() - t0
         coef = sp.csr_matrix(_scatter(pt, int(prob.col_bounds[-1])).T)
         coef.eliminate_zeros()
