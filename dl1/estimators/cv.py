@@ -360,6 +360,11 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
         self.screen = screen
         self.n_jobs = n_jobs
 
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False  # its folds' paths are binary (issue 47)
+        return tags
+
     def _check_combination(self) -> None:
         """Nothing between parameters: ``l1_ratios`` says the penalty."""
 
