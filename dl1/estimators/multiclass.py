@@ -62,10 +62,11 @@ class MultinomialFit:
             check_classification_targets(y)
             if sample_weight is not None:
                 sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
-        sample_weight = self._with_class_weights(labels_of(X, y), sample_weight)
-        total = len(labels_of(X, y)) if sample_weight is None else float(sample_weight.sum())
+        labels = labels_of(X, y)  # read once: out of core, from the store
+        sample_weight = self._with_class_weights(labels, sample_weight)
+        total = len(labels) if sample_weight is None else float(sample_weight.sum())
         res = fit_multiclass(
-            X, y, alpha=1.0 / (float(self.C) * total), l1_ratio=self._l1_ratio(),
+            X, labels, alpha=1.0 / (float(self.C) * total), l1_ratio=self._l1_ratio(),
             sample_weight=sample_weight, fit_intercept=self.fit_intercept, tol=self.tol,
             max_rounds=self.max_iter, n_partitions=self.n_partitions, stream=self.stream,
             client=self.client,
