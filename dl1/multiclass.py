@@ -1,6 +1,7 @@
 """``dl1.fit_multiclass``: multinomial logistic regression with an L1, elastic-net or
-grouped penalty, certified by its duality gap, every pass over the data shared by all
-classes (:mod:`dl1.solvers.multiclass`)."""
+grouped penalty (:mod:`dl1.solvers.multiclass`), or one-vs-rest logistic, squared-hinge
+or hinge classifiers (:mod:`dl1.solvers.ovr`), certified by their duality gaps, every pass
+over the data shared by all classes."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 from dl1.errors import ValidationError
 from dl1.inputs import read_inputs
 from dl1.loading import decide_stream, load_blocks
+from dl1.objective.datafits import make_datafit
 from dl1.objective.datafits.multinomial import Multinomial
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.objective.penalties.group import GroupElasticNet
@@ -22,6 +24,7 @@ from dl1.solvers.multiclass import (
     MulticlassResult,
     MulticlassWorkingSetSolver,
 )
+from dl1.solvers.ovr import OneVsRestSolver, OvrProblem, OvrResult
 from dl1.solvers.result import ConvergenceWarning
 
 
@@ -34,6 +37,8 @@ def fit_multiclass(
     alpha: float,
     l1_ratio: float = 1.0,
     penalty: str = "l1",
+    multi_class: str = "multinomial",
+    loss: str = "logistic",
     sample_weight: Any = None,
     fit_intercept: bool = True,
     tol: float = 1e-4,
@@ -45,8 +50,9 @@ def fit_multiclass(
     split: str = "train",
     verbose: bool = False,
     callback: Any = None,
-) -> MulticlassResult:
-    """Fit a multinomial logistic regression, certified by its duality gap.
+) -> MulticlassResult | OvrResult:
+    """Fit a multinomial logistic regression, or ``K`` one-vs-rest binary classifiers,
+    certified by their duality gaps.
 
     Minimises ``(1/n) sum_i (lse(z_i) - z_{i, y_i}) + alpha (l1_ratio R(W) + (1 - l1_ratio)
     / 2 ||W||_F^2)`` over ``W`` (``p x K``) and the intercepts ``b``, with ``Z = X W + 1 b^T``
@@ -54,6 +60,14 @@ def fit_multiclass(
     ``LogisticRegression`` with ``C = 1 / (n alpha)``) or the sum of the rows' Euclidean
     norms (``penalty="grouped"``: glmnet's ``type.multinomial = "grouped"``, a feature in or
     out for every class at once).
+
+    With ``multi_class="ovr"`` (liblinear's one-vs-rest), class ``k`` against the rest is
+    the binary problem of :func:`dl1.fit` with labels ``+1`` on its samples and ``-1``
+    elsewhere, the ``loss`` (logistic, squared hinge or hinge) and the elastic net, each
+    class with its own intercept and certified by its own duality gap; the ``K`` problems
+    share every pass over ``X`` (one scan computes ``X^T Theta`` for the ``n x K`` matrix of
+    the classes' dual points), so the fit takes about the rounds of the slowest class's
+    binary fit, not ``K`` times as many.
 
     Parameters
     ----------
@@ -63,6 +77,14 @@ def fit_multiclass(
     alpha, l1_ratio : float
         The penalty's strength and its l1 (or grouped) share.
     penalty : {"l1", "grouped"}
+        ``"grouped"`` is multinomial only.
+    multi_class : {"multinomial", "ovr"}
+        One model over the softmax of the ``K`` decision values, or ``K`` one-vs-rest
+        binary problems.
+    loss : {"logistic", "squared_hinge", "hinge"}
+        The one-vs-rest binary loss (the multinomial model is logistic). The hinge takes
+        the pure L1 penalty only (``l1_ratio=1``; exact LP working sets, as
+        ``dl1.fit(solver="smoothing")``).
     sample_weight : array-like (n,), optional
         Non-negative weights (those of a store when ``X`` is one and this is None).
     fit_intercept : bool
@@ -72,15 +94,19 @@ def fit_multiclass(
         Passes over the data, and epochs of one subproblem, at most.
     n_partitions, stream, client, split
         As in :func:`dl1.fit` (blocks in worker memory, or re-read from the store).
+    verbose, callback
+        One-vs-rest: a line, or a call with the round's history entry, per round (the
+        multinomial solver's rounds are in ``history_``).
 
     Returns
     -------
-    MulticlassResult
+    MulticlassResult or OvrResult
         ``coef_`` (sparse, ``(K, p)``), ``intercept_``, ``classes_``, ``gap_``,
-        ``n_rounds_``; a :class:`dl1.ConvergenceWarning` says the gap reached when a bound
-        stopped the fit first.
+        ``n_rounds_`` (one-vs-rest: also each class's ``gaps_``); a
+        :class:`dl1.ConvergenceWarning` says the gap reached when a bound stopped the fit
+        first.
     """
-    del verbose, callback  # accepted as every entry point does; rounds are in history_
+    _check_choices(multi_class, loss, penalty, l1_ratio)
     classes, codes, inputs = _labelled_inputs(X, y, sample_weight, split)
     ex = executor_for(client)
     if inputs.dataset is not None:
@@ -91,6 +117,13 @@ def fit_multiclass(
                              inputs.store, split, streamed, local=inputs.local)  # fmt: skip
     if not streamed:
         ex.wait(blocks)
+    if multi_class == "ovr":
+        prob = OvrProblem(ex, blocks, np.asarray(cb), codes, classes.shape[0],
+                          make_datafit(loss), ElasticNet(alpha, l1_ratio), fit_intercept, tol,
+                          n_partitions, sw)  # fmt: skip
+        solver = OneVsRestSolver(max_rounds=max_rounds, max_inner_epochs=max_epochs,
+                                 verbose=verbose, callback=callback)  # fmt: skip
+        return _warned(solver.solve(prob), classes, max_rounds)
     pen = (GroupElasticNet(alpha, l1_ratio) if penalty == "grouped"
            else ElasticNet(alpha, l1_ratio))  # fmt: skip
     prob = MulticlassProblem(ex, blocks, np.asarray(cb), codes, classes.shape[0], pen,
@@ -103,6 +136,40 @@ def fit_multiclass(
             f"the multinomial fit stopped at relative duality gap {res.gap_:.3g} > tol {tol:g} "
             f"after {res.n_rounds_} rounds (max_rounds={max_rounds}, max_epochs={max_epochs})",
             ConvergenceWarning, stacklevel=3,
+        )  # fmt: skip
+    return res
+
+
+def _check_choices(multi_class: str, loss: str, penalty: str, l1_ratio: float) -> None:
+    """The combinations the parameters' own constraints cannot say."""
+    if multi_class == "multinomial" and loss != "logistic":
+        raise ValidationError(
+            f"loss={loss!r} needs multi_class='ovr': the multinomial model is logistic"
+        )
+    if multi_class == "ovr" and penalty != "l1":
+        raise ValidationError(
+            f"penalty={penalty!r} is multinomial only; one-vs-rest takes penalty='l1' "
+            "(with l1_ratio for the elastic net)"
+        )
+    if multi_class == "ovr" and loss == "hinge" and l1_ratio != 1.0:
+        raise ValidationError(
+            f"the one-vs-rest hinge takes the pure L1 penalty (l1_ratio=1); got l1_ratio="
+            f"{l1_ratio!r}: use loss='squared_hinge' or 'logistic' for the elastic net"
+        )
+
+
+def _warned(res: OvrResult, classes: np.ndarray, max_rounds: int) -> OvrResult:
+    """``res`` with its class labels; a :class:`ConvergenceWarning` naming the classes a
+    bound stopped above ``tol``, with their gaps."""
+    res.classes_ = classes
+    if not res.converged_:
+        bad = np.flatnonzero(~res.converged_classes_)
+        named = ", ".join(f"{classes[k].item()!r} ({res.gaps_[k]:.3g})" for k in bad[:5])
+        warnings.warn(
+            f"the one-vs-rest fit stopped with {bad.shape[0]} of {classes.shape[0]} classes "
+            f"above tol {res.tol:g} (relative duality gaps: {named}) after {res.n_rounds_} "
+            f"rounds (max_rounds={max_rounds}); see history_",
+            ConvergenceWarning, stacklevel=5,
         )  # fmt: skip
     return res
 

@@ -292,6 +292,9 @@ MULTICLASS = {
     "alpha": [POSITIVE],
     "l1_ratio": [UNIT],
     "penalty": [Options(("l1", "grouped"))],
+    "multi_class": [Options(("multinomial", "ovr"))],
+    # one-vs-rest's binary loss (the multinomial model is logistic)
+    "loss": [Options(("logistic", "hinge", "squared_hinge"))],
     "sample_weight": ["array-like", None],
     "tol": [RELATIVE_TOL],
     "max_rounds": [POSITIVE_INT],
