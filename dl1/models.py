@@ -1,32 +1,45 @@
 """Saved models of dl1 read back (:func:`load_model`), their files checked as untrusted
-input; the format and the writing are :mod:`dl1.saving`'s.
+input; the format and the writing are :mod:`dl1.saving`'s. A multinomial fit saves and
+loads as a :class:`MulticlassModel` (the :class:`~dl1.solvers.multiclass.MulticlassResult`
+with the problem it solved), which predicts.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import log_softmax, softmax
 
 from dl1 import __version__
+from dl1.entry_labels import stored_labels
 from dl1.errors import ModelFileError, ValidationError
 from dl1.objective.datafits import LOSSES, datafit_class
 from dl1.paths.result import PathResult
+from dl1.predict import as_input, check_n_features, decision_function
+from dl1.runtime.compute import computed
+from dl1.runtime.executor import Held
 from dl1.saving import (
     ARRAYS,
     FIT_FLOATS,
     FIT_INTS,
     FORMAT_NAME,
     MODEL_JSON,
+    MULTICLASS_FLOATS,
+    MULTICLASS_INTS,
     PATH_VECTORS,
     READABLE_VERSIONS,
     content_digest,
     fit_content,
+    is_label_dtype,
+    multiclass_content,
     path_content,
     read_json,
+    save_model,
 )
 from dl1.solvers.result import FitResult
 from dl1.store.location import open_regular
@@ -41,8 +54,10 @@ def load_model(path: str | os.PathLike) -> Any:
 
     Returns
     -------
-    FitResult or PathResult
-        It predicts bit for bit as the saved model.
+    FitResult, PathResult or MulticlassModel
+        It predicts bit for bit as the saved model (a :class:`MulticlassModel`: a
+        multinomial fit saved by :meth:`MulticlassModel.save` or by a
+        ``dl1.LogisticRegression`` of more than two classes).
 
     Raises
     ------
@@ -77,6 +92,10 @@ def read_model(path: str | os.PathLike) -> tuple[Any, dict[str, Any], FieldCheck
     kind = ck.key(meta, "kind", "(root)")
     if kind not in ARRAYS:
         ck.fail("kind", f"is not one of {sorted(ARRAYS)}", kind)
+    if kind == "multiclass":
+        model = _load_multiclass(ck, path, meta)
+        _check_digest(ck, meta, multiclass_content(model)[1])  # no version 1 of this kind
+        return model, meta, ck
     common = _check_common(ck, meta)
     if kind == "fit":
         model = _load_fit(ck, path, meta, common)
@@ -307,4 +326,295 @@ def _finite(path: Path, name: str, a: np.ndarray) -> None:
         )
 
 
-__all__ = ["load_model", "read_model"]
+# -- multinomial fits -------------------------------------------------------------------------
+#: Penalties of a saved multinomial fit (:func:`dl1.fit_multiclass`'s ``penalty``).
+MULTICLASS_PENALTIES = ("l1", "grouped")
+
+
+def _load_multiclass(ck: FieldChecker, path: Path, meta: dict[str, Any]) -> MulticlassModel:
+    """A ``kind`` "multiclass" model: every field checked (types, ranges, the class count
+    against the labels, the intercept and the rows of ``coef``), then ``coef``'s arrays."""
+    loss = ck.key(meta, "loss", "(root)")
+    if loss != "multinomial":
+        ck.fail("loss", "is not 'multinomial' (the loss of a model of kind 'multiclass')", loss)
+    penalty = ck.key(meta, "penalty", "(root)")
+    if penalty not in MULTICLASS_PENALTIES:
+        ck.fail("penalty", f"is not one of {MULTICLASS_PENALTIES}", penalty)
+    n = ck.key(meta, "n_samples", "(root)")
+    p = ck.integer(ck.key(meta, "n_features", "(root)"), "n_features")
+    K = ck.integer(ck.key(meta, "n_classes", "(root)"), "n_classes", 2)
+    classes = check_labels(ck, ck.key(meta, "classes", "(root)"), "classes", K)
+    raw_b = ck.seq(ck.key(meta, "intercept", "(root)"), "intercept", K)
+    kw: dict[str, Any] = {attr: _float(ck, meta, key) for key, attr in MULTICLASS_FLOATS}
+    for key, lo, hi in (("alpha", 0.0, None), ("l1_ratio", 0.0, 1.0)):
+        _float(ck, meta, key, lo=lo, hi=hi)
+    for key, attr in MULTICLASS_INTS:
+        kw[attr] = ck.integer(ck.key(meta, key, "(root)"), key)
+    return MulticlassModel(
+        coef_=_read_csr(path, "coef", K, p),
+        intercept_=np.array([float_value(ck, b, f"intercept[{k}]", finite=True)
+                             for k, b in enumerate(raw_b)]),  # fmt: skip
+        classes_=classes,
+        penalty=penalty,
+        fit_intercept=check_bool(ck, ck.key(meta, "fit_intercept", "(root)"), "fit_intercept"),
+        converged_=check_bool(ck, ck.key(meta, "converged", "(root)"), "converged"),
+        n_samples_=None if n is None else ck.integer(n, "n_samples", 1),
+        **kw,
+    )
+
+
+def _read_csr(path: Path, name: str, rows: int, cols: int) -> sp.csr_matrix:
+    """The CSR matrix ``rows x cols`` of ``{name}_data``, ``_indices`` and ``_indptr``:
+    pointers running up from 0, indices in range and strictly increasing in a row, values
+    finite."""
+    indptr = _read_npy(path, f"{name}_indptr", "<i8", (rows + 1,))
+    nnz = int(indptr[-1])
+    if indptr[0] != 0 or (np.diff(indptr) < 0).any() or nnz > rows * cols:
+        raise ModelFileError(
+            f"model at {path}: {name}_indptr.npy does not run up from 0 to at most "
+            f"n_classes * n_features = {rows * cols}"
+        )
+    indices = _read_npy(path, f"{name}_indices", "<i8", (nnz,))
+    data = _read_npy(path, f"{name}_data", "<f8", (nnz,))
+    if nnz and (indices.min() < 0 or indices.max() >= cols):
+        raise ModelFileError(
+            f"model at {path}: {name}_indices.npy holds indices outside [0, {cols})"
+        )
+    _finite(path, f"{name}_data", data)
+    M = sp.csr_matrix((data, indices, indptr), shape=(rows, cols))
+    if not M.has_canonical_format:
+        raise ModelFileError(
+            f"model at {path}: {name}_indices.npy is not strictly increasing within each row"
+        )
+    return M
+
+
+def check_labels(ck: FieldChecker, raw: Any, field: str, n: int) -> np.ndarray:
+    """A classifier's ``n`` labels (``{"dtype", "values"}``, as
+    :func:`dl1.saving.labels_json` writes them): a label dtype, ``n`` values of it, distinct
+    and sorted (as ``np.unique`` gives ``classes_``)."""
+    raw = ck.obj(raw, field)
+    allowed = ("dtype", "values")
+    extra = sorted(set(raw) - set(allowed))
+    if extra:
+        ck.fail(f"{field}.{extra[0]}", f"is not a field of the record (fields: {allowed})")
+    dt = ck.key(raw, "dtype", field)
+    if not isinstance(dt, str) or not is_label_dtype(dt):
+        ck.fail(f"{field}.dtype", "is not a label dtype (bool, integer, float, str or object)",
+                dt)  # fmt: skip
+    dtype = np.dtype(dt)
+    raw_values = ck.seq(ck.key(raw, "values", field), f"{field}.values", n)
+    values = [_label(ck, dtype, x, f"{field}.values[{k}]") for k, x in enumerate(raw_values)]
+    c = np.empty(n, dtype=dtype)
+    c[:] = values
+    if c.tolist() != values:
+        ck.fail(f"{field}.values", f"do not fit dtype {dt}", raw_values)
+    if not (c[:-1] < c[1:]).all():
+        count = "two" if n == 2 else str(n)
+        ck.fail(f"{field}.values", f"are not {count} distinct labels in increasing order",
+                raw_values)  # fmt: skip
+    return c
+
+
+def _label(ck: FieldChecker, dtype: np.dtype, x: Any, field: str) -> Any:
+    if dtype.kind == "b":
+        return check_bool(ck, x, field)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return ck.integer(x, field, int(info.min), int(info.max))
+    if dtype.kind == "f":
+        return float_value(ck, x, field, finite=True)
+    if not isinstance(x, str):
+        ck.fail(field, "is not a string", x)
+    return x
+
+
+def multiclass_decisions(X: Any, coef: np.ndarray, intercept: np.ndarray, *,
+                         split: str = "test") -> Any:  # fmt: skip
+    """``X @ coef.T + intercept`` (n, K) for a dense ``coef`` (K, p): an ndarray for an
+    in-memory ``X``, else a lazy dask array, one column a class computed blockwise over the
+    same row blocks (:func:`dl1.predict.decision_function`), a block holding every class."""
+    # local: dask.array (~0.2 s with its integrations) only for lazy inputs, as dl1.predict's
+    import dask.array as da
+
+    if not isinstance(X, Held):
+        X = as_input(X, split)
+        check_n_features(X, coef.shape[1])
+        if not type(X).__module__.startswith("dask."):
+            return np.asarray(X @ coef.T, dtype=np.float64) + intercept
+    cols = [decision_function(X, coef[k], float(intercept[k]), split=split)
+            for k in range(coef.shape[0])]  # fmt: skip
+    if all(isinstance(c, np.ndarray) for c in cols):
+        return np.stack(cols, axis=1)
+    return da.stack(cols, axis=1).rechunk({1: -1})
+
+
+def labels_of_decisions(d: Any, classes: np.ndarray) -> Any:
+    """The class of the largest decision value of each row of ``d`` (n, K) (the first on a
+    tie, as scikit-learn's), blockwise on a dask array."""
+    if isinstance(d, np.ndarray):
+        return classes[np.argmax(d, axis=1)]
+    return d.map_blocks(lambda b: classes[np.argmax(b, axis=1)], dtype=classes.dtype,
+                        drop_axis=1)  # fmt: skip
+
+
+def probabilities_of_decisions(d: Any, log: bool = False) -> Any:
+    """The row softmax (or its log) of decision values ``d`` (n, K), blockwise on dask."""
+    fn = log_softmax if log else softmax
+    if isinstance(d, np.ndarray):
+        return fn(d, axis=1)
+    return d.map_blocks(lambda b: fn(b, axis=1), dtype=np.float64)
+
+
+@dataclass
+class MulticlassModel:
+    """A multinomial fit (:func:`dl1.fit_multiclass`, or ``dl1.LogisticRegression`` of more
+    than two classes) with the problem it solved: it predicts (in memory, or lazily on a
+    dask array, store or Dataset), scores, saves itself (:meth:`save`, read back by
+    :func:`load_model` bit for bit) and converts to scikit-learn (:meth:`to_sklearn`).
+
+    Attributes
+    ----------
+    coef_ : scipy.sparse.csr_matrix (K, p)
+        A class a row (sparse: a text model's dense ``K x p`` would not fit in memory).
+    intercept_ : ndarray (K,)
+    classes_ : ndarray (K,)
+        The labels, sorted; row ``k`` of ``coef_`` is ``classes_[k]``'s.
+    alpha, l1_ratio, penalty, tol, fit_intercept
+        The problem solved (``penalty``: "l1", the elastic net, or "grouped").
+    gap_, primal_, dual_, converged_, n_rounds_, n_epochs_
+        The certificate, as :class:`~dl1.solvers.multiclass.MulticlassResult`'s (``gap_``
+        relative to the loss at the best constant; ``dual_gap_`` is the same).
+    n_samples_ : int or None
+        Rows of the training data.
+    history_ : list of dict
+        The solver's rounds (empty for a loaded model: not saved).
+    """
+
+    #: The kind of a saved model (:func:`dl1.saving.save_model`), and its loss.
+    saved_kind: ClassVar[str] = "multiclass"
+    loss: ClassVar[str] = "multinomial"
+    coef_: sp.csr_matrix
+    intercept_: np.ndarray
+    classes_: np.ndarray
+    alpha: float
+    l1_ratio: float
+    penalty: str
+    tol: float
+    fit_intercept: bool
+    gap_: float
+    primal_: float
+    dual_: float
+    converged_: bool
+    n_rounds_: int
+    n_epochs_: int
+    n_samples_: int | None = None
+    history_: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.coef_ = sp.csr_matrix(self.coef_, dtype=np.float64)
+        self.intercept_ = np.asarray(self.intercept_, dtype=np.float64)
+        self.classes_ = np.asarray(self.classes_)
+        K = self.coef_.shape[0]
+        if K < 2 or self.intercept_.shape != (K,) or self.classes_.shape != (K,):
+            raise ValueError(
+                f"a multinomial model needs K >= 2 rows of coef_ ({K}), K intercepts "
+                f"({self.intercept_.shape}) and K classes ({self.classes_.shape})"
+            )
+
+    @classmethod
+    def from_result(
+        cls,
+        res: Any,
+        *,
+        alpha: float,
+        l1_ratio: float,
+        penalty: str = "l1",
+        fit_intercept: bool = True,
+        n_samples: int | None = None,
+    ) -> MulticlassModel:
+        """The model of a :class:`~dl1.solvers.multiclass.MulticlassResult` (its
+        ``classes_`` set, as :func:`dl1.fit_multiclass` returns it) and the problem it was
+        solved for (what the result does not record)."""
+        return cls(
+            coef_=res.coef_, intercept_=res.intercept_, classes_=res.classes_,
+            alpha=float(alpha), l1_ratio=float(l1_ratio), penalty=penalty, tol=float(res.tol),
+            fit_intercept=bool(fit_intercept), gap_=float(res.gap_),
+            primal_=float(res.primal_), dual_=float(res.dual_),
+            converged_=bool(res.converged_), n_rounds_=int(res.n_rounds_),
+            n_epochs_=int(res.n_epochs_), n_samples_=n_samples, history_=list(res.history_),
+        )  # fmt: skip
+
+    @property
+    def n_features_in_(self) -> int:
+        return int(self.coef_.shape[1])
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.coef_.shape[0])
+
+    @property
+    def dual_gap_(self) -> float:
+        return self.gap_
+
+    def decision_function(self, X: Any, *, split: str = "test") -> Any:
+        """``X @ coef_.T + intercept_`` (n, K) (:func:`multiclass_decisions`)."""
+        return multiclass_decisions(X, self.coef_.toarray(), self.intercept_, split=split)
+
+    def predict(self, X: Any, *, split: str = "test") -> Any:
+        """The most probable class of each row, in ``classes_``."""
+        return labels_of_decisions(self.decision_function(X, split=split), self.classes_)
+
+    def predict_proba(self, X: Any, *, split: str = "test") -> Any:
+        """The class probabilities (n, K), columns in ``classes_`` order, rows summing to 1."""
+        return probabilities_of_decisions(self.decision_function(X, split=split))
+
+    def score(self, X: Any, y: Any = None, *, sample_weight: Any = None,
+              split: str = "test") -> float:  # fmt: skip
+        """Accuracy of :meth:`predict`; ``y=None`` takes a store's labels of ``split`` or a
+        Dataset's."""
+        # local: scikit-learn (~1 s, ~120 MiB to import) only to score, as dl1.predict's
+        from sklearn.metrics import accuracy_score
+
+        y = stored_labels(X, split) if y is None else y
+        if y is None:
+            raise ValidationError("y is required unless X is a store or a Dataset with y")
+        pred = self.predict(X, split=split)
+        y, pred = (np.asarray(computed(a)[0] if hasattr(a, "compute") else a).ravel()
+                   for a in (y, pred))  # fmt: skip
+        if y.shape[0] != pred.shape[0]:
+            raise ValidationError(f"y has {y.shape[0]} values, X has {pred.shape[0]} rows")
+        sw = None if sample_weight is None else np.asarray(sample_weight, np.float64).ravel()
+        return float(accuracy_score(y, pred, sample_weight=sw))
+
+    def to_sklearn(self) -> Any:
+        """The fitted scikit-learn ``LogisticRegression`` with the same predictions
+        (``C = 1 / (n_samples * alpha)``, saga: the same objective without sample weights
+        for the L1 / elastic-net penalty; scikit-learn has no grouped one)."""
+        # local: scikit-learn's estimator only when asked for (as dl1.saving's)
+        from sklearn.linear_model import LogisticRegression
+
+        n = self.n_samples_
+        C = 1.0 / (n * self.alpha) if n and self.alpha > 0 else 1.0
+        l1_ratio = self.l1_ratio if self.penalty == "l1" else 1.0
+        est = LogisticRegression(C=C, l1_ratio=l1_ratio, solver="saga",
+                                 fit_intercept=self.fit_intercept)  # fmt: skip
+        est.classes_, est.coef_ = self.classes_.copy(), self.coef_.toarray()
+        est.intercept_ = self.intercept_.copy()
+        est.n_features_in_, est.n_iter_ = self.n_features_in_, np.array([self.n_rounds_])
+        return est
+
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+        """Write the model to the directory ``path`` (JSON and ``.npy``, no pickle: kind
+        "multiclass" of :mod:`dl1.saving`), read back by :func:`load_model`."""
+        return save_model(self, path, overwrite=overwrite)
+
+    def __repr__(self) -> str:
+        return (
+            f"MulticlassModel(penalty={self.penalty!r}, alpha={self.alpha:.6g}, "
+            f"l1_ratio={self.l1_ratio}, classes={self.n_classes}, nnz={self.coef_.nnz}, "
+            f"gap={self.gap_:.3e}, converged={self.converged_}, rounds={self.n_rounds_})"
+        )
+
+
+__all__ = ["MulticlassModel", "load_model", "read_model"]

@@ -4,7 +4,8 @@ scikit-learn (:func:`to_sklearn`); read back by :mod:`dl1.models`.
 A saved model is a directory::
 
     MODEL/
-      model.json      format name and version, dl1 version, kind ("fit" or "path"), loss,
+      model.json      format name and version, dl1 version, kind ("fit", "path" or
+                      "multiclass"), loss,
                       alpha(s), l1_ratio, tol, gaps, converged flags, intercept(s), n_samples,
                       n_features, a classifier's two labels ``classes`` (optional: a model
                       saved without them predicts -1 / +1); every float as a ``float.hex``
@@ -19,6 +20,14 @@ A saved model is a directory::
       coef.npy        float64 (p,)                      kind "fit"
       coefs_data.npy, coefs_indices.npy, coefs_indptr.npy
                       float64 / int64 / int64: the CSC matrix ``coefs_`` (p, n_alphas), kind "path"
+      coef_data.npy, coef_indices.npy, coef_indptr.npy
+                      float64 / int64 / int64: the CSR matrix ``coef_`` (K, p) of a multinomial
+                      fit, kind "multiclass" (a class a row, sorted column indices; its
+                      model.json: ``loss`` "multinomial", ``penalty`` ("l1" or "grouped"),
+                      ``n_classes`` K, ``classes`` as the estimator record's (``dtype`` and
+                      the K sorted ``values``), ``intercept`` (K float.hex strings),
+                      ``n_epochs``, and the other fields of a fit but ``dual_gap`` and ``p0``:
+                      ``gap`` is relative to the loss at the best constant)
 
 It is written in a temporary directory beside ``MODEL`` and renamed into place, so a killed
 writer leaves no half model; an existing path is replaced only with ``overwrite=True`` and
@@ -41,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -88,10 +98,28 @@ PATH_VECTORS = (
     ("test_accuracy", "test_accuracy_", "float", True),
     ("deltas", "deltas_", "float", True),
 )
+#: Float scalars of a multinomial fit, as (JSON key, attribute).
+MULTICLASS_FLOATS = (
+    ("alpha", "alpha"),
+    ("l1_ratio", "l1_ratio"),
+    ("tol", "tol"),
+    ("gap", "gap_"),
+    ("primal", "primal_"),
+    ("dual", "dual_"),
+)
+MULTICLASS_INTS = (("n_rounds", "n_rounds_"), ("n_epochs", "n_epochs_"))
 ARRAYS = {
     "fit": {"coef": "<f8"},
     "path": {"coefs_data": "<f8", "coefs_indices": "<i8", "coefs_indptr": "<i8"},
+    "multiclass": {"coef_data": "<f8", "coef_indices": "<i8", "coef_indptr": "<i8"},
 }
+#: dtypes a classifier's saved labels may have (besides strings, ``<U{n}``): bool, integers,
+#: floats and object (strings in it).
+LABEL_DTYPES = {
+    np.dtype(t).str: np.dtype(t)
+    for t in ("?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "O")
+}
+_STR_DTYPE = re.compile(r"[<>|]U[0-9]{1,6}")
 
 
 # -- saving -----------------------------------------------------------------------------------
@@ -102,12 +130,13 @@ def save_model(
     overwrite: bool = False,
     estimator: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a :class:`dl1.FitResult` or :class:`dl1.paths.PathResult` to the directory
-    ``path`` (JSON and ``.npy``; the module docstring gives the layout).
+    """Write a :class:`dl1.FitResult`, :class:`dl1.paths.PathResult` or multinomial
+    :class:`dl1.models.MulticlassModel` to the directory ``path`` (JSON and ``.npy``; the
+    module docstring gives the layout).
 
     Parameters
     ----------
-    model : FitResult or PathResult
+    model : FitResult, PathResult or MulticlassModel
     path : str or PathLike
         The directory to create.
     overwrite : bool
@@ -128,10 +157,8 @@ def save_model(
     FileExistsError
         ``path`` exists and ``overwrite`` is False, or it is not a saved model.
     """
-    if model.saved_kind == "path":
-        meta, arrays = path_content(model)
-    else:
-        meta, arrays = fit_content(model)
+    writers = {"path": path_content, "multiclass": multiclass_content}
+    meta, arrays = writers.get(model.saved_kind, fit_content)(model)
     meta = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -204,6 +231,73 @@ def path_content(res: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "coefs_indptr": np.ascontiguousarray(C.indptr, dtype="<i8"),
     }
     return meta, arrays
+
+
+def multiclass_content(model: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The fields and arrays of a multinomial fit (a :class:`dl1.models.MulticlassModel`):
+    its problem (penalty, alpha, l1_ratio, intercept fitted or not, sizes), its labels, its
+    certificate, and ``coef_`` (K, p) as a CSR matrix with sorted indices."""
+    n = model.n_samples_
+    meta: dict[str, Any] = {
+        "kind": "multiclass",
+        "loss": "multinomial",
+        "penalty": str(model.penalty),
+        "fit_intercept": bool(model.fit_intercept),
+        "n_samples": None if n is None else int(n),
+        "n_features": int(model.n_features_in_),
+        "n_classes": int(model.n_classes),
+        "classes": labels_json(model.classes_),
+        "intercept": [hex_float(b) for b in np.asarray(model.intercept_).tolist()],
+        "converged": bool(model.converged_),
+    }
+    for key, attr in MULTICLASS_FLOATS:
+        meta[key] = hex_float(getattr(model, attr))
+    for key, attr in MULTICLASS_INTS:
+        meta[key] = int(getattr(model, attr))
+    C = model.coef_.tocsr(copy=True)
+    C.sum_duplicates()  # canonical: sorted, distinct indices in each row
+    arrays = {
+        "coef_data": np.ascontiguousarray(C.data, dtype="<f8"),
+        "coef_indices": np.ascontiguousarray(C.indices, dtype="<i8"),
+        "coef_indptr": np.ascontiguousarray(C.indptr, dtype="<i8"),
+    }
+    return meta, arrays
+
+
+def labels_json(classes: Any, n: int | None = None) -> dict[str, Any]:
+    """A classifier's labels as ``{"dtype": ..., "values": [...]}``: strings, bools and
+    integers as JSON has them, floats as ``float.hex``; ``n`` of them (None: two or more).
+
+    Raises
+    ------
+    ValueError
+        Not that many labels, or not bools, numbers or strings (or not finite).
+    """
+    c = np.asarray(classes)
+    c = c.astype(c.dtype.newbyteorder("="))
+    dt, values = c.dtype.str, c.tolist()
+    ok = c.ndim == 1 and (c.shape[0] == n if n is not None else c.shape[0] >= 2)
+    ok = ok and is_label_dtype(dt)
+    if ok and dt == "|O":
+        ok = all(isinstance(x, str) for x in values)
+    elif ok and c.dtype.kind == "f":
+        ok = bool(np.isfinite(c).all())
+        values = [hex_float(x) for x in values]
+    if not ok:
+        count = "two" if n == 2 else "two or more" if n is None else str(n)
+        raise ValueError(
+            f"classes_ {values!r} (dtype {c.dtype}) cannot be saved: {count} finite numbers, "
+            "bools or strings can"
+        )
+    return {"dtype": dt, "values": values}
+
+
+def is_label_dtype(dt: str) -> bool:
+    """``dt`` one of :data:`LABEL_DTYPES` or a native string dtype (``<U{n}``), as
+    ``dtype.str`` spells it."""
+    if dt in LABEL_DTYPES:
+        return True
+    return bool(_STR_DTYPE.fullmatch(dt)) and np.dtype(dt).isnative and np.dtype(dt).str == dt
 
 
 def _to_json(x: Any, kind: str) -> Any:

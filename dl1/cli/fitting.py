@@ -25,6 +25,12 @@ from dl1.cli.cluster import (
     cluster_options,
     connected,
 )
+from dl1.cli.multiclass import (
+    MULTINOMIAL,
+    check_multiclass_store,
+    fit_multiclass_and_report,
+    wants_multinomial,
+)
 from dl1.cli.progress import Progress
 from dl1.cli.stores import (
     describe,
@@ -40,7 +46,15 @@ from dl1.entry_labels import entry_labels
 from dl1.errors import ValidationError
 from dl1.inputs import read_inputs
 from dl1.objective.datafits import LOSSES, datafit_class
-from dl1.params import COMMON, CONSTRAINED_PATH, PATH, PENALISED, POSITIVE, validate_params
+from dl1.params import (
+    COMMON,
+    CONSTRAINED_PATH,
+    MULTICLASS,
+    PATH,
+    PENALISED,
+    POSITIVE,
+    validate_params,
+)
 from dl1.predict import decision_function
 
 if TYPE_CHECKING:
@@ -57,7 +71,11 @@ def _check_store(
     """The store opened and its fit inputs validated (manifest, ``y`` for ``loss``: with
     ``any_labels``, any two labels of a classification loss, as :func:`dl1.fit` maps them;
     column statistics) before a cluster starts."""
-    store = open_input(path, storage_options)
+    return _checked(open_input(path, storage_options), loss, any_labels=any_labels)
+
+
+def _checked(store: Store, loss: str, *, any_labels: bool = True) -> Store:
+    """:func:`_check_store`'s checks of an opened store."""
     y = entry_labels(store, None, loss, "train").y if any_labels else None
     read_inputs(store, y, None, loss, "train")
     return store
@@ -170,11 +188,22 @@ def _save(model: Any, path: str | None, overwrite: bool, out: Output) -> None:
     out.result["model"] = str(written)
 
 
-def problem_options(f: Any) -> Any:
-    """``--l1-ratio`` and ``--loss``, the problem of ``dl1 fit`` and ``dl1 path``."""
-    f = click.option("--loss", type=click.Choice(LOSSES), default="squared", show_default=True)(f)
+def problem_options(f: Any, losses: tuple[str, ...] = LOSSES, help: str | None = None) -> Any:
+    """``--l1-ratio`` and ``--loss`` (one of ``losses``), the problem of ``dl1 fit`` and
+    ``dl1 path``."""
+    f = click.option("--loss", type=click.Choice(losses), default="squared", show_default=True,
+                     help=help)(f)  # fmt: skip
     return click.option("--l1-ratio", type=click.FloatRange(0, 1), default=1.0,
                         show_default=True)(f)  # fmt: skip
+
+
+def fit_problem_options(f: Any) -> Any:
+    """``dl1 fit``'s problem: :func:`problem_options` and the multinomial loss."""
+    return problem_options(
+        f, (*LOSSES, MULTINOMIAL),
+        help="multinomial (or logistic on labels of more than two classes): the multinomial "
+        "logistic model of every class (dl1.fit_multiclass), saved for dl1 predict / score.",
+    )  # fmt: skip
 
 
 def tol_option(help: str) -> Any:
@@ -273,7 +302,7 @@ def demo(out: str | None, seed: int, workers: int, dashboard: bool) -> None:
     show_default=True,
     help="alpha = alpha_max / ratio when --alpha is not given.",
 )
-@problem_options
+@fit_problem_options
 @tol_option("Stop at duality gap <= tol * P(0).")
 @model_output_options("the fitted model")
 @click.option(
@@ -299,22 +328,27 @@ def fit(
     storage_options: dict[str, Any] | None,
 ) -> None:
     """Fit a certified L1 / elastic-net model on STORE (a path or URL) and print its
-    certificate."""
-    validate_params(
-        PENALISED,
-        {
-            "l1_ratio": l1_ratio,
-            "loss": loss,
-            "tol": tol,
-            **({} if alpha is None else {"alpha": alpha}),
-        },
-        "dl1 fit",
-    )
+    certificate (--loss multinomial, or logistic on more than two classes: the multinomial
+    model of every class)."""
+    problem = {"l1_ratio": l1_ratio, "tol": tol, **({} if alpha is None else {"alpha": alpha})}
+    if loss == MULTINOMIAL:
+        validate_params(MULTICLASS, problem, "dl1 fit")
+    else:
+        validate_params(PENALISED, {**problem, "loss": loss}, "dl1 fit")
     validate_params({"alpha_ratio": [POSITIVE]}, {"alpha_ratio": alpha_ratio}, "dl1 fit")
     cluster.check()
     _check_output(model_out, overwrite)
-    st = _check_store(store, loss, storage_options)  # before a cluster
+    st = open_input(store, storage_options)  # checked before a cluster
     out = output()
+    if wants_multinomial(st, loss):
+        check_multiclass_store(st)
+        with connected(cluster, out.say) as client:
+            model = fit_multiclass_and_report(st, alpha=alpha, alpha_ratio=alpha_ratio,
+                                              l1_ratio=l1_ratio, tol=tol, client=client,
+                                              out=out)  # fmt: skip
+        _save(model, model_out, overwrite, out)
+        return
+    _checked(st, loss)
     with connected(cluster, out.say) as client:
         res = _fit_and_report(
             st,

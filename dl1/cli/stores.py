@@ -95,7 +95,7 @@ def where(store: Store) -> str:
 def summary(store: Store) -> str:
     """Human-readable summary of a store: shape, nnz, density, blocks, column frequencies."""
     lines = [f"store   {where(store)}"]
-    for key in ("preset", "source", "task", "seed", "row_multiplier", "snr"):
+    for key in ("preset", "source", "task", "n_classes", "seed", "row_multiplier", "snr"):
         if key in store.attrs:
             lines.append(f"{key:<7} {store.attrs[key]}")
     for split in store.splits:
@@ -141,7 +141,8 @@ def describe(store: Store) -> dict[str, Any]:
             "blocks": list(store.block_nnz(split).shape),
             "formats": list(e["formats"]),
         }
-    attrs = {k: store.attrs[k] for k in ("preset", "source", "task", "seed") if k in store.attrs}
+    attrs = {k: store.attrs[k] for k in ("preset", "source", "task", "n_classes", "seed")
+             if k in store.attrs}  # fmt: skip
     return {"store": where(store), "attrs": attrs, "splits": splits}
 
 
@@ -161,9 +162,17 @@ def _report(store: Store, seconds: float, what: str) -> None:
 @click.option("--row-multiplier", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
     "--task",
-    type=click.Choice(["regression", "classification"]),
+    type=click.Choice(["regression", "classification", "multiclass"]),
     default="regression",
     show_default=True,
+    help="Targets: real, labels -1 / +1 of a logistic model, or labels 0 .. K-1 of a "
+    "multinomial one (a planted sparse K x p model: y = argmax of X W*^T + b + Gumbel noise).",
+)
+@click.option(
+    "--n-classes",
+    type=click.IntRange(min=2),
+    default=None,
+    help="--task multiclass: the number of classes K (default 3).",
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing dl1 store at DST.")
 @storage_options_option
@@ -173,11 +182,14 @@ def generate(
     seed: int,
     row_multiplier: int,
     task: str,
+    n_classes: int | None,
     overwrite: bool,
     storage_options: dict[str, Any] | None,
 ) -> None:
     """Generate an E2006-like synthetic store at DST, a path or URL (out-of-core)."""
     validate_params(COMMON, {"seed": seed}, "dl1 generate")
+    if n_classes is not None and task != "multiclass":
+        raise click.UsageError("--n-classes is for --task multiclass")
     check_fresh(dst, overwrite)
     t0 = time.perf_counter()
     with Progress("generate") as progress:
@@ -189,6 +201,7 @@ def generate(
             row_multiplier=row_multiplier,
             task=task,
             overwrite=overwrite,
+            **({"n_classes": n_classes} if task == "multiclass" else {}),
         )
         dt = time.perf_counter() - t0
         progress.note(f"written in {dt:.1f} s")

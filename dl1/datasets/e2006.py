@@ -32,6 +32,12 @@ alike, with values ``±U(0.5, 1.5)`` (random signs).
 * ``task="regression"``: ``y = X w* + sigma eps``, ``eps ~ N(0, 1)``, with
   ``sigma^2 = var_pilot(X w*) / snr``, where ``var_pilot`` is the sample variance of ``X w*``
   over ``pilot_rows`` rows drawn from the same distribution on their own random stream.
+* ``task="multiclass"`` (``K = n_classes``): ``W*`` is ``p x K`` with the same
+  ``n_informative`` nonzeros, each at a uniformly drawn class (a feature speaks for one
+  class), and ``y = argmax_k (x . W*_k + b_k + G_k)`` as ``0.0 .. K - 1.0``, ``G_k`` iid
+  standard Gumbel: class ``k`` with probability ``softmax(x W* + b)_k`` (the multinomial
+  logistic model). ``W*`` is rescaled so that the classes' mean ``var_pilot(X W*_k)`` is
+  ``snr * pi^2 / 6`` (the Gumbel noise's variance), and ``b_k = -median_pilot(X W*_k)``.
 * ``task="classification"``: ``y = +1`` with probability ``sigmoid(x . w* + b)``, else ``-1``
   (sampled as the sign of ``x . w* + b + eps`` with logistic ``eps``). ``w*`` is rescaled so
   that ``var_pilot(X w*) = snr * pi^2 / 3``, i.e. ``snr`` is the ratio of the variance of the
@@ -62,7 +68,7 @@ from dl1.datasets.e2006_sampling import _SPLIT_IDS, _batch, _make_plan, _Plan
 from dl1.store import Store, StoreWriter
 from dl1.store.upload import open_written
 
-TASKS = ("regression", "classification")
+TASKS = ("regression", "classification", "multiclass")
 
 
 def _check_int(name: str, v: Any, lo: int) -> int:
@@ -78,6 +84,7 @@ def make_e2006_like(
     seed: int = 0,
     row_multiplier: int = 1,
     task: str | None = None,
+    n_classes: int | None = None,
     snr: float = 3.0,
     test_fraction: float | None = None,
     overwrite: bool = False,
@@ -90,7 +97,8 @@ def make_e2006_like(
     """Write a synthetic E2006-like store (text-like sparse rows, sparse true model).
 
     The generative model is described in :mod:`dl1.datasets.e2006`. Output is a
-    deterministic function of ``(preset, seed, task, snr, test_fraction, dtype)``; the
+    deterministic function of ``(preset, seed, task, n_classes, snr, test_fraction,
+    dtype)``; the
     first ``n`` rows of each split of a ``row_multiplier=k`` store equal those of the
     ``row_multiplier=1`` store.
 
@@ -109,13 +117,17 @@ def make_e2006_like(
         Non-negative seed of every random stream.
     row_multiplier : int
         Make the train and test splits ``row_multiplier`` times taller (same distribution).
-    task : {"regression", "classification"}, optional
-        Real ``y = X w* + noise``, or labels in {-1, +1} from a logistic model (default: the
-        preset's ``task``).
+    task : {"regression", "classification", "multiclass"}, optional
+        Real ``y = X w* + noise``, labels in {-1, +1} from a logistic model, or labels
+        ``0 .. n_classes - 1`` from a multinomial one (default: the preset's ``task``).
+    n_classes : int, optional
+        ``task="multiclass"`` only: the number of classes ``K >= 2`` (default 3).
     snr : float
         Regression: ``var(X w*) / sigma^2``. Classification: ``var(x . w*)`` over the
-        variance ``pi^2 / 3`` of the logistic noise. ``var(X w*)`` is estimated on a pilot
-        sample of ``preset.pilot_rows`` rows and recorded in the attrs.
+        variance ``pi^2 / 3`` of the logistic noise. Multiclass: the classes' mean
+        ``var(x . W*_k)`` over the variance ``pi^2 / 6`` of the Gumbel noise. ``var(X w*)``
+        is estimated on a pilot sample of ``preset.pilot_rows`` rows and recorded in the
+        attrs.
     test_fraction : float, optional
         Fraction of all rows held out in the ``"test"`` split, in [0, 1) (0: no test split).
         Default: the preset's ``n_test`` (3,308 test rows for 16,087 train rows, as E2006).
@@ -133,13 +145,16 @@ def make_e2006_like(
     Store
         The opened store. ``store.attrs`` holds the generator settings and the true model:
         ``attrs["coef"] = {"indices", "values", "ranks"}`` (column ids sorted, the scaled
-        coefficients, popularity ranks), ``attrs["intercept"]``, ``attrs["noise_sigma"]``,
-        ``attrs["pilot"]`` and ``attrs["preset_params"]``; see :func:`true_coef`.
+        coefficients, popularity ranks; multiclass: also ``"classes"``, the class of each),
+        ``attrs["intercept"]`` (a list of K for multiclass, with ``attrs["n_classes"]``),
+        ``attrs["noise_sigma"]``, ``attrs["pilot"]`` and ``attrs["preset_params"]``; see
+        :func:`true_coef`.
 
     Notes
     -----
     Memory is bounded independently of the number of rows: besides ``O(p)`` arrays (the
-    column permutation and dense ``w*``: 12 bytes per column; the writer's statistics: 40
+    column permutation and dense ``w*``: 12 bytes per column, ``4 + 8 K`` for multiclass; the
+    writer's statistics: 40
     bytes per column, plus its per-batch temporaries of about 50 bytes per column), at most
     two row batches are alive (one generated ahead in a thread while the writer spills the
     other). A batch takes about ``24 * batch_rows * draws_per_row`` bytes while it is drawn
@@ -156,8 +171,9 @@ def make_e2006_like(
     Raises
     ------
     ValueError
-        Unknown preset or task, ``row_multiplier`` not a positive integer, ``snr`` not
-        positive, ``test_fraction`` outside [0, 1), negative seed, a preset's
+        Unknown preset or task, ``row_multiplier`` not a positive integer, ``n_classes``
+        not an integer >= 2 or given for another task, ``snr`` not positive,
+        ``test_fraction`` outside [0, 1), negative seed, a preset's
         ``positive_fraction`` outside (0, 1).
     """
     pr = _preset(preset)
@@ -165,6 +181,10 @@ def make_e2006_like(
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     k = _check_int("row_multiplier", row_multiplier, 1)
+    if n_classes is not None and task != "multiclass":
+        raise ValueError(f"n_classes is for task='multiclass' only, not task={task!r}")
+    K = _check_int("n_classes", 3 if n_classes is None else n_classes, 2) if (
+        task == "multiclass") else 0  # fmt: skip
     seed = _check_int("seed", seed, 0)
     snr = float(snr)
     if not (math.isfinite(snr) and snr > 0):
@@ -184,8 +204,8 @@ def make_e2006_like(
     if not 0.0 < pr.positive_fraction < 1.0:
         raise ValueError(f"positive_fraction must be in (0, 1), got {pr.positive_fraction!r}")
 
-    plan = _make_plan(pr, seed, task, snr, dtype)
-    idx = np.flatnonzero(plan.coef)
+    plan = _make_plan(pr, seed, task, snr, dtype, K)
+    idx, owner = np.nonzero(plan.coef.reshape(pr.n_features, -1))
     ranks = np.argsort(plan.perm)[idx]  # popularity rank of each support column
     attrs = {
         "generator": "dl1.datasets.make_e2006_like",
@@ -202,13 +222,16 @@ def make_e2006_like(
         "draws_median": plan.median,
         "pilot": plan.pilot,
         "noise_sigma": plan.noise_sigma,
-        "intercept": plan.intercept,
+        "intercept": np.asarray(plan.intercept).tolist(),
         "coef": {
             "indices": idx.tolist(),
-            "values": plan.coef[idx].tolist(),
+            "values": plan.coef.reshape(pr.n_features, -1)[idx, owner].tolist(),
             "ranks": ranks.tolist(),
         },
     }
+    if task == "multiclass":
+        attrs["n_classes"] = K
+        attrs["coef"]["classes"] = owner.tolist()
     split_kw: dict[str, Any] = {
         "n_features": pr.n_features,
         "dtype": dtype,
@@ -243,8 +266,10 @@ def _write_split(plan: _Plan, sw: Any, split_id: int, n: int) -> None:
             del X, y
 
 
-def true_coef(store: Store | dict[str, Any]) -> tuple[np.ndarray, float]:
-    """Dense true coefficients ``w*`` (length ``n_features``) and intercept of a generated store.
+def true_coef(store: Store | dict[str, Any]) -> tuple[np.ndarray, Any]:
+    """Dense true coefficients ``w*`` (length ``n_features``) and intercept of a generated
+    store; of a multiclass one, ``W*`` of shape ``(n_classes, n_features)`` (a class a row,
+    as a fitted ``coef_``) and the ``(n_classes,)`` intercepts.
 
     Parameters
     ----------
@@ -253,6 +278,12 @@ def true_coef(store: Store | dict[str, Any]) -> tuple[np.ndarray, float]:
     attrs = store.attrs if isinstance(store, Store) else store
     if attrs.get("generator") != "dl1.datasets.make_e2006_like":
         raise ValueError("not a store written by dl1.datasets.make_e2006_like")
-    w = np.zeros(attrs["preset_params"]["n_features"], dtype=np.float64)
-    w[np.asarray(attrs["coef"]["indices"], dtype=np.int64)] = attrs["coef"]["values"]
+    p = attrs["preset_params"]["n_features"]
+    idx = np.asarray(attrs["coef"]["indices"], dtype=np.int64)
+    if attrs.get("task") == "multiclass":
+        W = np.zeros((int(attrs["n_classes"]), p), dtype=np.float64)
+        W[np.asarray(attrs["coef"]["classes"], dtype=np.int64), idx] = attrs["coef"]["values"]
+        return W, np.asarray(attrs["intercept"], dtype=np.float64)
+    w = np.zeros(p, dtype=np.float64)
+    w[idx] = attrs["coef"]["values"]
     return w, float(attrs["intercept"])

@@ -125,14 +125,15 @@ class _Plan:
     dtype: np.dtype
     median: float
     perm: np.ndarray
-    coef: np.ndarray  # dense, length p (float64)
+    coef: np.ndarray  # dense, length p, or (p, K) for task "multiclass" (float64)
     zipf: tuple[int, float, float, float]
     radix: tuple[int, int]
     thresholds: np.ndarray
     log1p_table: np.ndarray
     noise_sigma: float = 0.0
-    intercept: float = 0.0
+    intercept: float | np.ndarray = 0.0  # (K,) for task "multiclass"
     pilot: dict[str, Any] = dataclasses.field(default_factory=dict)
+    n_classes: int = 0  # K, task "multiclass" only
 
 
 def _batch_rows(plan: _Plan, split_id: int, b: int):
@@ -159,6 +160,11 @@ def _batch_rows(plan: _Plan, split_id: int, b: int):
 def _labels(plan: _Plan, xw: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     if plan.task == "regression":
         return xw + plan.noise_sigma * rng.standard_normal(xw.shape[0])
+    if plan.task == "multiclass":
+        # Gumbel-max: argmax_k (t_k + G_k), G_k iid standard Gumbel, is class k with
+        # probability softmax(t)_k (Gumbel 1954; e.g. Maddison et al. 2014, sec. 2)
+        t = xw + plan.intercept + rng.gumbel(size=xw.shape)
+        return np.argmax(t, axis=1).astype(np.float64)
     t = xw + plan.intercept + rng.logistic(size=xw.shape[0])
     return np.where(t > 0, 1.0, -1.0)
 
@@ -171,7 +177,9 @@ def _batch(plan: _Plan, split_id: int, b: int, n_keep: int):
     return (data[:end], indices[:end], indptr[: n_keep + 1]), y
 
 
-def _make_plan(pr: E2006Preset, seed: int, task: str, snr: float, dtype: np.dtype) -> _Plan:
+def _make_plan(
+    pr: E2006Preset, seed: int, task: str, snr: float, dtype: np.dtype, n_classes: int = 0
+) -> _Plan:
     p = pr.n_features
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_GLOBAL,)))
     perm = rng.permutation(p).astype(np.int32)
@@ -185,8 +193,12 @@ def _make_plan(pr: E2006Preset, seed: int, task: str, snr: float, dtype: np.dtyp
         _, first = np.unique(allr, return_index=True)
         ranks = allr[np.sort(first)][:n_inf]
     values = rng.choice([-1.0, 1.0], size=n_inf) * rng.uniform(0.5, 1.5, size=n_inf)
-    coef = np.zeros(p, dtype=np.float64)
-    coef[perm[ranks]] = values
+    if task == "multiclass":  # each informative feature is one class's (drawn after the rest)
+        coef = np.zeros((p, n_classes), dtype=np.float64)
+        coef[perm[ranks], rng.integers(n_classes, size=n_inf)] = values
+    else:
+        coef = np.zeros(p, dtype=np.float64)
+        coef[perm[ranks]] = values
     nbits = max(1, int(p - 1).bit_length())
     n_pass = -(-nbits // 12)
     table = np.arange(_N_COUNT_TABLE, dtype=np.float64)
@@ -202,16 +214,24 @@ def _make_plan(pr: E2006Preset, seed: int, task: str, snr: float, dtype: np.dtyp
         radix=(-(-nbits // n_pass), n_pass),
         thresholds=(table + 1.0) ** -pr.count_tail,
         log1p_table=np.log1p(table),
+        n_classes=n_classes,
     )
     # pilot: var and median of X w* over pilot_rows rows of an independent stream
     n_pb = max(1, -(-pr.pilot_rows // pr.batch_rows))
     xw = np.concatenate([_batch_rows(plan, _PILOT, b)[3] for b in range(n_pb)])
     xw = xw[: max(pr.pilot_rows, 2)]
-    var = float(np.var(xw, ddof=1))
+    var = float(np.mean(np.var(xw, axis=0, ddof=1)))  # multiclass: the classes' mean
     if not var > 0:
         raise ValueError("the pilot sample has var(X w*) = 0; cannot set the noise level")
-    plan.pilot = {"rows": int(xw.shape[0]), "var_xw": var, "median_xw": float(np.median(xw))}
-    if task == "regression":
+    median = np.median(xw, axis=0)
+    plan.pilot = {"rows": int(xw.shape[0]), "var_xw": var, "median_xw": median.tolist()}
+    if task == "multiclass":
+        # the mean variance of a class's logit snr times the Gumbel noise's, pi^2 / 6; each
+        # logit centred at its median, so that no class dominates
+        scale = math.sqrt(snr * math.pi**2 / 6.0 / var)
+        plan.coef *= scale
+        plan.intercept = -scale * median
+    elif task == "regression":
         plan.noise_sigma = math.sqrt(var / snr)
     else:
         scale = math.sqrt(snr * math.pi**2 / 3.0 / var)

@@ -208,7 +208,8 @@ class LogisticRegression(MultinomialFit, _Classifier):
     with ``alpha = 1 / (C sum_i s_i)``. More classes: scikit-learn's multinomial model
     (``C`` times the summed cross-entropy of the softmax of ``X W^T + b``, the same penalty
     on ``W``), fitted by :func:`dl1.fit_multiclass` with every pass over the data shared by
-    the classes (no sample or class weights, warm start or standardisation yet).
+    the classes (no warm start or standardisation yet); it saves and loads as a binary one
+    (:meth:`dl1.Lasso.save`, :func:`dl1.load_estimator`).
 
     Parameters
     ----------
@@ -238,9 +239,9 @@ class LogisticRegression(MultinomialFit, _Classifier):
     intercept_ : ndarray (1,) or (K,)
     n_iter_, dual_gap_, gap_, n_features_in_, feature_names_in_
         As :class:`dl1.Lasso`.
-    result_ : dl1.FitResult, or MulticlassResult for K > 2
+    result_ : dl1.FitResult, or dl1.models.MulticlassModel for K > 2
         The fit; a binary one predicts in ``classes_`` when they are numbers, else in
-        -1 / +1.
+        -1 / +1; a multinomial one in ``classes_``.
     """
 
     _loss = "logistic"
@@ -319,16 +320,6 @@ class LogisticRegression(MultinomialFit, _Classifier):
         est.intercept_ = np.asarray(self.intercept_, dtype=np.float64).copy()
         est.n_features_in_, est.n_iter_ = self.n_features_in_, np.array([self.n_iter_])
         return est
-
-    def save(self, path: Any, *, overwrite: bool = False) -> Any:
-        """As :meth:`dl1.Lasso.save`; a model of more than two classes cannot be saved yet
-        (``to_sklearn()`` and pickling keep it)."""
-        if self._is_multinomial():
-            raise NotImplementedError(
-                "saving a LogisticRegression of more than two classes is not supported yet; "
-                "pickle it or keep est.to_sklearn()"
-            )
-        return super().save(path, overwrite=overwrite)
 
     def predict_proba(self, X: Any) -> Any:
         """Probabilities of ``classes_`` (n, K), rows summing to 1; lazy for out-of-core X."""

@@ -5,15 +5,16 @@
 
 scikit-learn's multinomial objective is ``C sum_i CE_i + penalty(W)``; dl1's the mean
 cross-entropy plus ``alpha penalty(W)``: the same minimiser with ``alpha = 1 / (n C)``.
+
+The fit's ``result_`` is a :class:`dl1.models.MulticlassModel` (the solver's result with the
+problem it solved), which ``save`` writes and :func:`dl1.load_estimator` reads back.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import dask.array as da
 import numpy as np
-from scipy.special import log_softmax, softmax
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import (
@@ -25,8 +26,13 @@ from sklearn.utils.validation import (
 
 from dl1.entry_labels import stored_labels
 from dl1.estimators.base import computed, is_out_of_core
+from dl1.models import (
+    MulticlassModel,
+    labels_of_decisions,
+    multiclass_decisions,
+    probabilities_of_decisions,
+)
 from dl1.multiclass import fit_multiclass
-from dl1.predict import decision_function
 
 #: What the multinomial fit does not take yet, with the setting that would be ignored.
 NOT_YET = {"standardize": False, "warm_start": False, "screen": False}
@@ -65,20 +71,58 @@ class MultinomialFit:
         labels = labels_of(X, y)  # read once: out of core, from the store
         sample_weight = self._with_class_weights(labels, sample_weight)
         total = len(labels) if sample_weight is None else float(sample_weight.sum())
+        alpha = 1.0 / (float(self.C) * total)
         res = fit_multiclass(
-            X, labels, alpha=1.0 / (float(self.C) * total), l1_ratio=self._l1_ratio(),
+            X, labels, alpha=alpha, l1_ratio=self._l1_ratio(),
             sample_weight=sample_weight, fit_intercept=self.fit_intercept, tol=self.tol,
             max_rounds=self.max_iter, n_partitions=self.n_partitions, stream=self.stream,
             client=self.client,
         )  # fmt: skip
-        self.result_ = res
-        self.classes_ = res.classes_
-        self.n_features_in_ = int(res.coef_.shape[1])
-        self.coef_ = res.coef_.toarray()
-        self.intercept_ = res.intercept_ if self.fit_intercept else np.zeros(len(res.classes_))
-        self.n_iter_ = int(res.n_rounds_)
-        self.dual_gap_ = self.gap_ = float(res.gap_)
+        self._set_multinomial(MulticlassModel.from_result(
+            res, alpha=alpha, l1_ratio=self._l1_ratio(), fit_intercept=self.fit_intercept,
+            n_samples=len(labels),
+        ))  # fmt: skip
         return self
+
+    def _set_multinomial(self, model: MulticlassModel) -> None:
+        """scikit-learn's attributes from a multinomial fit (made here or loaded)."""
+        self.result_ = model
+        self.classes_ = model.classes_
+        self.n_features_in_ = model.n_features_in_
+        self.coef_ = model.coef_.toarray()
+        self.intercept_ = model.intercept_ if self.fit_intercept else np.zeros(model.n_classes)
+        self.n_iter_ = int(model.n_rounds_)
+        self.dual_gap_ = self.gap_ = float(model.gap_)
+
+    def _set_loaded(self, res: Any, fitted: dict[str, Any]) -> None:
+        """A loaded multinomial model's attributes as :meth:`_fit_multinomial` sets them
+        (``fitted``: those of the estimator record); a binary model's as the base class's."""
+        if getattr(res, "saved_kind", None) != "multiclass":
+            super()._set_loaded(res, fitted)  # type: ignore[misc]
+            return
+        for name, value in fitted.items():
+            setattr(self, name, value)
+        self._set_multinomial(res)
+
+    @classmethod
+    def _from_fit(cls, model: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """A multinomial model saved without an estimator record: the parameters that fit it
+        (``C = 1 / (n_samples * alpha)``, the unweighted fit's) and its classes; None for the
+        grouped penalty (no estimator takes it). A binary model: as the base class's."""
+        if getattr(model, "saved_kind", None) != "multiclass":
+            return super()._from_fit(model)  # type: ignore[misc]
+        if model.penalty != "l1":
+            return None
+        r = float(model.l1_ratio)
+        params: dict[str, Any] = {"fit_intercept": bool(model.fit_intercept),
+                                  "penalty": "l1" if r == 1.0 else "elasticnet"}  # fmt: skip
+        if r != 1.0:
+            params["l1_ratio"] = r
+        if 0.0 < model.tol < 1.0:
+            params["tol"] = float(model.tol)
+        if model.n_samples_ and model.alpha > 0:
+            params["C"] = 1.0 / (model.n_samples_ * model.alpha)
+        return params, {"classes_": model.classes_.copy(), "class_weight_": None}
 
     def _with_class_weights(self, labels: np.ndarray, sample_weight: Any) -> Any:
         """Each sample's weight times its class's (``class_weight``, scikit-learn's rule:
@@ -103,21 +147,10 @@ class MultinomialFit:
         check_is_fitted(self)
         if not is_out_of_core(X):
             return np.asarray(self._validated(X) @ self.coef_.T + self.intercept_)
-        cols = [decision_function(X, self.coef_[k], float(self.intercept_[k]))
-                for k in range(self.coef_.shape[0])]  # fmt: skip
-        return da.stack(cols, axis=1).rechunk({1: -1})  # a block holds every class's column
+        return multiclass_decisions(X, self.coef_, self.intercept_)
 
     def _multinomial_predict(self, X: Any) -> Any:
-        d = self._decisions(X)
-        classes = self.classes_
-        if isinstance(d, np.ndarray):
-            return classes[np.argmax(d, axis=1)]
-        return d.map_blocks(lambda b: classes[np.argmax(b, axis=1)], dtype=classes.dtype,
-                            drop_axis=1)  # fmt: skip
+        return labels_of_decisions(self._decisions(X), self.classes_)
 
     def _multinomial_proba(self, X: Any, log: bool = False) -> Any:
-        d = self._decisions(X)
-        fn = log_softmax if log else softmax
-        if isinstance(d, np.ndarray):
-            return fn(d, axis=1)
-        return d.map_blocks(lambda b: fn(b, axis=1), dtype=np.float64)
+        return probabilities_of_decisions(self._decisions(X), log=log)

@@ -7,22 +7,14 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from typing import Any
 
 import numpy as np
 
-from dl1.saving import hex_float
+from dl1.saving import LABEL_DTYPES, hex_float, is_label_dtype, labels_json
 
 #: Parameters never saved with an estimator: a live cluster connection.
 NOT_SAVED = ("client",)
-#: dtypes a classifier's saved labels may have (besides strings, ``<U{n}``): bool, integers,
-#: floats and object (strings in it).
-LABEL_DTYPES = {
-    np.dtype(t).str: np.dtype(t)
-    for t in ("?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "O")
-}
-_STR_DTYPE = re.compile(r"[<>|]U[0-9]{1,6}")
 #: A parameter JSON cannot hold exactly (left out of the record).
 DROPPED = object()
 
@@ -98,29 +90,14 @@ def json_param(v: Any) -> Any:
     return json_scalar(v)
 
 
-def labels_json(classes: Any) -> dict[str, Any]:
-    """A classifier's two labels as ``{"dtype": ..., "values": [...]}``: strings, bools and
-    integers as JSON has them, floats as ``float.hex`` (as the model's own ``classes``)."""
-    c = np.asarray(classes)
-    c = c.astype(c.dtype.newbyteorder("="))
-    dt, values = c.dtype.str, c.tolist()
-    ok = c.shape == (2,) and is_label_dtype(dt)
-    if ok and dt == "|O":
-        ok = all(isinstance(x, str) for x in values)
-    elif ok and c.dtype.kind == "f":
-        ok = bool(np.isfinite(c).all())
-        values = [hex_float(x) for x in values]
-    if not ok:
-        raise ValueError(
-            f"classes_ {values!r} (dtype {c.dtype}) cannot be saved: two finite numbers, "
-            "bools or strings can"
-        )
-    return {"dtype": dt, "values": values}
-
-
-def is_label_dtype(dt: str) -> bool:
-    """``dt`` one of :data:`LABEL_DTYPES` or a native string dtype (``<U{n}``), as
-    ``dtype.str`` spells it."""
-    if dt in LABEL_DTYPES:
-        return True
-    return bool(_STR_DTYPE.fullmatch(dt)) and np.dtype(dt).isnative and np.dtype(dt).str == dt
+__all__ = [
+    "DROPPED",
+    "LABEL_DTYPES",
+    "NOT_SAVED",
+    "dl1_class",
+    "estimator_record",
+    "is_label_dtype",
+    "json_param",
+    "json_scalar",
+    "labels_json",
+]

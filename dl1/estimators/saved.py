@@ -12,8 +12,9 @@ import numpy as np
 
 import dl1.estimators as estimators
 from dl1.errors import ValidationError
-from dl1.estimators.record import DROPPED, NOT_SAVED, is_label_dtype, json_scalar
-from dl1.models import check_bool, float_value, read_model
+from dl1.estimators.multiclass import MultinomialFit
+from dl1.estimators.record import DROPPED, NOT_SAVED, json_scalar
+from dl1.models import check_labels, float_value, read_model
 from dl1.objective.datafits import datafit_class, loss_name, make_datafit
 from dl1.store.manifest import FieldChecker
 
@@ -28,9 +29,10 @@ def load_estimator(path: str | os.PathLike) -> Any:
     estimator, with its saved parameters; one saved from a :class:`dl1.FitResult` (no
     estimator record) as the estimator of its loss: ``Lasso`` (``"squared"``, ``l1_ratio``
     1) or ``ElasticNet``, ``LogisticRegression``, ``LinearSVC`` (hinges), ``PoissonRegressor``
-    or ``HuberRegressor``. Its fitted attributes (``coef_``, ``intercept_``, ``classes_``,
-    ``n_features_in_``, ``result_``, ``dual_gap_``, ``n_iter_``, ...) are set as a fit sets
-    them, so that it predicts bit for bit as the estimator saved, scores, converts
+    or ``HuberRegressor``; a multinomial fit (:class:`dl1.models.MulticlassModel`) as a
+    ``LogisticRegression`` of its classes. Its fitted attributes (``coef_``, ``intercept_``,
+    ``classes_``, ``n_features_in_``, ``result_``, ``dual_gap_``, ``n_iter_``, ...) are set
+    as a fit sets them, so that it predicts bit for bit as the estimator saved, scores, converts
     (``to_sklearn``) and saves again.
 
     Parameters
@@ -55,7 +57,7 @@ def load_estimator(path: str | os.PathLike) -> Any:
         (the message names the file and the field).
     """
     model, meta, ck = read_model(path)
-    if meta["kind"] != "fit":
+    if meta["kind"] == "path":
         ck.fail(
             "kind",
             "is 'path': a regularisation path is no single fitted estimator; read it with "
@@ -98,24 +100,26 @@ def _check_estimator(ck: FieldChecker, raw: Any, model: Any) -> tuple[Any, dict[
         est._validate_params()
     except (ValidationError, ValueError, TypeError) as e:
         ck.fail("estimator.params", f"are not valid for {name}: {e}", params)
-    loss = loss_name(est._loss)
-    if loss != model.loss:
-        ck.fail("estimator.class", f"is {name} of loss {loss!r}, the model's is {model.loss!r}",
-                name)  # fmt: skip
-    if make_datafit(est._loss).params() != model.loss_params:
-        ck.fail("estimator.params", f"do not give the model's loss parameters "
-                f"{model.loss_params}", params)  # fmt: skip
+    multinomial = model.saved_kind == "multiclass"
+    if multinomial:
+        _check_multinomial(ck, est, model, params)
+    else:
+        _check_loss(ck, est, model, params)
     if bool(est.fit_intercept) != bool(model.fit_intercept):
         ck.fail("estimator.params.fit_intercept", "is not the model's fit_intercept",
                 est.fit_intercept)  # fmt: skip
     fitted: dict[str, Any] = {}
-    if datafit_class(loss).classifies:
-        fitted["classes_"] = _check_labels(ck, ck.key(record, "classes", "estimator"),
-                                           "estimator.classes")  # fmt: skip
+    if multinomial or datafit_class(loss_name(est._loss)).classifies:
+        n = model.n_classes if multinomial else 2
+        fitted["classes_"] = check_labels(ck, ck.key(record, "classes", "estimator"),
+                                          "estimator.classes", n)  # fmt: skip
+        if multinomial and not _same_labels(fitted["classes_"], model.classes_):
+            ck.fail("estimator.classes", "are not the model's classes",
+                    record["classes"])  # fmt: skip
         cw = record.get("class_weight")
         fitted["class_weight_"] = None if cw is None else np.array(
             [float_value(ck, w, f"estimator.class_weight[{k}]", lo=0.0)
-             for k, w in enumerate(ck.seq(cw, "estimator.class_weight", 2))]
+             for k, w in enumerate(ck.seq(cw, "estimator.class_weight", n))]
         )  # fmt: skip
     else:
         for key in ("classes", "class_weight"):
@@ -125,6 +129,32 @@ def _check_estimator(ck: FieldChecker, raw: Any, model: Any) -> tuple[Any, dict[
         fitted["feature_names_in_"] = _feature_names(ck, record["feature_names"],
                                                      model.n_features_in_)  # fmt: skip
     return est, fitted
+
+
+def _check_loss(ck: FieldChecker, est: Any, model: Any, params: dict[str, Any]) -> None:
+    """A binary model's estimator fits its loss, with its loss parameters."""
+    name, loss = type(est).__name__, loss_name(est._loss)
+    if loss != model.loss:
+        ck.fail("estimator.class", f"is {name} of loss {loss!r}, the model's is {model.loss!r}",
+                name)  # fmt: skip
+    if make_datafit(est._loss).params() != model.loss_params:
+        ck.fail("estimator.params", f"do not give the model's loss parameters "
+                f"{model.loss_params}", params)  # fmt: skip
+
+
+def _check_multinomial(ck: FieldChecker, est: Any, model: Any, params: dict[str, Any]) -> None:
+    """A multinomial model's estimator fits multinomial models, with its penalty."""
+    name = type(est).__name__
+    if not isinstance(est, MultinomialFit):
+        ck.fail("estimator.class", f"is {name}, which fits no multinomial model (the model's "
+                "kind is 'multiclass')", name)  # fmt: skip
+    if model.penalty != "l1" or est._l1_ratio() != model.l1_ratio:
+        ck.fail("estimator.params", f"do not give the model's penalty ({model.penalty!r}, "
+                f"l1_ratio {model.l1_ratio})", params)  # fmt: skip
+
+
+def _same_labels(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.tolist() == b.tolist()
 
 
 def _check_params(ck: FieldChecker, raw: Any, cls: type) -> dict[str, Any]:
@@ -142,40 +172,6 @@ def _check_params(ck: FieldChecker, raw: Any, cls: type) -> dict[str, Any]:
                 ck.fail(field, "is not null, a bool, a finite number, a string or a list of "
                         "them", value)  # fmt: skip
     return params
-
-
-def _check_labels(ck: FieldChecker, raw: Any, field: str) -> np.ndarray:
-    """A classifier's two labels: a label dtype, two values of it, distinct and sorted (as
-    ``np.unique`` gives ``classes_``)."""
-    raw = ck.obj(raw, field)
-    _only(ck, raw, ("dtype", "values"), field)
-    dt = ck.key(raw, "dtype", field)
-    if not isinstance(dt, str) or not is_label_dtype(dt):
-        ck.fail(f"{field}.dtype", "is not a label dtype (bool, integer, float, str or object)",
-                dt)  # fmt: skip
-    dtype = np.dtype(dt)
-    raw_values = ck.seq(ck.key(raw, "values", field), f"{field}.values", 2)
-    values = [_label(ck, dtype, x, f"{field}.values[{k}]") for k, x in enumerate(raw_values)]
-    c = np.empty(2, dtype=dtype)
-    c[:] = values
-    if c.tolist() != values:
-        ck.fail(f"{field}.values", f"do not fit dtype {dt}", raw_values)
-    if not c[0] < c[1]:
-        ck.fail(f"{field}.values", "are not two distinct labels in increasing order", raw_values)
-    return c
-
-
-def _label(ck: FieldChecker, dtype: np.dtype, x: Any, field: str) -> Any:
-    if dtype.kind == "b":
-        return check_bool(ck, x, field)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return ck.integer(x, field, int(info.min), int(info.max))
-    if dtype.kind == "f":
-        return float_value(ck, x, field, finite=True)
-    if not isinstance(x, str):
-        ck.fail(field, "is not a string", x)
-    return x
 
 
 def _feature_names(ck: FieldChecker, raw: Any, p: int) -> np.ndarray:
@@ -196,6 +192,9 @@ def _natural_estimator(ck: FieldChecker, model: Any) -> tuple[Any, dict[str, Any
         got = cls._from_fit(model)
         if got is not None:
             return cls(**got[0]), got[1]
-    ck.fail("loss", f"is {model.loss!r}, which no dl1 estimator fits: read the model with "
-            "dl1.load_model (a FitResult, which predicts and converts to scikit-learn)",
-            model.loss)  # fmt: skip
+    what = "a FitResult" if model.saved_kind == "fit" else "a MulticlassModel"
+    field = "penalty" if model.saved_kind == "multiclass" else "loss"
+    value = getattr(model, field)
+    ck.fail(field, f"is {value!r}, which no dl1 estimator fits: read the model with "
+            f"dl1.load_model ({what}, which predicts and converts to scikit-learn)",
+            value)  # fmt: skip

@@ -326,6 +326,48 @@ def test_imbalanced_classification(tmp_path, seed):
     assert b < -scale * pilot["median_xw"] - 1.0  # below the balancing intercept
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_multiclass(tmp_path, seed):
+    """Labels 0 .. K-1 of a planted multinomial model: class k with probability
+    softmax(x W*^T + b)_k. The agreement of y with argmax(x W*^T + b) matches the Bayes
+    accuracy mean(max_k softmax) within 4 standard errors and is below 1; each class's
+    frequency is its mean probability's (4 standard errors); the classes' mean logit
+    variance is snr * pi^2 / 6; each informative feature speaks for one class."""
+    K = 4
+    store = make_e2006_like(tmp_path / "m", "small", seed=seed, task="multiclass", n_classes=K)
+    assert (store.attrs["task"], store.attrs["n_classes"]) == ("multiclass", K)
+    y = store.read("y")
+    assert set(np.unique(y).tolist()) == {0.0, 1.0, 2.0, 3.0}
+    W, b = true_coef(store)
+    assert W.shape == (K, PRESETS["small"].n_features) and b.shape == (K,)
+    assert np.count_nonzero(W) == PRESETS["small"].n_informative
+    assert (np.count_nonzero(W, axis=0) <= 1).all()  # one class per feature
+    T = _X(store) @ W.T + b
+    S = np.exp(T - T.max(axis=1, keepdims=True))
+    S /= S.sum(axis=1, keepdims=True)
+    bayes = S.max(axis=1)
+    acc = (np.argmax(T, axis=1) == y).mean()
+    se = math.sqrt(np.sum(bayes * (1 - bayes))) / T.shape[0]
+    assert abs(acc - bayes.mean()) < 4 * se
+    assert 1.0 / K < acc < 0.95
+    freq_se = np.sqrt(np.sum(S * (1 - S), axis=0)) / T.shape[0]
+    freq = np.array([(y == k).mean() for k in range(K)])
+    assert (np.abs(freq - S.mean(axis=0)) < 4 * freq_se + 4 * S.std(axis=0) / math.sqrt(
+        T.shape[0])).all()  # fmt: skip
+    rel_se = math.sqrt(2.5 * (1 / T.shape[0] + 1 / store.attrs["pilot"]["rows"]))
+    assert np.var(T, axis=0).mean() == pytest.approx(3.0 * math.pi**2 / 6, rel=4 * rel_se)
+    assert set(np.unique(store.read("y", split="test")).tolist()) == {0.0, 1.0, 2.0, 3.0}
+
+
+def test_multiclass_leaves_the_other_tasks_and_its_rows_alone(tmp_path):
+    """The rows (X) of a multiclass store are those of the regression store of its seed,
+    and the default is 3 classes."""
+    a = make_e2006_like(tmp_path / "r", "small", seed=5, test_fraction=0.0)
+    b = make_e2006_like(tmp_path / "m", "small", seed=5, test_fraction=0.0, task="multiclass")
+    assert (_X(a) != _X(b)).nnz == 0
+    assert b.attrs["n_classes"] == 3 and set(np.unique(b.read("y")).tolist()) == {0.0, 1.0, 2.0}
+
+
 # ------------------------------------------------------------------- options & errors
 def test_options(tmp_path):
     store = make_e2006_like(
@@ -360,6 +402,9 @@ def test_options(tmp_path):
         ({"preset": "huge"}, "preset must be one of"),
         ({"preset": 3}, "preset must be one of"),
         ({"task": "ranking"}, "task must be one of"),
+        ({"task": "multiclass", "n_classes": 1}, "n_classes must be an integer >= 2"),
+        ({"task": "multiclass", "n_classes": 2.5}, "n_classes must be an integer >= 2"),
+        ({"task": "classification", "n_classes": 3}, "n_classes is for task='multiclass'"),
         ({"row_multiplier": 0}, "row_multiplier must be an integer >= 1"),
         ({"row_multiplier": 1.5}, "row_multiplier must be an integer >= 1"),
         ({"row_multiplier": True}, "row_multiplier must be an integer >= 1"),
