@@ -12,8 +12,9 @@ import math
 import numpy as np
 from numba import njit
 
-#: Backtracking halvings of a feature's step, at most (then the global bound is taken).
-MAX_BACKTRACK = 30
+#: Newton / bisection steps of the grouped proximal operator's root, at most.
+PROX_STEPS = 100
+
 
 
 @njit(nogil=True, cache=True)
@@ -68,123 +69,221 @@ def softmax_rows(Z, P, lse):  # pragma: no cover - numba
 
 
 @njit(nogil=True, cache=True)
-def _prox(u, D, a1, a2, grouped, out):  # pragma: no cover - numba
-    """The proximal operator of the penalty in the metric ``diag(D)`` at ``u``: the elastic
-    net entry-wise (``soft(u_k, a1 / D_k) / (1 + a2 / D_k)``), or the grouped one row-wise
-    (``D`` then constant)."""
-    K = u.shape[0]
-    if grouped:
-        norm = 0.0
-        for k in range(K):
-            norm += u[k] * u[k]
-        norm = math.sqrt(norm)
-        shrink = 0.0 if norm == 0.0 else max(0.0, 1.0 - a1 / (D[0] * norm))
-        for k in range(K):
-            out[k] = u[k] * shrink / (1.0 + a2 / D[0])
-    else:
-        for k in range(K):
-            mag = max(abs(u[k]) - a1 / D[k], 0.0)
-            out[k] = math.copysign(mag, u[k]) / (1.0 + a2 / D[k])
-
-
-@njit(nogil=True, cache=True)
-def _rows_change(indptr, indices, data, sw, j, Z, lse, codes, d):  # pragma: no cover - numba
-    """``n (F(Z + x_j d^T) - F(Z))`` over the rows of column ``j`` (``sw`` the sample
-    weights, empty for unit ones)."""
-    K = Z.shape[1]
-    total = 0.0
-    for q in range(indptr[j], indptr[j + 1]):
-        i = indices[q]
-        v = data[q]
-        s = 1.0 if sw.shape[0] == 0 else sw[i]
-        top = Z[i, 0] + v * d[0]
-        for k in range(1, K):
-            top = max(top, Z[i, k] + v * d[k])
-        e = 0.0
-        for k in range(K):
-            e += math.exp(Z[i, k] + v * d[k] - top)
-        total += s * (top + math.log(e) - lse[i] - v * d[codes[i]])
-    return total
-
-
-@njit(nogil=True, cache=True)
-def mc_cd_epoch(
-    indptr, indices, data, sw, sqnorm, W, Z, P, lse, codes, a1, a2, grouped
-):  # pragma: no cover - numba
-    """One sweep of block coordinate descent over the ``m`` columns of a CSC matrix.
-
-    Feature ``j``'s ``K`` coefficients ``W[j]`` take one proximal gradient step on
-    ``F(Z) + penalty`` in a diagonal metric: gradient ``g = x_j^T S (P - Y) / n`` (``S`` the
-    sample weights ``sw``, empty for unit ones) and curvatures ``h_k = sum_i s_i x_ij^2
-    P_ik / n``, the block Hessian's majoriser at the current point (``diag(p) - p p^T <=
-    diag(p)``): a rare class takes a step as long as its own curvature allows. The grouped
-    penalty takes the largest ``h_k`` for all (its prox needs one scale). The metric is
-    doubled until the loss over the column's rows is majorised (backtracking), each entry
-    capped by the global bound ``sqnorm_j / (2 n)`` (``sqnorm_j = sum_i s_i x_ij^2``;
-    ``lambda_max(diag(p) - p p^T) <= 1/2``), which is always accepted. ``Z``, ``P`` and
-    ``lse`` (the rows' log-sum-exp) follow. Returns the largest coefficient change."""
+def mc_model_stats(indptr, indices, data, SG, SPQ, G0, C):  # pragma: no cover - numba
+    """The quadratic model's per-coefficient gradient and curvature at ``dW = 0``:
+    ``G0 = X^T SG`` and ``C = (X o X)^T SPQ`` (``SG = S (P - Y) / n``, ``SPQ = S P o (1 - P)
+    / n``, both ``n x K``): the diagonal of the block ``x_j^T (diag(p_i) - p_i p_i^T) x_j``."""
     m = indptr.shape[0] - 1
-    n = Z.shape[0]
-    K = Z.shape[1]
-    g = np.empty(K)
-    h = np.empty(K)
-    D = np.empty(K)
-    u = np.empty(K)
-    new = np.empty(K)
-    d = np.empty(K)
-    biggest = 0.0
+    K = SG.shape[1]
     for j in range(m):
-        if sqnorm[j] == 0.0:
-            continue
-        l_max = 0.5 * sqnorm[j] / n
         for k in range(K):
-            g[k] = 0.0
-            h[k] = 0.0
-        for q in range(indptr[j], indptr[j + 1]):
-            i = indices[q]
-            v = data[q] if sw.shape[0] == 0 else data[q] * sw[i]
-            vv = v * data[q]
-            for k in range(K):
-                g[k] += v * P[i, k]
-                h[k] += vv * P[i, k]
-            g[codes[i]] -= v
-        top = 0.0
-        for k in range(K):
-            g[k] /= n
-            h[k] = min(max(h[k] / n, 1e-4 * l_max), l_max)
-            top = max(top, h[k])
-        if grouped:
-            for k in range(K):
-                h[k] = top
-        scale = 1.0
-        for _ in range(MAX_BACKTRACK + 1):
-            capped = True
-            for k in range(K):
-                D[k] = min(scale * h[k], l_max)
-                capped = capped and D[k] >= l_max
-                u[k] = W[j, k] - g[k] / D[k]
-            _prox(u, D, a1, a2, grouped, new)
-            gd = 0.0
-            dDd = 0.0
-            for k in range(K):
-                d[k] = new[k] - W[j, k]
-                gd += g[k] * d[k]
-                dDd += D[k] * d[k] * d[k]
-            if dDd == 0.0 or capped:
-                break
-            change = _rows_change(indptr, indices, data, sw, j, Z, lse, codes, d) / n
-            if change <= gd + 0.5 * dDd:
-                break
-            scale *= 2.0
-        if dDd == 0.0:
-            continue
-        for k in range(K):
-            W[j, k] = new[k]
-            biggest = max(biggest, abs(d[k]))
+            G0[j, k] = 0.0
+            C[j, k] = 0.0
         for q in range(indptr[j], indptr[j + 1]):
             i = indices[q]
             v = data[q]
             for k in range(K):
-                Z[i, k] += v * d[k]
-            _row_softmax(Z, P, lse, i)
-    return biggest
+                G0[j, k] += v * SG[i, k]
+                C[j, k] += v * v * SPQ[i, k]
+
+
+@njit(nogil=True, cache=True)
+def mc_model_epoch(
+    indptr, indices, data, order, SP, P, G0, C, E, W, dW, dZ, r, a1, a2, grouped
+):  # pragma: no cover - numba
+    """One sweep of coordinate descent on the proximal Newton model of the multinomial loss
+    over the columns ``order``; returns the model's decrease.
+
+    The model at ``Z`` is ``<SG, D> + (1/2) sum_i s_i D_i^T (diag(p_i) - p_i p_i^T) D_i / n +
+    penalty(W + dW)``, ``D = X dW`` (``dZ``), with the full row Hessian, cross-class terms
+    included: ``r_i = p_i . D_i`` is kept, so the gradient of entry ``(j, k)`` is
+    ``G0_jk + sum_i x_ij SP_ik (D_ik - r_i)`` (``SP = S P / n``) and its curvature ``C_jk``
+    (:func:`mc_model_stats`), each entry minimised exactly (the elastic net's prox). ``E``
+    (``<= C``) is a curvature the model adds to the entries' own (a floor, a damping): the
+    model minimised is the loss's plus ``sum E dW^2 / 2``. The grouped penalty steps a
+    feature's ``K`` entries together in the metric ``L I``, ``L = max_k C_jk``, which
+    majorises its block when ``C`` is taken from ``S P`` (``diag(p) - p p^T <= diag(p)``);
+    its decrease is the majoriser's, a lower bound of the model's."""
+    K = P.shape[1]
+    g = np.empty(K)
+    new = np.empty(K)
+    d = np.empty(K)
+    fall = 0.0
+    for jj in range(order.shape[0]):
+        j = order[jj]
+        if indptr[j + 1] == indptr[j]:
+            continue
+        if grouped:
+            fall += _group_step(indptr, indices, data, j, SP, P, G0, C, E, W, dW, dZ, r,
+                                a1, a2, g, new, d)
+            continue
+        for k in range(K):
+            if C[j, k] <= 0.0:
+                continue
+            gk = G0[j, k] + E[j, k] * dW[j, k]
+            for q in range(indptr[j], indptr[j + 1]):
+                i = indices[q]
+                gk += data[q] * SP[i, k] * (dZ[i, k] - r[i])
+            w = W[j, k] + dW[j, k]
+            h = C[j, k]
+            mag = max(abs(h * w - gk) - a1, 0.0)
+            w_new = math.copysign(mag, h * w - gk) / (h + a2)
+            delta = w_new - w
+            if delta == 0.0:
+                continue
+            fall -= (gk * delta + 0.5 * h * delta * delta + a1 * (abs(w_new) - abs(w))
+                     + 0.5 * a2 * (w_new * w_new - w * w))
+            dW[j, k] += delta
+            for q in range(indptr[j], indptr[j + 1]):
+                i = indices[q]
+                step = data[q] * delta
+                dZ[i, k] += step
+                r[i] += P[i, k] * step
+    return fall
+
+
+@njit(nogil=True, cache=True)
+def group_prox_diag(u, h, a1, a2, out):  # pragma: no cover - numba
+    """``out = argmin_w sum_k h_k (w_k - u_k)^2 / 2 + a1 ||w|| + a2 ||w||^2 / 2`` (``h > 0``):
+    the grouped penalty's proximal operator in the metric ``diag(h)``.
+
+    Zero when ``||h u|| <= a1``; else ``w_k = h_k u_k / (h_k + a2 + mu)`` with ``mu = a1 /
+    ||w||``, the root of ``psi(mu) = sum_k (h_k u_k mu / (h_k + a2 + mu))^2 - a1^2``
+    (increasing in ``mu``; bracketed by the smallest and largest ``h_k + a2``), found by
+    Newton's method safeguarded by bisection."""
+    K = u.shape[0]
+    hu2 = 0.0
+    cmin = np.inf
+    cmax = 0.0
+    for k in range(K):
+        hu2 += (h[k] * u[k]) ** 2
+        cmin = min(cmin, h[k] + a2)
+        cmax = max(cmax, h[k] + a2)
+    if hu2 <= a1 * a1:
+        for k in range(K):
+            out[k] = 0.0
+        return
+    rho = a1 / math.sqrt(hu2)
+    lo = cmin * rho / (1.0 - rho)
+    hi = cmax * rho / (1.0 - rho)
+    mu = 0.5 * (lo + hi)
+    for _ in range(PROX_STEPS):
+        psi = -a1 * a1
+        slope = 0.0
+        for k in range(K):
+            c = h[k] + a2
+            t = h[k] * u[k] / (c + mu)
+            psi += t * t * mu * mu
+            slope += 2.0 * t * t * mu * c / (c + mu)
+        if psi > 0.0:
+            hi = mu
+        else:
+            lo = mu
+        if abs(psi) <= 1e-15 * a1 * a1 or hi - lo <= 1e-15 * hi:
+            break
+        step = mu - psi / slope if slope > 0.0 else -1.0
+        mu = step if lo < step < hi else 0.5 * (lo + hi)
+    for k in range(K):
+        out[k] = h[k] * u[k] / (h[k] + a2 + mu)
+
+
+@njit(nogil=True, cache=True)
+def _group_step(
+    indptr, indices, data, j, SP, P, G0, C, E, W, dW, dZ, r, a1, a2, g, new, d
+):  # pragma: no cover - numba
+    """Feature ``j``'s block step of :func:`mc_model_epoch` for the grouped penalty: the
+    majoriser ``diag(C_j)`` of its block (``C`` from ``S P``) minimised exactly with the
+    penalty (:func:`group_prox_diag`)."""
+    K = P.shape[1]
+    for k in range(K):
+        if C[j, k] <= 0.0:
+            return 0.0
+        g[k] = G0[j, k] + E[j, k] * dW[j, k]
+    for q in range(indptr[j], indptr[j + 1]):
+        i = indices[q]
+        v = data[q]
+        ri = r[i]
+        for k in range(K):
+            g[k] += v * SP[i, k] * (dZ[i, k] - ri)
+    old = 0.0
+    for k in range(K):
+        w = W[j, k] + dW[j, k]
+        old += w * w
+        d[k] = w - g[k] / C[j, k]  # the unpenalised minimiser, prox'ed below
+    group_prox_diag(d, C[j], a1, a2, new)
+    lin = 0.0
+    quad = 0.0
+    sq = 0.0
+    moved = False
+    for k in range(K):
+        d[k] = new[k] - W[j, k] - dW[j, k]
+        moved = moved or d[k] != 0.0
+        lin += g[k] * d[k]
+        quad += C[j, k] * d[k] * d[k]
+        sq += new[k] * new[k]
+    if not moved:
+        return 0.0
+    fall = -(lin + 0.5 * quad + a1 * (math.sqrt(sq) - math.sqrt(old)) + 0.5 * a2 * (sq - old))
+    for k in range(K):
+        dW[j, k] += d[k]
+    for q in range(indptr[j], indptr[j + 1]):
+        i = indices[q]
+        v = data[q]
+        shift = 0.0
+        for k in range(K):
+            step = v * d[k]
+            dZ[i, k] += step
+            shift += P[i, k] * step
+        r[i] += shift
+    return fall
+
+
+@njit(nogil=True, cache=True)
+def mc_intercept_step(SG, SP, P, Hinv, db, dZ, r):  # pragma: no cover - numba
+    """The intercepts' step of the proximal Newton model, minimised exactly over the ``K``
+    of them together: ``delta = -Hinv g`` with ``g_k = sum_i SG_ik + SP_ik (dZ_ik - r_i)``
+    and ``Hinv`` the inverse of the intercepts' block ``sum_i s_i (diag(p_i) - p_i
+    p_i^T) / n`` (closed along the all-ones direction, which changes no probability);
+    ``db``, ``dZ`` and ``r`` follow. Returns the model's decrease ``g^T Hinv g / 2``."""
+    n, K = P.shape
+    g = np.zeros(K)
+    for i in range(n):
+        for k in range(K):
+            g[k] += SG[i, k] + SP[i, k] * (dZ[i, k] - r[i])
+    delta = np.zeros(K)
+    fall = 0.0
+    for k in range(K):
+        for m in range(K):
+            delta[k] -= Hinv[k, m] * g[m]
+        fall -= 0.5 * g[k] * delta[k]
+    if fall <= 0.0:
+        return 0.0
+    for k in range(K):
+        db[k] += delta[k]
+    for i in range(n):
+        shift = 0.0
+        for k in range(K):
+            dZ[i, k] += delta[k]
+            shift += P[i, k] * delta[k]
+        r[i] += shift
+    return fall
+
+
+@njit(nogil=True, cache=True)
+def mc_loss_along(Z, dZ, t, codes, sw):  # pragma: no cover - numba
+    """``F(Z + t dZ)``: the mean (``sw``-weighted; empty for unit weights) cross-entropy of
+    the row softmax, without forming the trial point."""
+    n, K = Z.shape
+    total = 0.0
+    for i in range(n):
+        top = Z[i, 0] + t * dZ[i, 0]
+        for k in range(1, K):
+            top = max(top, Z[i, k] + t * dZ[i, k])
+        e = 0.0
+        for k in range(K):
+            e += math.exp(Z[i, k] + t * dZ[i, k] - top)
+        c = codes[i]
+        ce = top + math.log(e) - Z[i, c] - t * dZ[i, c]
+        total += ce if sw.shape[0] == 0 else sw[i] * ce
+    return total / n
+

@@ -14,10 +14,11 @@ group) or the grouped one (a feature's ``K`` coefficients together,
    stops once it is at most ``tol`` times the loss at the best constant;
 3. otherwise the working set is the support plus the worst violators, up to
    ``max(ws_start, 2 |support|)`` features (skglm / celer's growth rule); its columns are
-   extracted where the blocks are and the restricted problem is solved by block coordinate
-   descent (:func:`~dl1.kernels.multiclass.mc_cd_epoch`: a feature's ``K`` coefficients in
-   one step), the intercept refitted by Newton, until its own gap is a fraction of the
-   round's.
+   extracted where the blocks are and the restricted problem is solved by proximal Newton
+   steps (:mod:`dl1.solvers.multinomial_newton`: coordinate descent on a quadratic model
+   of the loss with the rows' Hessians whole, a line search on the objective), until its
+   own gap is a fraction of the round's (or, when the working set repeats, the final
+   target).
 
 What the coordinator holds grows with ``n x K`` (``Z``, ``P``, ``Theta``) and the working
 set's columns, not with ``p``; each worker receives ``Theta`` (``n x K``) once per round.
@@ -32,17 +33,15 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from dl1.kernels.multiclass import csc_mat_add, csc_xt_mat, mc_cd_epoch, softmax_rows
+from dl1.kernels.multiclass import csc_mat_add, csc_xt_mat, softmax_rows
 from dl1.objective.datafits.multinomial import Multinomial
 from dl1.objective.gap import dual_from_conjugates, dual_scales
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.objective.penalties.group import GroupElasticNet
+from dl1.solvers.multinomial_newton import MultinomialNewton, Restricted
 from dl1.solvers.scans import WS_START
 from dl1.tasks.columns import extract_task
 from dl1.tasks.multiclass import excess_sq, group_norms, mc_scan_task
-
-#: Epochs of a subproblem between checks of its gap.
-CHECK_EVERY = 5
 
 
 @dataclass(frozen=True)
@@ -149,6 +148,7 @@ class MulticlassWorkingSetSolver:
         self.tol, self.max_rounds, self.max_epochs = tol, max_rounds, max_epochs
         self.ws_start, self.inner_ratio = ws_start, inner_ratio
         self.datafit = Multinomial()
+        self.newton = MultinomialNewton()
 
     def solve(self, prob: MulticlassProblem) -> MulticlassResult:
         """Rounds of pass, certificate and subproblem until the gap reaches ``tol``."""
@@ -244,24 +244,13 @@ class MulticlassWorkingSetSolver:
         csc_mat_add(cols.indptr, cols.indices, cols.data, W, Z)  # exact, not drifted
         pt.Z, pt.W, pt.support = Z, W, ws
         pt.refresh()
-        pen = prob.penalty
-        a1, a2 = pen.alpha_l1, pen.alpha_l2
-        epoch = 0
-        for epoch in range(1, self.max_epochs + 1):
-            mc_cd_epoch(cols.indptr, cols.indices, cols.data, prob.sample_weight, cols.sqnorm,
-                        pt.W, pt.Z, pt.P, pt.lse, prob.codes, a1, a2, prob.grouped)  # fmt: skip
-            if epoch % CHECK_EVERY and epoch < self.max_epochs:
-                continue
-            # the intercept is a block of its own, updated (to optimality, an O(n K^2) Newton
-            # solve over every row) only where the gap is read: it needs it optimal
-            if prob.fit_intercept:
-                pt.Z, pt.b = self.datafit.fit_intercept(prob.codes, pt.Z, pt.b, prob.weights)
-                pt.refresh()
-            if self._restricted_gap(prob, pt, cols) <= target:
-                break
+        rp = Restricted(cols.indptr, cols.indices, cols.data, cols.sqnorm, prob.codes,
+                        prob.sample_weight, prob.penalty, prob.grouped, prob.fit_intercept)
+        epochs = self.newton.solve(rp, pt, target, self.max_epochs,
+                                   lambda: self._restricted_gap(prob, pt, cols))
         keep = np.flatnonzero(np.abs(pt.W).max(axis=1) > 0)
         pt.support, pt.W = ws[keep], pt.W[keep]
-        return epoch
+        return epochs
 
     def _restricted_gap(self, prob: MulticlassProblem, pt: _Point, cols: _Columns) -> float:
         theta = self.datafit.dual_point(prob.codes, pt.P, prob.weights)

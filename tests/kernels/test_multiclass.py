@@ -7,7 +7,16 @@ import pytest
 import scipy.sparse as sp
 from scipy.special import logsumexp, softmax
 
-from dl1.kernels.multiclass import csc_mat_add, csc_xt_mat, mc_cd_epoch, softmax_rows
+from dl1.kernels.multiclass import (
+    csc_mat_add,
+    csc_xt_mat,
+    group_prox_diag,
+    mc_intercept_step,
+    mc_loss_along,
+    mc_model_epoch,
+    mc_model_stats,
+    softmax_rows,
+)
 
 
 def _csc(n=40, p=12, seed=0):
@@ -35,67 +44,144 @@ def test_softmax_rows_match_scipy_without_overflow():
     np.testing.assert_allclose(lse, logsumexp(Z, axis=1), rtol=1e-13)
 
 
-def _reference_epoch(X, W, Z, codes, a1, a2, grouped, s):
-    """One sweep of block proximal gradient, a feature's K coefficients at a time, with
-    the kernel's step rule written plainly: the metric diag(h), ``h_k = sum_i s_i x_ij^2
-    P_ik / n`` (its largest for every class when grouped), doubled until majorised, each
-    entry capped by sum_i s_i x_ij^2 / (2n); ``s`` the sample weights."""
-    n, K = Z.shape
-    Y = np.eye(K)[codes]
+class Model:
+    """A proximal Newton model written densely: at probabilities ``P`` with sample weights
+    ``s``, ``q(D) = <SG, D> + (1/2) sum_i s_i D_i^T (diag(p_i) - p_i p_i^T) D_i / n``."""
 
-    def f(Zt):
-        return s @ (logsumexp(Zt, axis=1) - Zt[np.arange(n), codes]) / n
+    def __init__(self, X, codes, seed, K=3, weighted=True):
+        rng = np.random.default_rng(seed)
+        n, m = X.shape
+        self.X, self.codes = X, codes
+        self.P = softmax(rng.standard_normal((n, K)), axis=1)
+        self.s = rng.uniform(0, 2, n) if weighted else np.ones(n)
+        self.SP = self.P * (self.s / n)[:, None]
+        self.SG = self.SP - np.eye(K)[codes] * (self.s / n)[:, None]
+        self.W = rng.standard_normal((m, K)) * (rng.random((m, K)) < 0.5)
+        self.E = rng.uniform(0, 1e-3, (m, K))
 
-    for j in range(X.shape[1]):
-        col = X[:, [j]].toarray().ravel()
-        if not col.any():
-            continue
-        P = softmax(Z, axis=1)
-        g = (s * col) @ (P - Y) / n
-        l_max = 0.5 * (s * col) @ col / n
-        h = np.clip((s * col**2) @ P / n, 1e-4 * l_max, l_max)
-        if grouped:
-            h[:] = h.max()
-        scale = 1.0
-        while True:
-            D = np.minimum(scale * h, l_max)
-            u = W[j] - g / D
-            if grouped:
-                norm = np.linalg.norm(u)
-                new = u * max(0.0, 1 - a1 / (D[0] * norm)) / (1 + a2 / D[0]) if norm else 0 * u
-            else:
-                new = np.sign(u) * np.maximum(np.abs(u) - a1 / D, 0) / (1 + a2 / D)
-            d = new - W[j]
-            if not d.any() or (D >= l_max).all():
-                break
-            if f(Z + np.outer(col, d)) - f(Z) <= g @ d + 0.5 * D @ (d * d):
-                break
-            scale *= 2
-        W[j] = new
-        Z = Z + np.outer(col, d)
-    return W, Z
+    def hess_times(self, D):
+        return self.SP * D - self.SP * (self.P * D).sum(axis=1, keepdims=True)
+
+    def D(self, dW, db):
+        return self.X @ dW + db
+
+    def value(self, dW, db, pen):
+        D = self.D(dW, db)
+        quad = (self.SG * D).sum() + 0.5 * (D * self.hess_times(D)).sum()
+        return quad + 0.5 * (self.E * dW * dW).sum() + pen(self.W + dW)
+
+    def grad(self, dW, db):
+        """The smooth part's gradient in ``dW`` and ``db``."""
+        R = self.SG + self.hess_times(self.D(dW, db))
+        return self.X.T @ R + self.E * dW, R.sum(axis=0)
 
 
-@pytest.mark.parametrize("weighted", [False, True])
+def _elastic(a1, a2):
+    return lambda W: a1 * np.abs(W).sum() + 0.5 * a2 * (W * W).sum()
+
+
+def _grouped(a1, a2):
+    return lambda W: a1 * np.linalg.norm(W, axis=1).sum() + 0.5 * a2 * (W * W).sum()
+
+
+def test_model_stats_match_numpy():
+    X = _csc(n=50, p=9, seed=5)
+    mdl = Model(X, np.arange(50) % 3, seed=6)
+    SPQ = mdl.SP * (1 - mdl.P)
+    G0, C = np.empty((9, 3)), np.empty((9, 3))
+    mc_model_stats(X.indptr, X.indices, X.data, mdl.SG, SPQ, G0, C)
+    np.testing.assert_allclose(G0, X.T @ mdl.SG, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(C, X.multiply(X).T @ SPQ, rtol=1e-12, atol=1e-15)
+
+
+def _run_epochs(X, mdl, a1, a2, grouped, epochs, intercept):
+    """Epochs of the kernel from ``dW = 0``; returns ``(dW, dZ, db, r, falls)``."""
+    n, K = mdl.P.shape
+    m = X.shape[1]
+    G0, C = np.empty((m, K)), np.empty((m, K))
+    mc_model_stats(X.indptr, X.indices, X.data, mdl.SG,
+                   mdl.SP if grouped else mdl.SP * (1 - mdl.P), G0, C)  # fmt: skip
+    C += mdl.E
+    Hb = np.diag(mdl.SP.sum(0)) - mdl.SP.T @ mdl.P + np.full((K, K), 1.0 / K)
+    dW, dZ, db, r = np.zeros((m, K)), np.zeros((n, K)), np.zeros(K), np.zeros(n)
+    order = np.arange(m, dtype=np.int64)
+    falls = []
+    for _ in range(epochs):
+        fall = mc_model_epoch(X.indptr, X.indices.astype(np.int64), X.data, order, mdl.SP,
+                              mdl.P, G0, C, mdl.E, mdl.W, dW, dZ, r, a1, a2, grouped)  # fmt: skip
+        if intercept:
+            fall += mc_intercept_step(mdl.SG, mdl.SP, mdl.P, np.linalg.pinv(Hb), db, dZ, r)
+        falls.append(fall)
+    return dW, dZ, db, r, falls
+
+
+@pytest.mark.parametrize("intercept", [False, True])
 @pytest.mark.parametrize("grouped", [False, True])
-def test_cd_epoch_matches_a_numpy_sweep(grouped, weighted):
+def test_an_epoch_tracks_its_step_and_lowers_the_model_by_what_it_reports(grouped, intercept):
     X = _csc(n=60, p=10, seed=3)
-    rng = np.random.default_rng(4)
-    K = 3
-    codes = rng.integers(0, K, 60)
-    W0 = rng.standard_normal((10, K)) * 0.5
-    Z0 = X @ W0 + rng.standard_normal(K)
-    a1, a2 = 0.01, 0.005
-    s = rng.uniform(0, 2, 60) if weighted else np.ones(60)
-    W_ref, Z_ref = _reference_epoch(X, W0.copy(), Z0.copy(), codes, a1, a2, grouped, s)
-    W, Z = W0.copy(), Z0.copy()
-    P, lse = np.empty_like(Z), np.empty(60)
-    softmax_rows(Z, P, lse)
-    sq = s @ X.multiply(X).toarray()
-    sw = s if weighted else np.zeros(0)
-    big = mc_cd_epoch(X.indptr, X.indices.astype(np.int64), X.data, sw, sq, W, Z, P, lse,
-                      codes, a1, a2, grouped)  # fmt: skip
-    np.testing.assert_allclose(W, W_ref, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(Z, Z_ref, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(P, softmax(Z, axis=1), rtol=1e-12)
-    assert big == pytest.approx(np.abs(W - W0).max(), rel=1e-12)
+    mdl = Model(X, np.arange(60) % 3, seed=4)
+    a1, a2 = 2e-3, 1e-3
+    pen = (_grouped if grouped else _elastic)(a1, a2)
+    before = mdl.value(np.zeros((10, 3)), np.zeros(3), pen)
+    dW, dZ, db, r, falls = _run_epochs(X, mdl, a1, a2, grouped, 1, intercept)
+    np.testing.assert_allclose(dZ, mdl.D(dW, db), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(r, (mdl.P * dZ).sum(axis=1), rtol=1e-12, atol=1e-14)
+    drop = before - mdl.value(dW, db, pen)
+    assert falls[0] > 0
+    if grouped:  # the majoriser's decrease: a lower bound of the model's
+        assert drop >= falls[0] * (1 - 1e-10)
+    else:
+        assert drop == pytest.approx(falls[0], rel=1e-9)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_model_epochs_converge_to_the_models_minimiser(grouped):
+    """At convergence the step satisfies the model's optimality conditions, written with
+    the dense Hessian: the penalty's subgradient balances the gradient."""
+    X = _csc(n=80, p=12, seed=7)
+    mdl = Model(X, np.arange(80) % 3, seed=8)
+    a1, a2 = (8e-3 if grouped else 3e-3), 1e-3
+    dW, dZ, db, r, _ = _run_epochs(X, mdl, a1, a2, grouped, 3000, True)
+    g, gb = mdl.grad(dW, db)
+    W = mdl.W + dW
+    np.testing.assert_allclose(gb, 0, atol=1e-12)
+    if grouped:
+        norms = np.linalg.norm(W, axis=1)
+        on = norms > 0
+        resid = g[on] + a1 * W[on] / norms[on, None] + a2 * W[on]
+        np.testing.assert_allclose(resid, 0, atol=1e-10)
+        assert (np.linalg.norm(g[~on], axis=1) <= a1 * (1 + 1e-9)).all()
+        assert on.any() and (~on).any()
+    else:
+        on = W != 0
+        np.testing.assert_allclose((g + a1 * np.sign(W) + a2 * W)[on], 0, atol=1e-10)
+        assert (np.abs(g[~on]) <= a1 * (1 + 1e-9)).all()
+        assert on.any() and (~on).any()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_group_prox_in_a_diagonal_metric_meets_its_optimality_conditions(seed):
+    rng = np.random.default_rng(seed)
+    K = 6
+    u = rng.standard_normal(K)
+    h = rng.uniform(0.01, 5, K)  # curvatures spread over orders of magnitude
+    a2 = 0.3
+    out = np.empty(K)
+    a1 = 0.5 * np.linalg.norm(h * u)  # a group that stays in
+    group_prox_diag(u, h, a1, a2, out)
+    norm = np.linalg.norm(out)
+    assert norm > 0
+    np.testing.assert_allclose(h * (out - u) + a1 * out / norm + a2 * out, 0, atol=1e-12)
+    group_prox_diag(u, h, 1.01 * np.linalg.norm(h * u), a2, out)  # one that goes out
+    assert not out.any()
+
+
+def test_loss_along_matches_scipy():
+    rng = np.random.default_rng(9)
+    Z, dZ = rng.standard_normal((40, 4)) * 300, rng.standard_normal((40, 4))
+    codes = rng.integers(0, 4, 40)
+    s = rng.uniform(0, 2, 40)
+    Zt = Z + 0.3 * dZ
+    ce = logsumexp(Zt, axis=1) - Zt[np.arange(40), codes]
+    assert mc_loss_along(Z, dZ, 0.3, codes, s) == pytest.approx(s @ ce / 40, rel=1e-13)
+    assert mc_loss_along(Z, dZ, 0.3, codes, np.zeros(0)) == pytest.approx(ce.mean(), rel=1e-13)

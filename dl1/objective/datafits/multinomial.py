@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import logsumexp, softmax, xlogy
+from scipy.special import softmax, xlogy
 
 from dl1.errors import ValidationError
+from dl1.kernels.multiclass import mc_loss_along
 
 #: Sample weights normalised to sum to n, or None for unit weights.
 Weights = NDArray[np.float64] | None
@@ -71,9 +72,15 @@ class Multinomial:
     @staticmethod
     def value(codes: NDArray[np.int64], Z: NDArray[np.float64], s: Weights = None) -> float:
         """``F(Z)``: the mean cross-entropy (weighted by ``s``, normalised to sum to n)."""
-        n = Z.shape[0]
-        ce = logsumexp(Z, axis=1) - Z[np.arange(n), codes]
-        return float((ce.sum() if s is None else s @ ce) / n)
+        return loss_along(codes, Z, None, 0.0, s)
+
+    @staticmethod
+    def loss_along(
+        codes: NDArray[np.int64], Z: NDArray[np.float64], dZ: NDArray[np.float64] | None,
+        t: float, s: Weights = None,
+    ) -> float:
+        """``F(Z + t dZ)``, the trial point never formed (a line search's)."""
+        return loss_along(codes, Z, dZ, t, s)
 
     @staticmethod
     def probabilities(Z: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -148,6 +155,18 @@ class Multinomial:
                 t *= 0.5
             Z, b, f = Z + t * d, b + t * d, min(f, f_new)
         return Z, b
+
+
+def loss_along(
+    codes: NDArray[np.int64], Z: NDArray[np.float64], dZ: NDArray[np.float64] | None,
+    t: float, s: Weights = None,
+) -> float:
+    """``F(Z + t dZ)`` by :func:`~dl1.kernels.multiclass.mc_loss_along` (``dZ`` None:
+    ``F(Z)``)."""
+    Z = np.ascontiguousarray(Z, dtype=np.float64)
+    dZ = Z if dZ is None else np.ascontiguousarray(dZ, dtype=np.float64)
+    sw = np.zeros(0) if s is None else np.ascontiguousarray(s, dtype=np.float64)
+    return float(mc_loss_along(Z, dZ, 0.0 if dZ is Z else float(t), codes.astype(np.int64), sw))
 
 
 def check_labels(codes: NDArray[np.int64], n_classes: int) -> None:
