@@ -1,6 +1,7 @@
 """Saved models of dl1 read back (:func:`load_model`), their files checked as untrusted
-input; the format and the writing are :mod:`dl1.saving`'s. A multinomial fit saves and
-loads as a :class:`MulticlassModel` (the :class:`~dl1.solvers.multiclass.MulticlassResult`
+input; the format and the writing are :mod:`dl1.saving`'s. A multiclass fit, multinomial
+or one-vs-rest, saves and loads as a :class:`MulticlassModel` (the
+:class:`~dl1.solvers.multiclass.MulticlassResult` or :class:`~dl1.solvers.ovr.OvrResult`
 with the problem it solved), which predicts.
 """
 
@@ -13,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.special import log_softmax, softmax
+from scipy.special import expit, log_expit, log_softmax, logsumexp, softmax
 
 from dl1 import __version__
 from dl1.entry_labels import stored_labels
@@ -37,6 +38,7 @@ from dl1.saving import (
     fit_content,
     is_label_dtype,
     multiclass_content,
+    multiclass_to_sklearn,
     path_content,
     read_json,
     save_model,
@@ -56,8 +58,8 @@ def load_model(path: str | os.PathLike) -> Any:
     -------
     FitResult, PathResult or MulticlassModel
         It predicts bit for bit as the saved model (a :class:`MulticlassModel`: a
-        multinomial fit saved by :meth:`MulticlassModel.save` or by a
-        ``dl1.LogisticRegression`` of more than two classes).
+        multinomial or one-vs-rest fit saved by :meth:`MulticlassModel.save`, or by a
+        ``dl1.LogisticRegression`` or ``dl1.LinearSVC`` of more than two classes).
 
     Raises
     ------
@@ -119,16 +121,9 @@ def _check_digest(ck: FieldChecker, meta: dict[str, Any], arrays: dict[str, np.n
                 digest)  # fmt: skip
 
 
-def _float(
-    ck: FieldChecker,
-    meta: dict[str, Any],
-    key: str,
-    *,
-    finite: bool = False,
-    lo: float | None = None,
-    hi: float | None = None,
-) -> float:
-    return float_value(ck, ck.key(meta, key, "(root)"), key, finite=finite, lo=lo, hi=hi)
+def _float(ck: FieldChecker, meta: dict[str, Any], key: str, **bounds: Any) -> float:
+    """The field ``key`` as :func:`float_value` checks it (``finite``, ``lo``, ``hi``)."""
+    return float_value(ck, ck.key(meta, key, "(root)"), key, **bounds)
 
 
 def float_value(
@@ -326,41 +321,61 @@ def _finite(path: Path, name: str, a: np.ndarray) -> None:
         )
 
 
-# -- multinomial fits -------------------------------------------------------------------------
+# -- multiclass fits --------------------------------------------------------------------------
 #: Penalties of a saved multinomial fit (:func:`dl1.fit_multiclass`'s ``penalty``).
 MULTICLASS_PENALTIES = ("l1", "grouped")
+#: The binary losses of a one-vs-rest fit (``multi_class="ovr"``).
+OVR_LOSSES = ("logistic", "squared_hinge", "hinge")
 
 
 def _load_multiclass(ck: FieldChecker, path: Path, meta: dict[str, Any]) -> MulticlassModel:
-    """A ``kind`` "multiclass" model: every field checked (types, ranges, the class count
-    against the labels, the intercept and the rows of ``coef``), then ``coef``'s arrays."""
-    loss = ck.key(meta, "loss", "(root)")
-    if loss != "multinomial":
-        ck.fail("loss", "is not 'multinomial' (the loss of a model of kind 'multiclass')", loss)
-    penalty = ck.key(meta, "penalty", "(root)")
-    if penalty not in MULTICLASS_PENALTIES:
-        ck.fail("penalty", f"is not one of {MULTICLASS_PENALTIES}", penalty)
+    """A ``kind`` "multiclass" model: every field checked (types, ranges, the scheme against
+    its loss and penalty, the class count against the labels, the intercepts, the classes'
+    gaps and the rows of ``coef``), then ``coef``'s arrays."""
+    scheme = meta.get("multi_class", "multinomial")  # absent: saved before one-vs-rest
+    if scheme not in ("multinomial", "ovr"):
+        ck.fail("multi_class", "is not 'multinomial' or 'ovr'", scheme)
+    loss, penalty = ck.key(meta, "loss", "(root)"), ck.key(meta, "penalty", "(root)")
+    if scheme == "multinomial" and loss != "multinomial":
+        ck.fail("loss", "is not 'multinomial' (the loss of a multinomial model of kind "
+                "'multiclass')", loss)  # fmt: skip
+    if scheme == "ovr" and loss not in OVR_LOSSES:
+        ck.fail("loss", f"is not one of {OVR_LOSSES} (a one-vs-rest model's)", loss)
+    allowed = MULTICLASS_PENALTIES if scheme == "multinomial" else ("l1",)
+    if penalty not in allowed:
+        ck.fail("penalty", f"is not one of {allowed}", penalty)
     n = ck.key(meta, "n_samples", "(root)")
     p = ck.integer(ck.key(meta, "n_features", "(root)"), "n_features")
     K = ck.integer(ck.key(meta, "n_classes", "(root)"), "n_classes", 2)
     classes = check_labels(ck, ck.key(meta, "classes", "(root)"), "classes", K)
-    raw_b = ck.seq(ck.key(meta, "intercept", "(root)"), "intercept", K)
     kw: dict[str, Any] = {attr: _float(ck, meta, key) for key, attr in MULTICLASS_FLOATS}
     for key, lo, hi in (("alpha", 0.0, None), ("l1_ratio", 0.0, 1.0)):
         _float(ck, meta, key, lo=lo, hi=hi)
+    if loss == "hinge" and kw["l1_ratio"] != 1.0:
+        ck.fail("l1_ratio", "is not 1 (the one-vs-rest hinge takes the pure L1 penalty)",
+                meta["l1_ratio"])  # fmt: skip
     for key, attr in MULTICLASS_INTS:
         kw[attr] = ck.integer(ck.key(meta, key, "(root)"), key)
+    if scheme == "ovr":
+        kw["gaps_"] = _floats(ck, ck.key(meta, "gaps", "(root)"), "gaps", K, lo=0.0)
     return MulticlassModel(
         coef_=_read_csr(path, "coef", K, p),
-        intercept_=np.array([float_value(ck, b, f"intercept[{k}]", finite=True)
-                             for k, b in enumerate(raw_b)]),  # fmt: skip
+        intercept_=_floats(ck, ck.key(meta, "intercept", "(root)"), "intercept", K),
         classes_=classes,
         penalty=penalty,
         fit_intercept=check_bool(ck, ck.key(meta, "fit_intercept", "(root)"), "fit_intercept"),
         converged_=check_bool(ck, ck.key(meta, "converged", "(root)"), "converged"),
         n_samples_=None if n is None else ck.integer(n, "n_samples", 1),
+        multi_class=scheme,
+        loss=loss,
         **kw,
     )
+
+
+def _floats(ck: FieldChecker, raw: Any, field: str, n: int, lo: float | None = None) -> Any:
+    """``n`` finite ``float.hex`` values (at least ``lo``) of the list ``field``."""
+    return np.array([float_value(ck, x, f"{field}[{k}]", finite=True, lo=lo)
+                     for k, x in enumerate(ck.seq(raw, field, n))])  # fmt: skip
 
 
 def _read_csr(path: Path, name: str, rows: int, cols: int) -> sp.csr_matrix:
@@ -458,20 +473,36 @@ def labels_of_decisions(d: Any, classes: np.ndarray) -> Any:
                         drop_axis=1)  # fmt: skip
 
 
-def probabilities_of_decisions(d: Any, log: bool = False) -> Any:
-    """The row softmax (or its log) of decision values ``d`` (n, K), blockwise on dask."""
-    fn = log_softmax if log else softmax
+def probabilities_of_decisions(d: Any, log: bool = False, scheme: str = "multinomial") -> Any:
+    """The class probabilities (or their logs) of decision values ``d`` (n, K), blockwise
+    on dask: the row softmax of a multinomial model; of a one-vs-rest logistic one, each
+    class's sigmoid with the rows normalised to sum to 1 (scikit-learn's
+    ``OneVsRestClassifier.predict_proba``)."""
+    fn = (log_softmax if log else softmax) if scheme == "multinomial" else (
+        _ovr_log_proba if log else _ovr_proba)  # fmt: skip
     if isinstance(d, np.ndarray):
         return fn(d, axis=1)
     return d.map_blocks(lambda b: fn(b, axis=1), dtype=np.float64)
 
 
+def _ovr_proba(d: np.ndarray, axis: int = 1) -> np.ndarray:
+    P = expit(d)
+    return P / P.sum(axis=axis, keepdims=True)
+
+
+def _ovr_log_proba(d: np.ndarray, axis: int = 1) -> np.ndarray:
+    """``log(sigmoid(d_k) / sum_j sigmoid(d_j))``, from ``log sigmoid`` (no underflow)."""
+    L = log_expit(d)
+    return L - logsumexp(L, axis=axis, keepdims=True)
+
+
 @dataclass
 class MulticlassModel:
-    """A multinomial fit (:func:`dl1.fit_multiclass`, or ``dl1.LogisticRegression`` of more
-    than two classes) with the problem it solved: it predicts (in memory, or lazily on a
-    dask array, store or Dataset), scores, saves itself (:meth:`save`, read back by
-    :func:`load_model` bit for bit) and converts to scikit-learn (:meth:`to_sklearn`).
+    """A multiclass fit (:func:`dl1.fit_multiclass`, ``dl1.LogisticRegression`` or
+    ``dl1.LinearSVC`` of more than two classes) with the problem it solved: it predicts (in
+    memory, or lazily on a dask array, store or Dataset), scores, saves itself
+    (:meth:`save`, read back by :func:`load_model` bit for bit) and converts to
+    scikit-learn (:meth:`to_sklearn`).
 
     Attributes
     ----------
@@ -480,20 +511,29 @@ class MulticlassModel:
     intercept_ : ndarray (K,)
     classes_ : ndarray (K,)
         The labels, sorted; row ``k`` of ``coef_`` is ``classes_[k]``'s.
+    multi_class : {"multinomial", "ovr"}
+        One softmax model, or ``K`` one-vs-rest binary problems (liblinear's scheme).
+    loss : str
+        "multinomial", or the one-vs-rest binary loss ("logistic", "squared_hinge",
+        "hinge").
     alpha, l1_ratio, penalty, tol, fit_intercept
-        The problem solved (``penalty``: "l1", the elastic net, or "grouped").
+        The problem solved (``penalty``: "l1", the elastic net, or "grouped"); one-vs-rest:
+        every class's.
     gap_, primal_, dual_, converged_, n_rounds_, n_epochs_
         The certificate, as :class:`~dl1.solvers.multiclass.MulticlassResult`'s (``gap_``
-        relative to the loss at the best constant; ``dual_gap_`` is the same).
+        relative to the loss at the best constant; ``dual_gap_`` is the same). One-vs-rest:
+        ``gap_`` is the largest class's relative gap, ``primal_`` and ``dual_`` the sums of
+        the classes' objectives and dual bounds (those of the sum of the ``K`` problems).
+    gaps_ : ndarray (K,) or None
+        One-vs-rest: each class's relative duality gap (None for a multinomial model).
     n_samples_ : int or None
         Rows of the training data.
     history_ : list of dict
         The solver's rounds (empty for a loaded model: not saved).
     """
 
-    #: The kind of a saved model (:func:`dl1.saving.save_model`), and its loss.
+    #: The kind of a saved model (:func:`dl1.saving.save_model`).
     saved_kind: ClassVar[str] = "multiclass"
-    loss: ClassVar[str] = "multinomial"
     coef_: sp.csr_matrix
     intercept_: np.ndarray
     classes_: np.ndarray
@@ -510,6 +550,9 @@ class MulticlassModel:
     n_epochs_: int
     n_samples_: int | None = None
     history_: list[dict[str, Any]] = field(default_factory=list)
+    multi_class: str = "multinomial"
+    loss: str = "multinomial"
+    gaps_: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.coef_ = sp.csr_matrix(self.coef_, dtype=np.float64)
@@ -518,9 +561,19 @@ class MulticlassModel:
         K = self.coef_.shape[0]
         if K < 2 or self.intercept_.shape != (K,) or self.classes_.shape != (K,):
             raise ValueError(
-                f"a multinomial model needs K >= 2 rows of coef_ ({K}), K intercepts "
+                f"a multiclass model needs K >= 2 rows of coef_ ({K}), K intercepts "
                 f"({self.intercept_.shape}) and K classes ({self.classes_.shape})"
             )
+        ovr = self.multi_class == "ovr"
+        if (self.loss in OVR_LOSSES) != ovr or (self.loss == "multinomial") == ovr:
+            raise ValueError(
+                f"multi_class={self.multi_class!r} with loss={self.loss!r}: a multinomial "
+                f"model's loss is 'multinomial', a one-vs-rest one's one of {OVR_LOSSES}"
+            )
+        if ovr and np.shape(self.gaps_) != (K,):
+            raise ValueError(f"a one-vs-rest model needs gaps_ of shape ({K},), one a class")
+        if ovr:
+            self.gaps_ = np.asarray(self.gaps_, dtype=np.float64)
 
     @classmethod
     def from_result(
@@ -533,16 +586,24 @@ class MulticlassModel:
         fit_intercept: bool = True,
         n_samples: int | None = None,
     ) -> MulticlassModel:
-        """The model of a :class:`~dl1.solvers.multiclass.MulticlassResult` (its
-        ``classes_`` set, as :func:`dl1.fit_multiclass` returns it) and the problem it was
-        solved for (what the result does not record)."""
+        """The model of a :class:`~dl1.solvers.multiclass.MulticlassResult` or of a
+        one-vs-rest :class:`~dl1.solvers.ovr.OvrResult` (its ``classes_`` set, as
+        :func:`dl1.fit_multiclass` returns it) and the problem it was solved for (what the
+        result does not record)."""
+        if hasattr(res, "gaps_"):  # one-vs-rest (an OvrResult): K certificates, summed
+            cert = {"primal_": float(np.sum(res.primals_)), "dual_": float(np.sum(res.duals_)),
+                    "n_epochs_": sum(int(h.get("inner_epochs", 0)) for h in res.history_),
+                    "multi_class": "ovr", "loss": str(res.loss),
+                    "gaps_": np.array(res.gaps_, dtype=np.float64)}  # fmt: skip
+        else:
+            cert = {"primal_": float(res.primal_), "dual_": float(res.dual_),
+                    "n_epochs_": int(res.n_epochs_)}  # fmt: skip
         return cls(
             coef_=res.coef_, intercept_=res.intercept_, classes_=res.classes_,
             alpha=float(alpha), l1_ratio=float(l1_ratio), penalty=penalty, tol=float(res.tol),
             fit_intercept=bool(fit_intercept), gap_=float(res.gap_),
-            primal_=float(res.primal_), dual_=float(res.dual_),
             converged_=bool(res.converged_), n_rounds_=int(res.n_rounds_),
-            n_epochs_=int(res.n_epochs_), n_samples_=n_samples, history_=list(res.history_),
+            n_samples_=n_samples, history_=list(res.history_), **cert,
         )  # fmt: skip
 
     @property
@@ -557,17 +618,36 @@ class MulticlassModel:
     def dual_gap_(self) -> float:
         return self.gap_
 
+    @property
+    def has_proba(self) -> bool:
+        """Whether the model gives probabilities: multinomial, or one-vs-rest logistic."""
+        return self.loss in ("multinomial", "logistic")
+
     def decision_function(self, X: Any, *, split: str = "test") -> Any:
         """``X @ coef_.T + intercept_`` (n, K) (:func:`multiclass_decisions`)."""
         return multiclass_decisions(X, self.coef_.toarray(), self.intercept_, split=split)
 
     def predict(self, X: Any, *, split: str = "test") -> Any:
-        """The most probable class of each row, in ``classes_``."""
+        """The class of the largest decision value of each row, in ``classes_`` (the most
+        probable one)."""
         return labels_of_decisions(self.decision_function(X, split=split), self.classes_)
 
     def predict_proba(self, X: Any, *, split: str = "test") -> Any:
-        """The class probabilities (n, K), columns in ``classes_`` order, rows summing to 1."""
-        return probabilities_of_decisions(self.decision_function(X, split=split))
+        """The class probabilities (n, K), columns in ``classes_`` order, rows summing to 1
+        (:func:`probabilities_of_decisions`).
+
+        Raises
+        ------
+        ValidationError
+            A one-vs-rest hinge model: its margins are no probabilities.
+        """
+        if not self.has_proba:
+            raise ValidationError(
+                f"a one-vs-rest {self.loss} model gives no probabilities (its decision values "
+                "are margins): use decision_function or predict"
+            )
+        d = self.decision_function(X, split=split)
+        return probabilities_of_decisions(d, scheme=self.multi_class)
 
     def score(self, X: Any, y: Any = None, *, sample_weight: Any = None,
               split: str = "test") -> float:  # fmt: skip
@@ -588,30 +668,22 @@ class MulticlassModel:
         return float(accuracy_score(y, pred, sample_weight=sw))
 
     def to_sklearn(self) -> Any:
-        """The fitted scikit-learn ``LogisticRegression`` with the same predictions
-        (``C = 1 / (n_samples * alpha)``, saga: the same objective without sample weights
-        for the L1 / elastic-net penalty; scikit-learn has no grouped one)."""
-        # local: scikit-learn's estimator only when asked for (as dl1.saving's)
-        from sklearn.linear_model import LogisticRegression
-
-        n = self.n_samples_
-        C = 1.0 / (n * self.alpha) if n and self.alpha > 0 else 1.0
-        l1_ratio = self.l1_ratio if self.penalty == "l1" else 1.0
-        est = LogisticRegression(C=C, l1_ratio=l1_ratio, solver="saga",
-                                 fit_intercept=self.fit_intercept)  # fmt: skip
-        est.classes_, est.coef_ = self.classes_.copy(), self.coef_.toarray()
-        est.intercept_ = self.intercept_.copy()
-        est.n_features_in_, est.n_iter_ = self.n_features_in_, np.array([self.n_rounds_])
-        return est
+        """The fitted scikit-learn model with the same predictions
+        (:func:`dl1.saving.multiclass_to_sklearn`): multinomial, a ``LogisticRegression``;
+        one-vs-rest, a ``OneVsRestClassifier`` of binary logistic regressions, or an
+        ``SGDClassifier`` of the hinge's loss."""
+        return multiclass_to_sklearn(self)
 
     def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
         """Write the model to the directory ``path`` (JSON and ``.npy``, no pickle: kind
-        "multiclass" of :mod:`dl1.saving`), read back by :func:`load_model`."""
+        "multiclass" of :mod:`dl1.saving`, with its scheme and loss), read back by
+        :func:`load_model`."""
         return save_model(self, path, overwrite=overwrite)
 
     def __repr__(self) -> str:
         return (
-            f"MulticlassModel(penalty={self.penalty!r}, alpha={self.alpha:.6g}, "
+            f"MulticlassModel(multi_class={self.multi_class!r}, loss={self.loss!r}, "
+            f"penalty={self.penalty!r}, alpha={self.alpha:.6g}, "
             f"l1_ratio={self.l1_ratio}, classes={self.n_classes}, nnz={self.coef_.nnz}, "
             f"gap={self.gap_:.3e}, converged={self.converged_}, rounds={self.n_rounds_})"
         )

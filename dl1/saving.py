@@ -21,13 +21,18 @@ A saved model is a directory::
       coefs_data.npy, coefs_indices.npy, coefs_indptr.npy
                       float64 / int64 / int64: the CSC matrix ``coefs_`` (p, n_alphas), kind "path"
       coef_data.npy, coef_indices.npy, coef_indptr.npy
-                      float64 / int64 / int64: the CSR matrix ``coef_`` (K, p) of a multinomial
+                      float64 / int64 / int64: the CSR matrix ``coef_`` (K, p) of a multiclass
                       fit, kind "multiclass" (a class a row, sorted column indices; its
-                      model.json: ``loss`` "multinomial", ``penalty`` ("l1" or "grouped"),
-                      ``n_classes`` K, ``classes`` as the estimator record's (``dtype`` and
-                      the K sorted ``values``), ``intercept`` (K float.hex strings),
-                      ``n_epochs``, and the other fields of a fit but ``dual_gap`` and ``p0``:
-                      ``gap`` is relative to the loss at the best constant)
+                      model.json: ``multi_class``, the scheme: "multinomial" (absent in the
+                      files of dl1 before one-vs-rest) with ``loss`` "multinomial" and
+                      ``penalty`` "l1" or "grouped", or "ovr" with the binary ``loss``
+                      ("logistic", "squared_hinge" or "hinge": the pure L1 penalty only),
+                      ``penalty`` "l1" and ``gaps``, each class's relative gap (K float.hex
+                      strings); ``n_classes`` K, ``classes`` as the estimator record's
+                      (``dtype`` and the K sorted ``values``), ``intercept`` (K float.hex
+                      strings), ``n_epochs``, and the other fields of a fit but ``dual_gap``
+                      and ``p0``: ``gap`` is relative to the loss at the best constant, the
+                      largest class's for one-vs-rest)
 
 It is written in a temporary directory beside ``MODEL`` and renamed into place, so a killed
 writer leaves no half model; an existing path is replaced only with ``overwrite=True`` and
@@ -234,13 +239,15 @@ def path_content(res: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 
 def multiclass_content(model: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The fields and arrays of a multinomial fit (a :class:`dl1.models.MulticlassModel`):
-    its problem (penalty, alpha, l1_ratio, intercept fitted or not, sizes), its labels, its
-    certificate, and ``coef_`` (K, p) as a CSR matrix with sorted indices."""
+    """The fields and arrays of a multiclass fit (a :class:`dl1.models.MulticlassModel`):
+    its problem (scheme and loss, penalty, alpha, l1_ratio, intercept fitted or not, sizes),
+    its labels, its certificate (one-vs-rest: each class's gap too), and ``coef_`` (K, p) as
+    a CSR matrix with sorted indices."""
     n = model.n_samples_
     meta: dict[str, Any] = {
         "kind": "multiclass",
-        "loss": "multinomial",
+        "multi_class": str(model.multi_class),
+        "loss": str(model.loss),
         "penalty": str(model.penalty),
         "fit_intercept": bool(model.fit_intercept),
         "n_samples": None if n is None else int(n),
@@ -254,6 +261,8 @@ def multiclass_content(model: Any) -> tuple[dict[str, Any], dict[str, np.ndarray
         meta[key] = hex_float(getattr(model, attr))
     for key, attr in MULTICLASS_INTS:
         meta[key] = int(getattr(model, attr))
+    if model.multi_class == "ovr":
+        meta["gaps"] = [hex_float(g) for g in np.asarray(model.gaps_).tolist()]
     C = model.coef_.tocsr(copy=True)
     C.sum_duplicates()  # canonical: sorted, distinct indices in each row
     arrays = {
@@ -409,6 +418,67 @@ def to_sklearn(res: Any) -> Any:
     return est
 
 
+def multiclass_to_sklearn(model: Any) -> Any:
+    """The fitted scikit-learn model predicting as a :class:`dl1.models.MulticlassModel`
+    (``coef_``, ``intercept_``, ``classes_``, ``n_features_in_``, ``n_iter_`` set):
+
+    - multinomial: :class:`~sklearn.linear_model.LogisticRegression` with
+      ``C = 1 / (n_samples * alpha)`` and ``solver="saga"``, the same objective without
+      sample weights (the grouped penalty, which scikit-learn lacks, as the L1 one);
+    - one-vs-rest logistic: :class:`~sklearn.multiclass.OneVsRestClassifier` of ``K``
+      binary ``LogisticRegression`` (class ``k`` against the rest, as it fits them): its
+      ``predict_proba`` is each class's sigmoid, rows normalised, as dl1's;
+    - one-vs-rest hinges: :class:`~sklearn.linear_model.SGDClassifier` of that loss and
+      the elastic net (one-vs-rest itself: the same objective for every class).
+
+    Labels agree with dl1's (the first class of the largest decision value).
+    """
+    # local: scikit-learn (~1 s, ~120 MiB) only to convert to it
+    from sklearn.linear_model import LogisticRegression
+
+    n, alpha = model.n_samples_, float(model.alpha)
+    C = 1.0 / (n * alpha) if n and alpha > 0 else 1.0
+    coef, b = model.coef_.toarray(), np.array(model.intercept_, dtype=np.float64)
+    if model.multi_class == "ovr" and model.loss != "logistic":
+        est = datafit_class(model.loss)().sklearn_estimator(model)
+        est.coef_, est.intercept_, est.classes_ = coef, b, model.classes_.copy()
+    elif model.multi_class == "ovr":
+        return _ovr_logistic(model, coef, b, C)
+    else:
+        l1_ratio = model.l1_ratio if model.penalty == "l1" else 1.0
+        est = LogisticRegression(C=C, l1_ratio=l1_ratio, solver="saga",
+                                 fit_intercept=bool(model.fit_intercept))  # fmt: skip
+        est.classes_, est.coef_, est.intercept_ = model.classes_.copy(), coef, b
+    est.n_features_in_, est.n_iter_ = coef.shape[1], np.array([int(model.n_rounds_)])
+    return est
+
+
+def _ovr_logistic(model: Any, coef: np.ndarray, b: np.ndarray, C: float) -> Any:
+    """A fitted ``OneVsRestClassifier`` of one binary ``LogisticRegression`` a class (labels
+    0 / 1: the rest / the class), as its ``fit`` leaves it."""
+    # local: scikit-learn (~1 s, ~120 MiB) only to convert to it
+    from sklearn.base import clone
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.multiclass import OneVsRestClassifier
+    from sklearn.preprocessing import LabelBinarizer
+
+    binary = LogisticRegression(C=C, l1_ratio=float(model.l1_ratio), solver="saga",
+                                fit_intercept=bool(model.fit_intercept))  # fmt: skip
+    ovr = OneVsRestClassifier(binary)
+    ovr.estimators_ = []
+    for k in range(coef.shape[0]):
+        est = clone(binary)
+        est.classes_, est.coef_, est.intercept_ = np.array([0, 1]), coef[k : k + 1], b[k : k + 1]
+        est.n_features_in_, est.n_iter_ = coef.shape[1], np.array([int(model.n_rounds_)])
+        ovr.estimators_.append(est)
+    # as fit sets it; "multiclass" for K = 2 too (one estimator a class) and for labels
+    # scikit-learn's type_of_target would call continuous (dl1 takes any sortable ones)
+    lb = ovr.label_binarizer_ = LabelBinarizer(sparse_output=True)
+    lb.classes_, lb.y_type_, lb.sparse_input_ = model.classes_.copy(), "multiclass", False
+    ovr.classes_, ovr.n_features_in_ = lb.classes_, coef.shape[1]
+    return ovr
+
+
 def read_json(f: Path) -> Any:
     try:
         size = f.stat().st_size
@@ -442,6 +512,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 __all__ = [
     "FORMAT_VERSION",
     "content_digest",
+    "multiclass_to_sklearn",
     "save_model",
     "to_sklearn",
 ]

@@ -17,7 +17,7 @@ from sklearn.metrics import accuracy_score
 import dl1
 from dl1.errors import ModelFileError
 from dl1.models import MulticlassModel
-from dl1.saving import MODEL_JSON
+from dl1.saving import MODEL_JSON, content_digest
 
 N, P, K = 160, 30, 3
 LABELS = np.array([2.0, 5.0, 9.0])
@@ -183,6 +183,108 @@ def test_a_damaged_multinomial_model_is_refused_naming_file_and_field(
 ):
     d = models["l1", 1.0].save(tmp_path / "m")
     assert models["l1", 1.0].coef_.nnz > 2
+    edit(d)
+    for load in (dl1.load_model, dl1.load_estimator):
+        with pytest.raises(ModelFileError, match=message) as info:
+            load(d)
+        assert str(d) in str(info.value)
+
+
+# -- one-vs-rest models -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ovr_models(data):
+    X, y = data
+    out = {}
+    with dask.config.set(scheduler="sync"):
+        for loss in ("logistic", "squared_hinge", "hinge"):
+            res = dl1.fit_multiclass(X, y, alpha=0.01, multi_class="ovr", loss=loss, tol=1e-8)
+            out[loss] = MulticlassModel.from_result(res, alpha=0.01, l1_ratio=1.0, n_samples=N)
+    return out
+
+
+@pytest.mark.parametrize("loss", ["logistic", "squared_hinge", "hinge"])
+def test_a_one_vs_rest_model_round_trips_bit_for_bit(tmp_path, data, ovr_models, loss):
+    """Pass: a one-vs-rest model predicts as NumPy's argmax of X W^T + b (its logistic
+    probabilities: the normalised sigmoids), and loads back with its scheme, loss and
+    per-class gaps, predicting bit for bit."""
+    X, y = data
+    model = ovr_models[loss]
+    assert (model.multi_class, model.loss) == ("ovr", loss) and model.gaps_.shape == (K,)
+    assert model.converged_ and model.gap_ == model.gaps_.max() <= 1e-8
+    Z = _reference(model, X)
+    np.testing.assert_allclose(model.decision_function(X), Z, rtol=1e-12, atol=1e-13)
+    # the hinge's LP vertices put many margins exactly at -1: rounding breaks those ties
+    top = np.sort(Z, axis=1)
+    clear = top[:, -1] - top[:, -2] > 1e-9
+    assert clear.mean() > 0.5
+    assert np.array_equal(model.predict(X)[clear], LABELS[np.argmax(Z, axis=1)][clear])
+    back = dl1.load_model(model.save(tmp_path / "m"))
+    for attr in ("multi_class", "loss", "alpha", "l1_ratio", "penalty", "tol", "gap_", "primal_",
+                 "dual_", "converged_", "n_rounds_", "n_epochs_", "n_samples_"):  # fmt: skip
+        assert getattr(back, attr) == getattr(model, attr), attr
+    assert np.array_equal(back.gaps_, model.gaps_)
+    assert np.array_equal(back.intercept_, model.intercept_)
+    assert (back.coef_ != model.coef_).nnz == 0
+    methods = ["decision_function", "predict"] + (["predict_proba"] if loss == "logistic" else [])
+    for method in methods:
+        assert np.array_equal(getattr(back, method)(X), getattr(model, method)(X)), method
+    if loss == "logistic":
+        S = 1.0 / (1.0 + np.exp(-Z))
+        np.testing.assert_allclose(back.predict_proba(X), S / S.sum(1, keepdims=True), rtol=1e-12)
+    else:
+        with pytest.raises(ValueError, match=f"one-vs-rest {loss} model gives no probabilities"):
+            back.predict_proba(X)
+    sk = back.to_sklearn()
+    np.testing.assert_allclose(sk.decision_function(X), Z, rtol=1e-12, atol=1e-13)
+    assert np.array_equal(sk.predict(X)[clear], model.predict(X)[clear])
+
+
+def test_a_multinomial_model_saved_before_one_vs_rest_loads(tmp_path, models, data):
+    """Pass: a multinomial model's files without the ``multi_class`` field (dl1 before
+    one-vs-rest) load as the multinomial model."""
+    d = models["l1", 1.0].save(tmp_path / "m")
+    meta = _meta(d)
+    assert meta.pop("multi_class") == "multinomial"
+    arrays = {n: np.load(d / f"{n}.npy") for n in ("coef_data", "coef_indices", "coef_indptr")}
+    meta["digest"] = content_digest(meta, arrays)
+    (d / MODEL_JSON).write_text(json.dumps(meta))
+    back = dl1.load_model(d)
+    assert (back.multi_class, back.loss, back.gaps_) == ("multinomial", "multinomial", None)
+    assert np.array_equal(back.predict_proba(data[0]), models["l1", 1.0].predict_proba(data[0]))
+
+
+OVR_TAMPERING = [
+    ("another scheme", "squared_hinge", lambda d: _edit_json(d, multi_class="ova"),
+     "field multi_class is not 'multinomial' or 'ovr'"),
+    ("the multinomial loss", "squared_hinge", lambda d: _edit_json(d, loss="multinomial"),
+     r"field loss is not one of \('logistic', 'squared_hinge', 'hinge'\)"),
+    ("a multinomial hinge", "hinge", lambda d: _edit_json(d, multi_class="multinomial"),
+     "field loss is not 'multinomial'"),
+    ("the grouped penalty", "logistic", lambda d: _edit_json(d, penalty="grouped"),
+     r"field penalty is not one of \('l1',\)"),
+    ("gaps short", "logistic", lambda d: _edit_json(d, gaps=_meta(d)["gaps"][:2]),
+     "field gaps has 2 entries, expected 3"),
+    ("gaps missing", "logistic", lambda d: _edit_json(d, gaps=None), "field gaps is not"),
+    ("a gap NaN", "logistic", lambda d: _edit_json(d, gaps=[*_meta(d)["gaps"][:2], "nan"]),
+     r"field gaps\[2\] is not finite"),
+    ("a gap negative", "logistic", lambda d: _edit_json(d, gaps=[float.hex(-1.0),
+                                                                 *_meta(d)["gaps"][1:]]),
+     r"field gaps\[0\] is out of range"),
+    ("a hinge elastic net", "hinge", lambda d: _edit_json(d, l1_ratio=float.hex(0.5)),
+     "field l1_ratio is not 1 .the one-vs-rest hinge takes the pure L1 penalty"),
+    ("a valid loss edited", "squared_hinge", lambda d: _edit_json(d, loss="hinge"),
+     "field digest does not match"),
+    ("a valid gap edited", "logistic", lambda d: _edit_json(d, gaps=[float.hex(0.5)] * 3),
+     "field digest does not match"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("loss, edit, message", [t[1:] for t in OVR_TAMPERING],
+                         ids=[t[0] for t in OVR_TAMPERING])  # fmt: skip
+def test_a_damaged_one_vs_rest_model_is_refused_naming_file_and_field(
+    tmp_path, ovr_models, loss, edit, message
+):
+    d = ovr_models[loss].save(tmp_path / "m")
     edit(d)
     for load in (dl1.load_model, dl1.load_estimator):
         with pytest.raises(ModelFileError, match=message) as info:

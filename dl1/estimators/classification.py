@@ -1,5 +1,6 @@
-"""Binary L1 / elastic-net classifiers: logistic regression and linear SVMs, fitted by
-:func:`dl1.fit` with scikit-learn's parametrisation.
+"""L1 / elastic-net classifiers: logistic regression and linear SVMs, fitted by
+:func:`dl1.fit` (two classes) or :func:`dl1.fit_multiclass` (more:
+:mod:`dl1.estimators.multiclass`) with scikit-learn's parametrisation.
 
 scikit-learn minimises ``C sum_i s_i loss_i + penalty(w)``; dl1 minimises ``(1 / sum_i s_i)
 sum_i s_i loss_i + alpha penalty(w)``. Dividing the first by ``C sum_i s_i`` gives the second
@@ -28,7 +29,7 @@ from dl1.estimators.base import (
     computed,
     is_out_of_core,
 )
-from dl1.estimators.multiclass import MultinomialFit, labels_of
+from dl1.estimators.multiclass import MulticlassFit
 from dl1.labels import as_pm1, with_classes
 from dl1.params import UNIT, InvalidParameterError, Options, predicate
 from dl1.predict import predict_proba
@@ -199,16 +200,19 @@ def _constraints(**extra: list[Any]) -> dict[str, list[Any]]:
             **extra}  # fmt: skip
 
 
-class LogisticRegression(MultinomialFit, _Classifier):
+class LogisticRegression(MulticlassFit, _Classifier):
     """Logistic regression with an L1 or elastic-net penalty, certified by its duality gap.
 
     Two classes: minimises ``C sum_i s_i log(1 + exp(-y_i (x_i w + b))) + penalty(w)``
     (scikit-learn's ``LogisticRegression``, intercept unpenalised), with ``penalty(w) =
     ||w||_1`` or ``l1_ratio ||w||_1 + (1 - l1_ratio) / 2 ||w||^2``: dl1.fit's logistic loss
-    with ``alpha = 1 / (C sum_i s_i)``. More classes: scikit-learn's multinomial model
-    (``C`` times the summed cross-entropy of the softmax of ``X W^T + b``, the same penalty
-    on ``W``), fitted by :func:`dl1.fit_multiclass` with every pass over the data shared by
-    the classes (no warm start or standardisation yet); it saves and loads as a binary one
+    with ``alpha = 1 / (C sum_i s_i)``. More classes (:func:`dl1.fit_multiclass`, every
+    pass over the data shared by the classes; no warm start or standardisation yet):
+    scikit-learn's multinomial model (``C`` times the summed cross-entropy of the softmax
+    of ``X W^T + b``, the same penalty on ``W``), or with ``multi_class="ovr"`` ``K``
+    one-vs-rest binary problems (class ``k`` against the rest, each the binary objective
+    above with its own intercept: scikit-learn's ``OneVsRestClassifier`` of
+    ``LogisticRegression``). Either saves and loads as a binary one
     (:meth:`dl1.Lasso.save`, :func:`dl1.load_estimator`).
 
     Parameters
@@ -222,31 +226,41 @@ class LogisticRegression(MultinomialFit, _Classifier):
     class_weight : dict or "balanced", optional
         Weights of the classes: each sample's weight is multiplied by its class's (a
         dict from label to weight, classes it leaves out weigh 1; ``"balanced"``:
-        ``total weight / (2 * the class's weight)``), as scikit-learn's.
+        ``total weight / (K * the class's weight)``), as scikit-learn's. One-vs-rest:
+        every class's problem takes those weights (liblinear's weighs only the class's own
+        samples in its problem).
+    multi_class : {"multinomial", "ovr"}, default="multinomial"
+        More than two classes: one multinomial model (the softmax of the ``K`` decision
+        values; ``predict_proba`` its probabilities), or ``K`` one-vs-rest binary
+        problems (``predict_proba``: each class's sigmoid, rows normalised to sum to 1, as
+        scikit-learn's one-vs-rest). Ignored with two classes (the binary model).
     n_jobs : int, optional
         Accepted for scikit-learn's habit and ignored: the parallelism is the cluster's
         (its workers and their threads), or one thread in process.
     fit_intercept, tol, max_iter, warm_start, random_state, solver, client, n_partitions,
     stream, standardize, screen, max_epochs
-        As :class:`dl1.Lasso`.
+        As :class:`dl1.Lasso` (``solver``: the binary fit's).
 
     Attributes
     ----------
     classes_ : ndarray (K,)
-    class_weight_ : ndarray (2,) or None
+    class_weight_ : ndarray (K,) or None
         The weights of ``classes_`` the fit used (None without ``class_weight``).
     coef_ : ndarray (1, n_features), or (K, n_features) for K > 2 classes
     intercept_ : ndarray (1,) or (K,)
     n_iter_, dual_gap_, gap_, n_features_in_, feature_names_in_
-        As :class:`dl1.Lasso`.
+        As :class:`dl1.Lasso` (one-vs-rest: ``gap_`` is the largest class's).
     result_ : dl1.FitResult, or dl1.models.MulticlassModel for K > 2
         The fit; a binary one predicts in ``classes_`` when they are numbers, else in
-        -1 / +1; a multinomial one in ``classes_``.
+        -1 / +1; a multiclass one in ``classes_``.
     """
 
     _loss = "logistic"
     _fits = ("logistic",)
-    _parameter_constraints = _constraints(n_jobs=CONSTRAINTS["n_jobs"])
+    _multiclass_losses = ("multinomial", "logistic")
+    _parameter_constraints = _constraints(
+        n_jobs=CONSTRAINTS["n_jobs"], multi_class=[Options(("multinomial", "ovr"))]
+    )
 
     def __init__(
         self,
@@ -255,6 +269,7 @@ class LogisticRegression(MultinomialFit, _Classifier):
         C: float = 1.0,
         l1_ratio: float | None = None,
         class_weight: Any = None,
+        multi_class: str = "multinomial",
         fit_intercept: bool = True,
         tol: float = 1e-4,
         max_iter: int = 1000,
@@ -273,6 +288,7 @@ class LogisticRegression(MultinomialFit, _Classifier):
         self.C = C
         self.l1_ratio = l1_ratio
         self.class_weight = class_weight
+        self.multi_class = multi_class
         self.fit_intercept = fit_intercept
         self.tol = tol
         self.max_iter = max_iter
@@ -287,74 +303,44 @@ class LogisticRegression(MultinomialFit, _Classifier):
         self.max_epochs = max_epochs
         self.n_jobs = n_jobs
 
-    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> LogisticRegression:
-        """Fit the model (binary: :func:`dl1.fit`; more classes: :func:`dl1.fit_multiclass`),
-        certified by its duality gap; X and y as :meth:`dl1.Lasso.fit`'s."""
-        self._validate_params()
-        labels = labels_of(X, y)
-        if labels is not None and np.unique(labels).shape[0] > 2:
-            return self._fit_multinomial(X, y, sample_weight)
-        return super().fit(X, y, sample_weight)
-
-    def decision_function(self, X: Any) -> Any:
-        """Binary: the signed distance, > 0 for ``classes_[1]``; K > 2 classes: ``(n, K)``
-        decision values. An ndarray in memory, a lazy dask array out of core."""
-        return self._decisions(X) if self._is_multinomial() else self._decision(X)
-
-    def predict(self, X: Any) -> Any:
-        """The most probable class of each sample (lazy, blockwise, out of core)."""
-        if self._is_multinomial():
-            return self._multinomial_predict(X)
-        return super().predict(X)
-
-    def to_sklearn(self) -> Any:
-        """The fitted scikit-learn ``LogisticRegression`` with the same predictions."""
-        if not self._is_multinomial():
-            return super().to_sklearn()
-        # local: scikit-learn's estimator only when asked for (as dl1.saving's)
-        from sklearn.linear_model import LogisticRegression as SkLogisticRegression
-
-        est = SkLogisticRegression(C=self.C, l1_ratio=self._l1_ratio(), solver="saga",
-                                   fit_intercept=self.fit_intercept)  # fmt: skip
-        est.classes_, est.coef_ = self.classes_, self.coef_.copy()
-        est.intercept_ = np.asarray(self.intercept_, dtype=np.float64).copy()
-        est.n_features_in_, est.n_iter_ = self.n_features_in_, np.array([self.n_iter_])
-        return est
+    def _scheme(self) -> tuple[str, str]:
+        return self.multi_class, "multinomial" if self.multi_class == "multinomial" else "logistic"
 
     def predict_proba(self, X: Any) -> Any:
-        """Probabilities of ``classes_`` (n, K), rows summing to 1; lazy for out-of-core X."""
-        if self._is_multinomial():
-            return self._multinomial_proba(X)
+        """Probabilities of ``classes_`` (n, K), rows summing to 1 (binary: the sigmoid of
+        the decision function; multinomial: the softmax of the K decision values;
+        one-vs-rest: each class's sigmoid, rows normalised); lazy for out-of-core X."""
+        if self._is_multiclass():
+            return self._multiclass_proba(X)
         if not is_out_of_core(X):
             return np.asarray(predict_proba(self._validated(X), *self._coef_intercept()))
         check_is_fitted(self)
         return predict_proba(X, *self._coef_intercept())
 
-    def __sklearn_tags__(self) -> Any:
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = True
-        return tags
-
     def predict_log_proba(self, X: Any) -> Any:
         """Log of :meth:`predict_proba`, computed stably from the decision function."""
-        if self._is_multinomial():
-            return self._multinomial_proba(X, log=True)
+        if self._is_multiclass():
+            return self._multiclass_proba(X, log=True)
         d = self._decision(X)
         if isinstance(d, np.ndarray):
             return -np.logaddexp(0.0, -np.multiply.outer(d, [-1.0, 1.0]))
         return -da.logaddexp(0.0, -da.stack([-d, d], axis=1))
 
 
-class LinearSVC(_Classifier):
-    """Binary linear support vector classifier with an L1 or elastic-net penalty,
-    certified by its duality gap.
+class LinearSVC(MulticlassFit, _Classifier):
+    """Linear support vector classifier with an L1 or elastic-net penalty, certified by its
+    duality gap.
 
-    Minimises ``C sum_i s_i loss(y_i (x_i w + b)) + penalty(w)`` with the squared hinge
-    ``max(0, 1 - m)^2`` (default, as scikit-learn's ``LinearSVC``; smooth: the working-set
-    solver) or the hinge ``max(0, 1 - m)`` (not smooth: ``solver="auto"`` takes the smoothing
-    solver, exact LP working sets for the pure L1 penalty). Unlike
-    liblinear, the intercept is not penalised: with ``fit_intercept=False`` the minimiser
-    is ``sklearn.svm.LinearSVC(penalty="l1", dual=False, fit_intercept=False)``'s.
+    Two classes: minimises ``C sum_i s_i loss(y_i (x_i w + b)) + penalty(w)`` with the
+    squared hinge ``max(0, 1 - m)^2`` (default, as scikit-learn's ``LinearSVC``; smooth: the
+    working-set solver) or the hinge ``max(0, 1 - m)`` (not smooth: ``solver="auto"`` takes
+    the smoothing solver, exact LP working sets for the pure L1 penalty). More classes:
+    one-vs-rest, liblinear's scheme as scikit-learn's ``LinearSVC``: class ``k`` against the
+    rest, each that binary problem with its own intercept, the ``K`` problems solved
+    together by :func:`dl1.fit_multiclass` (every pass over the data shared; each class
+    certified by its own gap; the hinge with ``penalty="l1"`` only). Unlike liblinear, the
+    intercept is not penalised: with ``fit_intercept=False`` the minimiser is
+    ``sklearn.svm.LinearSVC(penalty="l1", dual=False, fit_intercept=False)``'s.
 
     Parameters
     ----------
@@ -362,9 +348,11 @@ class LinearSVC(_Classifier):
     loss : {"squared_hinge", "hinge"}, default="squared_hinge"
     C : float, default=1.0
     l1_ratio, class_weight
-        As :class:`LogisticRegression`.
+        As :class:`LogisticRegression` (one-vs-rest: every class's problem takes the class
+        weights, where liblinear weighs only the class's own samples in its problem).
     solver : str or solver object, default="auto"
-        ``"ws"`` for the squared hinge, ``"smoothing"`` for the hinge (:func:`dl1.fit`).
+        The binary fit's: ``"ws"`` for the squared hinge, ``"smoothing"`` for the hinge
+        (:func:`dl1.fit`); more classes: the one-vs-rest solver.
     fit_intercept, tol, max_iter, warm_start, random_state, client, n_partitions, stream,
     standardize, screen, max_epochs
         As :class:`dl1.Lasso`.
@@ -373,10 +361,12 @@ class LinearSVC(_Classifier):
     ----------
     classes_, class_weight_, coef_, intercept_, n_iter_, dual_gap_, gap_, n_features_in_,
     feature_names_in_, result_
-        As :class:`LogisticRegression`.
+        As :class:`LogisticRegression` (``coef_`` ``(1, p)`` for two classes, ``(K, p)``
+        for more).
     """
 
     _fits = ("squared_hinge", "hinge")
+    _multiclass_losses = _fits
     _parameter_constraints = _constraints(loss=[Options(_fits)])
 
     @classmethod
@@ -428,3 +418,6 @@ class LinearSVC(_Classifier):
     @property
     def _loss(self) -> str:  # type: ignore[override]
         return self.loss
+
+    def _scheme(self) -> tuple[str, str]:
+        return "ovr", self.loss

@@ -60,6 +60,7 @@ class _CrossValidated:
     """The fit of the CV estimators: :func:`dl1.fit_cv`, then the refit's attributes."""
 
     _fits: tuple[str, ...] = ()  # a saved fit loads as the estimator, not as its CV
+    _multiclass_losses: tuple[str, ...] = ()  # binary folds only (issue 47)
 
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> Any:
         """Cross-validate the grid, choose, and refit on all rows (:func:`dl1.fit_cv`).

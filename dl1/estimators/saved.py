@@ -12,7 +12,7 @@ import numpy as np
 
 import dl1.estimators as estimators
 from dl1.errors import ValidationError
-from dl1.estimators.multiclass import MultinomialFit
+from dl1.estimators.multiclass import MulticlassFit
 from dl1.estimators.record import DROPPED, NOT_SAVED, json_scalar
 from dl1.models import check_labels, float_value, read_model
 from dl1.objective.datafits import datafit_class, loss_name, make_datafit
@@ -29,8 +29,10 @@ def load_estimator(path: str | os.PathLike) -> Any:
     estimator, with its saved parameters; one saved from a :class:`dl1.FitResult` (no
     estimator record) as the estimator of its loss: ``Lasso`` (``"squared"``, ``l1_ratio``
     1) or ``ElasticNet``, ``LogisticRegression``, ``LinearSVC`` (hinges), ``PoissonRegressor``
-    or ``HuberRegressor``; a multinomial fit (:class:`dl1.models.MulticlassModel`) as a
-    ``LogisticRegression`` of its classes. Its fitted attributes (``coef_``, ``intercept_``,
+    or ``HuberRegressor``; a multiclass fit (:class:`dl1.models.MulticlassModel`) as the
+    estimator of its scheme and loss, of its classes: ``LogisticRegression`` (multinomial,
+    or ``multi_class="ovr"`` for one-vs-rest logistic) or ``LinearSVC`` (one-vs-rest
+    hinges). Its fitted attributes (``coef_``, ``intercept_``,
     ``classes_``, ``n_features_in_``, ``result_``, ``dual_gap_``, ``n_iter_``, ...) are set
     as a fit sets them, so that it predicts bit for bit as the estimator saved, scores, converts
     (``to_sklearn``) and saves again.
@@ -102,7 +104,7 @@ def _check_estimator(ck: FieldChecker, raw: Any, model: Any) -> tuple[Any, dict[
         ck.fail("estimator.params", f"are not valid for {name}: {e}", params)
     multinomial = model.saved_kind == "multiclass"
     if multinomial:
-        _check_multinomial(ck, est, model, params)
+        _check_multiclass(ck, est, model, params)
     else:
         _check_loss(ck, est, model, params)
     if bool(est.fit_intercept) != bool(model.fit_intercept):
@@ -142,12 +144,18 @@ def _check_loss(ck: FieldChecker, est: Any, model: Any, params: dict[str, Any]) 
                 f"{model.loss_params}", params)  # fmt: skip
 
 
-def _check_multinomial(ck: FieldChecker, est: Any, model: Any, params: dict[str, Any]) -> None:
-    """A multinomial model's estimator fits multinomial models, with its penalty."""
+def _check_multiclass(ck: FieldChecker, est: Any, model: Any, params: dict[str, Any]) -> None:
+    """A multiclass model's estimator fits models of its scheme and loss, with its penalty
+    (its parameters give the model's scheme, loss and l1_ratio)."""
     name = type(est).__name__
-    if not isinstance(est, MultinomialFit):
-        ck.fail("estimator.class", f"is {name}, which fits no multinomial model (the model's "
+    what = ("multinomial" if model.multi_class == "multinomial"
+            else f"one-vs-rest {model.loss}")  # fmt: skip
+    if not isinstance(est, MulticlassFit) or not type(est).fits_multiclass(model):
+        ck.fail("estimator.class", f"is {name}, which fits no {what} model (the model's "
                 "kind is 'multiclass')", name)  # fmt: skip
+    if est._scheme() != (model.multi_class, model.loss):
+        ck.fail("estimator.params", f"do not give the model's scheme and loss "
+                f"({model.multi_class!r}, {model.loss!r})", params)  # fmt: skip
     if model.penalty != "l1" or est._l1_ratio() != model.l1_ratio:
         ck.fail("estimator.params", f"do not give the model's penalty ({model.penalty!r}, "
                 f"l1_ratio {model.l1_ratio})", params)  # fmt: skip

@@ -1,7 +1,11 @@
 """scikit-learn's estimator checks on every dl1 estimator, with default parameters, in this
-process (no Dask client current: a leaked one would make them run on a cluster)."""
+process (no Dask client current: a leaked one would make them run on a cluster). The
+classifiers take the multiclass checks: LogisticRegression by its multinomial model and by
+one-vs-rest, LinearSVC by one-vs-rest."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import dask
 import pytest
@@ -17,8 +21,8 @@ from dl1.estimators import (
     PoissonRegressor,
 )
 
-ESTIMATORS = [Lasso(), ElasticNet(), LogisticRegression(), LinearSVC(), PoissonRegressor(),
-              HuberRegressor()]  # fmt: skip
+ESTIMATORS = [Lasso(), ElasticNet(), LogisticRegression(), LogisticRegression(multi_class="ovr"),
+              LinearSVC(), PoissonRegressor(), HuberRegressor()]  # fmt: skip
 
 WEIGHT_CHECKS = (
     "check_sample_weight_equivalence_on_dense_data",
@@ -33,18 +37,33 @@ def in_process():
         yield
 
 
-@parametrize_with_checks(ESTIMATORS)
+def _expected_failures(estimator):
+    """LinearSVC's weight checks at the default tol: on the checks' three classes the
+    one-vs-rest fit certifies each class's objective to a relative 1e-4, which leaves its
+    decision values ~1e-7 apart between the weighted and the repeated-rows fits (the
+    checks' rtol is 1e-7); they pass at a tight tol (test_sample_weight_equivalence_at_a_
+    tight_tol, below)."""
+    if not isinstance(estimator, LinearSVC):
+        return {}
+    return {check: "tol=1e-4 certifies the objective, not decisions to 1e-7; passes at "
+            "tol=1e-8 below" for check in WEIGHT_CHECKS}  # fmt: skip
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failures)
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
 
 
 @pytest.mark.parametrize("check", WEIGHT_CHECKS)
 @pytest.mark.parametrize(
-    "estimator, tol", [(LogisticRegression, 1e-10), (LinearSVC, 1e-8)], ids=["logistic", "svc"]
-)
+    "estimator, tol",
+    [(LogisticRegression, 1e-10), (partial(LogisticRegression, multi_class="ovr"), 1e-10),
+     (LinearSVC, 1e-8)],
+    ids=["logistic", "logistic-ovr", "svc"],
+)  # fmt: skip
 def test_sample_weight_equivalence_at_a_tight_tol(estimator, tol, check):
     """Pass: the weighted and the repeated-rows fits agree at a tight tol too (the checks
-    above run them at the default tol). The checks give LogisticRegression three classes
-    (its multinomial fit): a relative gap of 1e-8 bounds its probabilities' difference only
-    to ~2e-7, the check's rtol is 1e-7, hence 1e-10."""
-    getattr(estimator_checks, check)(estimator.__name__, estimator(tol=tol))
+    above run them at the default tol). The checks give the classifiers three classes (the
+    multinomial or the one-vs-rest fit): a relative gap of 1e-8 bounds the multinomial
+    probabilities' difference only to ~2e-7, the check's rtol is 1e-7, hence 1e-10."""
+    getattr(estimator_checks, check)("classifier", estimator(tol=tol))

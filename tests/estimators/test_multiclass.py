@@ -124,9 +124,12 @@ def test_balanced_class_weights_match_scikit_learn():
     np.testing.assert_allclose(est.predict_proba(X), sk.predict_proba(X), atol=1e-6)
 
 
-def test_what_the_multinomial_fit_does_not_take_yet_is_refused():
+def test_what_the_multiclass_fit_does_not_take_yet_is_refused():
     X, y = _problem()
     with pytest.raises(ValueError, match="standardize=True is not supported with more"):
         dl1.LogisticRegression(standardize=True).fit(X, y)
-    with pytest.raises(ValueError, match="Only binary classification"):
-        dl1.LinearSVC().fit(X, y)
+    with pytest.raises(ValueError, match="warm_start=True is not supported with more"):
+        dl1.LinearSVC(warm_start=True).fit(X, y)
+    with pytest.raises(ValueError, match="LinearSVC: loss='hinge' with more than two classes "
+                                         r"\(one-vs-rest\) takes penalty='l1' only"):  # fmt: skip
+        dl1.LinearSVC("elasticnet", "hinge", l1_ratio=0.5).fit(X, y)

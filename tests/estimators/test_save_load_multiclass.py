@@ -211,9 +211,12 @@ def _set_classes(**changes):
 
 
 TAMPERING = [
-    ("a binary-only class", lambda r: (r.update({"class": "LinearSVC"}),
-                                       r["params"].pop("n_jobs")), "estimator.class",
-     "is LinearSVC, which fits no multinomial model"),
+    ("a one-vs-rest hinge class", lambda r: (r.update({"class": "LinearSVC"}),
+                                             r["params"].pop("n_jobs"),
+                                             r["params"].pop("multi_class")),
+     "estimator.class", "is LinearSVC, which fits no multinomial model"),
+    ("one-vs-rest", _set_param(multi_class="ovr"), "estimator.params",
+     "do not give the model's scheme and loss ('multinomial', 'multinomial')"),
     ("another l1_ratio", _set_param(penalty="elasticnet", l1_ratio=0.5), "estimator.params",
      "do not give the model's penalty ('l1', l1_ratio 1.0)"),
     ("fit_intercept flipped", _set_param(fit_intercept=False),

@@ -178,8 +178,10 @@ def test_one_class_more_than_two_and_unknown_parameters_are_refused():
     X, y = classification()
     with pytest.raises(ValueError, match="only one class: 'a'"):
         LinearSVC().fit(X, np.full(len(y), "a"))
+    three = np.arange(len(y)) % 3
+    assert LinearSVC().fit(X, three).coef_.shape == (3, X.shape[1])  # one-vs-rest
     with pytest.raises(ValueError, match="Only binary classification is supported.*3 classes"):
-        LinearSVC().fit(X, np.arange(len(y)) % 3)
+        dl1.LogisticRegressionCV(Cs=2).fit(X, three)
     with pytest.raises(ValueError, match="Invalid parameter 'l1_ratio' for estimator Lasso"):
         Lasso().set_params(l1_ratio=0.5)
     with pytest.raises(InvalidParameterError, match="'alpha' parameter of Lasso must be"):
@@ -332,10 +334,10 @@ def test_stores_fit_with_their_own_labels_any_two(tmp_path):
         np.testing.assert_array_equal(stored_pred, in_memory.predict(X[:20]))
         assert on_store.score(str(tmp_path / "01.zarr")) == in_memory.score(X[:20], y01[:20])
     dl1.from_scipy(Xs, np.arange(60.0) % 3, tmp_path / "three.zarr")
-    with pytest.raises(ValueError, match="Only binary classification.*3 classes"):
-        LinearSVC().fit(tmp_path / "three.zarr")
-    three = LogisticRegression().fit(tmp_path / "three.zarr")  # the multinomial model
-    np.testing.assert_array_equal(three.classes_, [0.0, 1.0, 2.0])
+    for est in (LinearSVC(), LogisticRegression()):  # one-vs-rest, the multinomial model
+        three = est.fit(tmp_path / "three.zarr")
+        np.testing.assert_array_equal(three.classes_, [0.0, 1.0, 2.0])
+        assert three.coef_.shape == (3, Xs.shape[1])
 
 
 def test_a_dataset_and_its_row_views_fit_as_the_rows_in_memory():
