@@ -42,6 +42,7 @@ _LAZY = {
     "open_store": "dl1.store",
     "path": "dl1.penalised_path",
     "path_constrained": "dl1.constrained",
+    "path_multiclass": "dl1.multiclass_path",
     "persist": "dl1.dataset",
 }
 
@@ -75,6 +76,7 @@ __all__ = [
     "open_store",
     "path",
     "path_constrained",
+    "path_multiclass",
     "persist",
 ]
 

@@ -6,7 +6,7 @@ over the data shared by all classes."""
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -107,37 +107,78 @@ def fit_multiclass(
         first.
     """
     _check_choices(multi_class, loss, penalty, l1_ratio)
+    data = load_labelled(X, y, sample_weight, split, client, n_partitions, stream)
+    if multi_class == "ovr":
+        prob = OvrProblem(data.ex, data.blocks, data.col_bounds, data.codes, data.n_classes,
+                          make_datafit(loss), ElasticNet(alpha, l1_ratio), fit_intercept, tol,
+                          n_partitions, data.sample_weight)  # fmt: skip
+        solver = OneVsRestSolver(max_rounds=max_rounds, max_inner_epochs=max_epochs,
+                                 verbose=verbose, callback=callback)  # fmt: skip
+        return _warned(solver.solve(prob), data.classes, max_rounds)
+    prob = data.problem(multinomial_penalty(penalty, alpha, l1_ratio), fit_intercept)
+    solver = MulticlassWorkingSetSolver(tol=tol, max_rounds=max_rounds, max_epochs=max_epochs)
+    res = solver.solve(prob)
+    res.classes_ = data.classes
+    warn_unconverged(res, max_rounds, max_epochs, stacklevel=3)
+    return res
+
+
+class LabelledBlocks(NamedTuple):
+    """A multiclass problem's data, loaded once: the classes and the rows' class codes,
+    the executor with its feature blocks (futures or sources) and their column bounds,
+    and the normalised sample weights (empty for unit ones)."""
+
+    classes: np.ndarray
+    codes: np.ndarray
+    ex: Any
+    blocks: list[Any]
+    col_bounds: np.ndarray
+    sample_weight: np.ndarray
+    n_partitions: int
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.classes.shape[0])
+
+    def problem(self, penalty: ElasticNet | GroupElasticNet,
+                fit_intercept: bool) -> MulticlassProblem:  # fmt: skip
+        """The multinomial problem of this data with ``penalty``."""
+        return MulticlassProblem(self.ex, self.blocks, self.col_bounds, self.codes,
+                                 self.n_classes, penalty, fit_intercept, self.n_partitions,
+                                 self.sample_weight)  # fmt: skip
+
+
+def load_labelled(X: Any, y: Any, sample_weight: Any, split: str, client: Any,
+                  n_partitions: int, stream: bool | None) -> LabelledBlocks:  # fmt: skip
+    """Read and check the labels and weights, then load (or locate, streamed) the blocks."""
     classes, codes, inputs = _labelled_inputs(X, y, sample_weight, split)
     ex = executor_for(client)
     if inputs.dataset is not None:
-        raise ValidationError("fit_multiclass takes a store, a dask array or a matrix")
+        raise ValidationError("a multiclass fit takes a store, a dask array or a matrix")
     streamed = decide_stream(stream, inputs.store, split, ex)
     sw = inputs.sample_weight
     blocks, cb = load_blocks(ex, inputs.X, sw, False, False, n_partitions,
                              inputs.store, split, streamed, local=inputs.local)  # fmt: skip
     if not streamed:
         ex.wait(blocks)
-    if multi_class == "ovr":
-        prob = OvrProblem(ex, blocks, np.asarray(cb), codes, classes.shape[0],
-                          make_datafit(loss), ElasticNet(alpha, l1_ratio), fit_intercept, tol,
-                          n_partitions, sw)  # fmt: skip
-        solver = OneVsRestSolver(max_rounds=max_rounds, max_inner_epochs=max_epochs,
-                                 verbose=verbose, callback=callback)  # fmt: skip
-        return _warned(solver.solve(prob), classes, max_rounds)
-    pen = (GroupElasticNet(alpha, l1_ratio) if penalty == "grouped"
-           else ElasticNet(alpha, l1_ratio))  # fmt: skip
-    prob = MulticlassProblem(ex, blocks, np.asarray(cb), codes, classes.shape[0], pen,
-                             fit_intercept, n_partitions, sw)  # fmt: skip
-    solver = MulticlassWorkingSetSolver(tol=tol, max_rounds=max_rounds, max_epochs=max_epochs)
-    res = solver.solve(prob)
-    res.classes_ = classes
+    return LabelledBlocks(classes, codes, ex, blocks, np.asarray(cb), sw, n_partitions)
+
+
+def multinomial_penalty(penalty: str, alpha: float,
+                        l1_ratio: float) -> ElasticNet | GroupElasticNet:  # fmt: skip
+    """The multinomial model's penalty object by its name."""
+    return GroupElasticNet(alpha, l1_ratio) if penalty == "grouped" else ElasticNet(alpha, l1_ratio)
+
+
+def warn_unconverged(res: MulticlassResult, max_rounds: int, max_epochs: int,
+                     stacklevel: int = 2, where: str = "") -> None:  # fmt: skip
+    """A :class:`ConvergenceWarning` with the gap reached when a bound stopped the fit."""
     if not res.converged_:
         warnings.warn(
-            f"the multinomial fit stopped at relative duality gap {res.gap_:.3g} > tol {tol:g} "
-            f"after {res.n_rounds_} rounds (max_rounds={max_rounds}, max_epochs={max_epochs})",
-            ConvergenceWarning, stacklevel=3,
+            f"the multinomial fit{where} stopped at relative duality gap {res.gap_:.3g} > tol "
+            f"{res.tol:g} after {res.n_rounds_} rounds (max_rounds={max_rounds}, "
+            f"max_epochs={max_epochs})", ConvergenceWarning, stacklevel=stacklevel + 1,
         )  # fmt: skip
-    return res
 
 
 def _check_choices(multi_class: str, loss: str, penalty: str, l1_ratio: float) -> None:

@@ -301,6 +301,14 @@ MULTICLASS = {
     "max_epochs": [POSITIVE_INT],
 }
 
+#: Parameters of the multinomial path (:func:`dl1.path_multiclass`).
+MULTICLASS_PATH = {
+    **{k: v for k, v in MULTICLASS.items() if k not in ("alpha", "multi_class", "loss")},
+    "alphas": ["array-like", None],
+    "n_alphas": [POSITIVE_INT],
+    "eps": PATH["eps"],
+}
+
 #: Parameters of the constrained problem (:func:`dl1.fit_constrained`).
 CONSTRAINED = {
     **COMMON,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -68,6 +68,22 @@ class MulticlassProblem:
     def weights(self) -> np.ndarray | None:
         """The sample weights, or None for unit ones (the datafit's convention)."""
         return self.sample_weight if self.sample_weight.shape[0] else None
+
+
+class WarmStart(NamedTuple):
+    """Where a solve starts: the support (sorted features), its rows of ``W`` (``m x K``)
+    and the intercepts."""
+
+    support: np.ndarray
+    W: np.ndarray
+    b: np.ndarray
+
+    @classmethod
+    def of(cls, res: MulticlassResult) -> WarmStart:
+        """The start at a result's answer (its sparse ``(K, p)`` coefficients)."""
+        rows = sp.csc_matrix(res.coef_)
+        support = np.flatnonzero(np.diff(rows.indptr)).astype(np.int64)
+        return cls(support, rows[:, support].T.toarray(), np.asarray(res.intercept_))
 
 
 @dataclass
@@ -150,10 +166,13 @@ class MulticlassWorkingSetSolver:
         self.datafit = Multinomial()
         self.newton = MultinomialNewton()
 
-    def solve(self, prob: MulticlassProblem) -> MulticlassResult:
-        """Rounds of pass, certificate and subproblem until the gap reaches ``tol``."""
+    def solve(self, prob: MulticlassProblem, start: WarmStart | None = None) -> MulticlassResult:
+        """Rounds of pass, certificate and subproblem until the gap reaches ``tol``, from
+        ``start`` (a nearby answer: a path's previous alpha) or from ``W = 0``."""
         pt = self._start(prob)
         scale = self.datafit.value(prob.codes, pt.Z, prob.weights)  # F at the best constant
+        if start is not None and start.support.shape[0]:
+            self._warm(prob, pt, start)
         history: list[dict] = []
         epochs = 0
         primal = dual = np.inf
@@ -192,6 +211,27 @@ class MulticlassWorkingSetSolver:
                     np.empty(n))  # fmt: skip
         pt.refresh()
         return pt
+
+    def _warm(self, prob: MulticlassProblem, pt: _Point, start: WarmStart) -> None:
+        """Move the point to ``start``: ``Z`` recomputed exactly from its columns."""
+        cols = _Columns(prob, start.support)
+        pt.support, pt.W = start.support.copy(), np.array(start.W, dtype=np.float64)
+        if prob.fit_intercept:
+            pt.b = np.array(start.b, dtype=np.float64)
+        pt.Z = np.tile(pt.b, (pt.Z.shape[0], 1))
+        csc_mat_add(cols.indptr, cols.indices, cols.data, pt.W, pt.Z)
+        pt.refresh()
+        if prob.fit_intercept:  # the dual point's constraint needs b optimal for this W
+            pt.Z, pt.b = self.datafit.fit_intercept(prob.codes, pt.Z, pt.b, prob.weights)
+            pt.refresh()
+
+    def alpha_max(self, prob: MulticlassProblem, l1_ratio: float) -> float:
+        """The smallest ``alpha`` at which ``W = 0`` (with its optimal intercept) is the
+        answer: one pass, the largest dual-norm group of ``X^T Theta_0`` over ``n l1_ratio``."""
+        pt = self._start(prob)
+        theta = self.datafit.dual_point(prob.codes, pt.P, prob.weights)
+        absmax = self._pass(prob, theta)[0]
+        return ElasticNet.alpha_max(absmax / pt.Z.shape[0], l1_ratio)
 
     def _parts(self, prob: MulticlassProblem) -> list[list[int]]:
         k = len(prob.blocks)

@@ -33,6 +33,11 @@ Weights = NDArray[np.float64] | None
 #: sums are then zero to ``n`` times this (its constraint, to rounding).
 GRADIENT_TOL = 1e-14
 
+#: Newton decrement (squared, relative to ``max(1, F)``) below which the intercept's full
+#: Newton step is taken without a line search: the model is exact there to far below
+#: the rounding of ``F``, a mean of ``n`` terms, which the search would compare.
+FULL_STEP = 1e-10
+
 #: Newton steps of the intercept, at most (each is O(n K^2); a few reach machine precision).
 INTERCEPT_STEPS = 50
 
@@ -136,19 +141,25 @@ class Multinomial:
         n, K = Z.shape
         counts = np.bincount(codes, weights=s, minlength=K).astype(np.float64)
         f = self.value(codes, Z, s)
+        before = np.inf
         for _ in range(max_steps):
             P = self.probabilities(Z)
             SP = P if s is None else P * s[:, None]
             g = (SP.sum(axis=0) - counts) / n
             H = (np.diag(SP.sum(axis=0)) - SP.T @ P) / n + np.full((K, K), 1.0 / K)
-            if not np.abs(g).max() > GRADIENT_TOL:
-                break
             d = -np.linalg.solve(H, g)
             decrement = -float(g @ d)  # the Newton decrement squared: f - min of the model
+            size = float(np.abs(g).max())
+            full = decrement <= FULL_STEP * max(1.0, f)
+            # optimal; or taking full steps that no longer halve the gradient: its sums
+            # (n terms each) are at their rounding floor
+            if not size > GRADIENT_TOL or (full and size > 0.5 * before):
+                break
+            before = size
             t, f_new = 1.0, f
             # backtrack while the decrease is above rounding; below it, Newton's full step is
-            # exact to rounding and the line search's comparisons would be noise
-            while decrement > 1e-14 * max(1.0, f) and t > 1e-9:
+            # exact to rounding and the line search's comparisons (F a sum of n terms) noise
+            while not full and t > 1e-9:
                 f_new = self.value(codes, Z + t * d, s)
                 if f_new <= f - 0.25 * t * decrement:
                     break
