@@ -9,15 +9,18 @@ import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
+from sklearn.utils.multiclass import type_of_target
 
+from dl1.entry_labels import stored_labels
 from dl1.errors import ValidationError
 from dl1.inputs import read_inputs
 from dl1.loading import decide_stream, load_blocks
-from dl1.objective.datafits import make_datafit
+from dl1.objective.datafits import datafit_class, make_datafit
 from dl1.objective.datafits.multinomial import Multinomial
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.objective.penalties.group import GroupElasticNet
 from dl1.params import MULTICLASS, validated
+from dl1.runtime.compute import computed
 from dl1.runtime.executor import coordinating, executor_for
 from dl1.solvers.multiclass import (
     MulticlassProblem,
@@ -179,6 +182,51 @@ def warn_unconverged(res: MulticlassResult, max_rounds: int, max_epochs: int,
             f"{res.tol:g} after {res.n_rounds_} rounds (max_rounds={max_rounds}, "
             f"max_epochs={max_epochs})", ConvergenceWarning, stacklevel=stacklevel + 1,
         )  # fmt: skip
+
+
+#: The binary entry points' settings a multiclass fit does not take, with their "off" value.
+BINARY_ONLY = {"penalty_factor": None, "positive": False, "bounds": None, "standardize": False,
+               "screen": False, "spread": None, "coef_init": None, "intercept_init": None,
+               "solver": "ws", "cv": None, "checkpoint": None, "X_test": None}  # fmt: skip
+
+
+def many_classes(X: Any, y: Any, loss: str, split: str) -> bool:
+    """Whether a classification ``loss``'s labels (``y``, or those stored with ``X``) are
+    those of more than two classes (scikit-learn's ``type_of_target``: integral or not
+    numbers): :func:`dl1.fit` and :func:`dl1.path` then fit the multiclass model."""
+    if not datafit_class(loss).classifies:
+        return False
+    given = y if y is not None else stored_labels(X, split)
+    if given is None:
+        return False
+    if hasattr(given, "compute"):
+        (given,) = computed(given, what="y")
+    given = np.asarray(given).ravel()
+    if given.dtype.kind == "f" and not np.isfinite(given).all():
+        return False  # the binary labels' reading names the bad value
+    # class labels (integral or not numbers), not continuous targets given a wrong loss
+    return type_of_target(given) == "multiclass"
+
+
+def multiclass_scheme(loss: str, where: str, **settings: Any) -> dict[str, str]:
+    """``fit_multiclass``'s scheme for a binary entry point's ``loss`` (logistic: the
+    multinomial model; the hinges: one-vs-rest), after refusing the ``settings`` it does
+    not take (:data:`BINARY_ONLY`) unless they are off."""
+    for name, value in settings.items():
+        off = BINARY_ONLY[name]
+        if not (value is off if off is None or isinstance(off, bool) else value == off):
+            raise ValidationError(
+                f"{where}: {name}={value!r} is not supported with more than two classes "
+                "(the multiclass fit, dl1.fit_multiclass)"
+            )
+    if loss == "logistic":
+        return {"multi_class": "multinomial"}
+    if loss in ("hinge", "squared_hinge"):
+        return {"multi_class": "ovr", "loss": loss}
+    raise ValidationError(
+        f"{where}: loss={loss!r} has no multiclass model; with more than two classes use "
+        "'logistic' (multinomial) or 'hinge' / 'squared_hinge' (one-vs-rest)"
+    )
 
 
 def _check_choices(multi_class: str, loss: str, penalty: str, l1_ratio: float) -> None:

@@ -18,6 +18,7 @@ from dl1.errors import ValidationError
 from dl1.inputs import read_inputs
 from dl1.labels import with_classes
 from dl1.loading import col_scales, decide_stream, load_problem
+from dl1.multiclass import fit_multiclass, many_classes, multiclass_scheme
 from dl1.objective.datafits import make_datafit
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.objective.penalties.weighted import WeightedElasticNet
@@ -26,7 +27,9 @@ from dl1.routing import Plan, check_dataset, plan_execution
 from dl1.runtime.executor import coordinating, executor_for
 from dl1.solvers.alpha_max import problem_alpha_max
 from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.multiclass import MulticlassResult
 from dl1.solvers.options import SolverOptions
+from dl1.solvers.ovr import OvrResult
 from dl1.solvers.registry import make_solver
 from dl1.solvers.result import FitResult, coef_by_block
 from dl1.specs import Call, Data, Execution, Model, solver_with_callback
@@ -130,7 +133,7 @@ def fit(
     callback: Any = None,
     coef_init: Any = None,
     intercept_init: float | None = None,
-) -> FitResult:
+) -> FitResult | MulticlassResult | OvrResult:
     """Fit an L1 / elastic-net linear model, certified by its duality gap.
 
     Minimises ``F(X w + b) + alpha * (l1_ratio ||w||_1 + (1 - l1_ratio) / 2 ||w||_2^2)`` with
@@ -232,8 +235,23 @@ def fit(
     -------
     FitResult
         With a classification loss, ``classes_`` holds the two labels (``[-1.0, 1.0]`` for
-        labels -1 / +1).
+        labels -1 / +1). Labels of more than two classes fit the multiclass model of
+        :func:`dl1.fit_multiclass` (the logistic loss: multinomial; the hinges:
+        one-vs-rest) and return its result; the binary-only settings (``penalty_factor``,
+        bounds, ``standardize``, screening, warm starts, other solvers) are refused.
     """
+    if many_classes(X, y, loss, split):
+        scheme = multiclass_scheme(
+            loss, "dl1.fit()", penalty_factor=penalty_factor, positive=positive,
+            bounds=bounds, standardize=standardize, screen=screen, spread=spread,
+            coef_init=coef_init, intercept_init=intercept_init, solver=solver,
+        )  # fmt: skip
+        return fit_multiclass(
+            X, y, alpha=alpha, l1_ratio=l1_ratio, **scheme, sample_weight=sample_weight,
+            fit_intercept=fit_intercept, tol=tol, max_rounds=max_rounds or 100,
+            max_epochs=max_epochs or 5000, n_partitions=n_partitions, stream=stream,
+            client=client, split=split, verbose=verbose, callback=callback,
+        )  # fmt: skip
     labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1, before any work
     options = SolverOptions(
         max_rounds=max_rounds, max_epochs=max_epochs, n_epochs=n_epochs,

@@ -16,6 +16,8 @@ from dl1.entry_labels import entry_labels, held_out
 from dl1.errors import ValidationError
 from dl1.labels import with_classes
 from dl1.loading import col_scales
+from dl1.multiclass import many_classes, multiclass_scheme
+from dl1.multiclass_path import path_multiclass
 from dl1.objective.datafits import make_datafit
 from dl1.params import PATH, validated
 from dl1.paths.checkpoint import PathCheckpoint
@@ -126,8 +128,29 @@ def path(
     dl1.paths.PathResult
         With a classification loss, ``classes_`` holds the two labels, as :func:`dl1.fit`'s
         (held-out labels ``y_test`` are mapped as the training labels; a value of neither
-        class is refused).
+        class is refused). Labels of more than two classes with the logistic loss walk the
+        multinomial path of :func:`dl1.path_multiclass` and return its
+        :class:`~dl1.multiclass_path.MulticlassPath` (the binary-only settings refused).
     """
+    if many_classes(X, y, loss, split):
+        if loss != "logistic":
+            raise ValidationError(
+                f"dl1.path(): with more than two classes the path is the multinomial one "
+                f"(loss='logistic'); a one-vs-rest path of loss={loss!r} is not built: fit "
+                "each alpha with dl1.fit_multiclass(multi_class='ovr')"
+            )
+        multiclass_scheme(
+            loss, "dl1.path()",
+            penalty_factor=penalty_factor, positive=positive, bounds=bounds,
+            standardize=standardize, screen=screen, spread=spread, solver=solver, cv=cv,
+            checkpoint=checkpoint, X_test=X_test,
+        )  # fmt: skip
+        return path_multiclass(
+            X, y, alphas=alphas, n_alphas=n_alphas, eps=eps, l1_ratio=l1_ratio,
+            sample_weight=sample_weight, fit_intercept=fit_intercept, tol=tol,
+            max_rounds=max_rounds or 100, max_epochs=max_epochs or 5000,
+            n_partitions=n_partitions, stream=stream, client=client, split=split,
+        )  # fmt: skip
     labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1, before any work
     X_test, y_test = held_out(labels.X, X_test, y_test, labels)
     if cv is not None and checkpoint is not None:
