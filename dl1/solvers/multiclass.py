@@ -180,7 +180,8 @@ class MulticlassWorkingSetSolver:
         for rnd in range(self.max_rounds):
             t0 = time.perf_counter()
             theta = self.datafit.dual_point(prob.codes, pt.P, prob.weights)
-            absmax, excess, cands, scores = self._pass(prob, theta)
+            want = self._ws_size(pt)
+            absmax, excess, cands, scores = self._pass(prob, theta, want)
             primal, dual = self._gap(prob, pt, absmax, excess)
             history.append({"round": rnd, "gap": (primal - dual) / scale, "primal": primal,
                             "support": int(pt.support.shape[0]), "epochs": epochs})  # fmt: skip
@@ -237,12 +238,12 @@ class MulticlassWorkingSetSolver:
         k = len(prob.blocks)
         return [list(g) for g in np.array_split(np.arange(k), max(1, min(prob.n_partitions, k)))]
 
-    def _pass(self, prob: MulticlassProblem, theta: np.ndarray):
-        """One pass over every block (a task per partition): the gap's statistics and the
-        candidates."""
+    def _pass(self, prob: MulticlassProblem, theta: np.ndarray, want: int = 1):
+        """One pass over every block (a task per partition): the gap's statistics and each
+        block's ``want`` largest groups as candidates (as many as the next working set
+        may take: the support's own features among them)."""
         n = theta.shape[0]
         threshold = n * prob.penalty.alpha_l1
-        want = max(self.ws_start, 1)
         futs = [prob.ex.submit(mc_scan_task, [prob.blocks[j] for j in part],
                                [int(prob.col_bounds[j]) for j in part], theta, prob.grouped,
                                threshold, want)
@@ -263,9 +264,13 @@ class MulticlassWorkingSetSolver:
         conj = self.datafit.conjugates(prob.codes, pt.P, scales, prob.weights)
         return primal, dual_from_conjugates(pen, scales, conj, excess, n)
 
+    def _ws_size(self, pt: _Point) -> int:
+        """The next working set's size: twice the support, at least ``ws_start``."""
+        return max(self.ws_start, 2 * pt.support.shape[0], 1)
+
     def _working_set(self, prob, pt: _Point, cands: np.ndarray, scores: np.ndarray):
         """The support plus the worst violators (largest dual-norm groups), sorted."""
-        size = max(self.ws_start, 2 * pt.support.shape[0])
+        size = self._ws_size(pt)
         order = np.argsort(-scores, kind="stable")
         new = cands[order][~np.isin(cands[order], pt.support)]
         _, first = np.unique(new, return_index=True)

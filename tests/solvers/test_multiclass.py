@@ -13,7 +13,10 @@ from sklearn.linear_model import LogisticRegression
 
 import dl1
 from dl1.errors import ValidationError
+from dl1.multiclass import load_labelled
+from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.params import InvalidParameterError
+from dl1.solvers.multiclass import MulticlassWorkingSetSolver
 from tests.test_penalised import as_dask
 
 
@@ -171,3 +174,17 @@ def test_bad_inputs_are_refused_before_any_block_loads():
         dl1.fit_multiclass(X, y, alpha=-1.0)
     with pytest.raises(ValidationError, match=r"y\[3\] is nan"):
         dl1.fit_multiclass(X, np.where(np.arange(X.shape[0]) == 3, np.nan, y), alpha=0.1)
+
+
+def test_the_working_set_doubles_past_each_blocks_first_candidates():
+    """Each block offers as many candidates as the next working set may take: with a small
+    ``ws_start`` the working set still doubles (``2 |support|``) round after round."""
+    X, y = _problem(n=300, p=400, K=3, seed=11)
+    data = load_labelled(as_dask(X, 2), y, None, "train", None, 2, None)
+    assert len(data.blocks) == 2
+    prob = data.problem(ElasticNet(0.002, 1.0), True)
+    res = MulticlassWorkingSetSolver(tol=1e-8, ws_start=4).solve(prob)
+    assert res.converged_
+    supports = [h["support"] for h in res.history_]
+    # a round may add up to the support again: more than the 2 x 4 first candidates
+    assert max(np.diff(supports)) > 2 * 4
