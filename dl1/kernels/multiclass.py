@@ -89,10 +89,12 @@ def mc_model_stats(indptr, indices, data, SG, SPQ, G0, C):  # pragma: no cover -
 
 @njit(nogil=True, cache=True)
 def mc_model_epoch(
-    indptr, indices, data, order, SP, P, G0, C, E, W, dW, dZ, r, a1, a2, grouped
+    indptr, indices, data, order, visit, SP, P, G0, C, E, W, dW, dZ, r, a1, a2, grouped
 ):  # pragma: no cover - numba
     """One sweep of coordinate descent on the proximal Newton model of the multinomial loss
-    over the columns ``order``; returns the model's decrease.
+    over the columns ``order``, of each only the entries ``visit`` marks (an active set of
+    coefficients: the elastic net's classes of a feature move alone); returns the model's
+    decrease.
 
     The model at ``Z`` is ``<SG, D> + (1/2) sum_i s_i D_i^T (diag(p_i) - p_i p_i^T) D_i / n +
     penalty(W + dW)``, ``D = X dW`` (``dZ``), with the full row Hessian, cross-class terms
@@ -118,7 +120,7 @@ def mc_model_epoch(
                                 a1, a2, g, new, d)
             continue
         for k in range(K):
-            if C[j, k] <= 0.0:
+            if C[j, k] <= 0.0 or not visit[j, k]:
                 continue
             gk = G0[j, k] + E[j, k] * dW[j, k]
             for q in range(indptr[j], indptr[j + 1]):

@@ -180,8 +180,9 @@ class MultinomialNewton:
     def _minimise(self, rp: Restricted, pt: Point, model: _Model, budget: int):
         """``(dW, dZ, db, epochs)``: the model minimised approximately from ``dW = 0``.
 
-        After an epoch over every feature, epochs visit only the active ones until the rule
-        stops them, then one over every feature decides (glmnet's active-set cycling).
+        After an epoch over every entry, epochs visit only the active ones (nonzero; for the
+        grouped penalty, the nonzero features' rows) until the rule stops them, then one
+        over every entry decides (glmnet's active-set cycling).
         Every :data:`ANDERSON` epochs of one kind the last iterates are extrapolated
         (Anderson acceleration of coordinate descent, Bertrand & Massias, AISTATS 2021,
         Alg. 1) and the extrapolation kept if it lowers the model."""
@@ -189,10 +190,10 @@ class MultinomialNewton:
         m = rp.indptr.shape[0] - 1
         st = _Step(np.zeros((m, K)), np.zeros((n, K)), np.zeros(K), np.zeros(n))
         pen = rp.penalty
-        every = np.arange(m, dtype=np.int64)
-        order, total, epochs, hist = every, 0.0, 0, []
+        every, all_entries = np.arange(m, dtype=np.int64), np.ones((m, K), dtype=np.bool_)
+        order, visit, total, epochs, hist = every, all_entries, 0.0, 0, []
         while epochs < min(MAX_INNER, max(budget, 1)):
-            fall = mc_model_epoch(rp.indptr, rp.indices, rp.data, order, model.SP, model.P,
+            fall = mc_model_epoch(rp.indptr, rp.indices, rp.data, order, visit, model.SP, model.P,
                                   model.G0, model.C, model.E, pt.W, st.dW, st.dZ, st.r,
                                   pen.alpha_l1, pen.alpha_l2, rp.grouped)  # fmt: skip
             if rp.fit_intercept:
@@ -203,12 +204,16 @@ class MultinomialNewton:
             if fall <= INNER_RTOL * total:
                 if order is every:
                     break
-                order, hist = every, []  # the active set done: every feature decides
+                order, visit, hist = every, all_entries, []  # every entry decides
                 continue
             if order is every:
-                active = np.flatnonzero(np.abs(pt.W + st.dW).max(axis=1) > 0)
-                if active.shape[0] < m:
-                    order, hist = active, []
+                # the active entries (for the grouped penalty: features, all classes)
+                nonzero = pt.W + st.dW != 0
+                if rp.grouped:
+                    nonzero[:] = nonzero.any(axis=1, keepdims=True)
+                active = np.flatnonzero(nonzero.any(axis=1))
+                if nonzero.sum() < nonzero.size:
+                    order, visit, hist = active, nonzero, []
             hist.append(np.concatenate([st.dW.ravel(), st.db]))
             if len(hist) == ANDERSON + 1:
                 self._extrapolate(rp, pt, model, st, np.array(hist))

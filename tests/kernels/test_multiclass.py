@@ -105,9 +105,10 @@ def _run_epochs(X, mdl, a1, a2, grouped, epochs, intercept):
     Hb = np.diag(mdl.SP.sum(0)) - mdl.SP.T @ mdl.P + np.full((K, K), 1.0 / K)
     dW, dZ, db, r = np.zeros((m, K)), np.zeros((n, K)), np.zeros(K), np.zeros(n)
     order = np.arange(m, dtype=np.int64)
+    visit = np.ones((m, K), dtype=np.bool_)
     falls = []
     for _ in range(epochs):
-        fall = mc_model_epoch(X.indptr, X.indices.astype(np.int64), X.data, order, mdl.SP,
+        fall = mc_model_epoch(X.indptr, X.indices.astype(np.int64), X.data, order, visit, mdl.SP,
                               mdl.P, G0, C, mdl.E, mdl.W, dW, dZ, r, a1, a2, grouped)  # fmt: skip
         if intercept:
             fall += mc_intercept_step(mdl.SG, mdl.SP, mdl.P, np.linalg.pinv(Hb), db, dZ, r)
@@ -185,3 +186,18 @@ def test_loss_along_matches_scipy():
     ce = logsumexp(Zt, axis=1) - Zt[np.arange(40), codes]
     assert mc_loss_along(Z, dZ, 0.3, codes, s) == pytest.approx(s @ ce / 40, rel=1e-13)
     assert mc_loss_along(Z, dZ, 0.3, codes, np.zeros(0)) == pytest.approx(ce.mean(), rel=1e-13)
+
+
+def test_an_epoch_moves_only_the_entries_it_visits():
+    X = _csc(n=60, p=10, seed=12)
+    mdl = Model(X, np.arange(60) % 3, seed=13)
+    G0, C = np.empty((10, 3)), np.empty((10, 3))
+    mc_model_stats(X.indptr, X.indices, X.data, mdl.SG, mdl.SP * (1 - mdl.P), G0, C)
+    C += mdl.E
+    visit = np.random.default_rng(14).random((10, 3)) < 0.4
+    dW, dZ, r = np.zeros((10, 3)), np.zeros((60, 3)), np.zeros(60)
+    order = np.arange(10, dtype=np.int64)
+    mc_model_epoch(X.indptr, X.indices.astype(np.int64), X.data, order, visit, mdl.SP, mdl.P,
+                   G0, C, mdl.E, mdl.W, dW, dZ, r, 1e-4, 0.0, False)  # fmt: skip
+    assert not dW[~visit].any() and dW[visit].any()
+    np.testing.assert_allclose(dZ, X @ dW, rtol=1e-12, atol=1e-14)
