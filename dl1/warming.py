@@ -2,8 +2,9 @@
 first fit of each later process (or worker) loads them in seconds instead of compiling them
 (20-60 s): ``dl1 warm``, run once after ``pip install`` and by the cluster recipes.
 
-It runs tiny problems through each solver and loss, in float64 and float32, and an
-svmlight file and a store through ingest, in this process (no cluster): what they call is
+It runs tiny problems through each solver and loss, and the multiclass models (multinomial
+and one-vs-rest, their fits and paths), in float64 and float32, and an svmlight file and a
+store through ingest, in this process (no cluster): what they call is
 what a fit calls. The kernels are cached beside their modules (numba's ``cache=True``, or
 ``NUMBA_CACHE_DIR``), where every process of the installation finds them.
 """
@@ -23,6 +24,8 @@ from dl1.constrained import fit_constrained
 from dl1.convert import from_scipy
 from dl1.errors import Dl1Error
 from dl1.io.svmlight import from_svmlight
+from dl1.multiclass import fit_multiclass
+from dl1.multiclass_path import path_multiclass
 from dl1.objective.datafits import LOSSES, datafit_class
 from dl1.penalised import alpha_max, fit
 from dl1.penalised_path import path
@@ -39,6 +42,33 @@ def _problem(dtype: type, loss: str) -> tuple[sp.csr_matrix, np.ndarray]:
     if datafit_class(loss).classifies:
         return X, np.where(z > np.median(z), 1.0, -1.0)
     return X, rng.poisson(np.exp(np.clip(z, -2, 2))).astype(np.float64)
+
+
+#: The multiclass models a fit can ask for: (multi_class, loss, penalty).
+MULTICLASS_MODELS = (
+    ("multinomial", "logistic", "l1"),
+    ("multinomial", "logistic", "grouped"),
+    *(("ovr", loss, "l1") for loss in ("logistic", "squared_hinge", "hinge")),
+)
+
+
+def warm_multiclass(dtype: type) -> None:
+    """The multiclass kernels (:mod:`dl1.kernels.multiclass`: the shared pass ``X^T
+    Theta``, the softmax, the block-coordinate epochs, the grouped prox, the intercepts'
+    Newton steps and line search; the one-vs-rest scans and subproblems): a 3-class problem
+    through every scheme, loss and penalty of :func:`dl1.fit_multiclass`, the elastic net
+    too, and a short multinomial path (its warm starts), in ``dtype``."""
+    X, _ = _problem(dtype, "squared")
+    z = X @ np.random.default_rng(1).standard_normal(X.shape[1])
+    y = np.argsort(np.argsort(z)) * 3 // X.shape[0]  # three classes of 20 samples
+    for multi_class, loss, penalty in MULTICLASS_MODELS:
+        for l1_ratio in (1.0, 0.5)[: 1 if loss == "hinge" else 2]:
+            fit_multiclass(X, y, alpha=0.02, l1_ratio=l1_ratio, multi_class=multi_class,
+                           loss=loss, penalty=penalty, tol=1e-4, max_rounds=5,
+                           client=None)  # fmt: skip
+    for penalty in ("l1", "grouped"):
+        path_multiclass(X, y, n_alphas=3, eps=0.1, penalty=penalty, tol=1e-3, max_rounds=5,
+                        client=None)  # fmt: skip
 
 
 def warm_all() -> dict[str, float]:
@@ -77,6 +107,10 @@ def warm_all() -> dict[str, float]:
             y = X[:, :20] @ np.arange(1.0, 21.0)
             fit(X, np.asarray(y).ravel(), alpha=0.01, client=None)
         seconds["larger working sets"] = time.perf_counter() - t0
+        for dtype in (np.float64, np.float32):
+            t0 = time.perf_counter()
+            warm_multiclass(dtype)
+            seconds[f"multiclass ({np.dtype(dtype).name})"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="dl1-warm-") as tmp:
             X, y = _problem(np.float64, "squared")

@@ -27,10 +27,13 @@ from dl1.cli.cluster import (
 )
 from dl1.cli.multiclass import (
     MULTINOMIAL,
-    check_multiclass_store,
+    MulticlassChoice,
+    check_multiclass,
     fit_multiclass_and_report,
-    wants_multinomial,
+    implied_loss,
+    multiclass_choice,
 )
+from dl1.cli.multiclass_path import PathOptions, path_multiclass_and_report, refuse_binary_only
 from dl1.cli.progress import Progress
 from dl1.cli.stores import (
     describe,
@@ -49,7 +52,6 @@ from dl1.objective.datafits import LOSSES, datafit_class
 from dl1.params import (
     COMMON,
     CONSTRAINED_PATH,
-    MULTICLASS,
     PATH,
     PENALISED,
     POSITIVE,
@@ -198,11 +200,38 @@ def problem_options(f: Any, losses: tuple[str, ...] = LOSSES, help: str | None =
 
 
 def fit_problem_options(f: Any) -> Any:
-    """``dl1 fit``'s problem: :func:`problem_options` and the multinomial loss."""
+    """``dl1 fit``'s problem: :func:`problem_options` with the multinomial loss, and
+    ``--multi-class`` and ``--penalty`` (:mod:`dl1.cli.multiclass`)."""
+    f = click.option(
+        "--multi-class", "multi_class", type=click.Choice(["multinomial", "ovr"]), default=None,
+        help="On a store of class labels: one multinomial (softmax) model, or K one-vs-rest "
+        "binary classifiers of --loss logistic, squared_hinge or hinge sharing each pass "
+        "(dl1.fit_multiclass; without --loss, ovr is logistic). Default: multinomial for --loss "
+        "multinomial, --penalty grouped or logistic on more than two classes.",
+    )(f)  # fmt: skip
+    return multiclass_problem_options(
+        f, "multinomial (or logistic on labels of more than two classes): the multinomial "
+        "logistic model of every class (dl1.fit_multiclass), saved for dl1 predict / score.",
+    )  # fmt: skip
+
+
+def multiclass_problem_options(f: Any, loss_help: str) -> Any:
+    """:func:`problem_options` with the multinomial loss, and ``--penalty``."""
+    f = click.option(
+        "--penalty", type=click.Choice(["l1", "grouped"]), default="l1", show_default=True,
+        help="l1: the elastic net of --l1-ratio; grouped (multinomial only): the l1/l2 norm of "
+        "each feature's K coefficients (glmnet's type.multinomial='grouped'), a feature in or "
+        "out for every class at once (without --loss: the multinomial model).",
+    )(f)  # fmt: skip
+    return problem_options(f, (*LOSSES, MULTINOMIAL), help=loss_help)
+
+
+def path_problem_options(f: Any) -> Any:
+    """``dl1 path``'s problem: :func:`problem_options` with the multinomial loss."""
     return problem_options(
         f, (*LOSSES, MULTINOMIAL),
         help="multinomial (or logistic on labels of more than two classes): the multinomial "
-        "logistic model of every class (dl1.fit_multiclass), saved for dl1 predict / score.",
+        "path (dl1.path_multiclass).",
     )  # fmt: skip
 
 
@@ -310,7 +339,8 @@ def demo(out: str | None, seed: int, workers: int, dashboard: bool) -> None:
     type=click.IntRange(min=0),
     default=1,
     show_default=True,
-    help="A progress line every N rounds (0: none).",
+    help="A progress line every N rounds (0: none); a multiclass fit's for one-vs-rest only "
+    "(the multinomial solver reports its rounds when done, not as it runs).",
 )
 @cluster_options
 @storage_options_option
@@ -320,6 +350,8 @@ def fit(
     alpha_ratio: float,
     l1_ratio: float,
     loss: str,
+    penalty: str,
+    multi_class: str | None,
     tol: float,
     model_out: str | None,
     overwrite: bool,
@@ -328,24 +360,25 @@ def fit(
     storage_options: dict[str, Any] | None,
 ) -> None:
     """Fit a certified L1 / elastic-net model on STORE (a path or URL) and print its
-    certificate (--loss multinomial, or logistic on more than two classes: the multinomial
-    model of every class)."""
+    certificate. On class labels: --loss multinomial (or logistic on more than two
+    classes), --penalty grouped, or --multi-class ovr with --loss logistic, squared_hinge or
+    hinge fit a multiclass model (dl1.fit_multiclass)."""
     problem = {"l1_ratio": l1_ratio, "tol": tol, **({} if alpha is None else {"alpha": alpha})}
-    if loss == MULTINOMIAL:
-        validate_params(MULTICLASS, problem, "dl1 fit")
-    else:
+    loss = implied_loss(loss, multi_class, penalty)
+    if multi_class is None and penalty == "l1" and loss != MULTINOMIAL:  # dl1.fit's loss
         validate_params(PENALISED, {**problem, "loss": loss}, "dl1 fit")
     validate_params({"alpha_ratio": [POSITIVE]}, {"alpha_ratio": alpha_ratio}, "dl1 fit")
     cluster.check()
     _check_output(model_out, overwrite)
     st = open_input(store, storage_options)  # checked before a cluster
     out = output()
-    if wants_multinomial(st, loss):
-        check_multiclass_store(st)
+    choice = multiclass_choice(st, loss, multi_class, penalty)
+    if choice is not None:
+        check_multiclass(st, choice, problem, "dl1 fit")
         with connected(cluster, out.say) as client:
-            model = fit_multiclass_and_report(st, alpha=alpha, alpha_ratio=alpha_ratio,
+            model = fit_multiclass_and_report(st, choice, alpha=alpha, alpha_ratio=alpha_ratio,
                                               l1_ratio=l1_ratio, tol=tol, client=client,
-                                              out=out)  # fmt: skip
+                                              out=out, progress_every=progress_every)  # fmt: skip
         _save(model, model_out, overwrite, out)
         return
     _checked(st, loss)
@@ -375,7 +408,15 @@ def fit(
     show_default=True,
     help="Smallest alpha as a fraction of alpha_max.",
 )
-@problem_options
+@click.option(
+    "--penalty",
+    type=click.Choice(["l1", "grouped"]),
+    default="l1",
+    show_default=True,
+    help="grouped: the multinomial path of the l1/l2 penalty of each feature's K coefficients "
+    "(a feature in or out for every class at once).",
+)
+@path_problem_options
 @tol_option("Certify each alpha at duality gap <= tol * P(0).")
 @click.option(
     "--checkpoint",
@@ -411,6 +452,7 @@ def path_cmd(
     eps: float,
     l1_ratio: float,
     loss: str,
+    penalty: str,
     tol: float,
     checkpoint: str | None,
     plots: str | None,
@@ -426,7 +468,23 @@ def path_cmd(
 
     With --constrained, the constrained Lasso path instead: n-alphas radii from eps *
     delta_max up to the paper's delta_max, each certified by its exact FW gap at --tol
-    (--loss squared or logistic; no --checkpoint, --l1-ratio 1 only)."""
+    (--loss squared or logistic; no --checkpoint, --l1-ratio 1 only).
+
+    On class labels, --loss multinomial (or logistic on more than two classes) or --penalty
+    grouped: the multinomial path (dl1.path_multiclass), its test accuracy per alpha, and
+    with --output the most accurate model on the test split (no figures or checkpoints)."""
+    loss = implied_loss(loss, None, penalty)
+    if loss == MULTINOMIAL or penalty == "grouped" or loss == "logistic":
+        cluster.check()
+        _check_output(model_out, overwrite)
+        st = open_input(store, storage_options)
+        choice = multiclass_choice(st, loss, None, penalty)
+        if choice is not None:
+            refuse_binary_only(st, checkpoint=checkpoint, plots=plots, constrained=constrained,
+                               saves=model_out is not None)  # fmt: skip
+            _multiclass_path(st, choice, PathOptions(n_alphas, eps, l1_ratio, tol), cluster,
+                             model_out, overwrite)  # fmt: skip
+            return
     if constrained and (checkpoint is not None or l1_ratio != 1.0):
         raise click.UsageError("--constrained takes neither --checkpoint nor --l1-ratio")
     cluster.check()
@@ -488,6 +546,19 @@ def path_cmd(
             out.say(f"wrote {f}")
         out.result["plots"] = written
     _save(result, model_out, overwrite, out)
+
+
+def _multiclass_path(st: Store, choice: MulticlassChoice, opts: PathOptions, cluster: ClusterSpec,
+                     model_out: str | None, overwrite: bool) -> None:  # fmt: skip
+    """``dl1 path`` on class labels (:mod:`dl1.cli.multiclass_path`), checked before a
+    cluster; the chosen model saved at ``model_out``."""
+    check_multiclass(st, choice, {"l1_ratio": opts.l1_ratio, "tol": opts.tol}, "dl1 path")
+    validate_params(PATH, {"n_alphas": opts.n_alphas, "eps": opts.eps}, "dl1 path")
+    out = output()
+    with connected(cluster, out.say) as client:
+        model = path_multiclass_and_report(st, choice, opts, client=client, out=out)
+    if model is not None:
+        _save(model, model_out, overwrite, out)
 
 
 def _plots_dir(plots: str | None, store: str, st: Store) -> Path | None:

@@ -145,6 +145,20 @@ def test_generate_multiclass_then_fit_it(scheduler, tmp_path):
 
 @pytest.mark.parametrize(("args", "named"), [
     (["generate", "{t}/x.zarr", "--n-classes", "3"], "--n-classes is for --task multiclass"),
+    (["fit", "{s}", "--multi-class", "ovr", "--loss", "hinge", "--l1-ratio", "0.5"],
+     "the one-vs-rest hinge takes the pure L1 penalty"),
+    (["fit", "{s}", "--multi-class", "ovr", "--loss", "logistic", "--penalty", "grouped"],
+     "--penalty grouped is multinomial only"),
+    (["fit", "{s}", "--multi-class", "multinomial", "--loss", "hinge"],
+     "--loss hinge with the multinomial model"),
+    (["fit", "{s}", "--multi-class", "ovr", "--loss", "squared"],
+     "--multi-class ovr takes --loss one of"),
+    (["fit", "{s}", "--penalty", "grouped", "--loss", "squared"],
+     "--loss squared with the multinomial model"),
+    (["path", "{s}", "--loss", "multinomial", "--checkpoint", "{t}/c.zarr"],
+     "--checkpoint: not for a multiclass path"),
+    (["path", "{s}", "--loss", "multinomial", "--tol", "0"], "'tol' parameter of dl1 path"),
+    (["path", "{s}", "--loss", "multinomial", "--eps", "2"], "'eps' parameter of dl1 path"),
     (["generate", "{t}/x.zarr", "--task", "multiclass", "--n-classes", "1"], "--n-classes"),
     (["fit", "{s}", "--loss", "multinomial", "--tol", "0"], "'tol' parameter of dl1 fit"),
     (["fit", "{s}", "--loss", "hinge"], "y has 3 distinct values"),
@@ -154,3 +168,127 @@ def test_bad_multiclass_input_exits_2_naming_the_problem(mc, tmp_path, args, nam
     result = invoke(*args, ok=False)
     assert result.exit_code == 2, result.stderr
     assert named in result.stderr
+
+
+def _indicators(y):
+    """``Y`` (n x K), the classes' indicators, and ``Y - 1 pi^T`` (pi: class frequencies)."""
+    Y = (y[:, None] == LABELS).astype(float)
+    return Y, Y - Y.mean(axis=0)
+
+
+def test_grouped_fit_takes_alpha_max_of_the_row_norms_and_keeps_features_whole(
+    mc, scheduler, tmp_path
+):
+    """``--penalty grouped``: alpha_max is the largest row norm of ``X^T (Y - 1 pi^T) / n``
+    over l1_ratio (glmnet's grouped lambda_max), the objective NumPy's, every feature in or
+    out for all classes, and the saved model is the grouped one ``dl1 score`` applies."""
+    _, X, y, Xt, yt = mc
+    doc = document(invoke("fit", mc[0], "--penalty", "grouped", "--l1-ratio", "0.5",
+                          "--alpha-ratio", "4", "--tol", "1e-8", "--output", tmp_path / "g",
+                          "--json", "--scheduler", scheduler))  # fmt: skip
+    n = X.shape[0]
+    amax = np.linalg.norm(X.T @ _indicators(y)[1], axis=1).max() / (n * 0.5)
+    assert doc["alpha_max"] == pytest.approx(amax, rel=1e-10)
+    assert doc["alpha"] == pytest.approx(amax / 4, rel=1e-12)
+    assert doc["penalty"] == "grouped" and doc["multi_class"] == "multinomial"
+    assert doc["certified"] and doc["relative_gap"] <= 1e-8
+    model = dl1.load_model(tmp_path / "g")
+    assert model.penalty == "grouped"
+    W = model.coef_.toarray()
+    per_feature = np.count_nonzero(W, axis=0)
+    assert set(per_feature.tolist()) <= {0, 3} and 0 < doc["n_features_used"] < 40
+    a = model.alpha
+    Z = X @ W.T + model.intercept_
+    ce = (logsumexp(Z, axis=1) - Z[np.arange(n), np.searchsorted(LABELS, y)]).mean()
+    pen = a * (0.5 * np.linalg.norm(W, axis=0).sum() + 0.25 * (W**2).sum())
+    assert ce + pen == pytest.approx(doc["primal"], rel=1e-10)
+    score = document(invoke("score", tmp_path / "g", mc[0], "--json", "--scheduler", scheduler))
+    expected = LABELS[np.argmax(Xt @ W.T + model.intercept_, axis=1)]
+    assert score["score"] == accuracy_score(yt, expected) == doc["test_accuracy"]
+
+
+OVR_LOSS = {
+    "logistic": lambda m: np.log1p(np.exp(-m)),
+    "squared_hinge": lambda m: np.maximum(0.0, 1.0 - m) ** 2,
+    "hinge": lambda m: np.maximum(0.0, 1.0 - m),
+}
+
+
+@pytest.mark.parametrize("loss", ["logistic", "squared_hinge", "hinge"])
+def test_one_vs_rest_fit_certifies_each_class_and_saves_its_model(mc, scheduler, tmp_path, loss):
+    """``--multi-class ovr --loss L``: each class's alpha_max is the binary one of class k
+    against the rest (dl1.alpha_max, a separate pass per class), alpha_max the largest;
+    each class certified; the objective (the sum of the K binary ones) NumPy's; the model
+    saved and applied by ``dl1 predict``; a progress line per round on stderr."""
+    _, X, y, Xt, yt = mc
+    result = invoke("fit", mc[0], "--multi-class", "ovr", "--loss", loss, "--alpha-ratio", "4",
+                    "--tol", "1e-8", "--output", tmp_path / "m", "--json", "--scheduler",
+                    scheduler)  # fmt: skip
+    doc = document(result)
+    assert "round 0  largest gap" in result.stderr
+    binary = [dl1.alpha_max(X, np.where(y == c, 1.0, -1.0), loss=loss) for c in LABELS]
+    np.testing.assert_allclose(doc["alpha_max_per_class"], binary, rtol=1e-10)
+    assert doc["alpha_max"] == pytest.approx(max(binary), rel=1e-10)
+    if loss == "logistic":  # class k's: max |X^T (1[y = k] - pi_k)| / n, the multinomial's
+        amax = np.abs(X.T @ _indicators(y)[1]).max() / X.shape[0]
+        assert doc["alpha_max"] == pytest.approx(amax, rel=1e-10)
+    assert doc["multi_class"] == "ovr" and doc["loss"] == loss and doc["certified"]
+    assert len(doc["relative_gaps"]) == 3 and max(doc["relative_gaps"]) <= 1e-8
+    model = dl1.load_model(tmp_path / "m")
+    assert model.multi_class == "ovr" and model.loss == loss and model.alpha == doc["alpha"]
+    W, b = model.coef_.toarray(), model.intercept_
+    M = np.where(y[:, None] == LABELS, 1.0, -1.0) * (X @ W.T + b)
+    ours = OVR_LOSS[loss](M).mean(axis=0).sum() + model.alpha * np.abs(W).sum()
+    assert ours == pytest.approx(doc["primal"], rel=1e-9) and doc["dual"] <= ours
+    invoke("predict", tmp_path / "m", mc[0], "--output", tmp_path / "p.npy", "--scheduler",
+           scheduler)  # fmt: skip
+    expected = LABELS[np.argmax(Xt @ W.T + b, axis=1)]
+    np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), expected)
+    assert doc["test_accuracy"] == accuracy_score(yt, expected)
+
+
+def test_multinomial_fit_without_progress_every_says_so_in_the_help():
+    text = invoke("fit", "--help").stdout
+    assert "--multi-class [multinomial|ovr]" in text and "--penalty [l1|grouped]" in text
+    assert "one-vs-rest only" in " ".join(text.split())
+
+
+@pytest.mark.parametrize("penalty", ["l1", "grouped"])
+def test_path_on_class_labels_is_the_multinomial_path_with_test_accuracy(
+    mc, scheduler, tmp_path, penalty
+):
+    """``dl1 path --loss multinomial``: the grid from NumPy's alpha_max, each alpha
+    certified (W = 0 at alpha_max), each alpha's test accuracy that of dl1.fit_multiclass
+    at that alpha in process, and the most accurate model saved for ``dl1 score``."""
+    _, X, y, Xt, yt = mc
+    doc = document(invoke("path", mc[0], "--loss", "multinomial", "--penalty", penalty,
+                          "--n-alphas", "4", "--eps", "0.1", "--tol", "1e-8", "--output",
+                          tmp_path / "best", "--json", "--scheduler", scheduler))  # fmt: skip
+    G = X.T @ _indicators(y)[1] / X.shape[0]
+    amax = np.abs(G).max() if penalty == "l1" else np.linalg.norm(G, axis=1).max()
+    assert doc["alpha_max"] == pytest.approx(amax, rel=1e-10)
+    np.testing.assert_allclose(doc["alphas"], np.geomspace(amax, amax / 10, 4), rtol=1e-10)
+    assert all(doc["certified"]) and max(doc["relative_gaps"]) <= 1e-8
+    assert doc["n_nonzero"][0] == 0 < doc["n_nonzero"][-1] and doc["penalty"] == penalty
+    accuracy = []
+    for a in doc["alphas"]:
+        res = dl1.fit_multiclass(X, y, alpha=a, penalty=penalty, tol=1e-10)
+        pred = LABELS[np.argmax(Xt @ res.coef_.toarray().T + res.intercept_, axis=1)]
+        accuracy.append(accuracy_score(yt, pred))
+    assert doc["test_accuracy"] == accuracy
+    best = int(np.argmax(accuracy))
+    assert doc["best_index"] == best and doc["best_alpha"] == doc["alphas"][best]
+    model = dl1.load_model(tmp_path / "best")
+    assert model.alpha == doc["best_alpha"] and model.penalty == penalty
+    score = document(invoke("score", tmp_path / "best", mc[0], "--json", "--scheduler",
+                            scheduler))  # fmt: skip
+    assert score["score"] == accuracy[best]
+
+
+def test_path_output_without_a_test_split_is_refused_before_any_work(mc, tmp_path):
+    _, X, y, _, _ = mc
+    dl1.from_scipy(X, y, tmp_path / "train.zarr")
+    result = invoke("path", tmp_path / "train.zarr", "--loss", "multinomial", "--output",
+                    tmp_path / "m", ok=False)  # fmt: skip
+    assert result.exit_code == 2 and "has no test split" in result.stderr
+    assert not (tmp_path / "m").exists()
