@@ -192,20 +192,29 @@ BINARY_ONLY = {"penalty_factor": None, "positive": False, "bounds": None, "stand
 
 def many_classes(X: Any, y: Any, loss: str, split: str) -> bool:
     """Whether a classification ``loss``'s labels (``y``, or those stored with ``X``) are
-    those of more than two classes (scikit-learn's ``type_of_target``: integral or not
-    numbers): :func:`dl1.fit` and :func:`dl1.path` then fit the multiclass model."""
+    those of more than two classes: :func:`dl1.fit` and :func:`dl1.path` then fit the
+    multiclass model (see :func:`class_labels`)."""
+    return class_labels(X, y, loss, split) is not None
+
+
+def class_labels(X: Any, y: Any, loss: str, split: str) -> np.ndarray | None:
+    """The labels (``y``, or those stored with ``X``) of a classification ``loss`` when they
+    are those of more than two classes (scikit-learn's ``type_of_target``: integral or not
+    numbers; continuous targets given a classification loss are left to the binary
+    reading, which names them), else None."""
     if not datafit_class(loss).classifies:
-        return False
+        return None
     given = y if y is not None else stored_labels(X, split)
     if given is None:
-        return False
+        return None
     if hasattr(given, "compute"):
         (given,) = computed(given, what="y")
-    given = np.asarray(given).ravel()
-    if given.dtype.kind == "f" and not np.isfinite(given).all():
-        return False  # the binary labels' reading names the bad value
-    # class labels (integral or not numbers), not continuous targets given a wrong loss
-    return type_of_target(given) == "multiclass"
+    given = np.asarray(given)
+    if given.ndim == 2 and given.shape[1] == 1:
+        given = given.ravel()
+    if given.ndim != 1 or given.dtype.kind == "f" and not np.isfinite(given).all():
+        return None  # the binary labels' reading names the bad value
+    return given if type_of_target(given) == "multiclass" else None
 
 
 def multiclass_scheme(loss: str, where: str, **settings: Any) -> dict[str, str]:

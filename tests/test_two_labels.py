@@ -218,9 +218,11 @@ def test_one_label_or_more_than_two_are_refused(data, entry):
         "fit_cv": lambda v: dl1.fit_cv(X, v, cv=3, n_alphas=3, loss="logistic"),
     }[entry]
     three = np.arange(N) % 3
-    if entry in ("fit", "path"):  # the multiclass model (tests/test_multiclass_entry.py)
+    if entry in ("fit", "path", "fit_cv"):  # the multiclass model (test_multiclass_entry.py)
         res = call(three)
-        assert (res.coef_ if entry == "fit" else res.coefs_[-1]).shape[0] == 3
+        coef = {"fit": lambda: res.coef_, "path": lambda: res.coefs_[-1],
+                "fit_cv": lambda: res.fit.coef_}[entry]()  # fmt: skip
+        assert coef.shape[0] == 3
     else:
         with pytest.raises(ValidationError, match=r"y has 3 distinct values \(0.0, 1.0, 2.0\)"
                                                   r".*dl1's classifiers are binary"):  # fmt: skip

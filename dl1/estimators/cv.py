@@ -13,11 +13,15 @@ import numbers
 from typing import Any
 
 import numpy as np
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import _check_feature_names, _check_sample_weight, validate_data
 
 from dl1.cross_validation import fit_cv
-from dl1.estimators.base import CONSTRAINTS, SHARED
+from dl1.estimators.base import CONSTRAINTS, SHARED, computed, in_estimator_terms, is_out_of_core
 from dl1.estimators.classification import LogisticRegression, is_class_weight
+from dl1.estimators.multiclass import labels_of
 from dl1.estimators.regression import _Regressor
+from dl1.models import MulticlassModel
 from dl1.params import POSITIVE_INT, UNIT, Interval, Options, is_cv_splitter, predicate
 
 #: dl1.fit's parameters the CV estimators take (blocks are held: no ``stream``; the
@@ -60,7 +64,7 @@ class _CrossValidated:
     """The fit of the CV estimators: :func:`dl1.fit_cv`, then the refit's attributes."""
 
     _fits: tuple[str, ...] = ()  # a saved fit loads as the estimator, not as its CV
-    _multiclass_losses: tuple[str, ...] = ()  # binary folds only (issue 47)
+    _multiclass_losses: tuple[str, ...] = ()  # loads no multiclass fit (but LogisticRegressionCV)
 
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> Any:
         """Cross-validate the grid, choose, and refit on all rows (:func:`dl1.fit_cv`).
@@ -282,6 +286,14 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
     Each fold's path runs over ``Cs`` (alpha ``1 / (C * n_train)`` on the fold, so that its
     objective is scikit-learn's), on a view of one data handle; see :class:`LassoCV`.
 
+    More than two classes: the multinomial model (scikit-learn's default), by
+    :func:`dl1.fit_cv`: each fold a :func:`dl1.path_multiclass` over the ``C`` grid (every
+    class warm-started from C to C), scored on its held-out rows, ``C_`` chosen as
+    scikit-learn's (the best mean score, the smallest such C), the refit on all rows by
+    :func:`dl1.fit_multiclass`; ``coef_`` ``(K, p)``, ``C_`` and ``l1_ratio_`` one per
+    class (all equal), ``scores_`` the same array under every class, as scikit-learn's.
+    No one-vs-rest cross-validation, ``standardize`` or ``screen`` there (refused).
+
     Parameters
     ----------
     Cs : int or array-like, default=10
@@ -290,7 +302,8 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
         Elastic-net mixes to cross-validate (None: the L1 penalty, ``l1_ratio = 1``).
     scoring : {"accuracy", "neg_log_loss"}, optional
         Held-out metric (None: accuracy, the estimator's ``score``), weighted by the
-        samples' weights, their classes' included.
+        samples' weights, their classes' included (more than two classes: without the
+        classes', as scikit-learn's).
     class_weight : dict or "balanced", optional
         As :class:`LogisticRegression`, from the classes of all rows (as scikit-learn's).
     fit_intercept, tol, max_iter, cv, random_state, solver, client, n_partitions,
@@ -299,24 +312,28 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
 
     Attributes
     ----------
-    classes_ : ndarray (2,)
+    classes_ : ndarray (2,) or (K,)
     Cs_ : ndarray (n_Cs,)
-    C_ : ndarray (1,)
-        The chosen C.
+    C_ : ndarray (1,) or (K,)
+        The chosen C (more than two classes: repeated for each class, as scikit-learn's).
     C_1se_ : float
         The smallest C whose mean held-out score is within one standard error of the best.
     l1_ratio_ : ndarray (1,)
     scores_ : dict
         ``{classes_[1]: ndarray (n_folds, n_Cs)}`` (``(n_folds, n_Cs, n_l1_ratios)`` for
-        several l1_ratios), the held-out scores as scikit-learn's.
+        several l1_ratios), the held-out scores as scikit-learn's; more than two classes:
+        the same array under every class.
     alpha_, alpha_1se_ : float
         dl1's penalty strengths of ``C_`` and ``C_1se_`` on all rows.
-    coef_ : ndarray (1, n_features)
-    intercept_ : ndarray (1,)
+    coef_ : ndarray (1, n_features) or (K, n_features)
+    intercept_ : ndarray (1,) or (K,)
     dual_gap_, gap_, n_iter_, n_features_in_, feature_names_in_, result_, cv_result_
-        Of the refit at ``C_``.
+        Of the refit at ``C_`` (``result_`` a :class:`dl1.models.MulticlassModel` for
+        more than two classes).
     """
 
+    #: the saved multiclass fits it loads: its own multinomial refits (no one-vs-rest)
+    _multiclass_losses = ("multinomial",)
     _parameter_constraints = {
         **{k: v for k, v in CV_CONSTRAINTS.items() if k not in ("eps", "alphas")},
         "screen": ["boolean"],
@@ -361,13 +378,76 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
         self.screen = screen
         self.n_jobs = n_jobs
 
-    def __sklearn_tags__(self) -> Any:
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False  # its folds' paths are binary (issue 47)
-        return tags
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> Any:
+        """Cross-validate the ``C`` grid, choose, and refit on all rows
+        (:func:`dl1.fit_cv`): two classes by the binary paths, more by the multinomial
+        model's.
+
+        Parameters
+        ----------
+        X : array-like or sparse matrix, dask array, dl1 store, store path or dl1.Dataset
+            (a Dataset: two classes only)
+        y : array-like (n_samples,), optional
+            Class labels; those of the store or Dataset when X is one and y is None.
+        sample_weight : array-like (n_samples,), optional
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        labels = labels_of(X, y)
+        if labels is not None and np.unique(labels).shape[0] > 2:
+            return self._fit_multiclass_cv(X, y, sample_weight)
+        return super().fit(X, y, sample_weight)
+
+    def _fit_multiclass_cv(self, X: Any, y: Any, sample_weight: Any) -> Any:
+        """The multinomial model's cross-validation and refit (more than two classes)."""
+        for name in ("standardize", "screen"):
+            if getattr(self, name):
+                raise ValueError(
+                    f"{type(self).__name__}: {name}=True is not supported with more than two "
+                    "classes yet (the multinomial cross-validation)"
+                )
+        if is_out_of_core(X):
+            _check_feature_names(self, X, reset=True)
+            y = None if y is None else computed(y)
+            if sample_weight is not None:
+                sample_weight = computed(sample_weight).astype(np.float64)
+        else:
+            X, y = validate_data(self, X, y, accept_sparse=("csr", "csc"), dtype=np.float64)
+            check_classification_targets(y)
+            if sample_weight is not None:
+                sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        labels = labels_of(X, y)
+        # scikit-learn's: the folds fit by the sample weights times the class weights (of
+        # all rows) and score by the sample weights alone
+        scored = sample_weight
+        if scored is None and self.class_weight is not None:
+            scored = np.ones(len(labels))
+        sample_weight = self._with_class_weights(labels, sample_weight)
+        with in_estimator_terms():
+            res = fit_cv(
+                X, labels, cv=5 if self.cv is None else self.cv, loss="logistic",
+                sample_weight=sample_weight, score_weight=scored,
+                fit_intercept=self.fit_intercept, tol=self.tol,
+                max_rounds=self.max_iter, n_partitions=self.n_partitions, client=self.client,
+                **self._grid(),
+            )  # fmt: skip
+        self.cv_result_ = res
+        self._set_multiclass(MulticlassModel.from_result(
+            res.fit, alpha=res.alpha, l1_ratio=res.l1_ratio, fit_intercept=self.fit_intercept,
+            n_samples=len(labels),
+        ))  # fmt: skip
+        self._set_cv(res)
+        return self
 
     def _check_combination(self) -> None:
         """Nothing between parameters: ``l1_ratios`` says the penalty."""
+
+    def _scheme(self) -> tuple[str, str]:
+        """More than two classes: the multinomial model (no one-vs-rest cross-validation)."""
+        return "multinomial", "multinomial"
 
     def _cs(self) -> np.ndarray:
         if isinstance(self.Cs, numbers.Integral):
@@ -384,19 +464,29 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
         return {"Cs": self._cs(), "l1_ratio": self._ratios(), "scoring": self.scoring}
 
     def _l1_ratio(self) -> float:
-        return float(self.l1_ratio_[0])
+        """The chosen ``l1_ratio`` (unfitted: the one cross-validated, given one)."""
+        if hasattr(self, "l1_ratio_"):
+            return float(self.l1_ratio_[0])
+        return float(np.ravel(self._ratios())[0])
 
     def _set_loaded(self, res: Any, fitted: dict[str, Any]) -> None:
         super()._set_loaded(res, fitted)
-        self.l1_ratio_ = np.array([res.l1_ratio])
+        self.l1_ratio_ = np.full(self._n_choices(), float(res.l1_ratio))
+
+    def _n_choices(self) -> int:
+        """How many ``C_`` (and ``l1_ratio_``) scikit-learn reports: one per class for
+        more than two classes, else one."""
+        return len(self.classes_) if self._is_multiclass() else 1
 
     def _set_cv(self, res: Any) -> None:
         self.Cs_ = self._cs()
-        self.C_ = np.array([self.Cs_[res.index]])
+        self.C_ = np.full(self._n_choices(), self.Cs_[res.index])
         self.C_1se_ = float(self.Cs_[res.index_1se])
-        self.l1_ratio_ = np.array([res.l1_ratio])
+        self.l1_ratio_ = np.full(self._n_choices(), res.l1_ratio)
         self.alpha_ = res.alpha
         self.alpha_1se_ = res.alpha_1se
         scores = np.stack([r.scores.T for r in res.cv], axis=-1)  # (folds, Cs, l1_ratios)
         single = np.ndim(self._ratios()) == 0
-        self.scores_ = {self.classes_[1]: scores[..., 0] if single else scores}
+        scores = scores[..., 0] if single else scores
+        keys = self.classes_ if self._is_multiclass() else self.classes_[1:]
+        self.scores_ = {key: scores.copy() for key in keys}

@@ -109,7 +109,8 @@ SAMPLE_WEIGHT_CHECKS = ("check_sample_weight_equivalence_on_dense_data",
 @parametrize_with_checks(
     [dl1.LassoCV(alphas=4, cv=3), dl1.ElasticNetCV(alphas=4, cv=3),
      # moderate Cs: on the checks' tiny separable data sets C = 1e4 (Cs=3's largest) drives
-     # the logistic fits to their round limit, minutes per check
+     # the logistic fits to their round limit, minutes per check. Multiclass tag on: the
+     # checks' three classes cross-validate the multinomial model (test_cv_multiclass.py)
      dl1.LogisticRegressionCV(Cs=[0.01, 0.1, 1.0], cv=3)],  # small grids: hundreds of fits
     expected_failed_checks=lambda est: (
         {} if isinstance(est, dl1.LogisticRegressionCV)

@@ -1,0 +1,111 @@
+"""dl1.fit_cv with more than two classes: the multinomial model's folds (each a warm-started
+dl1.path_multiclass, its held-out rows weighing 0), against fits on the folds' own rows,
+the choice, the refit; on a two-worker cluster the in-memory choice."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.special import log_softmax
+from sklearn.model_selection import StratifiedKFold
+
+import dl1
+from dl1.errors import ValidationError
+
+NAMES = np.array(["arts", "games", "science", "sports"])
+
+
+def _problem(n=200, p=30, seed=0):
+    """Four classes from a sparse multinomial model on sparse features."""
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, p, density=0.3, random_state=seed + 1, format="csr")
+    W = rng.standard_normal((p, 4)) * (rng.random((p, 1)) < 0.3) * 4
+    return X, NAMES[np.argmax(X @ W + rng.gumbel(size=(n, 4)), axis=1)]
+
+
+@pytest.fixture
+def in_process():
+    with dask.config.set(scheduler="sync"):
+        yield
+
+
+def _held_out(fit, X, y, scoring):
+    """A fit's held-out score, written independently of dl1's."""
+    Z = np.asarray(X @ fit.coef_.T.toarray()) + fit.intercept_
+    codes = np.searchsorted(NAMES, y)
+    if scoring == "accuracy":
+        return np.mean(np.argmax(Z, axis=1) == codes)
+    return np.mean(log_softmax(Z, axis=1)[np.arange(len(y)), codes])
+
+
+@pytest.mark.parametrize("scoring", ["accuracy", "neg_log_loss"])
+def test_folds_are_the_fits_of_their_own_rows(in_process, scoring):
+    """Each fold's path (all rows, the held-out ones weighing 0) scores as fits on the
+    training rows alone; the grid is the whole data's, from its alpha_max; the choice is
+    the best mean score, the refit the fit of all rows there."""
+    X, y = _problem()
+    cv = StratifiedKFold(3)
+    res = dl1.fit_cv(X, y, loss="logistic", n_alphas=5, eps=0.05, cv=cv, scoring=scoring,
+                     tol=1e-10)  # fmt: skip
+    amax = dl1.path_multiclass(X, y, n_alphas=1, tol=1e-10).alpha_max_
+    (cvr,) = res.cv
+    np.testing.assert_allclose(cvr.alphas[0], amax * np.geomspace(1, 0.05, 5), rtol=1e-10)
+    for k, (train, test) in enumerate(cv.split(X, y)):
+        for j, alpha in enumerate(cvr.alphas[k]):
+            fit = dl1.fit_multiclass(X[train], y[train], alpha=alpha, tol=1e-10)
+            assert cvr.scores[j, k] == pytest.approx(_held_out(fit, X[test], y[test], scoring),
+                                                     abs=1e-7)  # fmt: skip
+    assert res.index == int(np.argmax(cvr.scores.mean(axis=1)))
+    assert res.alpha == cvr.alphas[0][res.index]
+    np.testing.assert_array_equal(res.classes, NAMES)
+    np.testing.assert_array_equal(res.fit.classes_, NAMES)
+    full = dl1.fit_multiclass(X, y, alpha=res.alpha, tol=1e-10)
+    np.testing.assert_allclose(res.fit.coef_.toarray(), full.coef_.toarray(), atol=1e-7)
+    assert res.fit.gap_ <= 1e-10
+
+
+def test_a_c_grid_is_the_estimators(in_process):
+    """Cs: each fold's alphas 1 / (C n_train); the choice and refit as
+    dl1.LogisticRegressionCV's."""
+    X, y = _problem(seed=1)
+    Cs = np.array([0.1, 1.0, 10.0])
+    res = dl1.fit_cv(X, y, loss="logistic", Cs=Cs, cv=StratifiedKFold(3), tol=1e-10)
+    folds = list(StratifiedKFold(3).split(X, y))
+    for k, (train, _) in enumerate(folds):
+        np.testing.assert_allclose(res.cv[0].alphas[k], 1.0 / (Cs * len(train)), rtol=1e-14)
+    est = dl1.LogisticRegressionCV(Cs=Cs, cv=StratifiedKFold(3), tol=1e-10).fit(X, y)
+    assert est.C_[0] == Cs[res.index] and res.alpha == 1.0 / (Cs[res.index] * len(y))
+    np.testing.assert_allclose(est.coef_, res.fit.coef_.toarray(), atol=1e-9)
+
+
+def test_what_the_multinomial_cv_does_not_take_is_refused(in_process):
+    X, y = _problem(n=60)
+    with pytest.raises(ValidationError, match="loss='logistic'"):
+        dl1.fit_cv(X, y, loss="squared_hinge", cv=3)
+    with pytest.raises(ValidationError, match="positive=True"):
+        dl1.fit_cv(X, y, loss="logistic", positive=True, cv=3)
+    with pytest.raises(ValidationError, match="scoring='mse'"):
+        dl1.fit_cv(X, y, loss="logistic", scoring="mse", cv=3)
+    two = np.where(y == "arts", 1.0, -1.0)
+    with pytest.raises(ValidationError, match="score_weight is for more than two classes"):
+        dl1.fit_cv(X, two, loss="logistic", score_weight=np.ones(60), cv=3)
+
+
+def test_a_dask_array_and_a_store_on_a_cluster_choose_as_in_memory(local_cluster, tmp_path):
+    import dask.array as da
+
+    X, y = _problem(n=160, seed=2)
+    codes = np.searchsorted(NAMES, y).astype(np.float64)
+    kw = {"loss": "logistic", "Cs": [0.3, 3.0, 30.0], "cv": StratifiedKFold(3), "tol": 1e-8}
+    with dask.config.set(scheduler="sync"):
+        mem = dl1.fit_cv(X, codes, **kw)
+    store = dl1.from_scipy(X, codes, tmp_path / "mc.zarr")
+    Xd = da.from_array(X.toarray(), chunks=(40, 30))
+    for data, labels in ((Xd, codes), (store, None)):
+        res = dl1.fit_cv(data, labels, client=local_cluster, **kw)
+        assert res.index == mem.index and res.alpha == mem.alpha
+        np.testing.assert_allclose(res.cv[0].scores, mem.cv[0].scores, atol=1e-6)
+        np.testing.assert_allclose(res.fit.coef_.toarray(), mem.fit.coef_.toarray(), atol=1e-5)
+        assert res.fit.gap_ <= 1e-8
