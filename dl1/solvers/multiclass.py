@@ -185,8 +185,8 @@ class MulticlassWorkingSetSolver:
             primal, dual = self._gap(prob, pt, absmax, excess)
             history.append({"round": rnd, "gap": (primal - dual) / scale, "primal": primal,
                             "support": int(pt.support.shape[0]), "epochs": epochs})  # fmt: skip
-            if primal - dual <= self.tol * scale:
-                break
+            if primal - dual <= self.tol * scale or rnd == self.max_rounds - 1:
+                break  # certified; or the last round: the point returned is the one certified
             ws = self._working_set(prob, pt, cands, scores)
             target = self.inner_ratio * (primal - dual)
             if np.array_equal(ws, last_ws):

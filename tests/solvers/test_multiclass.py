@@ -14,6 +14,7 @@ from sklearn.linear_model import LogisticRegression
 import dl1
 from dl1.errors import ValidationError
 from dl1.multiclass import load_labelled
+from dl1.objective.datafits.multinomial import Multinomial
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.params import InvalidParameterError
 from dl1.solvers.multiclass import MulticlassWorkingSetSolver
@@ -165,6 +166,22 @@ def test_a_bound_that_stops_the_fit_warns_with_the_gap():
     with pytest.warns(dl1.ConvergenceWarning, match="relative duality gap .* > tol 1e-12"):
         res = dl1.fit_multiclass(X, y, alpha=0.001, tol=1e-12, max_rounds=2)
     assert not res.converged_ and res.n_rounds_ == 2 and res.gap_ > 1e-12
+    # the figures describe the point returned (not the one before a last subproblem)
+    W = res.coef_.T.toarray()
+    assert res.primal_ == pytest.approx(_objective(X, y, W, res.intercept_, 0.001), rel=1e-12)
+
+
+def test_an_intercept_refit_survives_a_class_whose_probabilities_underflow():
+    """A class no row gives any probability (its decision values far below the others')
+    leaves the intercepts' Hessian singular; the refit still makes the others optimal."""
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 3, 50)
+    Z = rng.standard_normal((50, 4))
+    Z[:, 3] = -1e4  # class 3: probability exp(-1e4) = 0 in every row
+    Z2, b = Multinomial().fit_intercept(codes, Z, np.zeros(4))
+    P = softmax(Z2, axis=1)
+    g = (P.sum(axis=0) - np.bincount(codes, minlength=4)) / 50
+    assert np.isfinite(b).all() and np.abs(g[:3]).max() <= 1e-12
 
 
 def test_bad_inputs_are_refused_before_any_block_loads():

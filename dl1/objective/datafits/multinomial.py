@@ -147,7 +147,9 @@ class Multinomial:
             SP = P if s is None else P * s[:, None]
             g = (SP.sum(axis=0) - counts) / n
             H = (np.diag(SP.sum(axis=0)) - SP.T @ P) / n + np.full((K, K), 1.0 / K)
-            d = -np.linalg.solve(H, g)
+            # least squares: a class whose probabilities all underflowed to 0 leaves H
+            # singular (its direction then has no curvature and no gradient)
+            d = -np.linalg.lstsq(H, g, rcond=None)[0]
             decrement = -float(g @ d)  # the Newton decrement squared: f - min of the model
             size = float(np.abs(g).max())
             full = decrement <= FULL_STEP * max(1.0, f)
