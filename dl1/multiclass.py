@@ -98,8 +98,8 @@ def fit_multiclass(
     n_partitions, stream, client, split
         As in :func:`dl1.fit` (blocks in worker memory, or re-read from the store).
     verbose, callback
-        One-vs-rest: a line, or a call with the round's history entry, per round (the
-        multinomial solver's rounds are in ``history_``).
+        A line, or a call with the round's history entry, per round (the entries are also
+        in ``history_``).
 
     Returns
     -------
@@ -119,7 +119,8 @@ def fit_multiclass(
                                  verbose=verbose, callback=callback)  # fmt: skip
         return _warned(solver.solve(prob), data.classes, max_rounds)
     prob = data.problem(multinomial_penalty(penalty, alpha, l1_ratio), fit_intercept)
-    solver = MulticlassWorkingSetSolver(tol=tol, max_rounds=max_rounds, max_epochs=max_epochs)
+    solver = MulticlassWorkingSetSolver(tol=tol, max_rounds=max_rounds, max_epochs=max_epochs,
+                                        verbose=verbose, callback=callback)  # fmt: skip
     res = solver.solve(prob)
     res.classes_ = data.classes
     warn_unconverged(res, max_rounds, max_epochs, stacklevel=3)

@@ -339,8 +339,7 @@ def demo(out: str | None, seed: int, workers: int, dashboard: bool) -> None:
     type=click.IntRange(min=0),
     default=1,
     show_default=True,
-    help="A progress line every N rounds (0: none); a multiclass fit's for one-vs-rest only "
-    "(the multinomial solver reports its rounds when done, not as it runs).",
+    help="A progress line every N rounds (0: none).",
 )
 @cluster_options
 @storage_options_option

@@ -195,17 +195,22 @@ def ovr_alpha_max(data: LabelledBlocks, loss: str, l1_ratio: float) -> np.ndarra
     return np.array([ElasticNet.alpha_max(a / n, l1_ratio) for a in absmax])
 
 
-def _ovr_reporter(progress: Progress, every: int) -> Any:
-    """The one-vs-rest solver's callback: every ``every``-th round's largest gap, classes
-    still active and support (None: 0)."""
+def _reporter(progress: Progress, every: int) -> Any:
+    """The solvers' callback: every ``every``-th round's gap (one-vs-rest: the largest,
+    with the classes still active and the support; multinomial: with the support) (None:
+    0)."""
     if every <= 0:
         return None
 
     def on_round(entry: dict[str, Any]) -> None:
         r = int(entry["round"])
-        if r % every == 0:
+        if r % every:
+            return
+        if "active" in entry:  # one-vs-rest
             progress.step(r, f"round {r}  largest gap {entry['gap']:.3e}  active classes "
                              f"{entry['active']}  nnz {int(np.sum(entry['nnz']))}")  # fmt: skip
+        else:
+            progress.step(r, f"round {r}  gap {entry['gap']:.3e}  support {entry['support']}")
 
     return on_round
 
@@ -232,8 +237,7 @@ def fit_multiclass_and_report(
 ) -> MulticlassModel:
     """Fit the multiclass model ``choice`` at ``alpha`` (None: ``alpha_max /
     alpha_ratio``), print its certificate and the test split's accuracy, and fill the JSON
-    result. ``progress_every``: one-vs-rest's rounds (the multinomial solver reports none
-    as it runs; its rounds are in the model's history)."""
+    result. ``progress_every``: a line every that many rounds."""
     t0 = time.perf_counter()
     with Progress("fit") as progress:
         amax = multiclass_alpha_max(store, choice, l1_ratio, client=client)
@@ -243,7 +247,7 @@ def fit_multiclass_and_report(
         res = dl1.fit_multiclass(
             store, alpha=a, l1_ratio=l1_ratio, penalty=choice.penalty,
             multi_class=choice.multi_class, loss=choice.binary_loss, tol=tol, client=client,
-            callback=_ovr_reporter(progress, progress_every),
+            callback=_reporter(progress, progress_every),
         )  # fmt: skip
     dt = time.perf_counter() - t0
     model = MulticlassModel.from_result(res, alpha=a, l1_ratio=l1_ratio, penalty=choice.penalty,

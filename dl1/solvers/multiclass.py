@@ -27,6 +27,7 @@ set's columns, not with ``p``; each worker receives ``Theta`` (``n x K``) once p
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -157,12 +158,17 @@ class MulticlassWorkingSetSolver:
         The first working set's size.
     inner_ratio : float
         A subproblem stops at this fraction of the round's gap.
+    verbose, callback
+        A line, or a call with the round's history entry (its certified point: ``gap``,
+        ``primal``, ``support``, ``epochs``), per round.
     """
 
     def __init__(self, tol: float = 1e-4, max_rounds: int = 100, max_epochs: int = 5000,
-                 ws_start: int = WS_START, inner_ratio: float = 0.3) -> None:  # fmt: skip
+                 ws_start: int = WS_START, inner_ratio: float = 0.3, verbose: bool = False,
+                 callback: Callable[[dict], Any] | None = None) -> None:  # fmt: skip
         self.tol, self.max_rounds, self.max_epochs = tol, max_rounds, max_epochs
         self.ws_start, self.inner_ratio = ws_start, inner_ratio
+        self.verbose, self.callback = verbose, callback
         self.datafit = Multinomial()
         self.newton = MultinomialNewton()
 
@@ -185,6 +191,7 @@ class MulticlassWorkingSetSolver:
             primal, dual = self._gap(prob, pt, absmax, excess)
             history.append({"round": rnd, "gap": (primal - dual) / scale, "primal": primal,
                             "support": int(pt.support.shape[0]), "epochs": epochs})  # fmt: skip
+            self._report(history[-1])
             if primal - dual <= self.tol * scale or rnd == self.max_rounds - 1:
                 break  # certified; or the last round: the point returned is the one certified
             ws = self._working_set(prob, pt, cands, scores)
@@ -201,6 +208,13 @@ class MulticlassWorkingSetSolver:
         gap = (primal - dual) / scale
         return MulticlassResult(coef, pt.b.copy(), primal, dual, gap, self.tol,
                                 bool(gap <= self.tol), len(history), epochs, history)  # fmt: skip
+
+    def _report(self, entry: dict) -> None:
+        if self.verbose:
+            print(f"round {entry['round']:3d}  gap {entry['gap']:.3e}  "
+                  f"support {entry['support']}")  # fmt: skip
+        if self.callback is not None:
+            self.callback(entry)
 
     # -- steps ----------------------------------------------------------------------------
     def _start(self, prob: MulticlassProblem) -> _Point:

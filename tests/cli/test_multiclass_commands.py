@@ -247,10 +247,16 @@ def test_one_vs_rest_fit_certifies_each_class_and_saves_its_model(mc, scheduler,
     assert doc["test_accuracy"] == accuracy_score(yt, expected)
 
 
-def test_multinomial_fit_without_progress_every_says_so_in_the_help():
+def test_the_help_names_the_multiclass_options():
     text = invoke("fit", "--help").stdout
     assert "--multi-class [multinomial|ovr]" in text and "--penalty [l1|grouped]" in text
-    assert "one-vs-rest only" in " ".join(text.split())
+
+
+def test_a_multinomial_fit_reports_its_rounds_as_it_runs(mc, scheduler):
+    result = invoke("fit", mc[0], "--loss", "multinomial", "--alpha-ratio", "6", "--tol",
+                    "1e-8", "--progress-every", "1", "--scheduler", scheduler)  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "round 0  gap " in result.stderr and "round 1  gap " in result.stderr
 
 
 @pytest.mark.parametrize("penalty", ["l1", "grouped"])

@@ -208,3 +208,12 @@ def test_the_working_set_doubles_past_each_blocks_first_candidates():
     supports = [h["support"] for h in res.history_]
     # a round may add up to the support again: more than the 2 x 4 first candidates
     assert max(np.diff(supports)) > 2 * 4
+
+
+def test_the_callback_sees_every_rounds_certified_point(capsys):
+    X, y = _problem(seed=2)
+    seen = []
+    res = dl1.fit_multiclass(X, y, alpha=0.01, tol=1e-9, callback=seen.append, verbose=True)
+    assert [e["round"] for e in seen] == list(range(res.n_rounds_))
+    assert seen[-1]["gap"] == res.gap_ <= 1e-9 and seen[0]["gap"] > 1e-9
+    assert capsys.readouterr().out.count("gap") == res.n_rounds_
