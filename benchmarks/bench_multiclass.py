@@ -90,13 +90,15 @@ import os
 import queue
 import shutil
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+
+# the engines benchmark's child plumbing (run from the repository: benchmarks/ on sys.path)
+from bench_engines import _bounded, _finish, _vmhwm_mb
 from scipy.special import expit, logsumexp, softmax, xlogy
 
 #: engine -> the model it fits (rows of a model are compared with each other)
@@ -283,18 +285,6 @@ def certify(engine: str, X, codes, W, alpha: float, l1_ratio: float) -> dict:
 # ---------------------------------------------------------------- children
 
 
-def _vmhwm_mb(pid: int | str = "self") -> float:
-    """Peak RSS (VmHWM) of a process, MB; 0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 def _tree_peak_mb() -> float:
     """The child's VmHWM plus its descendants' (Dask workers, Spark's JVM)."""
     import psutil
@@ -303,34 +293,15 @@ def _tree_peak_mb() -> float:
     return _vmhwm_mb() + float(sum(_vmhwm_mb(c.pid) for c in kids))
 
 
-def _bounded(fn, seconds: float):
-    """``fn()`` in a daemon thread: ``(result, None)``, or ``(None, error)`` when it raises
-    or runs past ``seconds`` (then abandoned: the child exits with ``os._exit``)."""
-    box: dict = {}
+def _quiet(fn):
+    """``fn`` with its warnings silenced (a peer's convergence warnings are results here)."""
 
-    def run():
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                box["out"] = fn()
-        except BaseException as e:  # noqa: BLE001 - the error is the result
-            box["err"] = f"{type(e).__name__}: {str(e)[:300]}"
+    def call():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn()
 
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(max(seconds, 1.0))
-    if t.is_alive():
-        return None, f"no answer within {seconds:.0f} s"
-    return box.get("out"), box.get("err")
-
-
-def _finish(q, out: dict) -> None:
-    """Hand ``out`` to the parent and leave at once (abandoned threads die with us)."""
-    q.put(out)
-    q.close()
-    q.join_thread()
-    sys.stdout.flush()
-    os._exit(0)
+    return call
 
 
 def _dl1_fit(X, codes, alpha, cfg, engine, client=None):
@@ -339,9 +310,9 @@ def _dl1_fit(X, codes, alpha, cfg, engine, client=None):
     kw = {"alpha": alpha, "l1_ratio": cfg["l1_ratio"], "fit_intercept": False, "client": client}
     if engine in ("dl1-ovr", "dl1-ovr-sqh"):
         kw |= {"multi_class": "ovr", "loss": "logistic" if engine == "dl1-ovr" else "squared_hinge"}
-    _bounded(lambda: dl1.fit_multiclass(X[:200], codes[:200], **kw), 300)  # numba warm-up
+    _bounded(_quiet(lambda: dl1.fit_multiclass(X[:200], codes[:200], **kw)), 300)  # numba warm-up
     t0 = time.perf_counter()
-    res, err = _bounded(lambda: dl1.fit_multiclass(X, codes, tol=cfg["tol"], **kw),
+    res, err = _bounded(_quiet(lambda: dl1.fit_multiclass(X, codes, tol=cfg["tol"], **kw)),
                         cfg["time_limit"])  # fmt: skip
     secs = time.perf_counter() - t0
     if err:
@@ -445,7 +416,7 @@ def _run_peer(src, engine, alpha, cfg, q) -> None:
                 out["note"] = f"time bound spent before tol {tol:g}"
                 break
             t0 = time.perf_counter()
-            res, err = _bounded(lambda tol=tol: fit(X, codes, tol), left)
+            res, err = _bounded(_quiet(lambda tol=tol: fit(X, codes, tol)), left)
             if err:
                 out["note"] = f"tol {tol:g}: {err}"
                 break

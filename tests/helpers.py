@@ -25,6 +25,15 @@ def random_csr(n, p, density, seed, dtype=np.float64, empty_rows=(), empty_cols=
     return X
 
 
+def planted_classes(n: int, p: int, K: int, seed: int) -> tuple[Any, np.ndarray]:
+    """A sparse ``n x p`` CSR matrix and K-class labels: the argmax of a planted sparse
+    linear model plus Gumbel noise (a multinomial model's draws)."""
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, p, density=0.3, format="csr", random_state=rng)
+    W = rng.standard_normal((p, K)) * (rng.random((p, 1)) < 0.4) * 3
+    return X, np.argmax(X @ W + rng.gumbel(size=(n, K)), axis=1)
+
+
 def store_reads(task_stream) -> int:
     """Tasks of a Dask task stream that read blocks from a dl1 store (whole blocks, keys
     ``dl1-<split>-...``, or pieces, ``read_columns_task``)."""

@@ -13,7 +13,7 @@ more than two classes (as ``dl1.LogisticRegression`` does), ``--penalty grouped`
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import click
 import numpy as np
@@ -34,10 +34,8 @@ from dl1.params import MULTICLASS, validate_params
 from dl1.runtime.executor import coordinating
 from dl1.solvers.multiclass import MulticlassWorkingSetSolver
 from dl1.solvers.ovr import OvrProblem
+from dl1.store import Store
 from dl1.tasks.ovr import ovr_scan_task
-
-if TYPE_CHECKING:
-    from dl1.store import Store
 
 #: The ``--loss`` of the multinomial model (not one of dl1.fit's losses).
 MULTINOMIAL = "multinomial"

@@ -8,7 +8,7 @@ a :class:`dl1.models.MulticlassModel` for ``dl1 predict`` / ``dl1 score``.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -20,9 +20,7 @@ from dl1.cli.stores import where
 from dl1.errors import ValidationError
 from dl1.models import MulticlassModel
 from dl1.multiclass_path import MulticlassPath
-
-if TYPE_CHECKING:
-    from dl1.store import Store
+from dl1.store import Store
 
 
 class PathOptions(NamedTuple):

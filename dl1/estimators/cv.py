@@ -13,13 +13,11 @@ import numbers
 from typing import Any
 
 import numpy as np
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_feature_names, _check_sample_weight, validate_data
 
 from dl1.cross_validation import fit_cv
-from dl1.estimators.base import CONSTRAINTS, SHARED, computed, in_estimator_terms, is_out_of_core
+from dl1.estimators.base import CONSTRAINTS, SHARED, in_estimator_terms
 from dl1.estimators.classification import LogisticRegression, is_class_weight
-from dl1.estimators.multiclass import labels_of
+from dl1.estimators.multiclass import checked_multiclass_data, labels_of
 from dl1.estimators.regression import _Regressor
 from dl1.models import MulticlassModel
 from dl1.params import POSITIVE_INT, UNIT, Interval, Options, is_cv_splitter, predicate
@@ -409,17 +407,7 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
                     f"{type(self).__name__}: {name}=True is not supported with more than two "
                     "classes yet (the multinomial cross-validation)"
                 )
-        if is_out_of_core(X):
-            _check_feature_names(self, X, reset=True)
-            y = None if y is None else computed(y)
-            if sample_weight is not None:
-                sample_weight = computed(sample_weight).astype(np.float64)
-        else:
-            X, y = validate_data(self, X, y, accept_sparse=("csr", "csc"), dtype=np.float64)
-            check_classification_targets(y)
-            if sample_weight is not None:
-                sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
-        labels = labels_of(X, y)
+        X, labels, sample_weight = checked_multiclass_data(self, X, y, sample_weight)
         # scikit-learn's: the folds fit by the sample weights times the class weights (of
         # all rows) and score by the sample weights alone
         scored = sample_weight

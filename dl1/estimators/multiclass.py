@@ -51,6 +51,24 @@ def labels_of(X: Any, y: Any) -> np.ndarray | None:
     return stored_labels(X, "train") if is_out_of_core(X) else None
 
 
+def checked_multiclass_data(
+    est: Any, X: Any, y: Any, sample_weight: Any
+) -> tuple[Any, Any, Any]:
+    """``(X, labels, sample_weight)`` of a K-class fit, checked as scikit-learn's estimators
+    check them (in memory) or computed once (out of core: the labels read from the store)."""
+    if is_out_of_core(X):
+        _check_feature_names(est, X, reset=True)
+        y = None if y is None else computed(y)
+        if sample_weight is not None:
+            sample_weight = computed(sample_weight).astype(np.float64)
+    else:
+        X, y = validate_data(est, X, y, accept_sparse=("csr", "csc"), dtype=np.float64)
+        check_classification_targets(y)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+    return X, labels_of(X, y), sample_weight
+
+
 class MulticlassFit:
     """The side of a classifier taken when the labels have more than two classes (a mixin
     of :class:`dl1.LogisticRegression` and :class:`dl1.LinearSVC`, before their binary
@@ -88,17 +106,7 @@ class MulticlassFit:
 
     def _fit_multiclass(self, X: Any, y: Any, sample_weight: Any) -> Any:
         self._check_multiclass()
-        if is_out_of_core(X):
-            _check_feature_names(self, X, reset=True)
-            y = None if y is None else computed(y)
-            if sample_weight is not None:
-                sample_weight = computed(sample_weight).astype(np.float64)
-        else:
-            X, y = validate_data(self, X, y, accept_sparse=("csr", "csc"), dtype=np.float64)
-            check_classification_targets(y)
-            if sample_weight is not None:
-                sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
-        labels = labels_of(X, y)  # read once: out of core, from the store
+        X, labels, sample_weight = checked_multiclass_data(self, X, y, sample_weight)
         sample_weight = self._with_class_weights(labels, sample_weight)
         total = len(labels) if sample_weight is None else float(sample_weight.sum())
         alpha, scheme = 1.0 / (float(self.C) * total), self._scheme()

@@ -39,7 +39,7 @@ from dl1.objective.datafits.multinomial import Multinomial
 from dl1.objective.gap import dual_from_conjugates, dual_scales
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.objective.penalties.group import GroupElasticNet
-from dl1.solvers.multinomial_newton import MultinomialNewton, Restricted
+from dl1.solvers.multinomial_newton import MultinomialNewton, Restricted, block_penalty
 from dl1.solvers.scans import WS_START
 from dl1.tasks.columns import extract_task
 from dl1.tasks.multiclass import excess_sq, group_norms, mc_scan_task
@@ -273,7 +273,7 @@ class MulticlassWorkingSetSolver:
         """``(primal, dual)`` at the point, from the pass's statistics."""
         n = pt.Z.shape[0]
         pen = prob.penalty
-        primal = self.datafit.value(prob.codes, pt.Z, prob.weights) + _penalty_value(pen, pt.W)
+        primal = self.datafit.value(prob.codes, pt.Z, prob.weights) + block_penalty(pen, pt.W)
         scales = dual_scales(pen, absmax, n)
         conj = self.datafit.conjugates(prob.codes, pt.P, scales, prob.weights)
         return primal, dual_from_conjugates(pen, scales, conj, excess, n)
@@ -321,11 +321,6 @@ class MulticlassWorkingSetSolver:
         excess = excess_sq(V, prob.grouped, n * prob.penalty.alpha_l1)
         primal, dual = self._gap(prob, pt, absmax, excess)
         return primal - dual
-
-
-def _penalty_value(pen: ElasticNet | GroupElasticNet, W: np.ndarray) -> float:
-    """The penalty of a ``(m, K)`` block of rows (the elastic net entry-wise)."""
-    return pen.value(W) if isinstance(pen, GroupElasticNet) else pen.value(W.ravel())
 
 
 def _scatter(pt: _Point, p: int) -> sp.csr_matrix:

@@ -35,6 +35,8 @@ from dl1.kernels.multiclass import (
     mc_model_stats,
 )
 from dl1.objective.datafits.multinomial import Multinomial
+from dl1.objective.penalties.group import GroupElasticNet
+from dl1.tasks.anderson import anderson_point
 
 #: Armijo's constant of the line search.
 ARMIJO = 1e-4
@@ -133,7 +135,7 @@ class MultinomialNewton:
         s = rp.sample_weight if rp.sample_weight.shape[0] else np.ones(n)
         weights = rp.sample_weight if rp.sample_weight.shape[0] else None
         floor = CURVATURE_FLOOR * 0.5 * rp.sqnorm / n
-        f = self.datafit.value(rp.codes, pt.Z, weights) + _penalty(rp, pt.W)
+        f = self._objective(rp, pt, weights)
         epochs, damping = 0, 0.0
         for _ in range(self.max_newton):
             model = self._model(rp, pt, s, floor, damping)
@@ -152,10 +154,13 @@ class MultinomialNewton:
                 if rp.fit_intercept:
                     pt.Z, pt.b = self.datafit.fit_intercept(rp.codes, pt.Z, pt.b, weights)
                     pt.refresh()
-                    f = self.datafit.value(rp.codes, pt.Z, weights) + _penalty(rp, pt.W)
+                    f = self._objective(rp, pt, weights)
                 if gap_of() <= target or epochs >= max_epochs:
                     break
         return epochs
+
+    def _objective(self, rp: Restricted, pt: Point, weights: Any) -> float:
+        return self.datafit.value(rp.codes, pt.Z, weights) + block_penalty(rp.penalty, pt.W)
 
     def _model(self, rp: Restricted, pt: Point, s: np.ndarray, floor: np.ndarray,
                damping: float) -> _Model:  # fmt: skip
@@ -224,14 +229,9 @@ class MultinomialNewton:
                      hist: np.ndarray) -> None:  # fmt: skip
         """Replace the step by the Anderson extrapolation of the iterates ``hist`` (rows:
         ``dW`` flattened, then ``db``) if it lowers the model; ``dZ`` and ``r`` follow."""
-        U = np.diff(hist, axis=0)
-        try:
-            c = np.linalg.solve(U @ U.T, np.ones(U.shape[0]))
-        except np.linalg.LinAlgError:
+        ext = anderson_point(hist)
+        if ext is None:
             return
-        if not np.isfinite(c).all() or c.sum() == 0.0:
-            return
-        ext = (c / c.sum()) @ hist[1:]
         K = st.db.shape[0]
         trial = _Step(ext[:-K].reshape(st.dW.shape), np.empty_like(st.dZ), ext[-K:],
                       np.empty_like(st.r))  # fmt: skip
@@ -250,19 +250,19 @@ class MultinomialNewton:
         quad = float((model.SG * D).sum()) + 0.5 * float((model.SP * D * D).sum())
         quad -= 0.5 * float(np.einsum("ik,ik->i", model.SP, D) @ st.r)
         quad += 0.5 * float((model.E * st.dW * st.dW).sum())
-        return quad + _penalty(rp, pt.W + st.dW)
+        return quad + block_penalty(rp.penalty, pt.W + st.dW)
 
     def _line_search(self, rp: Restricted, pt: Point, model: _Model, dW: np.ndarray,
                      dZ: np.ndarray, weights: Any, f0: float) -> tuple[float, float]:  # fmt: skip
         """The step ``t`` (1, 1/2, ...) meeting Armijo's rule on the objective, with the
         objective there; ``(0, f0)`` if none does."""
-        pen0 = _penalty(rp, pt.W)
-        slope = min(0.0, float((model.SG * dZ).sum()) + _penalty(rp, pt.W + dW) - pen0)
+        pen0 = block_penalty(rp.penalty, pt.W)
+        slope = min(0.0, float((model.SG * dZ).sum()) + block_penalty(rp.penalty, pt.W + dW) - pen0)
         rounding = VALUE_ROUNDING * abs(f0)
         t = 1.0
         for _ in range(MAX_HALVINGS):
             f_t = (self.datafit.loss_along(rp.codes, pt.Z, dZ, t, weights)
-                   + _penalty(rp, pt.W + t * dW))  # fmt: skip
+                   + block_penalty(rp.penalty, pt.W + t * dW))  # fmt: skip
             if f_t <= f0 + ARMIJO * t * slope + (rounding if t == 1.0 else 0.0):
                 return t, f_t
             t *= 0.5
@@ -279,6 +279,8 @@ def _next_damping(damping: float, t: float) -> float:
     return 0.0 if damping <= MIN_DAMPING else damping / 4.0
 
 
-def _penalty(rp: Restricted, W: np.ndarray) -> float:
-    """The penalty of a ``(m, K)`` block of rows (the elastic net entry-wise)."""
-    return rp.penalty.value(W) if rp.grouped else rp.penalty.value(W.ravel())
+def block_penalty(pen: Any, W: np.ndarray) -> float:
+    """The penalty of a ``(m, K)`` block of rows of ``W``: the grouped penalty row-wise
+    (:class:`~dl1.objective.penalties.group.GroupElasticNet` takes the matrix), the
+    elastic net entry-wise."""
+    return pen.value(W) if isinstance(pen, GroupElasticNet) else pen.value(W.ravel())

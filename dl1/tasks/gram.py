@@ -18,6 +18,7 @@ from dl1.kernels.gram import (
 )
 from dl1.kernels.vectors import dual_sums
 from dl1.objective.gap import dual_from_stats
+from dl1.tasks.anderson import anderson_point
 
 #: Elements (rows x columns) of the scratch that densifies a batch of working-set columns
 #: while their Gram rows are formed (in memory; out of core :func:`dl1.loading.dense_max` is less).
@@ -117,14 +118,9 @@ def gram_epochs(
         epochs += 1
         hist.append(w.copy())
         if len(hist) == anderson + 1:
-            H = np.asarray(hist)
-            U = np.diff(H, axis=0)
-            try:
-                c = np.linalg.solve(U @ U.T, np.ones(anderson))
-            except np.linalg.LinAlgError:
-                c = None
-            if c is not None and np.isfinite(c).all() and c.sum() != 0:
-                d = (c / c.sum()) @ H[1:] - w
+            ext = anderson_point(np.asarray(hist))
+            if ext is not None:
+                d = ext - w
                 # F(w + d) - F(w) = -h.d + d.Q.d / 2 (exact: F is quadratic)
                 gram_matvec(Q, d, qd)
                 delta = -h @ d + 0.5 * d @ qd + penalty.value(w + d) - penalty.value(w)

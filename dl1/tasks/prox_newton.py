@@ -38,6 +38,7 @@ from dl1.kernels.linalg import DUAL_SIDES, csc_matvec, csc_xt_theta_stats
 from dl1.kernels.margins import NO_WEIGHTS as NO_U
 from dl1.kernels.margins import balance, move_along
 from dl1.objective.gap import dual_from_stats
+from dl1.tasks.anderson import anderson_point
 from dl1.tasks.records import SubproblemInfo
 
 #: Armijo's constant of the line search.
@@ -252,14 +253,9 @@ def _extrapolate(cols, w, model, penalty, hist, dw, r, u, tmp) -> None:
     ``d``, so the extrapolation keeps the intercept step optimal; ``r`` is recomputed from
     ``X d`` (``tmp``) rather than extrapolated from stored copies (no history of length
     n)."""
-    U = np.diff(hist, axis=0)
-    try:
-        c = np.linalg.solve(U @ U.T, np.ones(U.shape[0]))
-    except np.linalg.LinAlgError:
+    ext = anderson_point(hist)
+    if ext is None:
         return
-    if not np.isfinite(c).all() or c.sum() == 0.0:
-        return
-    ext = (c / c.sum()) @ hist[1:]
     d_e, e_e = ext[:-1], float(ext[-1])
     now = _model_value(cols, w, model, penalty, dw, float(model.shift[0]), u)
     if _model_value(cols, w, model, penalty, d_e, e_e, tmp) < now:

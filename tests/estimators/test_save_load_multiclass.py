@@ -19,6 +19,8 @@ import dl1
 from dl1.errors import ModelFileError
 from dl1.models import MulticlassModel
 from dl1.saving import MODEL_JSON, content_digest
+from tests.estimators.test_save_load import _set, _set_classes, _set_param
+from tests.helpers import planted_classes
 
 N, P, K = 150, 24, 4
 NAMES = np.array(["arts", "games", "science", "sports"])
@@ -33,11 +35,7 @@ def in_process():
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(3)
-    X = sp.random(N, P, density=0.3, format="csr", random_state=rng)
-    W = rng.standard_normal((P, K)) * (rng.random((P, 1)) < 0.4) * 3
-    codes = np.argmax(X @ W + rng.gumbel(size=(N, K)), axis=1)
-    return X, codes
+    return planted_classes(N, P, K, seed=3)
 
 
 def _outputs(est, X):
@@ -196,18 +194,6 @@ def _edit_record(d, edit):
     edit(meta["estimator"])
     meta["digest"] = content_digest(meta, _arrays(d))
     (d / MODEL_JSON).write_text(json.dumps(meta))
-
-
-def _set(**changes):
-    return lambda record: record.update(changes)
-
-
-def _set_param(**changes):
-    return lambda record: record["params"].update(changes)
-
-
-def _set_classes(**changes):
-    return lambda record: record["classes"].update(changes)
 
 
 TAMPERING = [

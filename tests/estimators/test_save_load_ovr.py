@@ -11,7 +11,6 @@ import json
 import dask
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from scipy.special import expit
 from sklearn.linear_model import SGDClassifier
 from sklearn.multiclass import OneVsRestClassifier
@@ -20,6 +19,7 @@ import dl1
 from dl1.errors import ModelFileError
 from dl1.models import MulticlassModel
 from dl1.saving import MODEL_JSON, content_digest
+from tests.helpers import planted_classes
 
 N, P, K = 150, 24, 3
 NAMES = np.array(["arts", "games", "science"])
@@ -34,10 +34,7 @@ def in_process():
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(11)
-    X = sp.random(N, P, density=0.3, format="csr", random_state=rng)
-    W = rng.standard_normal((P, K)) * (rng.random((P, 1)) < 0.4) * 3
-    return X, np.argmax(X @ W + rng.gumbel(size=(N, K)), axis=1)
+    return planted_classes(N, P, K, seed=11)
 
 
 CASES = {
