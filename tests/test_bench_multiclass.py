@@ -86,7 +86,10 @@ def test_bench_multiclass_quick_runs_every_engine(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = {r["engine"]: r for r in json.loads(out.read_text())}
+    again = {e: rows.pop(e) for e in list(rows) if "@" in e}
     assert set(rows) == set(bm.MODELS)
+    for engine, r in again.items():  # dl1 timed at the closest peer's looser gap
+        assert engine.split("@")[0] in bm.REFERENCE.values() and r["gap"] <= r["asked_gap"], r
     for engine, r in rows.items():
         assert "error" not in r, r
         assert math.isfinite(r["gap"]) and 0 <= r["gap"] <= 1e-5, r
@@ -98,3 +101,21 @@ def test_bench_multiclass_quick_runs_every_engine(tmp_path):
     spark = [t["gap"] for t in rows["spark"]["tries"]]
     assert spark[-1] < spark[0] / 10 or spark[0] <= 1e-6, spark
     assert "| tiny | amax/20" in proc.stdout and "| spark |" in proc.stdout
+
+
+def _row(engine, gap, fit_s, model="multinomial"):
+    return {"problem": "p", "alpha": 0.1, "model": model, "engine": engine, "gap": gap,
+            "fit_s": fit_s}  # fmt: skip
+
+
+def test_equal_gap_rows_time_dl1_at_the_closest_peers_gap():
+    rows = [_row("dl1", 1e-8, 4.0), _row("saga", 2e-2, 1.0), _row("spark", 2e-5, 80.0),
+            _row("dl1-ovr", 1e-7, 2.0, "ovr logistic"),
+            _row("liblinear-ovr", 5e-8, 3.0, "ovr logistic")]  # fmt: skip
+    # spark is the closest looser peer; liblinear reached dl1-ovr's gap: nothing to redo
+    assert [r["engine"] for r in bm.closest_peers(rows)] == ["spark"]
+    rows.append(_row("dl1@spark", 1.5e-5, 8.0) | {"asked_gap": 2e-5})
+    bm.add_ratios(rows, tol=1e-6)
+    assert rows[0]["vs_peer"] == "no peer at its gap"
+    assert rows[-1]["vs_peer"] == "0.10 x spark"  # 8 s against spark's 80 s at 2e-5
+    assert rows[3]["vs_peer"] == "0.67 x liblinear-ovr"
