@@ -109,3 +109,32 @@ def test_a_dask_array_and_a_store_on_a_cluster_choose_as_in_memory(local_cluster
         np.testing.assert_allclose(res.cv[0].scores, mem.cv[0].scores, atol=1e-6)
         np.testing.assert_allclose(res.fit.coef_.toarray(), mem.fit.coef_.toarray(), atol=1e-5)
         assert res.fit.gap_ <= 1e-8
+
+
+def test_one_vs_rest_cross_validation_is_scikit_learns_wrapper(in_process):
+    """One-vs-rest cross-validation as in scikit-learn (whose LogisticRegressionCV has no
+    multi_class): OneVsRestClassifier around dl1's binary LogisticRegressionCV, each class
+    choosing its own C as scikit-learn's saga L1 cross-validation does on the same folds,
+    the coefficients the same to saga's tolerance, a class without features at its
+    log-odds."""
+    from sklearn.linear_model import LogisticRegressionCV as SkCV
+    from sklearn.multiclass import OneVsRestClassifier
+
+    X, y = _problem(seed=1)
+    Cs, cv = [0.05, 0.5, 5.0], StratifiedKFold(3)
+    ours = OneVsRestClassifier(dl1.LogisticRegressionCV(Cs=Cs, cv=cv, tol=1e-10)).fit(X, y)
+    ref = OneVsRestClassifier(SkCV(Cs=Cs, cv=cv, l1_ratios=(1.0,), solver="saga", tol=1e-8,
+                                   scoring="accuracy", use_legacy_attributes=False,
+                                   max_iter=100_000)).fit(X, y)  # fmt: skip
+    np.testing.assert_array_equal(ours.classes_, NAMES)
+    chosen = [e.C_[0] for e in ours.estimators_]
+    assert chosen == [float(np.ravel(e.C_)[0]) for e in ref.estimators_]
+    assert len(set(chosen)) > 1  # the classes chose differently: not one shared C
+    for name, a, b in zip(NAMES, ours.estimators_, ref.estimators_, strict=True):
+        np.testing.assert_allclose(a.coef_, np.reshape(b.coef_, (1, -1)), atol=1e-4)
+        if a.coef_.any():
+            np.testing.assert_allclose(a.intercept_, np.ravel(b.intercept_), atol=1e-4)
+        else:  # the log-odds of the class (saga's intercept lags there: 2e-1 off)
+            freq = np.mean(y == name)
+            np.testing.assert_allclose(a.intercept_, np.log(freq / (1 - freq)), rtol=1e-8)
+    np.testing.assert_array_equal(ours.predict(X), ref.predict(X))

@@ -290,7 +290,9 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
     scikit-learn's (the best mean score, the smallest such C), the refit on all rows by
     :func:`dl1.fit_multiclass`; ``coef_`` ``(K, p)``, ``C_`` and ``l1_ratio_`` one per
     class (all equal), ``scores_`` the same array under every class, as scikit-learn's.
-    No one-vs-rest cross-validation, ``standardize`` or ``screen`` there (refused).
+    No ``standardize`` or ``screen`` there (refused). One-vs-rest cross-validation is
+    scikit-learn's: ``OneVsRestClassifier(LogisticRegressionCV())``, each class choosing
+    its own ``C`` on the binary paths.
 
     Parameters
     ----------
