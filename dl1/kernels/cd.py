@@ -291,14 +291,15 @@ def weighted_col_stats(indptr, indices, data, col_scale, h, lj, hx, hdata):
 
 @njit(nogil=True, cache=True)
 def weighted_cd_epochs(
-    indptr, indices, data, col_scale, w, dw, r, hdata, lj, hx, floor, n, alpha_l1, alpha_l2,
-    factors, bounds, shift, order, max_epochs, rtol, progress,
+    indptr, indices, data, col_scale, w, dw, r, hdata, lj, hx, floor, damping, n, alpha_l1,
+    alpha_l2, factors, bounds, shift, order, max_epochs, rtol, progress,
 ):  # fmt: skip
     """Cyclic coordinate descent on the proximal Newton model of a working set.
 
     Minimises over ``d`` (and an intercept step ``e`` when ``shift[1] > 0``)
 
-        (1/n) (g^T v + v^T H v / 2) + sum_j pen(w_j + d_j),   v = X d + e,
+        (1/n) (g^T v + v^T H v / 2 + sum_j E_j d_j^2 / 2) + sum_j pen(w_j + d_j),
+        v = X d + e,
 
     ``H = diag(h)``, ``pen(x) = alpha_l1 |x| + alpha_l2 x^2 / 2``. The intercept is profiled
     out as in :func:`cd_block_epochs`: with ``sum_i (g + H v)_i = 0`` kept, every step is exact
@@ -332,6 +333,9 @@ def weighted_cd_epochs(
         Least curvature of a coordinate (times ``n``), where ``h`` vanishes on a column (the
         squared hinge's inactive rows) or it is constant there when centred; a column with
         ``floor[j] = 0`` and no curvature is left alone.
+    damping : ndarray of float64, shape (m,) or (0,)
+        ``E``, the Levenberg-Marquardt term's curvature per column (times ``n``; empty for
+        none), added to the floored curvature.
     n, alpha_l1, alpha_l2 : float
     factors, bounds : per-column penalty factors (empty for 1) and bounds (empty for none), as
         in :func:`cd_block_epochs`.
@@ -356,6 +360,7 @@ def weighted_cd_epochs(
         Epochs run.
     """
     has_scale = col_scale.shape[0] > 0
+    damped = damping.shape[0] > 0
     profile = shift[1] > 0.0
     epochs = 0
     prev = progress[0]
@@ -371,6 +376,8 @@ def weighted_cd_epochs(
                 centred = lc - hx[j] * hx[j] / shift[1]
                 lc = centred if centred > 1e-12 * lc else 0.0
             lc = max(lc, floor[j])
+            if damped:
+                lc += damping[j]
             if lc <= 0.0:
                 continue
             start = indptr[j]
@@ -378,7 +385,10 @@ def weighted_cd_epochs(
             acc = 0.0
             for k in range(start, end):
                 acc += data[k] * r[indices[k]]
-            grad = (acc * cj + shift[0] * hx[j]) / n
+            grad = acc * cj + shift[0] * hx[j]
+            if damped:
+                grad += damping[j] * dw[j]
+            grad /= n
             curv = lc / n
             v_old = w[j] + dw[j]
             v_new = penalised_step(curv * v_old - grad, curv, alpha_l1, alpha_l2, factors, j,

@@ -37,6 +37,7 @@ from dl1.kernels.multiclass import (
 from dl1.objective.datafits.multinomial import Multinomial
 from dl1.objective.penalties.group import GroupElasticNet
 from dl1.tasks.anderson import anderson_point
+from dl1.tasks.damping import next_damping
 
 #: Armijo's constant of the line search.
 ARMIJO = 1e-4
@@ -54,8 +55,6 @@ INNER_RTOL = 1e-3
 CHECK_DECREASE = 1e2
 #: Epochs between Anderson extrapolations of the model's coordinate descent.
 ANDERSON = 5
-#: The smallest non-zero damping (see :func:`_next_damping`).
-MIN_DAMPING = 1e-3
 #: A coefficient's curvature is at least this fraction of its bound ``||x_j||_s^2 / (2n)``.
 CURVATURE_FLOOR = 1e-4
 
@@ -144,7 +143,7 @@ class MultinomialNewton:
             t, f_t = self._line_search(rp, pt, model, dW, dZ, weights, f)
             if t == 0.0:
                 break
-            damping = _next_damping(damping, t)
+            damping = next_damping(damping, t)
             pt.W += t * dW
             pt.b += t * db
             pt.Z += t * dZ
@@ -267,16 +266,6 @@ class MultinomialNewton:
                 return t, f_t
             t *= 0.5
         return 0.0, f0
-
-
-def _next_damping(damping: float, t: float) -> float:
-    """The next step's damping (Levenberg-Marquardt's rule on the curvatures, in units of
-    a column's bound ``||x_j||_s^2 / (2n)``): raised when the line search had to shorten
-    the step (a model too flat, as where a restricted problem is nearly separable and
-    ``p (1 - p)`` vanishes), lowered after a full step."""
-    if t < 1.0:
-        return min(max(damping, MIN_DAMPING) / t, 1.0)
-    return 0.0 if damping <= MIN_DAMPING else damping / 4.0
 
 
 def block_penalty(pen: Any, W: np.ndarray) -> float:

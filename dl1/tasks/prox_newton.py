@@ -9,7 +9,8 @@ models with skglm", NeurIPS 2022; after Lee, Sun & Saunders, SIAM J. Optim. 2014
    (computed by the pass that evaluated the point, below);
 2. the quadratic model ``(g^T v + v^T diag(h) v / 2) / n + pen(w + d)``, ``v = X_W d + e``,
    minimised approximately by cyclic coordinate descent on the columns
-   (:func:`dl1.kernels.cd.weighted_cd_epochs`), the intercept step ``e`` profiled out;
+   (:func:`dl1.kernels.cd.weighted_cd_epochs`), the intercept step ``e`` profiled out,
+   damped after a shortened step (Levenberg-Marquardt, :mod:`dl1.tasks.damping`);
 3. a backtracking line search on the true objective along ``(d, e)`` (Armijo's rule with the
    model's predicted decrease), the trial points never formed; each trial's pass also
    writes ``g`` and ``h`` there
@@ -39,6 +40,7 @@ from dl1.kernels.margins import NO_WEIGHTS as NO_U
 from dl1.kernels.margins import balance, move_along
 from dl1.objective.gap import dual_from_stats
 from dl1.tasks.anderson import anderson_point
+from dl1.tasks.damping import next_damping
 from dl1.tasks.records import SubproblemInfo
 
 #: Armijo's constant of the line search.
@@ -61,6 +63,8 @@ CHECK_DECREASE = 1e2
 #: step's gain falling less than its epochs (skglm caps at 20; benchmarks/RESULTS.md,
 #: "Issue 31, session 8").
 MAX_INNER = 25
+#: The model without damping (:class:`Model`'s ``extra``).
+NO_DAMPING = np.zeros(0)
 #: Epochs between Anderson extrapolations of the model's coordinate descent.
 ANDERSON = 5
 #: A column's curvature is at least this fraction of its bound ``beta ||x_j||_s^2``.
@@ -76,8 +80,10 @@ INNER_RTOL = 1e-3
 class Model(NamedTuple):
     """The proximal Newton model at a point: ``g`` and ``h`` (``n`` times the datafit's
     per-sample gradient and diagonal Hessian), the columns' statistics of ``h``
-    (:func:`~dl1.kernels.cd.weighted_col_stats`), their curvature floor, and ``shift``
-    (the intercept step and ``sum(h)``; see :func:`~dl1.kernels.cd.weighted_cd_epochs`)."""
+    (:func:`~dl1.kernels.cd.weighted_col_stats`), their curvature floor, ``shift``
+    (the intercept step and ``sum(h)``; see :func:`~dl1.kernels.cd.weighted_cd_epochs`)
+    and ``extra``, the damping's curvature per column (empty for none: the model is
+    ``... + sum_j extra_j d_j^2 / (2 n)``; :mod:`dl1.tasks.damping`)."""
 
     g: np.ndarray
     h: np.ndarray
@@ -86,6 +92,7 @@ class Model(NamedTuple):
     hx: np.ndarray
     floor: np.ndarray
     shift: np.ndarray
+    extra: np.ndarray
 
 
 class Columns(NamedTuple):
@@ -153,6 +160,7 @@ def prox_newton(
     db_total, epochs, steps = 0.0, 0, 0
     # the first step is taken without a check: the caller's pass found the gap above target
     gap, checked = np.inf, True
+    damping = 0.0  # Levenberg-Marquardt's, in units of the columns' curvature bounds
     primal = datafit.value_along(y, z, NO_U, 0.0, 0.0, sw, g, h) / n + penalty.value(w)
     floor = CURVATURE_FLOOR * curvature_bound(datafit, h, sw) * cols.sqnorm
     while epochs < max_epochs and steps < MAX_NEWTON:
@@ -165,7 +173,8 @@ def prox_newton(
                 shift[:] = (-float(g.sum()) / h_sum, h_sum)
         dw[:] = 0.0
         r[:] = g
-        model = Model(g, h, hdata, lj, hx, floor, shift)
+        extra = (damping / CURVATURE_FLOOR) * floor if damping else NO_DAMPING
+        model = Model(g, h, hdata, lj, hx, floor, shift, extra)
         epochs += minimise_model(cols, w, model, penalty, dw, r, u, tmp,
                                  min(MAX_INNER, max_epochs - epochs))  # fmt: skip
         u[:] = 0.0  # the step's X d, from the columns it moved
@@ -173,6 +182,7 @@ def prox_newton(
         t, f_t = _line_search(datafit, penalty, y, z, sw, w, dw, g, h, u, shift[0], primal)
         if t == 0.0:  # no decrease along the model's step: rounding level reached
             break
+        damping = next_damping(damping, t)
         w += t * dw
         move_along(z, u, shift[0], t)  # the accepted trial point, rounded alike
         db_total += t * shift[0]
@@ -225,8 +235,9 @@ def minimise_model(
         check_cancelled("Newton subproblem", epochs)
         epochs += weighted_cd_epochs(
             cols.indptr, cols.indices, cols.data, cols.scale, w, dw, r, model.hdata, model.lj,
-            model.hx, model.floor, float(r.shape[0]), penalty.alpha_l1, penalty.alpha_l2,
-            penalty.factors, penalty.bounds, model.shift, order, 1, INNER_RTOL, progress,
+            model.hx, model.floor, model.extra, float(r.shape[0]), penalty.alpha_l1,
+            penalty.alpha_l2, penalty.factors, penalty.bounds, model.shift, order, 1,
+            INNER_RTOL, progress,
         )  # fmt: skip
         full = order is every
         if progress[2] != 0.0:
@@ -274,6 +285,8 @@ def _model_value(cols, w, model, penalty, d, e, u) -> float:
     csc_matvec(cols.indptr, cols.indices, cols.data, cols.scale, d, u)
     g, h = model.g, model.h
     quad = float(g @ u) + 0.5 * float(u @ (h * u))
+    if model.extra.shape[0]:  # the damping's proximal term
+        quad += 0.5 * float(model.extra @ (d * d))
     if model.shift[1] > 0.0:  # v = u + e
         quad += e * (float(g.sum()) + float(h @ u)) + 0.5 * e * e * float(model.shift[1])
     return quad / u.shape[0] + penalty.value(w + d)

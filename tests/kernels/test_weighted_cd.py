@@ -14,11 +14,13 @@ def fresh() -> np.ndarray:
     return np.array([np.inf, 0.0, 0.0])
 
 
-def reference_epochs(dense, w, g, h, floor, n, a1, a2, e, h_sum, n_epochs, order=None):
-    """Cyclic coordinate descent on ``(g^T v + v^T H v / 2) / n + pen(w + d)``, ``v = X d +
-    e``, the intercept step ``e`` profiled out when ``h_sum > 0``, over the columns
-    ``order`` (all by default)."""
+def reference_epochs(dense, w, g, h, floor, n, a1, a2, e, h_sum, n_epochs, order=None,
+                     extra=None):  # fmt: skip
+    """Cyclic coordinate descent on ``(g^T v + v^T H v / 2 + sum_j E_j d_j^2 / 2) / n +
+    pen(w + d)``, ``v = X d + e`` (``E``: ``extra``, zero by default), the intercept step
+    ``e`` profiled out when ``h_sum > 0``, over the columns ``order`` (all by default)."""
     d, u = np.zeros_like(w), np.zeros(dense.shape[0])
+    extra = np.zeros_like(w) if extra is None else extra
     for _ in range(n_epochs):
         for j in range(w.shape[0]) if order is None else order:
             x = dense[:, j]
@@ -26,10 +28,10 @@ def reference_epochs(dense, w, g, h, floor, n, a1, a2, e, h_sum, n_epochs, order
             if h_sum > 0:
                 centred = lc - (h @ x) ** 2 / h_sum
                 lc = centred if centred > 1e-12 * lc else 0.0
-            lc = max(lc, floor[j])
+            lc = max(lc, floor[j]) + extra[j]
             if lc <= 0:
                 continue
-            grad = (x @ (g + h * (u + e))) / n
+            grad = (x @ (g + h * (u + e)) + extra[j] * d[j]) / n
             v = w[j] + d[j]
             t = lc / n * v - grad
             new = np.sign(t) * max(abs(t) - a1, 0.0) / (lc / n + a2)
@@ -44,7 +46,8 @@ def reference_epochs(dense, w, g, h, floor, n, a1, a2, e, h_sum, n_epochs, order
 @pytest.mark.parametrize("hdtype", [np.float64, np.float32])
 @pytest.mark.parametrize(("use_scale", "profile", "a2"), [(False, False, 0.0), (True, True, 0.0),
                                                           (False, True, 0.05), (True, False, 0.1)])
-def test_weighted_cd_epochs_match_reference(dtype, hdtype, use_scale, profile, a2):
+@pytest.mark.parametrize("damped", [False, True])
+def test_weighted_cd_epochs_match_reference(dtype, hdtype, use_scale, profile, a2, damped):
     n, p = 50, 12
     rng = np.random.default_rng(2)
     X = make_csc(n, p, 0.4, dtype, 7)
@@ -61,15 +64,17 @@ def test_weighted_cd_epochs_match_reference(dtype, hdtype, use_scale, profile, a
     np.testing.assert_allclose(hx, h @ dense, rtol=1e-6 if dtype == np.float32 else 1e-12)
     np.testing.assert_array_equal(hdata, (h[ix] * data.astype(np.float64)).astype(hdtype))
     floor = 1e-4 * (dense**2).sum(axis=0)
+    damping = 0.3 * (dense**2).sum(axis=0) if damped else EMPTY
     h_sum = float(h.sum()) if profile else 0.0
     e0 = -g.sum() / h_sum if profile else 0.0
     shift = np.array([e0, h_sum])
     dw, r = np.zeros(p), g.copy()
-    epochs = weighted_cd_epochs(ip, ix, data, scale, w, dw, r, hdata, lj, hx, floor, float(n),
-                                0.02, a2, EMPTY, NO_BOX, shift, np.arange(p), 3, 0.0,
+    epochs = weighted_cd_epochs(ip, ix, data, scale, w, dw, r, hdata, lj, hx, floor, damping,
+                                float(n), 0.02, a2, EMPTY, NO_BOX, shift, np.arange(p), 3, 0.0,
                                 fresh())  # fmt: skip
     assert epochs == 3
-    d, u_ref, e = reference_epochs(dense, w, g, h, floor, n, 0.02, a2, e0, h_sum, 3)
+    d, u_ref, e = reference_epochs(dense, w, g, h, floor, n, 0.02, a2, e0, h_sum, 3,
+                                   extra=damping if damped else None)  # fmt: skip
     # float32 Hessian weights perturb the model by float32's rounding only
     tol = 1e-5 if np.float32 in (dtype, hdtype) else 1e-10
     np.testing.assert_allclose(dw, d, rtol=tol, atol=tol)
@@ -79,7 +84,8 @@ def test_weighted_cd_epochs_match_reference(dtype, hdtype, use_scale, profile, a
         assert abs(np.sum(r + h * shift[0])) <= 1e2 * tol * np.abs(g).sum()
 
 
-def test_weighted_cd_epochs_stop_at_rtol_and_reach_the_model_minimum():
+@pytest.mark.parametrize("damped", [False, True])
+def test_weighted_cd_epochs_stop_at_rtol_and_reach_the_model_minimum(damped):
     n, p = 60, 8
     rng = np.random.default_rng(3)
     X = make_csc(n, p, 0.5, np.float64, 1)
@@ -90,20 +96,20 @@ def test_weighted_cd_epochs_stop_at_rtol_and_reach_the_model_minimum():
     weighted_col_stats(ip, ix, data, EMPTY, h, lj, hx, EMPTY)
     hdata = h[ix] * data
     floor = np.zeros(p)
+    extra = 0.5 * lj if damped else EMPTY
 
     def run(rtol, max_epochs=10_000):
         dw, r = np.zeros(p), g.copy()
-        k = weighted_cd_epochs(ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, float(n),
-                               0.0, 0.0, EMPTY, NO_BOX, np.zeros(2), np.arange(p), max_epochs,
-                               rtol,
-                               fresh())  # fmt: skip
+        k = weighted_cd_epochs(ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, extra,
+                               float(n), 0.0, 0.0, EMPTY, NO_BOX, np.zeros(2), np.arange(p),
+                               max_epochs, rtol, fresh())  # fmt: skip
         return k, dw
 
     k_loose, _ = run(1e-1)
     k_tight, dw = run(1e-12)
     assert 2 <= k_loose < k_tight < 10_000
-    # without a penalty the model's minimiser solves X^T H X d = -X^T g
-    H = dense.T @ (h[:, None] * dense)
+    # without a penalty the model's minimiser solves (X^T H X + diag(E)) d = -X^T g
+    H = dense.T @ (h[:, None] * dense) + (np.diag(extra) if damped else 0.0)
     keep = np.diag(H) > 0
     d_ref = np.linalg.lstsq(H[np.ix_(keep, keep)], -(dense.T @ g)[keep], rcond=None)[0]
     np.testing.assert_allclose(dw[keep], d_ref, rtol=1e-5, atol=1e-7)
@@ -128,8 +134,8 @@ def test_epochs_one_at_a_time_carry_the_stopping_rule():
 
     def call(dw, r, shift, progress, max_epochs):
         return weighted_cd_epochs(
-            ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, float(n), 0.01, 0.0, EMPTY,
-            NO_BOX, shift,
+            ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, EMPTY, float(n), 0.01, 0.0,
+            EMPTY, NO_BOX, shift,
             np.arange(p), max_epochs, 1e-6, progress,
         )  # fmt: skip
 
@@ -163,8 +169,8 @@ def test_weighted_cd_epochs_visit_only_the_columns_in_order():
     shift = np.array([-g.sum() / h.sum(), h.sum()])
     e0 = float(shift[0])
     dw, r = np.zeros(p), g.copy()
-    weighted_cd_epochs(ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, float(n), 0.01,
-                       0.0, EMPTY, NO_BOX, shift, order, 4, 0.0, fresh())  # fmt: skip
+    weighted_cd_epochs(ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, EMPTY, float(n),
+                       0.01, 0.0, EMPTY, NO_BOX, shift, order, 4, 0.0, fresh())  # fmt: skip
     d, u_ref, e = reference_epochs(dense, w, g, h, floor, n, 0.01, 0.0, e0, float(h.sum()), 4,
                                    order)  # fmt: skip
     np.testing.assert_allclose(dw, d, rtol=1e-10, atol=1e-12)
@@ -185,7 +191,7 @@ def test_an_epoch_after_one_that_moved_nothing_goes_on():
     weighted_col_stats(ip, ix, data, EMPTY, h, lj, hx, EMPTY)
     dw, r, progress = np.zeros(p), g.copy(), np.array([0.0, 1.0, 0.0])
     k = weighted_cd_epochs(ip, ix, data, EMPTY, np.zeros(p), dw, r, h[ix] * data, lj, hx,
-                           np.zeros(p), float(n), 0.0, 0.0, EMPTY, NO_BOX, np.zeros(2),
+                           np.zeros(p), EMPTY, float(n), 0.0, 0.0, EMPTY, NO_BOX, np.zeros(2),
                            np.arange(p), 1, 1e-3,
                            progress)  # fmt: skip
     assert k == 1 and dw.any() and progress[2] == 0.0

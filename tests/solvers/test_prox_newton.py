@@ -197,14 +197,14 @@ def _ill_conditioned_model(n=200, p=15, seed=4):
     lj, hx, hdata = np.empty(p), np.empty(p), np.empty(data.shape[0])
     weighted_col_stats(ip, ix, data, empty, h, lj, hx, hdata)
     shift = np.array([-g.sum() / h.sum(), h.sum()])
-    return cols, dense, Model(g, h, hdata, lj, hx, np.zeros(p), shift)
+    return cols, dense, Model(g, h, hdata, lj, hx, np.zeros(p), shift, empty)
 
 
 def _minimise(cols, model, penalty, max_epochs):
-    from dl1.tasks.prox_newton import Model, minimise_model
+    from dl1.tasks.prox_newton import minimise_model
 
     n, p = model.g.shape[0], cols.indptr.shape[0] - 1
-    model = Model(*model[:-1], model.shift.copy())
+    model = model._replace(shift=model.shift.copy())
     dw, r, u, tmp = np.zeros(p), model.g.copy(), np.empty(n), np.empty(n)
     epochs = minimise_model(cols, np.zeros(p), model, penalty, dw, r, u, tmp, max_epochs)
     return epochs, dw, float(model.shift[0]), r
@@ -236,3 +236,56 @@ def test_model_descent_with_extrapolation_reaches_the_minimum_sooner(monkeypatch
     monkeypatch.setattr(pn, "_extrapolate", lambda *args: None)
     _, d_plain, e_plain, _ = _minimise(cols, model, penalty, epochs)
     assert q(d_plain, e_plain) - q(d_ref, e_ref) > 1e3 * max(q(d, e) - q(d_ref, e_ref), 1e-15)
+
+
+def test_damping_rule():
+    """Levenberg-Marquardt's rule: raised to the cut of a shortened step (at least
+    MIN_DAMPING / t, at most 1), quartered after full steps, then dropped."""
+    from dl1.tasks.damping import MIN_DAMPING, next_damping
+
+    assert next_damping(0.0, 1.0) == 0.0
+    assert next_damping(0.0, 0.25) == pytest.approx(4 * MIN_DAMPING)
+    assert next_damping(0.1, 0.5) == pytest.approx(0.2)
+    assert next_damping(0.5, 1e-6) == 1.0
+    d, steps = 1.0, 0
+    while d > 0.0 and steps < 100:
+        d, steps = next_damping(d, 1.0), steps + 1
+    assert d == 0.0 and steps == 6  # 1 / 4^5 < MIN_DAMPING after five quarterings
+
+
+def test_a_shortened_step_damps_the_next_model(monkeypatch):
+    """After a line search that cut the step, the next model carries the damping's
+    curvature (its bound times the damping, on every column), and a full step takes it
+    back; the answer is still the restricted problem's (gap at target)."""
+    import dl1.tasks.prox_newton as pn
+
+    X, y = make_classification(n=150, p=20, seed=11)
+    X.sort_indices()
+    ip, ix = X.indptr.astype(np.int64), X.indices.astype(np.int32)
+    data, empty = X.data.astype(np.float64), np.zeros(0)
+    cols = Columns(ip, ix, data, empty, csc_col_sqnorms(ip, ix, data, empty, empty))
+    extras, calls = [], []
+    real_search, real_minimise = pn._line_search, pn.minimise_model
+
+    def search(*args):
+        t, f = real_search(*args)
+        calls.append(t)
+        return (0.5 * t, f) if len(calls) == 1 else (t, f)  # as if the first were cut
+
+    def minimise(cols_, w, model, *args):
+        extras.append(model.extra.copy())
+        return real_minimise(cols_, w, model, *args)
+
+    datafit = Logistic()
+    penalty = ElasticNet(dl1.alpha_max(X, y, loss="logistic") / 20, 1.0)
+    z0 = np.full(y.shape[0], datafit.initial_intercept(y))
+    monkeypatch.setattr(pn, "_line_search", search)
+    monkeypatch.setattr(pn, "minimise_model", minimise)
+    _, _, _, info = prox_newton(cols, np.zeros(20), y, z0, empty, datafit, penalty, True,
+                                1e-10, 10_000)  # fmt: skip
+    assert info.gap <= 1e-10 and len(extras) >= 4
+    assert extras[0].shape == (0,)
+    bound = datafit.beta * cols.sqnorm
+    np.testing.assert_allclose(extras[1], 2e-3 * bound, rtol=1e-12)  # MIN_DAMPING / 0.5
+    np.testing.assert_allclose(extras[2], 5e-4 * bound, rtol=1e-12)  # a full step: / 4
+    assert extras[3].shape == (0,)  # another: below MIN_DAMPING, dropped
