@@ -45,7 +45,7 @@ from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.solvers.base import Problem
 from dl1.solvers.numerics import Progress, check_round, check_update
 from dl1.solvers.result import UNCERTIFIED, Certificate
-from dl1.solvers.scans import WS_START, choose_working_set
+from dl1.solvers.scans import WS_START, choose_working_set, next_ws_size, violators_left_out
 from dl1.solvers.subproblems import CachedGroup
 from dl1.solvers.ws import STALL_ROUNDS
 from dl1.tasks.blocks import BlockSource, identity
@@ -158,9 +158,14 @@ class _Class:
     def done(self) -> bool:
         return self.converged or self.stopped is not None
 
-    def ws_size(self, ws_start: int) -> int:
-        """The working set's size (the binary rule): ``max(ws_start, 2 |support|)``."""
-        return max(ws_start, 2 * self.support.shape[0])
+    def ws_size(self, ws_start: int, hinge: bool) -> int:
+        """The working set's size, its binary solver's rule: ``max(ws_start, 2 |support|)``
+        for the hinge (:class:`~dl1.solvers.smoothing.SmoothingSolver`), else
+        :func:`~dl1.solvers.scans.next_ws_size` (growing faster after a filled set)."""
+        if hinge:
+            return max(ws_start, 2 * self.support.shape[0])
+        last = 0 if self.last_ws is None else self.last_ws.shape[0]
+        return next_ws_size(self.support.shape[0], last, ws_start)
 
 
 class OneVsRestSolver:
@@ -296,7 +301,7 @@ class _Run:
         theta = np.column_stack([c.theta for c in active])
         threshold = active[0].pb.n * prob.penalty.alpha_l1
         supports = [c.support for c in active]
-        sizes = [c.ws_size(self.solver.ws_start) for c in active]
+        sizes = [c.ws_size(self.solver.ws_start, self.hinge) for c in active]
         cb = prob.col_bounds
         return ex.gather([
             ex.submit(ovr_scan_task, [prob.blocks[j] for j in part], [int(cb[j]) for j in part],
@@ -348,29 +353,32 @@ class _Run:
         cb = self.prob.col_bounds
         plans = []
         for c in todo:
-            ws = choose_working_set(c.support, c.per_block, cb, c.ws_size(self.solver.ws_start))
+            size = c.ws_size(self.solver.ws_start, self.hinge)
+            ws = choose_working_set(c.support, c.per_block, cb, size)
+            crowded = violators_left_out(c.per_block, ws.shape[0] - c.support.shape[0])
             if self.hinge and c.last_ws is not None and np.array_equal(ws, c.last_ws):
                 # the LP's own optimum on every violator: its rounding is the limit
                 c.stopped = "stopped: the hinge LP's working set repeats (rounding limit)"
                 continue
             c.last_ws = ws
-            plans.append((c, ws))
+            plans.append((c, ws, crowded))
         if not plans:
             return
-        self.cache_columns(reduce(np.union1d, [ws for _, ws in plans]))
+        self.cache_columns(reduce(np.union1d, [ws for _, ws, _ in plans]))
         ex = self.prob.ex
-        handles = [ex.submit(*self._call(c, ws, r)) for c, ws in plans]
+        handles = [ex.submit(*self._call(c, ws, r, crowded)) for c, ws, crowded in plans]
         epochs = 0
-        for (c, ws), out in zip(plans, ex.gather(handles), strict=True):
+        for (c, ws, _), out in zip(plans, ex.gather(handles), strict=True):
             epochs += self._update(c, ws, out, r)
         entry = self.history[-1]
-        entry.update(ws_sizes=[int(ws.shape[0]) for _, ws in plans],
+        entry.update(ws_sizes=[int(ws.shape[0]) for _, ws, _ in plans],
                      union_size=int(self._cached_ids().shape[0]), inner_epochs=epochs,
                      inner_s=time.perf_counter() - t0)  # fmt: skip
 
-    def _call(self, c: _Class, ws: np.ndarray, r: int) -> tuple:
+    def _call(self, c: _Class, ws: np.ndarray, r: int, crowded: bool) -> tuple:
         """The task and arguments of class ``c``'s subproblem on ``ws``: the cached groups
-        holding its columns, its labels' handle, its point."""
+        holding its columns, its labels' handle, its point (``crowded``: the working set
+        left violators out)."""
         prob, solver = self.prob, self.solver
         groups = [g for g in self.groups if np.isin(g.ids, ws).any()]
         handles, ids = [g.handle for g in groups], [g.ids for g in groups]
@@ -379,11 +387,13 @@ class _Run:
                     prob.penalty.alpha_l1, prob.fit_intercept)  # fmt: skip
         # the binary solver's gathered proximal Newton mode (:class:`~dl1.solvers.
         # subproblems.GatheredProxNewton`): Newton converges quadratically once the working
-        # set is right, so the subproblem goes to a fraction of the final target at once
+        # set is right, so the subproblem goes to a fraction of the final target at once,
+        # of the current gap while the working set leaves violators out
         final = c.pb.tol * c.pb.p_zero
+        target = solver.inner_ratio * (c.cert.gap if crowded else min(c.cert.gap, final))
         settings = SubproblemSettings(
             prob.datafit, prob.penalty.restricted(ws), prob.fit_intercept,
-            solver.inner_ratio * min(c.cert.gap, final), solver.max_inner_epochs,
+            target, solver.max_inner_epochs,
             seed=solver.seed * 7919 + r, gram_max=0, method="prox_newton",
             dense_max=(1 << 21) if prob.streamed else GRAM_DENSE_MAX,
         )  # fmt: skip

@@ -16,8 +16,14 @@ from dl1.tasks.blocks import BlockPenalty
 from dl1.tasks.passes import scan_task
 from dl1.tasks.records import BlockScan, PartitionScan
 
-#: Working-set size of the first round (later: ``max(WS_START, 2 |support|)``).
+#: Working-set size of the first round (later: :func:`next_ws_size`).
 WS_START = 128
+
+#: A working set whose solution's support fills at least this fraction of it was too
+#: small (:func:`next_ws_size`).
+WS_FILLED = 0.9
+#: The growth of a working set that was too small, in multiples of the support.
+WS_FAST_GROWTH = 4
 
 #: Violators added per round at least when a column budget (out of core) binds: the larger
 #: of this number and :data:`WS_MIN_GROWTH` times the support's size (a support that fills
@@ -25,6 +31,21 @@ WS_START = 128
 #: is spilled to disk by the workers).
 WS_MIN_NEW = 16
 WS_MIN_GROWTH = 0.125
+
+
+def next_ws_size(support: int, last_ws: int, ws_start: int) -> int:
+    """The next working set's size: twice the support (celer's rule; Massias, Gramfort &
+    Salmon, ICML 2018), at least ``ws_start``; :data:`WS_FAST_GROWTH` times the support
+    when the last working set's solution filled it (``support >= WS_FILLED last_ws``).
+
+    A full working set says the features that belong in the solution do not fit in it:
+    at weak regularisation, where most violators enter, every round's support fills its
+    set, and doubling from ``ws_start`` takes ``log2(p / ws_start)`` rounds, each solving
+    a subproblem that the next round enlarges, before the set holds the solution's
+    support. Growing faster there halves those rounds; a set not filled grows as before.
+    """
+    growth = 2 if last_ws <= 0 or support < WS_FILLED * last_ws else WS_FAST_GROWTH
+    return max(ws_start, growth * support, 1)
 
 
 @dataclass
@@ -81,6 +102,16 @@ def choose_working_set(
         fits = int(np.searchsorted(np.cumsum(col_bytes[cand]), room, side="right"))
         cand = cand[: max(fits, WS_MIN_NEW, int(WS_MIN_GROWTH * support.shape[0]))]
     return np.union1d(support, cand).astype(np.int64)
+
+
+def violators_left_out(per_block: list[BlockScan], joined: int) -> bool:
+    """Whether a pass found more KKT violators (positive scores) than the ``joined``
+    candidates that entered the working set: some were left out, so the working set's
+    solution is not the problem's, however exactly it is solved. Each block offers at most
+    the round's working-set size of candidates, so a block with more violators than that
+    is found out too."""
+    found = sum(int(np.count_nonzero(blk.scores > 0.0)) for blk in per_block)
+    return found > joined
 
 
 def sequential_sphere(

@@ -175,8 +175,11 @@ class GatheredProxNewton(GatheredGram):
     A Newton step costs a few passes over ``n`` and the working set, and converges
     quadratically once the working set is right, so the subproblem goes to the final
     target at once (``tight``; as the Gram mode does), and the fit usually ends at the
-    next pass, its gap a little below ``tol``. With screening (``run.screen``) the rounds
-    between shrink the problem and the target is ``inner_ratio`` times the current gap.
+    next pass, its gap a little below ``tol``. The target is ``inner_ratio`` times the
+    current gap instead with screening (``run.screen``: the rounds between shrink the
+    problem) and when the working set left out violators (``run.crowded``, as at weak
+    regularisation while it grows: its exact solution would be the next round's start
+    only, and the Newton steps spent on a certificate of it wasted).
     """
 
     gram_max: int = 0
@@ -184,7 +187,7 @@ class GatheredProxNewton(GatheredGram):
 
     def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
         call = run.subproblem_call(ws, targets, r, self.gram_max)
-        tight = self.tight and not getattr(run, "screen", False)
+        tight = self.tight and not getattr(run, "screen", False) and not run.crowded
         target = targets.gram_gap if tight else targets.gap
         settings = replace(call.settings, method="prox_newton", target_gap=target)
         return self.run_call(run, ws, call._replace(settings=settings), r)

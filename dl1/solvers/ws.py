@@ -38,8 +38,10 @@ from dl1.solvers.scans import (
     LastScan,
     SphereSeed,
     choose_working_set,
+    next_ws_size,
     scan_pass,
     sequential_sphere,
+    violators_left_out,
 )
 from dl1.solvers.subproblems import (
     SHARE_FRACTION,
@@ -181,6 +183,7 @@ class WorkingSetSolver:
                 run.support, scan.per_block, problem.col_bounds, scan.ws_size,
                 problem.budget.col_bytes, problem.budget.cache_max,
             )  # fmt: skip
+            run.crowded = violators_left_out(scan.per_block, ws.shape[0] - run.support.shape[0])
             run.cache_columns(ws)
             t0 = time.perf_counter()
             mode = choose_mode(self.spread, problem, ws.shape[0], self.gram_max)
@@ -285,6 +288,8 @@ class Run:
         self.rounds = 0
         # each round's working set, and whether its subproblem ran to its epoch limit
         self.spent: list[tuple[np.ndarray, bool]] = []
+        # whether the round's working set left out violators its pass found
+        self.crowded = False
 
     def _start_point(self, warm: WarmState | None) -> None:
         """``w``, ``b`` and ``z = X w + b`` of the warm start (zero: the intercept of
@@ -324,7 +329,7 @@ class Run:
         self.by_server = False
         # the round's support: w moves only in the subproblem (an O(p) scan, once a round)
         self.support = np.flatnonzero(self.w)
-        ws_size = max(self.solver.ws_start, 2 * self.support.shape[0])
+        ws_size = self._ws_size()
         if r == 0 and self.reuse is not None and self.reuse.ws_size == ws_size:
             last = self._shifted(self.reuse, ws_size)
             self.scan_kernel = 0.0
@@ -332,7 +337,7 @@ class Run:
             if self.free is not None:  # their constraints x_j^T theta = 0, met exactly
                 self.b = self.free.refit(self.problem, self.z, self.w, self.b)
                 self.support = np.flatnonzero(self.w)
-                ws_size = max(self.solver.ws_start, 2 * self.support.shape[0])
+                ws_size = self._ws_size()
             db, theta = pass_dual_point(
                 self.problem.datafit, self.problem.y, self.z, self.problem.weights,
                 self.problem.fit_intercept,
@@ -354,6 +359,12 @@ class Run:
         self.pending = None
         self.last = last
         return last
+
+    def _ws_size(self) -> int:
+        """This round's working-set size (:func:`~dl1.solvers.scans.next_ws_size`), from
+        the support and the last round's working set."""
+        last = self.spent[-1][0].shape[0] if self.spent else 0
+        return next_ws_size(self.support.shape[0], last, self.solver.ws_start)
 
     def _shifted(self, reuse: LastScan, ws_size: int) -> LastScan:
         """The previous alpha's last pass at this alpha: scores shift with the threshold
@@ -573,7 +584,8 @@ class Run:
         # the pass the server ran after the subproblem is the next round's
         server_s = rep.next_scan[1] if rep.next_scan else 0.0
         entry.update(
-            ws_size=int(ws.shape[0]), inner_epochs=rep.epochs, **rep.counts,
+            ws_size=int(ws.shape[0]), crowded=self.crowded, inner_epochs=rep.epochs,
+            **rep.counts,
             inner_s=time.perf_counter() - t0 - server_s, inner_kernel_s=rep.kernel_s,
         )  # fmt: skip
         entry["transport"] = self.problem.executor.transport  # "tasks" once a call failed

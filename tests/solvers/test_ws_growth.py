@@ -1,0 +1,112 @@
+"""The working set's growth: faster after a working set its solution filled, and
+subproblems solved loosely while the working set leaves violators out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.optimize import minimize
+from scipy.special import expit
+
+import dl1
+from dl1.solvers.scans import WS_FAST_GROWTH, WS_FILLED, next_ws_size, violators_left_out
+from dl1.solvers.subproblems import GatheredGram
+from dl1.tasks.records import BlockScan, GapStats
+
+
+def test_next_ws_size():
+    assert next_ws_size(0, 0, 128) == 128
+    assert next_ws_size(300, 0, 128) == 600  # no last working set: twice the support
+    assert next_ws_size(120, 128, 128) == WS_FAST_GROWTH * 120  # 120 >= 0.9 * 128: filled
+    assert next_ws_size(100, 128, 128) == 200  # 100 < 0.9 * 128: not filled
+    assert next_ws_size(200, 1000, 128) == 400  # not filled: twice the support
+    assert next_ws_size(30, 32, 128) == 128  # never below ws_start
+    edge = int(np.ceil(WS_FILLED * 1000))
+    assert next_ws_size(edge, 1000, 1) == WS_FAST_GROWTH * edge
+    assert next_ws_size(edge - 1, 1000, 1) == 2 * (edge - 1)
+
+
+def _scan(scores):
+    return BlockScan(GapStats(0.0, 0.0), np.arange(len(scores)), np.asarray(scores, float),
+                     None, 0, -1.0)  # fmt: skip
+
+
+def test_violators_left_out_counts_positive_scores_over_blocks():
+    blocks = [_scan([0.3, 0.1, -0.2]), _scan([0.5, -1.0]), _scan([])]
+    assert violators_left_out(blocks, 2)  # 3 violators, 2 joined
+    assert not violators_left_out(blocks, 3)
+    assert not violators_left_out(blocks, 10)  # the rest of the set: non-violators
+
+
+def _weak_problem(seed=0, n=400, p=800):
+    """Short sparse rows and a label most features help to fit: at weak regularisation
+    most of them enter, as with text at large C."""
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, p, density=0.01, format="csc", random_state=seed)
+    w = rng.standard_normal(p)
+    y = np.where(X @ w + 0.3 * rng.standard_normal(n) > 0, 1.0, -1.0)
+    return X, y
+
+
+def test_a_filled_working_set_grows_faster_and_the_fit_is_certified(monkeypatch):
+    """At weak regularisation each round's solution fills its working set; the next one
+    is WS_FAST_GROWTH times its support. While the pass finds more violators than join,
+    the subproblem's target is inner_ratio times the current gap (not the final one),
+    and the last subproblems go to the final target. The answer is scikit-learn's."""
+    X, y = _weak_problem()
+    n = X.shape[0]
+    C = 10.0
+    targets = []
+    real = GatheredGram.run_call
+
+    def spy(run, ws, call, r):
+        targets.append((run.crowded, call.settings.target_gap, run.cert.gap))
+        return real(run, ws, call, r)
+
+    monkeypatch.setattr(GatheredGram, "run_call", staticmethod(spy))
+    res = dl1.fit(X, y, alpha=1.0 / (C * n), loss="logistic", tol=1e-8)
+    assert res.converged_ and res.gap_ <= 1e-8
+    hist = [h for h in res.history_ if "ws_size" in h]
+    filled = [i for i in range(1, len(hist))
+              if hist[i]["nnz"] >= WS_FILLED * hist[i - 1]["ws_size"]]  # fmt: skip
+    assert filled  # the test's point: supports that fill their working sets
+    for i in filled:
+        assert hist[i]["ws_size"] >= min(WS_FAST_GROWTH * hist[i]["nnz"], X.shape[1] // 2)
+    crowded = [t for t in targets if t[0]]
+    assert crowded and not targets[-1][0]
+    ratio = 0.3  # WorkingSetSolver's inner_ratio
+    final = 1e-8 * res.p0_
+    for is_crowded, target, gap in targets:
+        expected = ratio * (gap if is_crowded else min(gap, final))
+        assert target == pytest.approx(expected, rel=1e-12)
+    obj = _objective(X, y, 1.0 / (C * n))
+    w_ref, b_ref = _reference(X, y, 1.0 / (C * n))
+    assert abs(obj(res.coef_, res.intercept_) - obj(w_ref, b_ref)) <= 1e-8 * res.p0_
+
+
+def _objective(X, y, alpha):
+    def f(w, b):
+        return float(np.logaddexp(0, -y * (X @ w + b)).mean() + alpha * np.abs(w).sum())
+
+    return f
+
+
+def _reference(X, y, alpha):
+    """The L1-logistic optimum by L-BFGS-B on ``w = u - v``, ``u, v >= 0`` (smooth, bound
+    constrained), independent of dl1."""
+    n, p = X.shape
+    A = X.toarray()
+
+    def f(x):
+        w, b = x[:p] - x[p:2 * p], x[-1]
+        m = y * (A @ w + b)
+        s = -y * expit(-m) / n
+        gw = A.T @ s
+        val = np.logaddexp(0, -m).mean() + alpha * x[: 2 * p].sum()
+        return val, np.concatenate([gw + alpha, -gw + alpha, [s.sum()]])
+
+    bounds = [(0, None)] * (2 * p) + [(None, None)]
+    out = minimize(f, np.zeros(2 * p + 1), jac=True, method="L-BFGS-B", bounds=bounds,
+                   options={"maxiter": 100_000, "ftol": 1e-15, "gtol": 1e-12})  # fmt: skip
+    return out.x[:p] - out.x[p : 2 * p], out.x[-1]
