@@ -40,7 +40,7 @@ from dl1.objective.gap import dual_from_conjugates, dual_scales
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.objective.penalties.group import GroupElasticNet
 from dl1.solvers.multinomial_newton import MultinomialNewton, Restricted, block_penalty
-from dl1.solvers.scans import WS_START
+from dl1.solvers.scans import WS_START, next_ws_size
 from dl1.tasks.columns import extract_task
 from dl1.tasks.multiclass import excess_sq, group_norms, mc_scan_task
 
@@ -186,7 +186,7 @@ class MulticlassWorkingSetSolver:
         for rnd in range(self.max_rounds):
             t0 = time.perf_counter()
             theta = self.datafit.dual_point(prob.codes, pt.P, prob.weights)
-            want = self._ws_size(pt)
+            want = self._ws_size(pt, last_ws.shape[0])
             absmax, excess, cands, scores = self._pass(prob, theta, want)
             primal, dual = self._gap(prob, pt, absmax, excess)
             history.append({"round": rnd, "gap": (primal - dual) / scale, "primal": primal,
@@ -194,13 +194,14 @@ class MulticlassWorkingSetSolver:
             self._report(history[-1])
             if primal - dual <= self.tol * scale or rnd == self.max_rounds - 1:
                 break  # certified; or the last round: the point returned is the one certified
-            ws = self._working_set(prob, pt, cands, scores)
+            ws = self._working_set(prob, pt, cands, scores, want)
             target = self.inner_ratio * (primal - dual)
             if np.array_equal(ws, last_ws):
                 # the same working set again: its problem is the whole one (no violator
                 # outside), so solve it to the final target at once, not a fraction closer
                 target = min(target, 0.5 * self.tol * scale)
             last_ws = ws
+            history[-1]["ws_size"] = int(ws.shape[0])
             epochs += self._subproblem(prob, pt, ws, target)
             history[-1]["seconds"] = time.perf_counter() - t0
         coef = sp.csr_matrix(_scatter(pt, int(prob.col_bounds[-1])).T)
@@ -278,13 +279,15 @@ class MulticlassWorkingSetSolver:
         conj = self.datafit.conjugates(prob.codes, pt.P, scales, prob.weights)
         return primal, dual_from_conjugates(pen, scales, conj, excess, n)
 
-    def _ws_size(self, pt: _Point) -> int:
-        """The next working set's size: twice the support, at least ``ws_start``."""
-        return max(self.ws_start, 2 * pt.support.shape[0], 1)
+    def _ws_size(self, pt: _Point, last_ws: int) -> int:
+        """The next working set's size (:func:`~dl1.solvers.scans.next_ws_size`, the binary
+        rule), from the support and the last working set's size."""
+        return next_ws_size(pt.support.shape[0], last_ws, self.ws_start)
 
-    def _working_set(self, prob, pt: _Point, cands: np.ndarray, scores: np.ndarray):
-        """The support plus the worst violators (largest dual-norm groups), sorted."""
-        size = self._ws_size(pt)
+    def _working_set(self, prob, pt: _Point, cands: np.ndarray, scores: np.ndarray,
+                     size: int):  # fmt: skip
+        """The support plus the worst violators (largest dual-norm groups) up to ``size``
+        features, sorted."""
         order = np.argsort(-scores, kind="stable")
         new = cands[order][~np.isin(cands[order], pt.support)]
         _, first = np.unique(new, return_index=True)

@@ -66,10 +66,12 @@ class CachedGroup(NamedTuple):
 
 class Targets(NamedTuple):
     """Gap targets of a subproblem: column epochs stop at ``gap``; Gram-matrix epochs,
-    whose every epoch is cheap, at ``gram_gap``."""
+    whose every epoch is cheap, at ``gram_gap``; ``loose``, a fraction of the current
+    gap, for a working set that left violators out (:class:`GatheredProxNewton`)."""
 
     gap: float
     gram_gap: float
+    loose: float
 
 
 class SpreadGramHandle(NamedTuple):
@@ -187,8 +189,8 @@ class GatheredProxNewton(GatheredGram):
 
     def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
         call = run.subproblem_call(ws, targets, r, self.gram_max)
-        tight = self.tight and not getattr(run, "screen", False) and not run.crowded
-        target = targets.gram_gap if tight else targets.gap
+        tight = self.tight and not getattr(run, "screen", False)
+        target = targets.loose if run.crowded else targets.gram_gap if tight else targets.gap
         settings = replace(call.settings, method="prox_newton", target_gap=target)
         return self.run_call(run, ws, call._replace(settings=settings), r)
 

@@ -541,7 +541,8 @@ class Run:
         final = self.problem.tol * self.problem.p_zero
         ratio, gap = self.solver.inner_ratio, self.cert.gap
         tight = self.solver.tight_inner or spread
-        return Targets(ratio * (min(gap, final) if tight else gap), ratio * min(gap, final))
+        return Targets(ratio * (min(gap, final) if tight else gap), ratio * min(gap, final),
+                       ratio * gap)  # fmt: skip
 
     def subproblem_call(
         self, ws: np.ndarray, targets: Targets, r: int, gram_max: int

@@ -210,6 +210,26 @@ def test_the_working_set_doubles_past_each_blocks_first_candidates():
     assert max(np.diff(supports)) > 2 * 4
 
 
+def test_a_working_set_its_solution_filled_grows_fourfold():
+    """The binary growth rule: ``next_ws_size`` of the support and the last working set,
+    4 times the support after a working set whose solution filled it, else twice."""
+    from dl1.solvers.scans import next_ws_size
+
+    X, y = _problem(n=300, p=600, K=3, seed=11)
+    data = load_labelled(as_dask(X, 2), y, None, "train", None, 2, None)
+    prob = data.problem(ElasticNet(0.0005, 1.0), True)
+    res = MulticlassWorkingSetSolver(tol=1e-8, ws_start=8).solve(prob)
+    assert res.converged_
+    hist = [h for h in res.history_ if "ws_size" in h]
+    last = 0
+    for h in hist:
+        assert h["ws_size"] == next_ws_size(h["support"], last, 8)  # p = 600: never capped
+        last = h["ws_size"]
+    sizes = [h["ws_size"] for h in hist]
+    fast = [i for i in range(1, len(hist)) if hist[i]["support"] >= 0.9 * sizes[i - 1]]
+    assert fast and all(sizes[i] >= min(4 * hist[i]["support"], 300) for i in fast)
+
+
 def test_the_callback_sees_every_rounds_certified_point(capsys):
     X, y = _problem(seed=2)
     seen = []

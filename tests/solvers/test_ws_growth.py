@@ -110,3 +110,25 @@ def _reference(X, y, alpha):
     out = minimize(f, np.zeros(2 * p + 1), jac=True, method="L-BFGS-B", bounds=bounds,
                    options={"maxiter": 100_000, "ftol": 1e-15, "gtol": 1e-12})  # fmt: skip
     return out.x[:p] - out.x[p : 2 * p], out.x[-1]
+
+
+def test_a_path_solves_crowded_working_sets_loosely(monkeypatch):
+    """Paths solve their subproblems to the final target (tight), except while a working
+    set leaves violators out: then to inner_ratio times the current gap, as fits do."""
+    X, y = _weak_problem(seed=1)
+    targets = []
+    real = GatheredGram.run_call
+
+    def spy(run, ws, call, r):
+        targets.append((run.crowded, call.settings.target_gap, run.cert.gap,
+                        run.problem.tol * run.problem.p_zero))  # fmt: skip
+        return real(run, ws, call, r)
+
+    monkeypatch.setattr(GatheredGram, "run_call", staticmethod(spy))
+    amax = dl1.alpha_max(X, y, loss="logistic")
+    res = dl1.path(X, y, alphas=amax * np.array([0.5, 0.05, 0.005]), loss="logistic", tol=1e-8)
+    assert all(g <= 1e-8 for g in res.gaps_)
+    assert any(t[0] for t in targets) and not all(t[0] for t in targets)
+    for is_crowded, target, gap, final in targets:
+        expected = 0.3 * (gap if is_crowded else min(gap, final))
+        assert target == pytest.approx(expected, rel=1e-12)
