@@ -1,0 +1,180 @@
+"""benchmarks/scaling_model.py: the model's arithmetic against hand-computed cases, its
+calibration recovering known parameters from synthetic points, and its command line.
+Fast, no cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import scaling_model as sm  # noqa: E402
+
+PRM = sm.Params(nnz_s=2e-9, col_s=3e-8, sub_fixed=0.05, sub_row=1e-8, sub_gram=4e-10,
+                ovh_fixed=0.01, ovh_worker=1e-3, ovh_row=2e-9, setup_solve=0.2,
+                setup_col=5e-8, rt_solve=30.0, rt_alpha=2.0, rt_round=4.0)  # fmt: skip
+LINK = sm.Link(rtt_s=1e-3, bytes_per_s=1e9)
+PB = sm.Problem("p", n=1e6, p=1e5, nnz=1e8, rounds=1, ws_size=200, epochs=20, new_col_nnz=1e5)
+
+
+def test_one_round_one_worker_is_pass_plus_overheads():
+    pass_s = 1e8 * 2e-9 + 1e5 * 3e-8  # every nonzero and column on the one worker
+    sub_s = 0.05 + 1e6 * 1e-8 + 4e-10 * 200**2 * 20
+    ovh_s = 0.01 + 1e-3 * 1 + 2e-9 * 1e6
+    net_s = 4.0 * 1e-3 + (8 * 1e6 * 2 + 12 * 1e5) / 1e9  # z in, dz out; no peers
+    setup = 0.2 + 5e-8 * 1e5 + (30.0 + 2.0) * 1e-3
+    expect = setup + pass_s + (pass_s + sub_s + ovh_s + net_s)  # final certifying pass
+    assert sm.fit_time(PB, 1, PRM, LINK) == pytest.approx(expect, rel=1e-12)
+    rt = sm.round_terms(PB, 1, PRM, LINK)
+    assert rt.total == pytest.approx(pass_s + sub_s + ovh_s + net_s, rel=1e-12)
+
+
+def test_doubling_workers_halves_the_pass_term_and_adds_a_vector():
+    a, b = sm.round_terms(PB, 8, PRM, LINK), sm.round_terms(PB, 16, PRM, LINK)
+    assert b.pass_s == pytest.approx(a.pass_s / 2, rel=1e-12)
+    assert b.sub_s == a.sub_s  # one worker solves the subproblem, whatever the cluster
+    assert b.overhead_s - a.overhead_s == pytest.approx(8 * PRM.ovh_worker, rel=1e-12)
+    assert (b.bytes_s - a.bytes_s) * LINK.bytes_per_s == pytest.approx(8 * 8 * 1e6, rel=1e-12)
+
+
+def test_bytes_term_is_bytes_over_bandwidth():
+    for w in (1, 8, 64, 256):
+        nbytes = 8 * PB.n * (w + 1) + 12 * PB.new_col_nnz
+        assert sm.round_bytes(PB.n, w, PB.new_col_nnz) == nbytes
+        assert sm.round_terms(PB, w, PRM, LINK).bytes_s == pytest.approx(nbytes / 1e9, rel=1e-12)
+    # the brief's bottleneck: 64 workers x 8 bytes x 100M rows, about 51 GB a round
+    assert sm.round_bytes(1e8, 64) == pytest.approx(64 * 8 * 1e8, rel=0.02)
+
+
+def test_remedies_tree_and_float32_bytes():
+    w = 64
+    tree = sm.remedy_terms(PB, w, PRM, LINK, "tree broadcast + reduction")
+    nbytes = 8 * PB.n * (6 + 2) + 12 * PB.new_col_nnz  # ceil(log2 64) hops, z in, dz out
+    assert tree.bytes_s * LINK.bytes_per_s == pytest.approx(nbytes, rel=1e-12)
+    assert tree.overhead_s == pytest.approx(sm.overhead_seconds(PB.n, 7, PRM), rel=1e-12)
+    f32 = sm.remedy_terms(PB, w, PRM, LINK, "float32 transport").bytes_s * LINK.bytes_per_s
+    assert f32 == pytest.approx(4 * PB.n * (w + 1) + 12 * PB.new_col_nnz, rel=1e-12)
+    same = sm.remedy_time(PB, w, PRM, LINK, "as built")
+    assert same == pytest.approx(sm.fit_time(PB, w, PRM, LINK), rel=1e-12)
+    pb = dataclasses.replace(PB, rounds=4)
+    half = sm.remedy_time(pb, w, PRM, LINK, "half the rounds")
+    rt = sm.round_terms(pb, w, PRM, LINK).total
+    assert sm.fit_time(pb, w, PRM, LINK) - half == pytest.approx(2 * rt, rel=1e-9)
+
+
+def test_efficiency_is_one_for_ideal_scaling():
+    ideal = dataclasses.replace(PRM, **{f: 0.0 for f in ("sub_fixed", "sub_row", "sub_gram",
+                                "ovh_fixed", "ovh_worker", "ovh_row", "setup_solve",
+                                "setup_col", "rt_solve", "rt_alpha", "rt_round")})  # fmt: skip
+    no_net = sm.Link(0.0, math.inf)
+    assert sm.efficiency(PB, 64, 8, ideal, no_net) == pytest.approx(1.0, rel=1e-12)
+    assert sm.efficiency(PB, 64, 8, PRM, LINK) < 1.0
+
+
+def test_nonneg_lstsq_recovers_and_clips():
+    rng = np.random.default_rng(0)
+    a = rng.uniform(1, 10, size=(30, 3))
+    x = np.array([2.0, 0.5, 3.0])
+    assert sm.nonneg_lstsq(a, a @ x) == pytest.approx(x, rel=1e-10)
+    b = a[:, :2] @ np.array([1.0, 2.0]) - 0.5 * rng.uniform(0, 1, 30)
+    got = sm.nonneg_lstsq(np.column_stack([a[:, :2], rng.uniform(0, 1, 30)]), b)
+    assert (got >= 0).all()
+    with pytest.raises(ValueError, match="does not match"):
+        sm.nonneg_lstsq(a, np.ones(5))
+
+
+def _synthetic_run(preset, lay, prm, rpc, rounds, rng):
+    """A timed 2-worker fit whose figures follow the model exactly."""
+    t, hist = 0.0, []
+    for r in range(rounds + 1):
+        kernel = sm.pass_seconds(lay.nnz_w, lay.cols_w, prm)
+        h = {"seconds": t + kernel, "scan_kernel_s": kernel}
+        if r < rounds:
+            m, ep = float(rng.integers(100, 2000)), float(rng.integers(5, 100))
+            h |= {"ws_size": m, "inner_epochs": ep, "inner_s": sm.sub_seconds(lay.n, m, ep, prm)}
+            t = h["seconds"] + h["inner_s"] + sm.overhead_seconds(lay.n, 2, prm)
+        hist.append(h)
+    setup = prm.setup_solve + prm.setup_col * lay.p
+    return {"preset": preset, "workers": 2, "rpc_s": rpc, "rounds": rounds,
+            "seconds": hist[-1]["seconds"] + setup, "history": hist}  # fmt: skip
+
+
+def test_fit_compute_recovers_known_parameters():
+    rng = np.random.default_rng(1)
+    true = dataclasses.replace(PRM, ovh_worker=1.5e-3, rt_solve=0, rt_alpha=0, rt_round=0)
+    lays = {(f"s{k}", 2): sm.Layout(int(n), int(p), 0, int(z), int(c)) for k, (n, p, z, c) in
+            enumerate(rng.uniform([1e3, 1e4, 1e6, 5e3], [1e6, 5e6, 2e7, 3e6], (6, 4)))}  # fmt: skip
+    timed = [_synthetic_run(k[0], lay, true, 1.5e-3, 4, rng) for k, lay in lays.items()]
+    got = sm.fit_compute(timed, lays)
+    for f in dataclasses.fields(sm.Params):
+        assert getattr(got, f.name) == pytest.approx(getattr(true, f.name), rel=1e-6, abs=1e-15)
+
+
+def test_fit_round_trips_recovers_counts():
+    lay = sm.Layout(100, 10, 1000, 600, 6)
+    pts = [sm.Point("x", "fit", "l", 1.0, r, a, lay, 1e-3, 1e9, 20 + 3 * a + 4 * r, 0.0, 0.0)
+           for r, a in [(1, 1), (4, 1), (9, 10), (15, 10), (5, 1)]]  # fmt: skip
+    got = sm.fit_round_trips(pts, PRM)
+    assert (got.rt_solve, got.rt_alpha, got.rt_round) == pytest.approx((20, 3, 4), rel=1e-9)
+
+
+def test_layout_splits_blocks_like_dl1():
+    man = {
+        "splits": {
+            "train": {
+                "shape": [50, 100],
+                "nnz": 60,
+                "col_bounds": [0, 30, 70, 100],
+                "blocks": {"csc": [[{"nnz": 10}, {"nnz": 30}, {"nnz": 20}]]},
+            }
+        }
+    }
+    lay = sm.layout(man, 2)  # np.array_split: blocks [0, 1] and [2]
+    assert (lay.n, lay.p, lay.nnz, lay.nnz_w, lay.cols_w) == (50, 100, 60, 40, 70)
+    assert sm.layout(man, 8).nnz_w == 30  # more workers than blocks: one block each
+
+
+def _params_file(tmp_path):
+    doc = {
+        "params": dataclasses.asdict(PRM),
+        "problems": [dataclasses.asdict(dataclasses.replace(PB, name="q", rounds=3))],
+    }
+    path = tmp_path / "params.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_cli_help_and_predict_json(tmp_path):
+    script = str(ROOT / "benchmarks" / "scaling_model.py")
+    out = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "calibrate" in out.stdout and "predict" in out.stdout
+    dest = tmp_path / "pred.json"
+    run = subprocess.run([sys.executable, script, "predict", "--params",
+                          str(_params_file(tmp_path)), "--json", str(dest)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(dest.read_text())["predictions"]
+    assert {r["workers"] for r in rows} == set(sm.WORKERS)
+    link = sm.Link(sm.LINK_RTT_S, sm.LINK_BPS / 8)
+    pb = dataclasses.replace(PB, name="q", rounds=3)
+    r64 = next(r for r in rows if r["workers"] == 64 and r["remedy"] == "as built")
+    assert r64["fit_s"] == pytest.approx(sm.fit_time(pb, 64, PRM, link), rel=1e-12)
+    assert r64["efficiency"] == pytest.approx(sm.efficiency(pb, 64, 8, PRM, link), rel=1e-12)
+
+
+def test_cli_rejects_a_file_without_parameters(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"problems": []}))
+    with pytest.raises(SystemExit, match="not a `calibrate --params` file"):
+        sm.main(["predict", "--params", str(bad)])
+    with pytest.raises(SystemExit, match="PRESET=PATH"):
+        sm.main(["time", "--store", "nopath"])
