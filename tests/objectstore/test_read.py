@@ -350,7 +350,7 @@ def test_workers_without_the_credentials_are_named_with_what_to_do(s3_store):
 
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                     dashboard_address=None, env=NO_CREDENTIALS) as cluster,
+                     dashboard_address="127.0.0.1:0", env=NO_CREDENTIALS) as cluster,
         Client(cluster, set_as_default=False) as client,
     ):  # fmt: skip
         workers = set(client.scheduler_info()["workers"])

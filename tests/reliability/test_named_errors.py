@@ -22,7 +22,7 @@ def test_a_closed_client_is_named():
     from distributed import Client, LocalCluster
 
     X, y = data()
-    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=1, processes=False, dashboard_address="127.0.0.1:0") as cluster:
         client = Client(cluster, set_as_default=False)
         client.close()
         with pytest.raises(ValidationError, match="client is closed"):

@@ -172,7 +172,7 @@ def test_calls_to_closed_servers_are_answered_without_a_logged_traceback():
     from dl1.runtime.wire import PLUGIN_NAME
 
     with (
-        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster,
+        LocalCluster(n_workers=1, processes=False, dashboard_address="127.0.0.1:0") as cluster,
         Client(cluster, set_as_default=False) as client,
     ):
         rx = RpcExecutor(DistributedExecutor(client))
