@@ -541,9 +541,15 @@ RUNNERS = {"dl1": _run_dl1, "spark": _run_spark, "dask-ml": _run_daskml}
 
 def in_child(engine: str, *args, limit: float) -> dict:
     """An engine in a spawned child; the parent's own bound (the child bounds its fits)."""
+    return run_in_child(RUNNERS[engine], *args, limit=limit)
+
+
+def run_in_child(target, *args, limit: float) -> dict:
+    """``target(*args, q)`` in a spawned child, its answer read from ``q``; killed (and
+    said so) past ``limit`` seconds."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=RUNNERS[engine], args=(*args, q))
+    p = ctx.Process(target=target, args=(*args, q))
     p.start()
     try:
         out = q.get(timeout=limit)

@@ -87,9 +87,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import multiprocessing as mp
 import os
-import queue
 import shutil
 import sys
 import time
@@ -100,7 +98,7 @@ import numpy as np
 import scipy.sparse as sp
 
 # the engines benchmark's child plumbing (run from the repository: benchmarks/ on sys.path)
-from bench_engines import _bounded, _finish, _vmhwm_mb
+from bench_engines import _bounded, _finish, _vmhwm_mb, run_in_child
 from scipy.special import expit, logsumexp, softmax, xlogy
 
 #: engine -> the model it fits (rows of a model are compared with each other)
@@ -446,20 +444,8 @@ def _run_peer(src, engine, alpha, cfg, q) -> None:
 
 def in_child(engine: str, src: str, alpha: float, cfg: dict, limit: float) -> dict:
     """An engine in a spawned child; killed (and said so) past ``limit`` seconds."""
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
     target = _run_dl1 if engine.startswith("dl1") else _run_peer
-    p = ctx.Process(target=target, args=(src, engine, alpha, cfg, q))
-    p.start()
-    try:
-        out = q.get(timeout=limit)
-    except queue.Empty:
-        out = {"error": f"child gave no answer within {limit:.0f} s (killed)"}
-        p.kill()
-    p.join(60)
-    if p.is_alive():
-        p.kill()
-    return out
+    return run_in_child(target, src, engine, alpha, cfg, limit=limit)
 
 
 def missing(engine: str, l1_ratio: float) -> str | None:
