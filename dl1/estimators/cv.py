@@ -17,7 +17,7 @@ import numpy as np
 from dl1.cross_validation import fit_cv
 from dl1.estimators.base import CONSTRAINTS, SHARED, in_estimator_terms
 from dl1.estimators.classification import LogisticRegression, is_class_weight
-from dl1.estimators.multiclass import checked_multiclass_data, labels_of
+from dl1.estimators.multiclass import checked_multiclass_data
 from dl1.estimators.regression import _Regressor
 from dl1.models import MulticlassModel
 from dl1.params import POSITIVE_INT, UNIT, Interval, Options, is_cv_splitter, predicate
@@ -396,8 +396,7 @@ class LogisticRegressionCV(_CrossValidated, LogisticRegression):
         self
         """
         self._validate_params()
-        labels = labels_of(X, y)
-        if labels is not None and np.unique(labels).shape[0] > 2:
+        if self._many_labels(X, y):
             return self._fit_multiclass_cv(X, y, sample_weight)
         return super().fit(X, y, sample_weight)
 

@@ -99,10 +99,16 @@ class MulticlassFit:
         self
         """
         self._validate_params()
-        labels = labels_of(X, y)
-        if labels is not None and np.unique(labels).shape[0] > 2:
+        if self._many_labels(X, y):
             return self._fit_multiclass(X, y, sample_weight)
         return super().fit(X, y, sample_weight)  # type: ignore[misc]
+
+    @staticmethod
+    def _many_labels(X: Any, y: Any) -> bool:
+        """Whether the labels (``y``, or those of the store or Dataset ``X``) hold more
+        than two classes: the fit is then the multiclass one."""
+        labels = labels_of(X, y)
+        return labels is not None and np.unique(labels).shape[0] > 2
 
     def _fit_multiclass(self, X: Any, y: Any, sample_weight: Any) -> Any:
         self._check_multiclass()
