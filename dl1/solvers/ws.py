@@ -214,7 +214,7 @@ class WorkingSetSolver:
         last = None
         if self._reuses_passes(pb):
             theta = pb.datafit.dual_point(pb.y, z, pb.weights, pb.fit_intercept)
-            ws_size = max(self.ws_start, 2 * int(np.count_nonzero(w)))
+            ws_size = next_ws_size(int(np.count_nonzero(w)), 0, self.ws_start)
             alive: list[np.ndarray | None] = [None] * len(pb.blocks)
             threshold = pb.n * pb.penalty.alpha_l1
             scans = scan_pass(pb, theta, threshold, w, ws_size, alive, None)
