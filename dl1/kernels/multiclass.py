@@ -14,6 +14,9 @@ from numba import njit
 
 #: Newton / bisection steps of the grouped proximal operator's root, at most.
 PROX_STEPS = 100
+#: A dual value within this relative margin of the bound is left to the uniform rescaling
+#: (a repaired entry lands on the bound, where rounding alone would repair it again).
+REPAIR_SLACK = 1e-12
 
 
 
@@ -289,3 +292,96 @@ def mc_loss_along(Z, dZ, t, codes, sw):  # pragma: no cover - numba
         total += ce if sw.shape[0] == 0 else sw[i] * ce
     return total / n
 
+
+
+@njit(nogil=True, cache=True)
+def xt_dual(indptr, indices, data, codes, sw, Q, V):  # pragma: no cover - numba
+    """``V = X^T S (Y - Q)`` for a CSC block ``X``: the multinomial dual point of the
+    probabilities ``Q`` (``sw`` the sample weights; empty for unit ones) against every
+    column, a row's ``K`` values read together."""
+    m = indptr.shape[0] - 1
+    K = Q.shape[1]
+    for j in range(m):
+        for k in range(K):
+            V[j, k] = 0.0
+        for q in range(indptr[j], indptr[j + 1]):
+            i = indices[q]
+            v = data[q] if sw.shape[0] == 0 else data[q] * sw[i]
+            for k in range(K):
+                V[j, k] -= v * Q[i, k]
+            V[j, codes[i]] += v
+
+
+@njit(nogil=True, cache=True)
+def _shrink_toward_labels(indptr, indices, data, codes, sw, Q, j, k, lam):  # pragma: no cover
+    """Bring ``|x_j^T S (y_k - q_k)|`` down to ``lam`` by moving probability mass of the
+    rows of column ``j`` to their labels (see :func:`repair_dual`); returns whether the
+    entry was over ``lam``."""
+    K = Q.shape[1]
+    v = 0.0
+    for q in range(indptr[j], indptr[j + 1]):
+        i = indices[q]
+        x = data[q] if sw.shape[0] == 0 else data[q] * sw[i]
+        v += x * ((1.0 if codes[i] == k else 0.0) - Q[i, k])
+    if abs(v) <= lam * (1.0 + REPAIR_SLACK):
+        return False
+    sign = 1.0 if v > 0.0 else -1.0
+    # the most each row can give: a row of class k its off-label mass, another row its q_ik,
+    # each only where that lowers |v|
+    give = 0.0
+    for q in range(indptr[j], indptr[j + 1]):
+        i = indices[q]
+        x = sign * (data[q] if sw.shape[0] == 0 else data[q] * sw[i])
+        if codes[i] == k and x > 0.0:
+            give += x * (1.0 - Q[i, k])
+        elif codes[i] != k and x < 0.0:
+            give -= x * Q[i, k]
+    if give <= 0.0:
+        return False
+    cut = min((abs(v) - lam) / give, 1.0)
+    for q in range(indptr[j], indptr[j + 1]):
+        i = indices[q]
+        x = sign * (data[q] if sw.shape[0] == 0 else data[q] * sw[i])
+        c = codes[i]
+        if c == k and x > 0.0:
+            off = 0.0
+            for kk in range(K):
+                if kk != c:
+                    Q[i, kk] *= 1.0 - cut
+                    off += Q[i, kk]
+            Q[i, c] = 1.0 - off
+        elif c != k and x < 0.0:
+            moved = cut * Q[i, k]
+            Q[i, k] -= moved
+            Q[i, c] += moved
+    return True
+
+
+@njit(nogil=True, cache=True)
+def repair_dual(indptr, indices, data, codes, sw, Q, lam, sweeps, V):  # pragma: no cover
+    """Make the dual point ``S (Y - Q)`` feasible on the columns of a CSC block (``|x_j^T
+    S (y_k - q_k)| <= lam``) by moving probability mass of the violating columns' rows
+    to their labels; ``Q`` changes in place, ``V`` ends as ``X^T S (Y - Q)``.
+
+    Every row of ``Q`` stays on the simplex, so ``S (Y - Q)`` stays in the conjugate's
+    domain; an entry over ``lam`` is brought to it exactly by the smallest common fraction
+    ``cut`` of what its rows can give (a row of class ``k`` its off-label mass, scaled by
+    ``1 - cut``; another row its ``q_ik``), both moves lowering ``|v|`` where ``x_ij`` has
+    the sign that helps. A repair shifts other columns' values a little, so ``sweeps``
+    passes (fewer once none is over); what remains over is left to the uniform rescaling
+    of the certificate. Near an answer the violations sit on columns whose rows' mass is
+    tiny (a coefficient still growing where the probabilities vanish), so the repair
+    costs the dual far less than rescaling every row by the largest violation."""
+    m = indptr.shape[0] - 1
+    K = Q.shape[1]
+    for _ in range(sweeps):
+        xt_dual(indptr, indices, data, codes, sw, Q, V)
+        fixed = 0
+        for j in range(m):
+            for k in range(K):
+                over = abs(V[j, k]) > lam * (1.0 + REPAIR_SLACK)
+                if over and _shrink_toward_labels(indptr, indices, data, codes, sw, Q, j, k, lam):
+                    fixed += 1
+        if fixed == 0:
+            break
+    xt_dual(indptr, indices, data, codes, sw, Q, V)

@@ -183,12 +183,14 @@ class MulticlassWorkingSetSolver:
         epochs = 0
         primal = dual = np.inf
         last_ws = np.zeros(0, np.int64)
+        cols: _Columns | None = None  # the last working set's columns
         for rnd in range(self.max_rounds):
             t0 = time.perf_counter()
-            theta = self.datafit.dual_point(prob.codes, pt.P, prob.weights)
+            Q = self._dual_probabilities(prob, pt, cols)[0]
+            theta = self.datafit.dual_point(prob.codes, Q, prob.weights)
             want = self._ws_size(pt, last_ws.shape[0])
             absmax, excess, cands, scores = self._pass(prob, theta, want)
-            primal, dual = self._gap(prob, pt, absmax, excess)
+            primal, dual = self._gap(prob, pt, absmax, excess, Q)
             history.append({"round": rnd, "gap": (primal - dual) / scale, "primal": primal,
                             "support": int(pt.support.shape[0]), "epochs": epochs})  # fmt: skip
             self._report(history[-1])
@@ -202,7 +204,8 @@ class MulticlassWorkingSetSolver:
                 target = min(target, 0.5 * self.tol * scale)
             last_ws = ws
             history[-1]["ws_size"] = int(ws.shape[0])
-            epochs += self._subproblem(prob, pt, ws, target)
+            cols = _Columns(prob, ws)
+            epochs += self._subproblem(prob, pt, ws, cols, target)
             history[-1]["seconds"] = time.perf_counter() - t0
         coef = sp.csr_matrix(_scatter(pt, int(prob.col_bounds[-1])).T)
         coef.eliminate_zeros()
@@ -270,13 +273,15 @@ class MulticlassWorkingSetSolver:
         scores = np.concatenate([s.scores for s in scans])
         return absmax, excess, cands, scores
 
-    def _gap(self, prob: MulticlassProblem, pt: _Point, absmax: float, excess: float):
-        """``(primal, dual)`` at the point, from the pass's statistics."""
+    def _gap(self, prob: MulticlassProblem, pt: _Point, absmax: float, excess: float,
+             Q: np.ndarray):  # fmt: skip
+        """``(primal, dual)`` at the point, from the pass's statistics of the dual point
+        made from the probabilities ``Q``."""
         n = pt.Z.shape[0]
         pen = prob.penalty
         primal = self.datafit.value(prob.codes, pt.Z, prob.weights) + block_penalty(pen, pt.W)
         scales = dual_scales(pen, absmax, n)
-        conj = self.datafit.conjugates(prob.codes, pt.P, scales, prob.weights)
+        conj = self.datafit.conjugates(prob.codes, Q, scales, prob.weights)
         return primal, dual_from_conjugates(pen, scales, conj, excess, n)
 
     def _ws_size(self, pt: _Point, last_ws: int) -> int:
@@ -295,10 +300,10 @@ class MulticlassWorkingSetSolver:
         return np.union1d(pt.support, new).astype(np.int64)
 
     def _subproblem(self, prob: MulticlassProblem, pt: _Point, ws: np.ndarray,
-                    target: float) -> int:  # fmt: skip
-        """Solve the problem restricted to ``ws`` to a gap of ``target``; the point moves
-        to its answer (the support: the rows left nonzero). Returns the epochs it took."""
-        cols = _Columns(prob, ws)
+                    cols: _Columns, target: float) -> int:  # fmt: skip
+        """Solve the problem restricted to ``ws`` (its columns ``cols``) to a gap of
+        ``target``; the point moves to its answer (the support: the rows left nonzero).
+        Returns the epochs it took."""
         n, K = pt.Z.shape
         W = np.zeros((ws.shape[0], K))
         W[np.searchsorted(ws, pt.support)] = pt.W
@@ -315,15 +320,36 @@ class MulticlassWorkingSetSolver:
         return epochs
 
     def _restricted_gap(self, prob: MulticlassProblem, pt: _Point, cols: _Columns) -> float:
-        theta = self.datafit.dual_point(prob.codes, pt.P, prob.weights)
-        V = np.empty((cols.indptr.shape[0] - 1, theta.shape[1]))
-        csc_xt_mat(cols.indptr, cols.indices, cols.data, theta, V)
-        n = theta.shape[0]
+        Q, V = self._dual_probabilities(prob, pt, cols)
+        n = Q.shape[0]
         norms = group_norms(V, prob.grouped)
         absmax = float(norms.max(initial=0.0))
         excess = excess_sq(V, prob.grouped, n * prob.penalty.alpha_l1)
-        primal, dual = self._gap(prob, pt, absmax, excess)
+        primal, dual = self._gap(prob, pt, absmax, excess, Q)
         return primal - dual
+
+    def _dual_probabilities(
+        self, prob: MulticlassProblem, pt: _Point, cols: _Columns | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(Q, X_W^T Theta)``: the probabilities whose dual point ``Theta = S (Y - Q)``
+        certifies the point, with its values on the working set's columns (None without
+        them). Where the penalty is the L1 norm of each coefficient, ``P`` is repaired on
+        the working set (:meth:`~dl1.objective.datafits.multinomial.Multinomial.repaired`):
+        near an answer the largest violations sit there, on coefficients still growing
+        where the probabilities vanish, and rescaling every row by them would cost the dual
+        far more (the uniform rescaling still takes what remains). Otherwise ``Q = P``."""
+        if cols is None:
+            return pt.P, None
+        pen = prob.penalty
+        n = pt.P.shape[0]
+        if prob.grouped or pen.alpha_l2 > 0.0 or pen.alpha_l1 <= 0.0:
+            V = np.empty((cols.indptr.shape[0] - 1, pt.P.shape[1]))
+            theta = self.datafit.dual_point(prob.codes, pt.P, prob.weights)
+            csc_xt_mat(cols.indptr, cols.indices, cols.data, theta, V)
+            return pt.P, V
+        columns = (cols.indptr, cols.indices, cols.data)
+        return self.datafit.repaired(prob.codes, pt.P, columns, n * pen.alpha_l1, prob.weights,
+                                     prob.fit_intercept)  # fmt: skip
 
 
 def _scatter(pt: _Point, p: int) -> sp.csr_matrix:

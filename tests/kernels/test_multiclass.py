@@ -8,6 +8,7 @@ import scipy.sparse as sp
 from scipy.special import logsumexp, softmax
 
 from dl1.kernels.multiclass import (
+    REPAIR_SLACK,
     csc_mat_add,
     csc_xt_mat,
     group_prox_diag,
@@ -15,8 +16,11 @@ from dl1.kernels.multiclass import (
     mc_loss_along,
     mc_model_epoch,
     mc_model_stats,
+    repair_dual,
     softmax_rows,
+    xt_dual,
 )
+from dl1.objective.datafits.multinomial import Multinomial, restore_class_sums
 
 
 def _csc(n=40, p=12, seed=0):
@@ -201,3 +205,85 @@ def test_an_epoch_moves_only_the_entries_it_visits():
                    G0, C, mdl.E, mdl.W, dW, dZ, r, 1e-4, 0.0, False)  # fmt: skip
     assert not dW[~visit].any() and dW[visit].any()
     np.testing.assert_allclose(dZ, X @ dW, rtol=1e-12, atol=1e-14)
+
+
+def _repair_reference(X, codes, s, Q, lam, sweeps):
+    """One entry at a time, as the kernel orders them: the entries over ``lam`` at a
+    sweep's start, each re-read and brought to ``lam`` by the rows that lower it."""
+    Q = Q.copy()
+    K = Q.shape[1]
+    Y = np.eye(K)[codes]
+    for _ in range(sweeps):
+        V = X.T @ (s[:, None] * (Y - Q))
+        for j, k in np.argwhere(np.abs(V) > lam * (1 + REPAIR_SLACK)):
+            rows = X.indices[X.indptr[j]:X.indptr[j + 1]]
+            x = X.data[X.indptr[j]:X.indptr[j + 1]] * s[rows]
+            v = x @ (Y[rows, k] - Q[rows, k])
+            if abs(v) <= lam * (1 + REPAIR_SLACK):
+                continue
+            sx = np.sign(v) * x
+            mine, other = (codes[rows] == k) & (sx > 0), (codes[rows] != k) & (sx < 0)
+            give = sx[mine] @ (1 - Q[rows[mine], k]) - sx[other] @ Q[rows[other], k]
+            cut = min((abs(v) - lam) / give, 1.0)
+            for i in rows[mine]:
+                off = np.arange(K) != k
+                Q[i, off] *= 1 - cut
+                Q[i, k] = 1 - Q[i, off].sum()
+            for i in rows[other]:
+                Q[i, codes[i]] += cut * Q[i, k]
+                Q[i, k] -= cut * Q[i, k]
+    return Q
+
+
+def _repair_problem(weighted, n=80, p=15, K=4):
+    X = sp.random(n, p, density=0.3, format="csc", random_state=21)
+    X.data -= 0.3  # both signs: only the rows that lower |v| give
+    rng = np.random.default_rng(22)
+    codes = np.arange(n) % K
+    s = rng.uniform(0.2, 2.0, n) if weighted else np.ones(n)
+    P = softmax(rng.standard_normal((n, K)), axis=1)
+    V0 = X.T @ (s[:, None] * (np.eye(K)[codes] - P))
+    return X, codes, s, P, V0, 0.5 * np.abs(V0).max()
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_repair_dual_matches_numpy_and_makes_the_dual_point_feasible(weighted):
+    X, codes, s, P, V0, lam = _repair_problem(weighted)
+    sw = s if weighted else np.zeros(0)
+    idx = X.indices.astype(np.int64)
+    out = np.empty(V0.shape)
+    xt_dual(X.indptr, idx, X.data, codes, sw, P, out)
+    np.testing.assert_allclose(out, V0, rtol=1e-12, atol=1e-13)
+    for sweeps in (1, 3):
+        Q = P.copy()
+        repair_dual(X.indptr, idx, X.data, codes, sw, Q, lam, sweeps, out)
+        np.testing.assert_allclose(Q, _repair_reference(X, codes, s, P, lam, sweeps),
+                                   rtol=1e-12, atol=1e-15)  # fmt: skip
+        assert (Q >= 0).all() and np.allclose(Q.sum(axis=1), 1.0, rtol=0, atol=1e-14)
+        V = X.T @ (s[:, None] * (np.eye(4)[codes] - Q))
+        np.testing.assert_allclose(out, V, rtol=1e-12, atol=1e-13)
+    # what one repair shifts elsewhere, the next sweeps take back
+    assert np.abs(V).max() < np.abs(V0).max() and np.abs(V).max() <= lam * 1.05
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_repaired_with_an_intercept_keeps_the_classes_sums_at_zero(weighted):
+    """At an optimal intercept the classes' sums of ``S (Y - P)`` are 0; a repair of a few
+    violations moves them and the restoration brings them back, rows still on the simplex.
+    Sums far from 0 cannot be restored (the caller then keeps ``P``)."""
+    X, codes, s, P, V0, lam = _repair_problem(weighted)
+    Y = np.eye(4)[codes]
+    Z, _ = Multinomial().fit_intercept(codes, np.log(P), np.zeros(4), s * 80 / s.sum())
+    P = softmax(Z, axis=1)  # at the optimal intercept: the classes' sums are 0
+    np.testing.assert_allclose(s @ (Y - P), 0.0, atol=1e-12)
+    before = np.abs(X.T @ (s[:, None] * (Y - P))).max()
+    sw = s if weighted else None
+    cols = (X.indptr, X.indices, X.data)
+    Q, V = Multinomial.repaired(codes, P, cols, 0.9 * before, sw, intercept=True)
+    assert not np.array_equal(Q, P)  # repaired, not given up
+    assert (Q >= 0).all() and np.allclose(Q.sum(axis=1), 1.0, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(s @ (Y - Q), 0.0, atol=1e-12)
+    np.testing.assert_allclose(V, X.T @ (s[:, None] * (Y - Q)), rtol=1e-12, atol=1e-13)
+    assert np.abs(V).max() < before
+    # far from an optimal intercept (random probabilities) no scaling restores the sums
+    assert restore_class_sums(codes, _repair_problem(weighted)[3], sw) is None

@@ -237,3 +237,30 @@ def test_the_callback_sees_every_rounds_certified_point(capsys):
     assert [e["round"] for e in seen] == list(range(res.n_rounds_))
     assert seen[-1]["gap"] == res.gap_ <= 1e-9 and seen[0]["gap"] > 1e-9
     assert capsys.readouterr().out.count("gap") == res.n_rounds_
+
+
+def _rescaled_dual(X, y, W, b, alpha):
+    """The dual value at ``Y - P`` rescaled uniformly into ``|X^T Theta| <= n alpha`` (pure
+    L1; with an intercept optimal for ``W`` its classes' sums are 0), independently of dl1."""
+    n, K = X.shape[0], W.shape[1]
+    P = softmax(X @ W + b, axis=1)
+    Y = np.eye(K)[y]
+    c = min(1.0, n * alpha / np.abs(X.T @ (Y - P)).max())
+    Q = c * P + (1 - c) * Y
+    return -float((Q * np.log(np.where(Q > 0, Q, 1.0))).sum() / n)
+
+
+@pytest.mark.parametrize("intercept", [False, True])
+@pytest.mark.parametrize("tol", [1e-2, 1e-4, 1e-6])
+def test_the_repaired_dual_point_is_a_lower_bound_tighter_than_rescaling(tol, intercept):
+    """The L1 certificate repairs ``Y - P`` on the working set's columns before rescaling
+    it: still below the optimum (scikit-learn's), above the uniformly rescaled one."""
+    X, y = _problem(n=300, p=60, K=5, seed=3)
+    alpha = 0.002
+    sk = _sklearn(X, y, alpha, 1.0, intercept=intercept)
+    best = _objective(X, y, sk.coef_.T, sk.intercept_, alpha)
+    res = dl1.fit_multiclass(X, y, alpha=alpha, tol=tol, fit_intercept=intercept)
+    assert res.converged_
+    assert res.dual_ <= best + 1e-12 * best
+    rescaled = _rescaled_dual(X, y, res.coef_.T.toarray(), res.intercept_, alpha)
+    assert res.dual_ > rescaled

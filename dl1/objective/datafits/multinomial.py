@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import softmax, xlogy
 
 from dl1.errors import ValidationError
-from dl1.kernels.multiclass import mc_loss_along
+from dl1.kernels.multiclass import mc_loss_along, repair_dual, xt_dual
 
 #: Sample weights normalised to sum to n, or None for unit weights.
 Weights = NDArray[np.float64] | None
@@ -40,6 +40,9 @@ FULL_STEP = 1e-10
 
 #: Newton steps of the intercept, at most (each is O(n K^2); a few reach machine precision).
 INTERCEPT_STEPS = 50
+
+#: Sweeps of the dual point's repair over a working set's columns, at most.
+REPAIR_SWEEPS = 3
 
 
 class Multinomial:
@@ -119,6 +122,34 @@ class Multinomial:
         return tuple(out)
 
     @staticmethod
+    def repaired(
+        codes: NDArray[np.int64], P: NDArray[np.float64], columns: tuple[NDArray[Any], ...],
+        lam: float, s: Weights = None, intercept: bool = False, sweeps: int = REPAIR_SWEEPS,
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(Q, X^T S (Y - Q))``: probabilities ``Q`` whose dual point ``S (Y - Q)`` meets
+        ``|x_j^T S (y_k - q_k)| <= lam`` on the CSC ``columns`` (``indptr, indices, data``),
+        made from ``P`` by moving the violating columns' rows' mass to their labels
+        (:func:`~dl1.kernels.multiclass.repair_dual`); pass ``Q`` for ``P`` to
+        :meth:`dual_point` and :meth:`conjugates`. Rows stay on the simplex, so the dual
+        value stays a lower bound. With an ``intercept`` the classes' sums of the dual point
+        (its constraint, met by ``P`` at an optimal intercept) are restored
+        (:func:`restore_class_sums`); where they cannot be, ``P`` is returned."""
+        indptr, indices, data = (np.ascontiguousarray(a) for a in columns)
+        Q = np.array(P, dtype=np.float64, order="C")
+        V = np.empty((indptr.shape[0] - 1, Q.shape[1]))
+        sw = np.zeros(0) if s is None else np.ascontiguousarray(s, dtype=np.float64)
+        codes = codes.astype(np.int64)
+        repair_dual(indptr, indices, data, codes, sw, Q, float(lam), sweeps, V)
+        if intercept:
+            restored = restore_class_sums(codes, Q, s)
+            if restored is None:
+                Q = np.array(P, dtype=np.float64, order="C")
+            else:
+                Q = restored
+            xt_dual(indptr, indices, data, codes, sw, Q, V)
+        return Q, V
+
+    @staticmethod
     def initial_intercept(
         codes: NDArray[np.int64], n_classes: int, s: Weights = None
     ) -> NDArray[np.float64]:
@@ -180,6 +211,33 @@ def loss_along(
     dZ = Z if dZ is None else np.ascontiguousarray(dZ, dtype=np.float64)
     sw = np.zeros(0) if s is None else np.ascontiguousarray(s, dtype=np.float64)
     return float(mc_loss_along(Z, dZ, 0.0 if dZ is Z else float(t), codes.astype(np.int64), sw))
+
+
+def restore_class_sums(
+    codes: NDArray[np.int64], Q: NDArray[np.float64], s: Weights = None
+) -> NDArray[np.float64] | None:
+    """``Q`` with every class's sum of ``S (Y - Q)`` made 0 (an intercept's dual
+    constraint), each class's off-label probabilities scaled by ``1 - tau_k`` and the rows'
+    labels taking the difference; None when no such ``tau`` keeps the rows on the simplex.
+
+    The classes' sums ``d`` move by ``M tau`` with ``M = diag(A) - B``, ``B_ck`` the
+    (weighted) mass of class ``k`` on the rows of class ``c != k`` and ``A_k = sum_c B_ck``:
+    a singular M-matrix whose columns sum to 0, as ``d`` does (rows sum to 0), so ``M tau =
+    -d`` is solved by least squares."""
+    n, K = Q.shape
+    w = np.ones(n) if s is None else np.asarray(s, dtype=np.float64)
+    Y = np.zeros((n, K))
+    Y[np.arange(n), codes] = 1.0
+    d = w @ (Y - Q)
+    B = (Y * w[:, None]).T @ Q
+    np.fill_diagonal(B, 0.0)
+    tau = np.linalg.lstsq(np.diag(B.sum(axis=0)) - B, -d, rcond=None)[0]
+    if not np.isfinite(tau).all() or tau.max(initial=0.0) > 1.0:
+        return None
+    out = Q * (1.0 - tau)[None, :]
+    out[np.arange(n), codes] = 0.0
+    out[np.arange(n), codes] = 1.0 - out.sum(axis=1)
+    return out if (out >= 0.0).all() else None
 
 
 def check_labels(codes: NDArray[np.int64], n_classes: int) -> None:
