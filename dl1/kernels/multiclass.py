@@ -8,6 +8,7 @@ on feature ``j`` updates the ``K`` decision values of each of its rows at once.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -113,6 +114,11 @@ def mc_model_epoch(
     g = np.empty(K)
     new = np.empty(K)
     d = np.empty(K)
+    longest = 0
+    for jj in range(order.shape[0]):
+        longest = max(longest, indptr[order[jj] + 1] - indptr[order[jj]])
+    buf = _Gathered(np.empty(K, np.int64), np.empty((K, longest)), np.empty((K, longest)),
+                    np.empty((K, longest)), np.empty(longest))  # fmt: skip
     fall = 0.0
     for jj in range(order.shape[0]):
         j = order[jj]
@@ -121,29 +127,102 @@ def mc_model_epoch(
         if grouped:
             fall += _group_step(indptr, indices, data, j, SP, P, G0, C, E, W, dW, dZ, r,
                                 a1, a2, g, new, d)
-            continue
-        for k in range(K):
-            if C[j, k] <= 0.0 or not visit[j, k]:
-                continue
-            gk = G0[j, k] + E[j, k] * dW[j, k]
-            for q in range(indptr[j], indptr[j + 1]):
-                i = indices[q]
-                gk += data[q] * SP[i, k] * (dZ[i, k] - r[i])
-            w = W[j, k] + dW[j, k]
-            h = C[j, k]
-            mag = max(abs(h * w - gk) - a1, 0.0)
-            w_new = math.copysign(mag, h * w - gk) / (h + a2)
-            delta = w_new - w
-            if delta == 0.0:
-                continue
-            fall -= (gk * delta + 0.5 * h * delta * delta + a1 * (abs(w_new) - abs(w))
-                     + 0.5 * a2 * (w_new * w_new - w * w))
+        else:
+            fall += _entries_step(indptr, indices, data, j, visit, SP, P, G0, C, E, W, dW, dZ,
+                                  r, a1, a2, buf)
+    return fall
+
+
+class _Gathered(NamedTuple):
+    """Buffers of :func:`_entries_step`: the visited classes of a column and, class by class,
+    its rows' ``SP``, ``P`` and ``dZ`` values, and their ``r``."""
+
+    ks: np.ndarray
+    SP: np.ndarray
+    P: np.ndarray
+    dZ: np.ndarray
+    r: np.ndarray
+
+
+@njit(nogil=True, cache=True)
+def _entry_prox(C, W, dW, j, k, gk, a1, a2):  # pragma: no cover - numba
+    """Entry ``(j, k)``'s exact minimiser of the model along it (the elastic net's prox),
+    from its gradient ``gk``: ``(delta, the model's decrease)``."""
+    w = W[j, k] + dW[j, k]
+    h = C[j, k]
+    mag = max(abs(h * w - gk) - a1, 0.0)
+    w_new = math.copysign(mag, h * w - gk) / (h + a2)
+    delta = w_new - w
+    fall = -(gk * delta + 0.5 * h * delta * delta + a1 * (abs(w_new) - abs(w))
+             + 0.5 * a2 * (w_new * w_new - w * w))  # fmt: skip
+    return delta, fall
+
+
+@njit(nogil=True, cache=True)
+def _entries_step(
+    indptr, indices, data, j, visit, SP, P, G0, C, E, W, dW, dZ, r, a1, a2, buf
+):  # pragma: no cover - numba
+    """Feature ``j``'s visited entries of :func:`mc_model_epoch` for the elastic net, one
+    class after another, each minimised exactly; returns the model's decrease.
+
+    Each class reads the column's rows twice (its gradient, then its step on ``dZ`` and
+    ``r``). With two classes or more, the rows' values are first gathered class by class
+    into ``buf`` (a row's ``K`` values are contiguous in the ``n x K`` arrays, so one
+    gather reads each row once), the classes run on the gathered copies, and ``dZ`` and
+    ``r`` are written back: the same arithmetic, in the same order."""
+    K = P.shape[1]
+    lo, length = indptr[j], indptr[j + 1] - indptr[j]
+    nv = 0
+    for k in range(K):
+        if C[j, k] > 0.0 and visit[j, k]:
+            buf.ks[nv] = k
+            nv += 1
+    if nv == 0:
+        return 0.0
+    fall = 0.0
+    if nv == 1:  # nothing to share: read the rows in place
+        k = buf.ks[0]
+        grad = G0[j, k] + E[j, k] * dW[j, k]
+        for q in range(lo, lo + length):
+            i = indices[q]
+            grad += data[q] * SP[i, k] * (dZ[i, k] - r[i])
+        delta, drop = _entry_prox(C, W, dW, j, k, grad, a1, a2)
+        if delta != 0.0:
+            fall += drop
             dW[j, k] += delta
-            for q in range(indptr[j], indptr[j + 1]):
+            for q in range(lo, lo + length):
                 i = indices[q]
                 step = data[q] * delta
                 dZ[i, k] += step
                 r[i] += P[i, k] * step
+        return fall
+    for q in range(length):
+        i = indices[lo + q]
+        buf.r[q] = r[i]
+        for t in range(nv):
+            k = buf.ks[t]
+            buf.SP[t, q] = SP[i, k]
+            buf.P[t, q] = P[i, k]
+            buf.dZ[t, q] = dZ[i, k]
+    for t in range(nv):
+        k = buf.ks[t]
+        grad = G0[j, k] + E[j, k] * dW[j, k]
+        for q in range(length):
+            grad += data[lo + q] * buf.SP[t, q] * (buf.dZ[t, q] - buf.r[q])
+        delta, drop = _entry_prox(C, W, dW, j, k, grad, a1, a2)
+        if delta == 0.0:
+            continue
+        fall += drop
+        dW[j, k] += delta
+        for q in range(length):
+            step = data[lo + q] * delta
+            buf.dZ[t, q] += step
+            buf.r[q] += buf.P[t, q] * step
+    for q in range(length):
+        i = indices[lo + q]
+        r[i] = buf.r[q]
+        for t in range(nv):
+            dZ[i, buf.ks[t]] = buf.dZ[t, q]
     return fall
 
 
