@@ -93,7 +93,7 @@ def mc_model_stats(indptr, indices, data, SG, SPQ, G0, C):  # pragma: no cover -
 
 @njit(nogil=True, cache=True)
 def mc_model_epoch(
-    indptr, indices, data, order, visit, SP, P, G0, C, E, W, dW, dZ, r, a1, a2, grouped
+    indptr, indices, data, order, visit, SP, P, G0, C, E, W, dW, dZ, r, a1, a2, grouped, reach
 ):  # pragma: no cover - numba
     """One sweep of coordinate descent on the proximal Newton model of the multinomial loss
     over the columns ``order``, of each only the entries ``visit`` marks (an active set of
@@ -109,7 +109,9 @@ def mc_model_epoch(
     model minimised is the loss's plus ``sum E dW^2 / 2``. The grouped penalty steps a
     feature's ``K`` entries together in the metric ``L I``, ``L = max_k C_jk``, which
     majorises its block when ``C`` is taken from ``S P`` (``diag(p) - p p^T <= diag(p)``);
-    its decrease is the majoriser's, a lower bound of the model's."""
+    its decrease is the majoriser's, a lower bound of the model's. The elastic net's
+    entries of column ``j`` stay within ``reach[j]`` of ``W`` (a trust region: the model
+    is minimised on the box, each entry's minimiser clipped to it)."""
     K = P.shape[1]
     g = np.empty(K)
     new = np.empty(K)
@@ -129,7 +131,7 @@ def mc_model_epoch(
                                 a1, a2, g, new, d)
         else:
             fall += _entries_step(indptr, indices, data, j, visit, SP, P, G0, C, E, W, dW, dZ,
-                                  r, a1, a2, buf)
+                                  r, a1, a2, reach[j], buf)
     return fall
 
 
@@ -145,13 +147,15 @@ class _Gathered(NamedTuple):
 
 
 @njit(nogil=True, cache=True)
-def _entry_prox(C, W, dW, j, k, gk, a1, a2):  # pragma: no cover - numba
-    """Entry ``(j, k)``'s exact minimiser of the model along it (the elastic net's prox),
-    from its gradient ``gk``: ``(delta, the model's decrease)``."""
+def _entry_prox(C, W, dW, j, k, gk, a1, a2, reach):  # pragma: no cover - numba
+    """Entry ``(j, k)``'s exact minimiser of the model along it within ``reach`` of
+    ``W[j, k]`` (the elastic net's prox, clipped: the 1-D model is convex), from its
+    gradient ``gk``: ``(delta, the model's decrease)``."""
     w = W[j, k] + dW[j, k]
     h = C[j, k]
     mag = max(abs(h * w - gk) - a1, 0.0)
     w_new = math.copysign(mag, h * w - gk) / (h + a2)
+    w_new = min(max(w_new, W[j, k] - reach), W[j, k] + reach)
     delta = w_new - w
     fall = -(gk * delta + 0.5 * h * delta * delta + a1 * (abs(w_new) - abs(w))
              + 0.5 * a2 * (w_new * w_new - w * w))  # fmt: skip
@@ -160,7 +164,7 @@ def _entry_prox(C, W, dW, j, k, gk, a1, a2):  # pragma: no cover - numba
 
 @njit(nogil=True, cache=True)
 def _entries_step(
-    indptr, indices, data, j, visit, SP, P, G0, C, E, W, dW, dZ, r, a1, a2, buf
+    indptr, indices, data, j, visit, SP, P, G0, C, E, W, dW, dZ, r, a1, a2, reach, buf
 ):  # pragma: no cover - numba
     """Feature ``j``'s visited entries of :func:`mc_model_epoch` for the elastic net, one
     class after another, each minimised exactly; returns the model's decrease.
@@ -186,7 +190,7 @@ def _entries_step(
         for q in range(lo, lo + length):
             i = indices[q]
             grad += data[q] * SP[i, k] * (dZ[i, k] - r[i])
-        delta, drop = _entry_prox(C, W, dW, j, k, grad, a1, a2)
+        delta, drop = _entry_prox(C, W, dW, j, k, grad, a1, a2, reach)
         if delta != 0.0:
             fall += drop
             dW[j, k] += delta
@@ -209,7 +213,7 @@ def _entries_step(
         grad = G0[j, k] + E[j, k] * dW[j, k]
         for q in range(length):
             grad += data[lo + q] * buf.SP[t, q] * (buf.dZ[t, q] - buf.r[q])
-        delta, drop = _entry_prox(C, W, dW, j, k, grad, a1, a2)
+        delta, drop = _entry_prox(C, W, dW, j, k, grad, a1, a2, reach)
         if delta == 0.0:
             continue
         fall += drop

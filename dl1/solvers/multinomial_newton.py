@@ -13,7 +13,8 @@ binary margin losses' are (:mod:`dl1.tasks.prox_newton`):
    ``exp`` in the inner loop, where the coordinate descent on the loss itself recomputes a
    row's softmax at each of its entries; the intercepts are coordinates of their own; after
    one epoch over every feature, epochs visit the active ones until the model's decrease
-   stalls, then one over every feature decides (glmnet's active-set cycling);
+   stalls, then one over every feature decides (glmnet's active-set cycling); each
+   coefficient moves at most :data:`MAX_LOGIT_STEP` decision units a step (a trust region);
 3. a backtracking line search on the objective along ``(dW, db)`` (Armijo's rule with the
    model's first-order decrease), ``P`` recomputed once per trial.
 
@@ -57,6 +58,11 @@ CHECK_DECREASE = 1e2
 ANDERSON = 5
 #: A coefficient's curvature is at least this fraction of its bound ``||x_j||_s^2 / (2n)``.
 CURVATURE_FLOOR = 1e-4
+#: A Newton step moves no decision value by more than this through one coefficient (its
+#: column's largest entry times its move): a trust region on the model, which is flat along
+#: coefficients still growing where their class's probabilities vanish, and would send
+#: them, and the line search with every other coordinate, far beyond where it holds.
+MAX_LOGIT_STEP = 5.0
 
 
 class Restricted(NamedTuple):
@@ -193,13 +199,14 @@ class MultinomialNewton:
         n, K = pt.P.shape
         m = rp.indptr.shape[0] - 1
         st = _Step(np.zeros((m, K)), np.zeros((n, K)), np.zeros(K), np.zeros(n))
+        reach = _reach(rp)
         pen = rp.penalty
         every, all_entries = np.arange(m, dtype=np.int64), np.ones((m, K), dtype=np.bool_)
         order, visit, total, epochs, hist = every, all_entries, 0.0, 0, []
         while epochs < min(MAX_INNER, max(budget, 1)):
             fall = mc_model_epoch(rp.indptr, rp.indices, rp.data, order, visit, model.SP, model.P,
                                   model.G0, model.C, model.E, pt.W, st.dW, st.dZ, st.r,
-                                  pen.alpha_l1, pen.alpha_l2, rp.grouped)  # fmt: skip
+                                  pen.alpha_l1, pen.alpha_l2, rp.grouped, reach)  # fmt: skip
             if rp.fit_intercept:
                 fall += mc_intercept_step(model.SG, model.SP, model.P, model.Hinv, st.db,
                                           st.dZ, st.r)  # fmt: skip
@@ -266,6 +273,16 @@ class MultinomialNewton:
                 return t, f_t
             t *= 0.5
         return 0.0, f0
+
+
+def _reach(rp: Restricted) -> np.ndarray:
+    """Each column's trust region: :data:`MAX_LOGIT_STEP` over its largest entry."""
+    m = rp.indptr.shape[0] - 1
+    top = np.zeros(m)
+    full = np.flatnonzero(np.diff(rp.indptr) > 0)
+    top[full] = np.maximum.reduceat(np.abs(rp.data), rp.indptr[full])
+    with np.errstate(divide="ignore"):
+        return MAX_LOGIT_STEP / top
 
 
 def block_penalty(pen: Any, W: np.ndarray) -> float:

@@ -98,10 +98,12 @@ def test_model_stats_match_numpy():
     np.testing.assert_allclose(C, X.multiply(X).T @ SPQ, rtol=1e-12, atol=1e-15)
 
 
-def _run_epochs(X, mdl, a1, a2, grouped, epochs, intercept):
-    """Epochs of the kernel from ``dW = 0``; returns ``(dW, dZ, db, r, falls)``."""
+def _run_epochs(X, mdl, a1, a2, grouped, epochs, intercept, reach=np.inf):
+    """Epochs of the kernel from ``dW = 0`` (entries within ``reach`` of ``W``); returns
+    ``(dW, dZ, db, r, falls)``."""
     n, K = mdl.P.shape
     m = X.shape[1]
+    reach = np.full(m, reach)
     G0, C = np.empty((m, K)), np.empty((m, K))
     mc_model_stats(X.indptr, X.indices, X.data, mdl.SG,
                    mdl.SP if grouped else mdl.SP * (1 - mdl.P), G0, C)  # fmt: skip
@@ -113,11 +115,42 @@ def _run_epochs(X, mdl, a1, a2, grouped, epochs, intercept):
     falls = []
     for _ in range(epochs):
         fall = mc_model_epoch(X.indptr, X.indices.astype(np.int64), X.data, order, visit, mdl.SP,
-                              mdl.P, G0, C, mdl.E, mdl.W, dW, dZ, r, a1, a2, grouped)  # fmt: skip
+                              mdl.P, G0, C, mdl.E, mdl.W, dW, dZ, r, a1, a2, grouped,
+                              reach)  # fmt: skip
         if intercept:
             fall += mc_intercept_step(mdl.SG, mdl.SP, mdl.P, np.linalg.pinv(Hb), db, dZ, r)
         falls.append(fall)
     return dW, dZ, db, r, falls
+
+
+def test_model_epochs_minimise_the_model_on_the_trust_region():
+    """With ``reach``, coordinate descent converges to the model's minimiser on the box
+    ``|dW| <= reach`` (an L-BFGS-B reference on the dense model, no L1 part so it is
+    smooth), entries on the box's faces included, and each epoch's reported decrease is the
+    model's."""
+    from scipy.optimize import minimize
+
+    X = _csc(n=80, p=12, seed=7)
+    mdl = Model(X, np.arange(80) % 3, seed=8)
+    a2 = 1e-3
+    free = _run_epochs(X, mdl, 0.0, a2, False, 3000, False)[0]
+    reach = 0.3 * np.abs(free).max()
+    dW, dZ, _, _, falls = _run_epochs(X, mdl, 0.0, a2, False, 3000, False, reach)
+    assert np.abs(dW).max() <= reach * (1 + 1e-12)
+    assert (np.abs(dW) >= reach * (1 - 1e-9)).sum() >= 2  # the box binds
+    pen = _elastic(0.0, a2)
+
+    def f(v):
+        dWv = v.reshape(dW.shape)
+        g = mdl.grad(dWv, np.zeros(3))[0] + a2 * (mdl.W + dWv)
+        return mdl.value(dWv, np.zeros(3), pen), g.ravel()
+
+    ref = minimize(f, np.zeros(dW.size), jac=True, method="L-BFGS-B",
+                   bounds=[(-reach, reach)] * dW.size,
+                   options={"ftol": 1e-15, "gtol": 1e-13, "maxiter": 20000}).x  # fmt: skip
+    np.testing.assert_allclose(dW.ravel(), ref, atol=1e-6 * reach)
+    before = mdl.value(np.zeros_like(dW), np.zeros(3), pen)
+    assert before - mdl.value(dW, np.zeros(3), pen) == pytest.approx(sum(falls), rel=1e-9)
 
 
 @pytest.mark.parametrize("intercept", [False, True])
@@ -202,7 +235,8 @@ def test_an_epoch_moves_only_the_entries_it_visits():
     dW, dZ, r = np.zeros((10, 3)), np.zeros((60, 3)), np.zeros(60)
     order = np.arange(10, dtype=np.int64)
     mc_model_epoch(X.indptr, X.indices.astype(np.int64), X.data, order, visit, mdl.SP, mdl.P,
-                   G0, C, mdl.E, mdl.W, dW, dZ, r, 1e-4, 0.0, False)  # fmt: skip
+                   G0, C, mdl.E, mdl.W, dW, dZ, r, 1e-4, 0.0, False,
+                   np.full(10, np.inf))  # fmt: skip
     assert not dW[~visit].any() and dW[visit].any()
     np.testing.assert_allclose(dZ, X @ dW, rtol=1e-12, atol=1e-14)
 
