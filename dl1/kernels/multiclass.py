@@ -378,21 +378,13 @@ def mc_loss_along(Z, dZ, t, codes, sw):  # pragma: no cover - numba
 
 
 @njit(nogil=True, cache=True)
-def xt_dual(indptr, indices, data, codes, sw, Q, V):  # pragma: no cover - numba
-    """``V = X^T S (Y - Q)`` for a CSC block ``X``: the multinomial dual point of the
-    probabilities ``Q`` (``sw`` the sample weights; empty for unit ones) against every
-    column, a row's ``K`` values read together."""
-    m = indptr.shape[0] - 1
-    K = Q.shape[1]
-    for j in range(m):
-        for k in range(K):
-            V[j, k] = 0.0
-        for q in range(indptr[j], indptr[j + 1]):
-            i = indices[q]
-            v = data[q] if sw.shape[0] == 0 else data[q] * sw[i]
-            for k in range(K):
-                V[j, k] -= v * Q[i, k]
-            V[j, codes[i]] += v
+def _dual_rows(codes, sw, Q, theta):  # pragma: no cover - numba
+    """``theta = S (Y - Q)``: the multinomial dual point of the probabilities ``Q`` (``sw``
+    the sample weights; empty for unit ones)."""
+    for i in range(Q.shape[0]):
+        s = 1.0 if sw.shape[0] == 0 else sw[i]
+        for k in range(Q.shape[1]):
+            theta[i, k] = s * ((1.0 if codes[i] == k else 0.0) - Q[i, k])
 
 
 @njit(nogil=True, cache=True)
@@ -457,8 +449,10 @@ def repair_dual(indptr, indices, data, codes, sw, Q, lam, sweeps, V):  # pragma:
     costs the dual far less than rescaling every row by the largest violation."""
     m = indptr.shape[0] - 1
     K = Q.shape[1]
+    theta = np.empty_like(Q)
     for _ in range(sweeps):
-        xt_dual(indptr, indices, data, codes, sw, Q, V)
+        _dual_rows(codes, sw, Q, theta)
+        csc_xt_mat(indptr, indices, data, theta, V)
         fixed = 0
         for j in range(m):
             for k in range(K):
@@ -467,4 +461,5 @@ def repair_dual(indptr, indices, data, codes, sw, Q, lam, sweeps, V):  # pragma:
                     fixed += 1
         if fixed == 0:
             break
-    xt_dual(indptr, indices, data, codes, sw, Q, V)
+    _dual_rows(codes, sw, Q, theta)
+    csc_xt_mat(indptr, indices, data, theta, V)

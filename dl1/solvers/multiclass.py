@@ -125,8 +125,18 @@ class _Point:
         softmax_rows(self.Z, self.P, self.lse)
 
 
+class _DualAt(NamedTuple):
+    """The certifying probabilities ``Q`` made at decision values ``Z``, with ``X_W^T
+    Theta`` on the working set's columns."""
+
+    Z: np.ndarray
+    Q: np.ndarray
+    V: np.ndarray | None
+
+
 class _Columns:
-    """A working set's columns gathered from their blocks, as one CSC matrix."""
+    """A working set's columns gathered from their blocks, as one CSC matrix, with the
+    last dual point made on them (a subproblem's last gap is the next round's point)."""
 
     def __init__(self, prob: MulticlassProblem, ws: np.ndarray) -> None:
         blk = np.searchsorted(prob.col_bounds, ws, side="right") - 1
@@ -141,6 +151,7 @@ class _Columns:
         self.indices = np.concatenate([g.indices for g in groups]).astype(np.int64)
         self.data = np.concatenate([g.data for g in groups]).astype(np.float64)
         self.sqnorm = np.concatenate([g.sqnorm for g in groups]).astype(np.float64)
+        self.dual: _DualAt | None = None
 
 
 class MulticlassWorkingSetSolver:
@@ -340,6 +351,12 @@ class MulticlassWorkingSetSolver:
         far more (the uniform rescaling still takes what remains). Otherwise ``Q = P``."""
         if cols is None:
             return pt.P, None
+        if cols.dual is None or not np.array_equal(cols.dual.Z, pt.Z):
+            cols.dual = _DualAt(pt.Z.copy(), *self._dual_on(prob, pt, cols))
+        return cols.dual.Q, cols.dual.V
+
+    def _dual_on(self, prob: MulticlassProblem, pt: _Point,
+                 cols: _Columns) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         pen = prob.penalty
         n = pt.P.shape[0]
         if prob.grouped or pen.alpha_l2 > 0.0 or pen.alpha_l1 <= 0.0:

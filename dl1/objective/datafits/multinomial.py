@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import softmax, xlogy
 
 from dl1.errors import ValidationError
-from dl1.kernels.multiclass import mc_loss_along, repair_dual, xt_dual
+from dl1.kernels.multiclass import csc_xt_mat, mc_loss_along, repair_dual
 
 #: Sample weights normalised to sum to n, or None for unit weights.
 Weights = NDArray[np.float64] | None
@@ -146,7 +146,7 @@ class Multinomial:
                 Q = np.array(P, dtype=np.float64, order="C")
             else:
                 Q = restored
-            xt_dual(indptr, indices, data, codes, sw, Q, V)
+            csc_xt_mat(indptr, indices, data, Multinomial.dual_point(codes, Q, s), V)
         return Q, V
 
     @staticmethod
