@@ -9,6 +9,7 @@ import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils.multiclass import type_of_target
 
 from dl1.entry_labels import stored_labels
@@ -22,6 +23,7 @@ from dl1.objective.penalties.group import GroupElasticNet
 from dl1.params import MULTICLASS, validated
 from dl1.runtime.compute import computed
 from dl1.runtime.executor import coordinating, executor_for
+from dl1.solvers.class_start import WarmStart
 from dl1.solvers.multiclass import (
     MulticlassProblem,
     MulticlassResult,
@@ -47,6 +49,8 @@ def fit_multiclass(
     tol: float = 1e-4,
     max_rounds: int = 100,
     max_epochs: int = 5000,
+    coef_init: Any = None,
+    intercept_init: Any = None,
     n_partitions: int = 2,
     stream: bool | None = None,
     client: Any = None,
@@ -95,6 +99,10 @@ def fit_multiclass(
         Target duality gap relative to the loss at the best constant.
     max_rounds, max_epochs : int
         Passes over the data, and epochs of one subproblem, at most.
+    coef_init, intercept_init : array-like ``(K, p)`` (dense or sparse) and ``(K,)``, optional
+        Where the fit starts (a nearby answer, such as the previous fit's ``coef_`` and
+        ``intercept_`` for the same classes: scikit-learn's ``warm_start``); rows in the
+        order of the sorted classes. None: zeros, and the intercepts of ``W = 0``.
     n_partitions, stream, client, split
         As in :func:`dl1.fit` (blocks in worker memory, or re-read from the store).
     verbose, callback
@@ -111,17 +119,18 @@ def fit_multiclass(
     """
     _check_choices(multi_class, loss, penalty, l1_ratio)
     data = load_labelled(X, y, sample_weight, split, client, n_partitions, stream)
+    start = warm_start(coef_init, intercept_init, data.n_classes, int(data.col_bounds[-1]))
     if multi_class == "ovr":
         prob = OvrProblem(data.ex, data.blocks, data.col_bounds, data.codes, data.n_classes,
                           make_datafit(loss), ElasticNet(alpha, l1_ratio), fit_intercept, tol,
                           n_partitions, data.sample_weight)  # fmt: skip
         solver = OneVsRestSolver(max_rounds=max_rounds, max_inner_epochs=max_epochs,
                                  verbose=verbose, callback=callback)  # fmt: skip
-        return _warned(solver.solve(prob), data.classes, max_rounds)
+        return _warned(solver.solve(prob, start), data.classes, max_rounds)
     prob = data.problem(multinomial_penalty(penalty, alpha, l1_ratio), fit_intercept)
     solver = MulticlassWorkingSetSolver(tol=tol, max_rounds=max_rounds, max_epochs=max_epochs,
                                         verbose=verbose, callback=callback)  # fmt: skip
-    res = solver.solve(prob)
+    res = solver.solve(prob, start)
     res.classes_ = data.classes
     warn_unconverged(res, max_rounds, max_epochs, stacklevel=3)
     return res
@@ -166,6 +175,26 @@ def load_labelled(X: Any, y: Any, sample_weight: Any, split: str, client: Any,
     if not streamed:
         ex.wait(blocks)
     return LabelledBlocks(classes, codes, ex, blocks, np.asarray(cb), sw, n_partitions)
+
+
+def warm_start(coef: Any, intercept: Any, K: int, p: int) -> WarmStart | None:
+    """The start at ``coef`` ``(K, p)`` and ``intercept`` ``(K,)`` (either may be None:
+    zeros; the solvers then start the intercepts at those of ``W = 0``), checked."""
+    if coef is None and intercept is None:
+        return None
+    W = sp.csr_matrix((K, p)) if coef is None else sp.csr_matrix(coef, dtype=np.float64)
+    if W.shape != (K, p) or not np.isfinite(W.data).all():
+        raise ValidationError(
+            f"coef_init must be {K} x {p} finite values (a row per class, in the order of "
+            f"the sorted classes; a column per feature); got shape {W.shape}"
+        )
+    b = None if intercept is None else np.asarray(intercept, np.float64).ravel()
+    if b is not None and (b.shape != (K,) or not np.isfinite(b).all()):
+        raise ValidationError(
+            f"intercept_init must be {K} finite values (one per class); got shape {b.shape}"
+        )
+    start = WarmStart.from_coef(W, b)
+    return start if b is not None or start.support.shape[0] else None
 
 
 def multinomial_penalty(penalty: str, alpha: float,

@@ -13,7 +13,8 @@ from dl1.errors import ValidationError
 from dl1.multiclass import load_labelled, multinomial_penalty, warn_unconverged
 from dl1.params import MULTICLASS_PATH, validated
 from dl1.runtime.executor import coordinating
-from dl1.solvers.multiclass import MulticlassResult, MulticlassWorkingSetSolver, WarmStart
+from dl1.solvers.class_start import WarmStart
+from dl1.solvers.multiclass import MulticlassResult, MulticlassWorkingSetSolver
 
 
 @dataclass

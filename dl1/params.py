@@ -299,14 +299,24 @@ MULTICLASS = {
     "tol": [RELATIVE_TOL],
     "max_rounds": [POSITIVE_INT],
     "max_epochs": [POSITIVE_INT],
+    "coef_init": ["array-like", "sparse matrix", None],
+    "intercept_init": ["array-like", None],
 }
 
 #: Parameters of the multinomial path (:func:`dl1.path_multiclass`).
 MULTICLASS_PATH = {
-    **{k: v for k, v in MULTICLASS.items() if k not in ("alpha", "multi_class", "loss")},
+    **{k: v for k, v in MULTICLASS.items()
+       if k not in ("alpha", "multi_class", "loss", "coef_init", "intercept_init")},
     "alphas": ["array-like", None],
     "n_alphas": [POSITIVE_INT],
     "eps": PATH["eps"],
+}
+
+#: Parameters of the cross-validation (:func:`dl1.fit_cv`): :data:`PATH`'s but ``l1_ratio``
+#: (one value or several, checked there), and the multinomial model's ``penalty``.
+FIT_CV = {
+    **{k: v for k, v in PATH.items() if k != "l1_ratio"},
+    "penalty": MULTICLASS["penalty"],
 }
 
 #: Parameters of the constrained problem (:func:`dl1.fit_constrained`).

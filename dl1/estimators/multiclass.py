@@ -39,7 +39,7 @@ from dl1.models import (
 from dl1.multiclass import fit_multiclass
 
 #: What the multiclass fit does not take yet, with the setting that would be ignored.
-NOT_YET = {"standardize": False, "warm_start": False, "screen": False}
+NOT_YET = {"standardize": False, "screen": False}
 
 
 def labels_of(X: Any, y: Any) -> np.ndarray | None:
@@ -123,13 +123,23 @@ class MulticlassFit:
                 loss="logistic" if scheme[1] == "multinomial" else scheme[1],
                 sample_weight=sample_weight, fit_intercept=self.fit_intercept, tol=self.tol,
                 max_rounds=self.max_iter, n_partitions=self.n_partitions, stream=self.stream,
-                client=self.client, **epochs,
+                client=self.client, **epochs, **self._multiclass_warm_start(labels),
             )  # fmt: skip
         self._set_multiclass(MulticlassModel.from_result(
             res, alpha=alpha, l1_ratio=self._l1_ratio(), fit_intercept=self.fit_intercept,
             n_samples=len(labels),
         ))  # fmt: skip
         return self
+
+    def _multiclass_warm_start(self, labels: np.ndarray) -> dict[str, Any]:
+        """``coef_init`` / ``intercept_init`` from the previous fit when ``warm_start`` and
+        it was a multiclass fit of the same classes (scikit-learn's ``warm_start``; a
+        different feature count is refused by the fit, as scikit-learn refuses it)."""
+        previous = getattr(self, "result_", None)
+        if not (self.warm_start and isinstance(previous, MulticlassModel)
+                and np.array_equal(previous.classes_, np.unique(labels))):  # fmt: skip
+            return {}
+        return {"coef_init": previous.coef_, "intercept_init": previous.intercept_}
 
     def _check_multiclass(self) -> None:
         """Refuse what the fit of more than two classes does not take (yet)."""

@@ -39,9 +39,9 @@ from dl1.objective.datafits.multinomial import Multinomial
 from dl1.objective.gap import dual_from_conjugates, dual_scales
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.objective.penalties.group import GroupElasticNet
+from dl1.solvers.class_start import WarmStart, decisions_at, gather_columns
 from dl1.solvers.multinomial_newton import MultinomialNewton, Restricted, block_penalty
 from dl1.solvers.scans import WS_START, next_ws_size
-from dl1.tasks.columns import extract_task
 from dl1.tasks.multiclass import excess_sq, group_norms, mc_scan_task
 
 
@@ -69,22 +69,6 @@ class MulticlassProblem:
     def weights(self) -> np.ndarray | None:
         """The sample weights, or None for unit ones (the datafit's convention)."""
         return self.sample_weight if self.sample_weight.shape[0] else None
-
-
-class WarmStart(NamedTuple):
-    """Where a solve starts: the support (sorted features), its rows of ``W`` (``m x K``)
-    and the intercepts."""
-
-    support: np.ndarray
-    W: np.ndarray
-    b: np.ndarray
-
-    @classmethod
-    def of(cls, res: MulticlassResult) -> WarmStart:
-        """The start at a result's answer (its sparse ``(K, p)`` coefficients)."""
-        rows = sp.csc_matrix(res.coef_)
-        support = np.flatnonzero(np.diff(rows.indptr)).astype(np.int64)
-        return cls(support, rows[:, support].T.toarray(), np.asarray(res.intercept_))
 
 
 @dataclass
@@ -139,18 +123,8 @@ class _Columns:
     last dual point made on them (a subproblem's last gap is the next round's point)."""
 
     def __init__(self, prob: MulticlassProblem, ws: np.ndarray) -> None:
-        blk = np.searchsorted(prob.col_bounds, ws, side="right") - 1
-        futs = [prob.ex.submit(extract_task, prob.blocks[k], ws[blk == k] - prob.col_bounds[k])
-                for k in np.unique(blk)]  # fmt: skip
-        groups = prob.ex.gather(futs)
-        ptrs, offset = [np.zeros(1, np.int64)], 0
-        for g in groups:
-            ptrs.append(g.indptr[1:].astype(np.int64) + offset)
-            offset += int(g.indptr[-1])
-        self.indptr = np.concatenate(ptrs)
-        self.indices = np.concatenate([g.indices for g in groups]).astype(np.int64)
-        self.data = np.concatenate([g.data for g in groups]).astype(np.float64)
-        self.sqnorm = np.concatenate([g.sqnorm for g in groups]).astype(np.float64)
+        self.indptr, self.indices, self.data, self.sqnorm = gather_columns(
+            prob.ex, prob.blocks, prob.col_bounds, ws)
         self.dual: _DualAt | None = None
 
 
@@ -188,7 +162,7 @@ class MulticlassWorkingSetSolver:
         ``start`` (a nearby answer: a path's previous alpha) or from ``W = 0``."""
         pt = self._start(prob)
         scale = self.datafit.value(prob.codes, pt.Z, prob.weights)  # F at the best constant
-        if start is not None and start.support.shape[0]:
+        if start is not None:
             self._warm(prob, pt, start)
         history: list[dict] = []
         epochs = 0
@@ -244,12 +218,11 @@ class MulticlassWorkingSetSolver:
 
     def _warm(self, prob: MulticlassProblem, pt: _Point, start: WarmStart) -> None:
         """Move the point to ``start``: ``Z`` recomputed exactly from its columns."""
-        cols = _Columns(prob, start.support)
+        cols = gather_columns(prob.ex, prob.blocks, prob.col_bounds, start.support)
         pt.support, pt.W = start.support.copy(), np.array(start.W, dtype=np.float64)
-        if prob.fit_intercept:
+        if prob.fit_intercept and start.b is not None:
             pt.b = np.array(start.b, dtype=np.float64)
-        pt.Z = np.tile(pt.b, (pt.Z.shape[0], 1))
-        csc_mat_add(cols.indptr, cols.indices, cols.data, pt.W, pt.Z)
+        pt.Z = decisions_at(cols, pt.W, pt.b, pt.Z.shape[0])
         pt.refresh()
         if prob.fit_intercept:  # the dual point's constraint needs b optimal for this W
             pt.Z, pt.b = self.datafit.fit_intercept(prob.codes, pt.Z, pt.b, prob.weights)

@@ -43,6 +43,7 @@ from dl1.objective.datafits.hinge import Hinge
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.solvers.base import Problem
+from dl1.solvers.class_start import WarmStart, decisions_at, gather_columns
 from dl1.solvers.numerics import Progress, check_round, check_update
 from dl1.solvers.result import UNCERTIFIED, Certificate
 from dl1.solvers.scans import WS_START, choose_working_set, next_ws_size, violators_left_out
@@ -210,10 +211,11 @@ class OneVsRestSolver:
         self.verbose = verbose
         self.callback = callback
 
-    def solve(self, prob: OvrProblem) -> OvrResult:
+    def solve(self, prob: OvrProblem, start: WarmStart | None = None) -> OvrResult:
         """Rounds of one shared pass, per-class certificates and the unconverged classes'
-        subproblems, until every class is certified (or stopped)."""
-        run = _Run(self, prob)
+        subproblems, until every class is certified (or stopped); from ``start`` (each
+        class from its column of ``W`` and its intercept) or from ``w = 0``."""
+        run = _Run(self, prob, start)
         for r in range(self.max_rounds + 1):
             active = [c for c in run.classes if not c.done]
             if not active:
@@ -234,13 +236,16 @@ class _Run:
     """The mutable state of one :meth:`OneVsRestSolver.solve`: the classes, the cached
     column groups, the history."""
 
-    def __init__(self, solver: OneVsRestSolver, prob: OvrProblem) -> None:
+    def __init__(self, solver: OneVsRestSolver, prob: OvrProblem,
+                 start: WarmStart | None = None) -> None:  # fmt: skip
         self.solver, self.prob = solver, prob
         ex = prob.ex
         self.hinge = isinstance(prob.datafit, Hinge)
         self.sw_handle = ex.submit(identity, prob.sample_weight)
         patience = solver.patience(int(prob.col_bounds[-1]))
         self.classes = [self._start(prob.binary(k), patience) for k in range(prob.n_classes)]
+        if start is not None:
+            self._warm(start)
         k = len(prob.blocks)
         count = max(1, min(prob.n_partitions, k))
         self.partitions = [[int(j) for j in part] for part in np.array_split(np.arange(k), count)]
@@ -259,6 +264,20 @@ class _Run:
         b = pb.initial_intercept()
         return _Class(pb, pb.executor.submit(identity, pb.y), np.zeros(0, np.int64),
                       np.zeros(0), b, np.full(pb.n, b), Progress(patience))  # fmt: skip
+
+    def _warm(self, start: WarmStart) -> None:
+        """Move each class ``k`` to ``start``'s column ``k`` (its support, coefficients and
+        intercept, if given), with ``z`` recomputed exactly from the support's columns."""
+        prob = self.prob
+        b = np.array([c.b for c in self.classes])  # those of w = 0 (0 without intercept)
+        if prob.fit_intercept and start.b is not None:
+            b = np.asarray(start.b, np.float64)
+        cols = gather_columns(prob.ex, prob.blocks, prob.col_bounds, start.support)
+        Z = decisions_at(cols, start.W, b, prob.codes.shape[0])
+        for k, c in enumerate(self.classes):
+            nz = np.flatnonzero(start.W[:, k])
+            c.support, c.coef = start.support[nz], np.asarray(start.W[nz, k], np.float64)
+            c.b, c.z = float(b[k]), np.ascontiguousarray(Z[:, k])
 
     # -- the shared pass -------------------------------------------------------------------
     def scan_and_certify(self, active: list[_Class], r: int) -> None:

@@ -124,12 +124,37 @@ def test_balanced_class_weights_match_scikit_learn():
     np.testing.assert_allclose(est.predict_proba(X), sk.predict_proba(X), atol=1e-6)
 
 
+@pytest.mark.parametrize("make", [
+    lambda **kw: dl1.LogisticRegression(tol=1e-9, **kw),
+    lambda **kw: dl1.LogisticRegression(tol=1e-9, multi_class="ovr", **kw),
+    lambda **kw: dl1.LinearSVC(tol=1e-9, **kw),
+])  # fmt: skip
+def test_warm_start_continues_from_the_last_fit_of_the_same_classes(make):
+    X, y = _problem(seed=5)
+    est = make(C=0.5, warm_start=True).fit(X, y)
+    first = est.coef_.copy()
+    est.set_params(C=1.0).fit(X, y)
+    cold = make(C=1.0).fit(X, y)
+    assert est.result_.gap_ <= 1e-9
+    scores = "predict_proba" if hasattr(est, "predict_proba") else "decision_function"
+    np.testing.assert_allclose(getattr(est, scores)(X), getattr(cold, scores)(X), atol=1e-5)
+    # the start is the last fit: refitting at the same C certifies at its first pass
+    # (rounds counted as the solvers count them: the multinomial one's records from 1)
+    again = est.fit(X, y)
+    assert again.n_iter_ == (1 if again.result_.multi_class == "multinomial" else 0)
+    # other classes: a cold start (as a fresh estimator's)
+    fresh = make(C=1.0).fit(X[:200], np.where(y[:200] == "arts", "games", y[:200]))
+    other = est.fit(X[:200], np.where(y[:200] == "arts", "games", y[:200]))
+    np.testing.assert_allclose(other.coef_, fresh.coef_, atol=1e-12)
+    assert not np.array_equal(first, other.coef_)
+
+
 def test_what_the_multiclass_fit_does_not_take_yet_is_refused():
     X, y = _problem()
     with pytest.raises(ValueError, match="standardize=True is not supported with more"):
         dl1.LogisticRegression(standardize=True).fit(X, y)
-    with pytest.raises(ValueError, match="warm_start=True is not supported with more"):
-        dl1.LinearSVC(warm_start=True).fit(X, y)
+    with pytest.raises(ValueError, match="screen=True is not supported with more"):
+        dl1.LinearSVC(screen=True).fit(X, y)
     with pytest.raises(ValueError, match="LinearSVC: loss='hinge' with more than two classes "
                                          r"\(one-vs-rest\) takes penalty='l1' only"):  # fmt: skip
         dl1.LinearSVC("elasticnet", "hinge", l1_ratio=0.5).fit(X, y)

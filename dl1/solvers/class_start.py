@@ -1,0 +1,75 @@
+"""Where a fit of ``K`` classes starts, shared by the multinomial and one-vs-rest solvers:
+a support with its rows of ``W`` and the intercepts, and the columns of a set of features
+gathered from their blocks to compute ``Z = X W + 1 b^T`` there."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from dl1.kernels.multiclass import csc_mat_add
+from dl1.tasks.columns import extract_task
+
+
+class WarmStart(NamedTuple):
+    """Where a solve starts: the support (sorted features), its rows of ``W`` (``m x K``)
+    and the intercepts (None: the solver's own start, those of ``W = 0``)."""
+
+    support: np.ndarray
+    W: np.ndarray
+    b: np.ndarray | None
+
+    @classmethod
+    def of(cls, res: Any) -> WarmStart:
+        """The start at a result's answer (its sparse ``(K, p)`` ``coef_``, ``intercept_``)."""
+        return cls.from_coef(res.coef_, res.intercept_)
+
+    @classmethod
+    def from_coef(cls, coef: Any, intercept: Any) -> WarmStart:
+        """The start at coefficients ``(K, p)`` (dense or sparse) and intercepts ``(K,)``
+        (or None): the features with a nonzero coefficient in some class."""
+        cols = sp.csc_matrix(coef, dtype=np.float64)
+        cols.eliminate_zeros()
+        support = np.flatnonzero(np.diff(cols.indptr)).astype(np.int64)
+        b = None if intercept is None else np.asarray(intercept, np.float64)
+        return cls(support, cols[:, support].T.toarray(), b)
+
+
+class GatheredColumns(NamedTuple):
+    """The columns of features ``ws`` (in that order) as one CSC matrix on the coordinator,
+    with their (weighted) squared norms."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    sqnorm: np.ndarray
+
+
+def gather_columns(ex: Any, blocks: list[Any], col_bounds: np.ndarray,
+                   ws: np.ndarray) -> GatheredColumns:  # fmt: skip
+    """Extract the sorted features ``ws`` where their blocks are (one task per block that
+    holds some) and join them into one CSC matrix."""
+    blk = np.searchsorted(col_bounds, ws, side="right") - 1
+    futs = [ex.submit(extract_task, blocks[k], ws[blk == k] - col_bounds[k])
+            for k in np.unique(blk)]  # fmt: skip
+    groups = ex.gather(futs)
+    ptrs, offset = [np.zeros(1, np.int64)], 0
+    for g in groups:
+        ptrs.append(g.indptr[1:].astype(np.int64) + offset)
+        offset += int(g.indptr[-1])
+    cat = [np.zeros(0)] if not groups else []
+    return GatheredColumns(
+        np.concatenate(ptrs),
+        np.concatenate([g.indices for g in groups] + cat).astype(np.int64),
+        np.concatenate([g.data for g in groups] + cat).astype(np.float64),
+        np.concatenate([g.sqnorm for g in groups] + cat).astype(np.float64),
+    )
+
+
+def decisions_at(cols: GatheredColumns, W: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+    """``Z = X_S W + 1 b^T`` (``n x K``) from the support's gathered columns."""
+    Z = np.tile(np.asarray(b, np.float64), (n, 1))
+    csc_mat_add(cols.indptr, cols.indices, cols.data, np.ascontiguousarray(W, np.float64), Z)
+    return Z
