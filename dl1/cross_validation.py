@@ -30,7 +30,7 @@ from dl1.models import multiclass_decisions
 from dl1.multiclass import class_labels, fit_multiclass, load_labelled, multinomial_penalty
 from dl1.multiclass_path import path_multiclass
 from dl1.objective.datafits import datafit_class, make_datafit
-from dl1.params import PATH, validated
+from dl1.params import FIT_CV, validated
 from dl1.paths.cv import (
     SCORINGS,
     CVResult,
@@ -212,13 +212,14 @@ def _weight_sum(sw: np.ndarray | None, rows: np.ndarray) -> float:
 
 
 @coordinating
-@validated({k: v for k, v in PATH.items() if k != "l1_ratio"}, "dl1.fit_cv()")
+@validated(FIT_CV, "dl1.fit_cv()")
 def fit_cv(
     X: Any,
     y: Any = None,
     *,
     cv: Any = 5,
     l1_ratio: Any = 1.0,
+    penalty: str = "l1",
     alphas: Any = None,
     n_alphas: int = 100,
     eps: float = 1e-3,
@@ -258,6 +259,12 @@ def fit_cv(
         scikit-learn's ``check_cv``).
     l1_ratio : float or sequence of floats
         Each is cross-validated on its own grid; the best mean score over all is chosen.
+    penalty : {"l1", "grouped"}
+        ``"l1"``: the elastic net of ``l1_ratio``. ``"grouped"``: more than two classes
+        only (the multinomial model), the l1 part the sum of each feature's ``K``
+        coefficients' Euclidean norms, a feature in or out for every class at once
+        (glmnet's ``cv.glmnet(family="multinomial", type.multinomial="grouped")``); the
+        grid's ``alpha_max`` is then the grouped penalty's.
     alphas, n_alphas, eps
         The grid: ``alphas``, or ``n_alphas`` from ``alpha_max`` down to ``eps`` times it.
     Cs : sequence of floats, optional
@@ -284,20 +291,27 @@ def fit_cv(
         predictions (accuracy: the class of the largest decision value; neg_log_loss: the
         log of the softmax at the true class); ``classes`` the ``K`` labels and ``fit`` the
         refit's :class:`~dl1.solvers.multiclass.MulticlassResult` (:func:`dl1.fit_multiclass`).
-        It takes the L1 / elastic-net penalty without ``penalty_factor``, ``positive``,
-        ``bounds``, ``standardize`` or ``screen``, data in memory, as a dask array or a
-        store (not a Dataset); each fold loads the data once for its path.
+        It takes the L1 / elastic-net or the grouped penalty without ``penalty_factor``,
+        ``positive``, ``bounds``, ``standardize`` or ``screen``, data in memory, as a dask
+        array or a store (not a Dataset); each fold loads the data once for its path.
     """
     ratios = np.atleast_1d(np.asarray(l1_ratio, dtype=np.float64))
     if ratios.ndim != 1 or ratios.size == 0 or np.any((ratios < 0) | (ratios > 1)):
         raise ValidationError(f"l1_ratio must be in [0, 1] (one value or several); got {l1_ratio}")
     labels = class_labels(X, y, loss, split)
+    if labels is None and penalty == "grouped":
+        raise ValidationError(
+            f"penalty='grouped' needs more than two classes (the multinomial model, "
+            f"loss='logistic'); loss={loss!r} on these labels is a binary or regression fit: "
+            "use penalty='l1'"
+        )
     if labels is not None:
         _check_multiclass_call(X, loss, solver, penalty_factor=penalty_factor,
                                positive=positive, bounds=bounds, standardize=standardize,
                                screen=screen, random_order=random_order)  # fmt: skip
         grid = MulticlassGrid(alphas, n_alphas, eps, Cs, ratios)
-        opts = MulticlassOptions(fit_intercept, tol, max_rounds, n_partitions, client, split)
+        opts = MulticlassOptions(fit_intercept, tol, max_rounds, n_partitions, client, split,
+                                 penalty=penalty)  # fmt: skip
         return fit_cv_multiclass(X, labels, grid, opts, cv=cv, scoring=scoring,
                                  sample_weight=sample_weight, score_weight=score_weight,
                                  refit=refit)  # fmt: skip
@@ -372,7 +386,8 @@ class MulticlassGrid:
 @dataclass(frozen=True)
 class MulticlassOptions:
     """What every multinomial fit of a cross-validation (the folds' paths, the refit)
-    takes, as :func:`dl1.fit_multiclass`."""
+    takes, as :func:`dl1.fit_multiclass`; ``penalty`` ``"l1"`` (the elastic net of each
+    ``l1_ratio``) or ``"grouped"``."""
 
     fit_intercept: bool
     tol: float
@@ -380,11 +395,14 @@ class MulticlassOptions:
     n_partitions: int
     client: Any
     split: str
+    penalty: str
 
     def keywords(self) -> dict[str, Any]:
+        """The keywords of :func:`dl1.path_multiclass` and :func:`dl1.fit_multiclass`."""
         rounds = {} if self.max_rounds is None else {"max_rounds": self.max_rounds}
         return {"fit_intercept": self.fit_intercept, "tol": self.tol, "split": self.split,
-                "n_partitions": self.n_partitions, "client": self.client, **rounds}  # fmt: skip
+                "n_partitions": self.n_partitions, "client": self.client,
+                "penalty": self.penalty, **rounds}  # fmt: skip
 
 
 def _check_multiclass_call(X: Any, loss: str, solver: Any, **settings: Any) -> None:
@@ -493,9 +511,10 @@ def _multiclass_folds(X: Any, labels: np.ndarray, weights: tuple[Any, Any], fold
 
 def _multiclass_alpha_max(X: Any, labels: np.ndarray, sw: np.ndarray | None, l1_ratio: float,
                           opts: MulticlassOptions) -> float:  # fmt: skip
-    """The whole data's ``alpha_max`` of the multinomial model (one pass)."""
+    """The whole data's ``alpha_max`` of the multinomial model with ``opts.penalty`` (one
+    pass)."""
     data = load_labelled(X, labels, sw, opts.split, opts.client, opts.n_partitions, None)
-    problem = data.problem(multinomial_penalty("l1", 1.0, l1_ratio), opts.fit_intercept)
+    problem = data.problem(multinomial_penalty(opts.penalty, 1.0, l1_ratio), opts.fit_intercept)
     return MulticlassWorkingSetSolver().alpha_max(problem, l1_ratio)
 
 

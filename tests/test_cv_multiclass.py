@@ -111,6 +111,81 @@ def test_a_dask_array_and_a_store_on_a_cluster_choose_as_in_memory(local_cluster
         assert res.fit.gap_ <= 1e-8
 
 
+@pytest.mark.parametrize("scoring", ["accuracy", "neg_log_loss"])
+def test_grouped_folds_are_the_grouped_paths_of_their_own_rows(in_process, scoring):
+    """penalty="grouped" (glmnet's type.multinomial="grouped"): each fold's scores are
+    those of dl1.path_multiclass(penalty="grouped") on its training rows alone over the
+    same grid (accuracy: the same counts; neg_log_loss to 1e-6), the choice the argmax of
+    their means."""
+    X, y = _problem()
+    cv = StratifiedKFold(3)
+    res = dl1.fit_cv(X, y, loss="logistic", penalty="grouped", n_alphas=5, eps=0.05, cv=cv,
+                     scoring=scoring, tol=1e-10, refit=False)  # fmt: skip
+    (cvr,) = res.cv
+    expected = np.empty_like(cvr.scores)
+    for k, (train, test) in enumerate(cv.split(X, y)):
+        path = dl1.path_multiclass(X[train], y[train], alphas=cvr.alphas[k], penalty="grouped",
+                                   tol=1e-10)  # fmt: skip
+        np.testing.assert_array_equal(path.alphas_, cvr.alphas[k])
+        expected[:, k] = [_held_out(f, X[test], y[test], scoring) for f in path.fits_]
+        if scoring == "accuracy":
+            np.testing.assert_array_equal(np.rint(cvr.scores[:, k] * len(test)),
+                                          np.rint(expected[:, k] * len(test)))  # fmt: skip
+    np.testing.assert_allclose(cvr.scores, expected, rtol=0, atol=1e-6)
+    assert res.index == int(np.argmax(expected.mean(axis=1)))
+    assert res.alpha == cvr.alphas[0][res.index]
+    assert res.fit is None
+
+
+def _group_sizes(coef: sp.spmatrix) -> np.ndarray:
+    """Each feature's number of nonzero coefficients over the K classes."""
+    return (coef.toarray() != 0).sum(axis=0)
+
+
+def test_the_grouped_refit_is_the_grouped_fit_at_the_choice(in_process):
+    """The refit is dl1.fit_multiclass(penalty="grouped") on all rows at the chosen alpha:
+    each feature in or out for every class at once, where the L1 cross-validation's refit
+    on the same data keeps some features for some classes only."""
+    X, y = _problem()
+    kw = {"loss": "logistic", "n_alphas": 5, "eps": 0.05, "cv": StratifiedKFold(3),
+          "tol": 1e-10}  # fmt: skip
+    res = dl1.fit_cv(X, y, penalty="grouped", **kw)
+    full = dl1.fit_multiclass(X, y, alpha=res.alpha, penalty="grouped", tol=1e-10)
+    ours, ref = res.fit.coef_.toarray(), full.coef_.toarray()
+    np.testing.assert_allclose(ours, ref, rtol=1e-6, atol=1e-6 * np.abs(ref).max())
+    np.testing.assert_allclose(res.fit.intercept_, full.intercept_, rtol=1e-6, atol=1e-9)
+    assert res.fit.gap_ <= 1e-10
+    np.testing.assert_array_equal(res.fit.classes_, NAMES)
+    sizes = _group_sizes(res.fit.coef_)
+    assert set(sizes.tolist()) == {0, len(NAMES)}
+    l1_sizes = _group_sizes(dl1.fit_cv(X, y, **kw).fit.coef_)
+    assert ((l1_sizes > 0) & (l1_sizes < len(NAMES))).any()
+
+
+def test_the_grouped_grid_starts_at_the_grouped_alpha_max(in_process):
+    """The default grid runs down from the whole data's alpha_max of the grouped penalty
+    (the largest row norm of the dual point's correlations: at least the L1's largest
+    entry)."""
+    X, y = _problem(n=120, seed=3)
+    res = dl1.fit_cv(X, y, loss="logistic", penalty="grouped", n_alphas=3, eps=0.1, cv=3,
+                     tol=1e-8, refit=False)  # fmt: skip
+    amax = dl1.path_multiclass(X, y, penalty="grouped", n_alphas=1).alpha_max_
+    assert res.cv[0].alphas[0][0] == pytest.approx(amax, rel=1e-12)
+    np.testing.assert_allclose(res.cv[0].alphas[0], amax * np.geomspace(1, 0.1, 3), rtol=1e-12)
+    assert amax > dl1.path_multiclass(X, y, n_alphas=1).alpha_max_
+
+
+def test_the_grouped_penalty_needs_more_than_two_classes(in_process):
+    X, y = _problem(n=60)
+    two = np.where(y == "arts", "arts", "other")
+    with pytest.raises(ValidationError, match="penalty='grouped' needs more than two classes"):
+        dl1.fit_cv(X, two, loss="logistic", penalty="grouped", cv=3)
+    with pytest.raises(ValidationError, match="penalty='grouped' needs more than two classes"):
+        dl1.fit_cv(X, np.arange(60.0), loss="squared", penalty="grouped", cv=3)
+    with pytest.raises(ValidationError, match="'penalty' parameter of dl1.fit_cv"):
+        dl1.fit_cv(X, y, loss="logistic", penalty="group", cv=3)
+
+
 def test_one_vs_rest_cross_validation_is_scikit_learns_wrapper(in_process):
     """One-vs-rest cross-validation as in scikit-learn (whose LogisticRegressionCV has no
     multi_class): OneVsRestClassifier around dl1's binary LogisticRegressionCV, each class
