@@ -120,19 +120,32 @@ def fit_multiclass(
     _check_choices(multi_class, loss, penalty, l1_ratio)
     data = load_labelled(X, y, sample_weight, split, client, n_partitions, stream)
     start = warm_start(coef_init, intercept_init, data.n_classes, int(data.col_bounds[-1]))
+    return fit_labelled(data, alpha=alpha, l1_ratio=l1_ratio, penalty=penalty,
+                        multi_class=multi_class, loss=loss, fit_intercept=fit_intercept,
+                        tol=tol, max_rounds=max_rounds, max_epochs=max_epochs, start=start,
+                        verbose=verbose, callback=callback, stacklevel=5)  # fmt: skip
+
+
+def fit_labelled(data: LabelledBlocks, *, alpha: float, l1_ratio: float, penalty: str,
+                 multi_class: str, loss: str, fit_intercept: bool = True, tol: float = 1e-4,
+                 max_rounds: int = 100, max_epochs: int = 5000, start: WarmStart | None = None,
+                 verbose: bool = False, callback: Any = None,
+                 stacklevel: int = 2) -> MulticlassResult | OvrResult:  # fmt: skip
+    """:func:`fit_multiclass` on data already loaded (the options checked by the caller);
+    a :class:`ConvergenceWarning` at ``stacklevel`` when a bound stops the fit."""
     if multi_class == "ovr":
         prob = OvrProblem(data.ex, data.blocks, data.col_bounds, data.codes, data.n_classes,
                           make_datafit(loss), ElasticNet(alpha, l1_ratio), fit_intercept, tol,
-                          n_partitions, data.sample_weight)  # fmt: skip
+                          data.n_partitions, data.sample_weight)  # fmt: skip
         solver = OneVsRestSolver(max_rounds=max_rounds, max_inner_epochs=max_epochs,
                                  verbose=verbose, callback=callback)  # fmt: skip
-        return _warned(solver.solve(prob, start), data.classes, max_rounds)
+        return _warned(solver.solve(prob, start), data.classes, max_rounds, stacklevel + 1)
     prob = data.problem(multinomial_penalty(penalty, alpha, l1_ratio), fit_intercept)
     solver = MulticlassWorkingSetSolver(tol=tol, max_rounds=max_rounds, max_epochs=max_epochs,
                                         verbose=verbose, callback=callback)  # fmt: skip
     res = solver.solve(prob, start)
     res.classes_ = data.classes
-    warn_unconverged(res, max_rounds, max_epochs, stacklevel=3)
+    warn_unconverged(res, max_rounds, max_epochs, stacklevel=stacklevel)
     return res
 
 
@@ -286,7 +299,8 @@ def _check_choices(multi_class: str, loss: str, penalty: str, l1_ratio: float) -
         )
 
 
-def _warned(res: OvrResult, classes: np.ndarray, max_rounds: int) -> OvrResult:
+def _warned(res: OvrResult, classes: np.ndarray, max_rounds: int,
+            stacklevel: int) -> OvrResult:  # fmt: skip
     """``res`` with its class labels; a :class:`ConvergenceWarning` naming the classes a
     bound stopped above ``tol``, with their gaps."""
     res.classes_ = classes
@@ -297,7 +311,7 @@ def _warned(res: OvrResult, classes: np.ndarray, max_rounds: int) -> OvrResult:
             f"the one-vs-rest fit stopped with {bad.shape[0]} of {classes.shape[0]} classes "
             f"above tol {res.tol:g} (relative duality gaps: {named}) after {res.n_rounds_} "
             f"rounds (max_rounds={max_rounds}); see history_",
-            ConvergenceWarning, stacklevel=5,
+            ConvergenceWarning, stacklevel=stacklevel,
         )  # fmt: skip
     return res
 

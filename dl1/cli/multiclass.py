@@ -7,7 +7,8 @@ The multinomial model is taken with ``--loss multinomial``, ``--loss logistic`` 
 more than two classes (as ``dl1.LogisticRegression`` does), ``--penalty grouped`` or
 ``--multi-class multinomial``; one-vs-rest with ``--multi-class ovr`` and ``--loss logistic``,
 ``squared_hinge`` or ``hinge``. The default alpha is ``alpha_max / --alpha-ratio``, with
-``alpha_max`` found by one pass over the data (:func:`multiclass_alpha_max`).
+``alpha_max`` found by one pass over the data (:func:`multiclass_alpha_max`), on the blocks
+the fit then uses (loaded once).
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ import click
 import numpy as np
 from click.core import ParameterSource
 
-import dl1
 from dl1.cli.app import Output
 from dl1.cli.progress import Progress
 from dl1.cli.stores import where
 from dl1.errors import ValidationError
 from dl1.inputs import read_inputs
 from dl1.models import MulticlassModel
-from dl1.multiclass import LabelledBlocks, load_labelled, multinomial_penalty
+from dl1.multiclass import LabelledBlocks, fit_labelled, load_labelled, multinomial_penalty
 from dl1.objective.datafits import make_datafit
 from dl1.objective.datafits.multinomial import Multinomial
 from dl1.objective.penalties.elastic_net import ElasticNet
@@ -139,10 +139,9 @@ class AlphaMax(NamedTuple):
     per_class: np.ndarray | None
 
 
-@coordinating
-def multiclass_alpha_max(store: Store, choice: MulticlassChoice, l1_ratio: float, *,
-                         client: Any) -> AlphaMax:  # fmt: skip
-    """The smallest alpha whose solution is ``W = 0``, by one pass over the data.
+def multiclass_alpha_max(data: LabelledBlocks, choice: MulticlassChoice,
+                         l1_ratio: float) -> AlphaMax:  # fmt: skip
+    """The smallest alpha whose solution is ``W = 0``, by one pass over the loaded data.
 
     Multinomial: at ``W = 0`` with the intercepts optimal the probabilities are the classes'
     (weighted) frequencies ``pi``, and ``alpha_max`` is the penalty's dual norm of ``X^T
@@ -154,7 +153,6 @@ def multiclass_alpha_max(store: Store, choice: MulticlassChoice, l1_ratio: float
     labels ``+1`` on class ``k``, ``-1`` elsewhere), all ``K`` from one pass:
     :func:`ovr_alpha_max`. Above it every class's answer is ``w_k = 0``.
     """
-    data = load_labelled(store, None, None, "train", client, 2, None)
     if choice.multi_class == "ovr":
         per_class = ovr_alpha_max(data, choice.loss, l1_ratio)
         return AlphaMax(float(per_class.max()), per_class)
@@ -238,15 +236,9 @@ def fit_multiclass_and_report(
     result. ``progress_every``: a line every that many rounds."""
     t0 = time.perf_counter()
     with Progress("fit") as progress:
-        amax = multiclass_alpha_max(store, choice, l1_ratio, client=client)
-        a = alpha if alpha is not None else amax.value / alpha_ratio
-        progress.note(f"alpha_max {amax.value:.6g}; fitting the {_describe(choice, l1_ratio)} "
-                      f"model at alpha {a:.6g}")  # fmt: skip
-        res = dl1.fit_multiclass(
-            store, alpha=a, l1_ratio=l1_ratio, penalty=choice.penalty,
-            multi_class=choice.multi_class, loss=choice.binary_loss, tol=tol, client=client,
-            callback=_reporter(progress, progress_every),
-        )  # fmt: skip
+        fitted = _fit_loaded_once(store, choice, _Asked(alpha, alpha_ratio, l1_ratio, tol),
+                                  progress, progress_every, client=client)  # fmt: skip
+    res, amax, a = fitted.result, fitted.alpha_max, fitted.alpha
     dt = time.perf_counter() - t0
     model = MulticlassModel.from_result(res, alpha=a, l1_ratio=l1_ratio, penalty=choice.penalty,
                                         n_samples=store.shape("train")[0])  # fmt: skip
@@ -257,6 +249,37 @@ def fit_multiclass_and_report(
         out.result["test_accuracy"] = accuracy
         out.say(f"test: accuracy {accuracy:.4f}")
     return model
+
+
+class _Asked(NamedTuple):
+    """The fit's options: ``alpha`` (None: ``alpha_max / alpha_ratio``), ``l1_ratio``, ``tol``."""
+
+    alpha: float | None
+    alpha_ratio: float
+    l1_ratio: float
+    tol: float
+
+
+class _Fitted(NamedTuple):
+    result: Any
+    alpha_max: AlphaMax
+    alpha: float
+
+
+@coordinating
+def _fit_loaded_once(store: Store, choice: MulticlassChoice, asked: _Asked,
+                     progress: Progress, every: int, *, client: Any) -> _Fitted:  # fmt: skip
+    """The store's blocks loaded (or located, streamed) once: ``alpha_max`` by one pass
+    over them, then the fit on them (:func:`dl1.multiclass.fit_labelled`)."""
+    data = load_labelled(store, None, None, "train", client, 2, None)
+    amax = multiclass_alpha_max(data, choice, asked.l1_ratio)
+    a = asked.alpha if asked.alpha is not None else amax.value / asked.alpha_ratio
+    progress.note(f"alpha_max {amax.value:.6g}; fitting the "
+                  f"{_describe(choice, asked.l1_ratio)} model at alpha {a:.6g}")  # fmt: skip
+    res = fit_labelled(data, alpha=a, l1_ratio=asked.l1_ratio, penalty=choice.penalty,
+                       multi_class=choice.multi_class, loss=choice.binary_loss, tol=asked.tol,
+                       callback=_reporter(progress, every))  # fmt: skip
+    return _Fitted(res, amax, a)
 
 
 def _report(store: Store, model: MulticlassModel, amax: AlphaMax, dt: float,

@@ -298,3 +298,21 @@ def test_path_output_without_a_test_split_is_refused_before_any_work(mc, tmp_pat
                     tmp_path / "m", ok=False)  # fmt: skip
     assert result.exit_code == 2 and "has no test split" in result.stderr
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("scheme", [["--loss", "multinomial"], ["--multi-class", "ovr"]])
+def test_fit_loads_the_store_once_for_alpha_max_and_the_fit(mc, scheduler, monkeypatch,
+                                                            scheme):  # fmt: skip
+    import dl1.multiclass as multiclass
+
+    loads = []
+    real = multiclass.load_blocks
+
+    def counted(*args, **kwargs):
+        loads.append(args[1:2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(multiclass, "load_blocks", counted)
+    result = invoke("fit", mc[0], *scheme, "--alpha-ratio", "4", "--json", "--scheduler",
+                    scheduler)  # fmt: skip
+    assert document(result)["certified"] and len(loads) == 1

@@ -163,8 +163,9 @@ def test_distributed_and_streamed_fits_give_the_in_process_answer(local_cluster,
 
 def test_a_bound_that_stops_the_fit_warns_with_the_gap():
     X, y = _problem()
-    with pytest.warns(dl1.ConvergenceWarning, match="relative duality gap .* > tol 1e-12"):
+    with pytest.warns(dl1.ConvergenceWarning, match="relative duality gap .* > tol 1e-12") as w:
         res = dl1.fit_multiclass(X, y, alpha=0.001, tol=1e-12, max_rounds=2)
+    assert w[0].filename == __file__  # the warning names the caller's line
     assert not res.converged_ and res.n_rounds_ == 2 and res.gap_ > 1e-12
     # the figures describe the point returned (not the one before a last subproblem)
     W = res.coef_.T.toarray()

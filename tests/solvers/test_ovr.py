@@ -264,9 +264,10 @@ def test_string_labels_are_encoded_sorted():
 
 def test_a_bound_that_stops_the_fit_warns_naming_the_classes():
     X, y = _problem(n=500, p=2000, K=4, seed=3, density=0.02, scale=6.0, share=0.05)
-    with pytest.warns(dl1.ConvergenceWarning, match=r"classes above tol 1e-12 .* 0 \("):
+    with pytest.warns(dl1.ConvergenceWarning, match=r"classes above tol 1e-12 .* 0 \(") as w:
         res = dl1.fit_multiclass(X, y, alpha=0.001, tol=1e-12, max_rounds=1,
                                  multi_class="ovr")  # fmt: skip
+    assert w[0].filename == __file__  # the warning names the caller's line
     assert not res.converged_ and res.n_rounds_ == 1 and res.gap_ > 1e-12
     assert len(res.history_) == 2 and res.history_[-1]["gap"] == res.gap_
 
