@@ -15,7 +15,7 @@ import copy
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -27,8 +27,14 @@ from dl1.errors import ValidationError
 from dl1.inputs import as_dask, as_vector, read_inputs
 from dl1.labels import with_classes
 from dl1.models import multiclass_decisions
-from dl1.multiclass import class_labels, fit_multiclass, load_labelled, multinomial_penalty
-from dl1.multiclass_path import path_multiclass
+from dl1.multiclass import (
+    LabelledBlocks,
+    class_labels,
+    fit_labelled,
+    load_labelled,
+    multinomial_penalty,
+)
+from dl1.multiclass_path import PathGrid, path_labelled
 from dl1.objective.datafits import datafit_class, make_datafit
 from dl1.params import FIT_CV, validated
 from dl1.paths.cv import (
@@ -293,7 +299,7 @@ def fit_cv(
         refit's :class:`~dl1.solvers.multiclass.MulticlassResult` (:func:`dl1.fit_multiclass`).
         It takes the L1 / elastic-net or the grouped penalty without ``penalty_factor``,
         ``positive``, ``bounds``, ``standardize`` or ``screen``, data in memory, as a dask
-        array or a store (not a Dataset); each fold loads the data once for its path.
+        array or a store (not a Dataset), loaded once for every fold and the refit.
     """
     ratios = np.atleast_1d(np.asarray(l1_ratio, dtype=np.float64))
     if ratios.ndim != 1 or ratios.size == 0 or np.any((ratios < 0) | (ratios > 1)):
@@ -398,11 +404,10 @@ class MulticlassOptions:
     penalty: str
 
     def keywords(self) -> dict[str, Any]:
-        """The keywords of :func:`dl1.path_multiclass` and :func:`dl1.fit_multiclass`."""
-        rounds = {} if self.max_rounds is None else {"max_rounds": self.max_rounds}
-        return {"fit_intercept": self.fit_intercept, "tol": self.tol, "split": self.split,
-                "n_partitions": self.n_partitions, "client": self.client,
-                "penalty": self.penalty, **rounds}  # fmt: skip
+        """The settings of the fits on the loaded data (:func:`~dl1.multiclass_path.
+        path_labelled`, :func:`~dl1.multiclass.fit_labelled`)."""
+        return {"fit_intercept": self.fit_intercept, "tol": self.tol, "penalty": self.penalty,
+                "max_rounds": 100 if self.max_rounds is None else self.max_rounds}  # fmt: skip
 
 
 def _check_multiclass_call(X: Any, loss: str, solver: Any, **settings: Any) -> None:
@@ -440,7 +445,8 @@ def fit_cv_multiclass(X: Any, labels: np.ndarray, grid: MulticlassGrid,
     """:func:`fit_cv` of more than two classes: each ``l1_ratio``'s folds' multinomial
     paths (:func:`dl1.path_multiclass`) scored on their held-out rows, the choice (the
     best mean score, the first on the grid, as scikit-learn's), the refit on all rows
-    (:func:`dl1.fit_multiclass`)."""
+    (:func:`dl1.fit_multiclass`). The data are loaded (or located, streamed) once for
+    every fit, each fold's reweighting its rows."""
     scoring = scoring or "accuracy"
     if scoring not in ("accuracy", "neg_log_loss"):
         raise ValidationError(f"scoring={scoring!r} does not go with loss='logistic'")
@@ -450,7 +456,9 @@ def fit_cv_multiclass(X: Any, labels: np.ndarray, grid: MulticlassGrid,
     sw = _all_weights(X, sample_weight, n, opts.split)
     scored = sw if score_weight is None else as_vector(score_weight, n, "score_weight")
     folds = make_folds(cv, n, labels, classifier=True)
-    results = [_multiclass_folds(X, labels, (sw, scored), folds, grid, float(r), scoring, opts)
+    data = load_labelled(X, labels, sw, opts.split, opts.client, opts.n_partitions, None)
+    rows = _CVRows(X, data, labels, sw, scored)
+    results = [_multiclass_folds(rows, folds, grid, float(r), scoring, opts)
                for r in grid.l1_ratios]  # fmt: skip
     best = _best_ratio(results)
     chosen = results[best]
@@ -458,8 +466,9 @@ def fit_cv_multiclass(X: Any, labels: np.ndarray, grid: MulticlassGrid,
     alpha, alpha_1se = _chosen_alphas(chosen, grid.Cs, total)
     res = None
     if refit:
-        res = fit_multiclass(X, labels, alpha=alpha, l1_ratio=float(grid.l1_ratios[best]),
-                             sample_weight=sw, **opts.keywords())  # fmt: skip
+        res = fit_labelled(data, alpha=alpha, l1_ratio=float(grid.l1_ratios[best]),
+                           multi_class="multinomial", loss="logistic", stacklevel=4,
+                           **opts.keywords())  # fmt: skip
     return CrossValidatedFit(results, best, grid.l1_ratios, float(alpha), float(alpha_1se),
                              chosen.best, chosen.best_1se, res, np.unique(labels))  # fmt: skip
 
@@ -475,27 +484,36 @@ def _all_weights(X: Any, sample_weight: Any, n: int, split: str) -> np.ndarray |
     return None if stored is None else np.asarray(stored, np.float64)
 
 
-def _multiclass_folds(X: Any, labels: np.ndarray, weights: tuple[Any, Any], folds: list[Fold],
-                      grid: MulticlassGrid, l1_ratio: float, scoring: str,
-                      opts: MulticlassOptions) -> CVResult:  # fmt: skip
+class _CVRows(NamedTuple):
+    """The rows of a multinomial cross-validation: ``X`` (for the held-out predictions),
+    its blocks loaded once (``data``), the labels, and the rows' weights in the fits and in
+    the scores (None: unit)."""
+
+    X: Any
+    data: LabelledBlocks
+    labels: np.ndarray
+    fit_weight: np.ndarray | None
+    score_weight: np.ndarray | None
+
+
+def _multiclass_folds(rows: _CVRows, folds: list[Fold], grid: MulticlassGrid, l1_ratio: float,
+                      scoring: str, opts: MulticlassOptions) -> CVResult:  # fmt: skip
     """One ``l1_ratio``'s cross-validation: each fold's path on its grid (decreasing;
-    for a ``C`` grid, ``1 / (C * training weight)`` by fold, as scikit-learn's), scored.
-    ``weights``: the rows' weights in the fits and in the scores (None: unit)."""
-    sw = weights[0]
+    for a ``C`` grid, ``1 / (C * training weight)`` by fold, as scikit-learn's), scored."""
+    sw = rows.fit_weight
     if grid.Cs is not None:
         Cs = np.sort(np.asarray(grid.Cs, np.float64))
         grids = np.array([1.0 / (Cs * _weight_sum(sw, f.train)) for f in folds])
     else:
         alphas = grid.alphas
         if alphas is None:
-            alphas = alpha_grid(_multiclass_alpha_max(X, labels, sw, l1_ratio, opts),
+            alphas = alpha_grid(_multiclass_alpha_max(rows.data, l1_ratio, opts),
                                 grid.n_alphas, grid.eps)  # fmt: skip
         alphas = np.sort(np.asarray(alphas, np.float64).ravel())[::-1]
         grids = np.tile(alphas, (len(folds), 1))
     per_fold = []
     for k, fold in enumerate(folds):
-        scores, bad = _fold_path_scores(X, labels, weights, fold, grids[k], l1_ratio, scoring,
-                                        opts)  # fmt: skip
+        scores, bad = _fold_path_scores(rows, fold, grids[k], l1_ratio, scoring, opts)
         if bad:
             warnings.warn(
                 f"cross-validation fold {k}: {len(bad)} alpha(s) not certified (first: "
@@ -509,32 +527,31 @@ def _multiclass_folds(X: Any, labels: np.ndarray, weights: tuple[Any, Any], fold
     return CVResult(grids, scores, scoring, best, best_1se)
 
 
-def _multiclass_alpha_max(X: Any, labels: np.ndarray, sw: np.ndarray | None, l1_ratio: float,
+def _multiclass_alpha_max(data: LabelledBlocks, l1_ratio: float,
                           opts: MulticlassOptions) -> float:  # fmt: skip
     """The whole data's ``alpha_max`` of the multinomial model with ``opts.penalty`` (one
     pass)."""
-    data = load_labelled(X, labels, sw, opts.split, opts.client, opts.n_partitions, None)
     problem = data.problem(multinomial_penalty(opts.penalty, 1.0, l1_ratio), opts.fit_intercept)
     return MulticlassWorkingSetSolver().alpha_max(problem, l1_ratio)
 
 
-def _fold_path_scores(X: Any, labels: np.ndarray, weights: tuple[Any, Any], fold: Fold,
-                      grid: np.ndarray, l1_ratio: float, scoring: str,
+def _fold_path_scores(rows: _CVRows, fold: Fold, grid: np.ndarray, l1_ratio: float,
+                      scoring: str,
                       opts: MulticlassOptions) -> tuple[np.ndarray, list[int]]:  # fmt: skip
     """One fold's held-out scores along its multinomial path, and the alphas not
     certified. The path is fitted on all rows with the held-out ones weighing 0: its
     objective is the training rows' (the weights are normalised to sum to n, so the mean
-    loss is the training rows' weighted mean), and the data need no row selection."""
-    sw, scored = weights
-    train = np.zeros(labels.shape[0])
+    loss is the training rows' weighted mean), and the loaded blocks serve every fold."""
+    sw, scored = rows.fit_weight, rows.score_weight
+    train = np.zeros(rows.labels.shape[0])
     train[fold.train] = 1.0 if sw is None else sw[fold.train]
     with warnings.catch_warnings():  # reported by fold, as the binary folds'
         warnings.simplefilter("ignore", ConvergenceWarning)
-        path = path_multiclass(X, labels, alphas=grid, l1_ratio=l1_ratio,
-                               sample_weight=train, **opts.keywords())  # fmt: skip
-    codes = np.searchsorted(path.classes_, labels[fold.test])
+        path = path_labelled(rows.data.reweighted(train), PathGrid(alphas=grid),
+                             l1_ratio=l1_ratio, **opts.keywords())  # fmt: skip
+    codes = np.searchsorted(path.classes_, rows.labels[fold.test])
     test_weight = None if scored is None else scored[fold.test]
-    decisions = _held_out_decisions(X, path.fits_, fold.test, opts.split)
+    decisions = _held_out_decisions(rows.X, path.fits_, fold.test, opts.split)
     scores = np.array([multiclass_score(scoring, codes, d, test_weight) for d in decisions])
     return scores, [k for k, f in enumerate(path.fits_) if not f.converged_]
 

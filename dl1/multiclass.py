@@ -14,7 +14,7 @@ from sklearn.utils.multiclass import type_of_target
 
 from dl1.entry_labels import stored_labels
 from dl1.errors import ValidationError
-from dl1.inputs import read_inputs
+from dl1.inputs import normalized_weights, read_inputs
 from dl1.loading import decide_stream, load_blocks
 from dl1.objective.datafits import datafit_class, make_datafit
 from dl1.objective.datafits.multinomial import Multinomial
@@ -165,6 +165,15 @@ class LabelledBlocks(NamedTuple):
     @property
     def n_classes(self) -> int:
         return int(self.classes.shape[0])
+
+    def reweighted(self, sample_weight: Any) -> LabelledBlocks:
+        """This data with other sample weights (None: unit), checked and normalised as
+        :func:`load_labelled` checks them. The blocks are kept: their squared norms (the
+        subproblems' curvature floors, not the certificate) stay those of the weights they
+        were loaded with."""
+        sw = normalized_weights(sample_weight, self.codes.shape[0])
+        check_class_weights(self.classes, self.codes, sw)
+        return self._replace(sample_weight=sw)
 
     def problem(self, penalty: ElasticNet | GroupElasticNet,
                 fit_intercept: bool) -> MulticlassProblem:  # fmt: skip
@@ -326,7 +335,13 @@ def _labelled_inputs(X: Any, y: Any, sample_weight: Any, split: str):
     else:
         inputs = read_inputs(X, None, sample_weight, "squared", split)
         classes, codes = Multinomial.encode(inputs.y)
-    sw = inputs.sample_weight
+    check_class_weights(classes, codes, inputs.sample_weight)
+    return classes, codes, inputs
+
+
+def check_class_weights(classes: np.ndarray, codes: np.ndarray, sw: np.ndarray) -> None:
+    """Refuse weights (normalised; empty: unit) under which a class has no sample of
+    positive weight (its coefficients would have no data)."""
     if sw.shape[0]:
         weight = np.bincount(codes, weights=sw, minlength=classes.shape[0])
         if not (weight > 0).all():
@@ -334,4 +349,3 @@ def _labelled_inputs(X: Any, y: Any, sample_weight: Any, split: str):
                 f"class {classes[int(np.argmin(weight > 0))].item()!r} has no sample of positive "
                 "weight: every class needs one"
             )
-    return classes, codes, inputs

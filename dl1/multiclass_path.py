@@ -4,13 +4,13 @@ fit certified and warm-started from the previous one (glmnet's path), the data l
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
 from dl1.errors import ValidationError
-from dl1.multiclass import load_labelled, multinomial_penalty, warn_unconverged
+from dl1.multiclass import LabelledBlocks, load_labelled, multinomial_penalty, warn_unconverged
 from dl1.params import MULTICLASS_PATH, validated
 from dl1.runtime.executor import coordinating
 from dl1.solvers.class_start import WarmStart
@@ -96,19 +96,37 @@ def path_multiclass(
         bound stopped above ``tol``.
     """
     data = load_labelled(X, y, sample_weight, split, client, n_partitions, stream)
+    return path_labelled(data, PathGrid(alphas, n_alphas, eps), l1_ratio=l1_ratio,
+                         penalty=penalty, fit_intercept=fit_intercept, tol=tol,
+                         max_rounds=max_rounds, max_epochs=max_epochs)  # fmt: skip
+
+
+class PathGrid(NamedTuple):
+    """A path's penalties: ``alphas``, or ``n_alphas`` below ``alpha_max`` down to ``eps``
+    times it."""
+
+    alphas: Any = None
+    n_alphas: int = 20
+    eps: float = 1e-3
+
+
+def path_labelled(data: LabelledBlocks, grid: PathGrid, *, l1_ratio: float, penalty: str,
+                  fit_intercept: bool, tol: float, max_rounds: int,
+                  max_epochs: int = 5000) -> MulticlassPath:  # fmt: skip
+    """:func:`path_multiclass` on data already loaded (the options checked by the caller)."""
     solver = MulticlassWorkingSetSolver(tol=tol, max_rounds=max_rounds, max_epochs=max_epochs)
     amax = solver.alpha_max(data.problem(multinomial_penalty(penalty, 1.0, l1_ratio),
                                          fit_intercept), l1_ratio)  # fmt: skip
-    grid = _grid(alphas, n_alphas, eps, amax)
+    alphas = _grid(grid.alphas, grid.n_alphas, grid.eps, amax)
     fits, start = [], None
-    for alpha in grid:
+    for alpha in alphas:
         res = solver.solve(data.problem(multinomial_penalty(penalty, alpha, l1_ratio),
                                         fit_intercept), start)  # fmt: skip
         res.classes_ = data.classes
-        warn_unconverged(res, max_rounds, max_epochs, stacklevel=4, where=f" at alpha={alpha:.4g}")
+        warn_unconverged(res, max_rounds, max_epochs, stacklevel=5, where=f" at alpha={alpha:.4g}")
         fits.append(res)
         start = WarmStart.of(res)
-    return MulticlassPath(grid, fits, data.classes, amax)
+    return MulticlassPath(alphas, fits, data.classes, amax)
 
 
 def _grid(alphas: Any, n_alphas: int, eps: float, alpha_max: float) -> np.ndarray:

@@ -221,3 +221,27 @@ def test_one_vs_rest_cross_validation_is_scikit_learns_wrapper(in_process):
     clear = top2[:, 1] - top2[:, 0] > 1e-2  # rows not decided by saga's last digits
     expected = NAMES[np.argmax(d_ref, axis=1)]
     np.testing.assert_array_equal(ours.predict(X)[clear], expected[clear])
+
+
+def test_the_data_are_loaded_once_for_every_fold_and_the_refit(in_process, monkeypatch):
+    import dl1.multiclass as multiclass
+
+    loads = []
+    real = multiclass.load_blocks
+
+    def counted(*args, **kwargs):
+        loads.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(multiclass, "load_blocks", counted)
+    X, y = _problem(seed=4)
+    res = dl1.fit_cv(X, y, loss="logistic", n_alphas=4, eps=0.05, cv=3, tol=1e-8)
+    assert res.fit.converged_ and len(loads) == 1
+
+
+def test_a_fold_without_a_class_is_refused_naming_it(in_process):
+    X, y = _problem(seed=6)
+    y = np.where(np.arange(len(y)) == 0, "zebra", y)  # one sample: absent from 2 folds' rows
+    folds = [(np.arange(1, 100), np.arange(100, 200)), (np.arange(0, 100), np.arange(100, 200))]
+    with pytest.raises(ValidationError, match="class 'zebra' has no sample of positive weight"):
+        dl1.fit_cv(X, y, loss="logistic", n_alphas=3, cv=folds)
