@@ -15,7 +15,7 @@ from sklearn.utils.multiclass import type_of_target
 from dl1.entry_labels import stored_labels
 from dl1.errors import ValidationError
 from dl1.inputs import normalized_weights, read_inputs
-from dl1.loading import decide_stream, load_blocks
+from dl1.loading import col_scales, decide_stream, load_blocks
 from dl1.objective.datafits import datafit_class, make_datafit
 from dl1.objective.datafits.multinomial import Multinomial
 from dl1.objective.penalties.elastic_net import ElasticNet
@@ -51,6 +51,7 @@ def fit_multiclass(
     max_epochs: int = 5000,
     coef_init: Any = None,
     intercept_init: Any = None,
+    standardize: bool = False,
     n_partitions: int = 2,
     stream: bool | None = None,
     client: Any = None,
@@ -103,6 +104,10 @@ def fit_multiclass(
         Where the fit starts (a nearby answer, such as the previous fit's ``coef_`` and
         ``intercept_`` for the same classes: scikit-learn's ``warm_start``); rows in the
         order of the sorted classes. None: zeros, and the intercepts of ``W = 0``.
+    standardize : bool
+        Fit on columns scaled to unit (weighted) standard deviation, centred with an
+        intercept (as :func:`dl1.fit`'s): the penalty then weighs every feature's spread
+        alike. ``coef_`` (and ``coef_init``) are in the input's scale.
     n_partitions, stream, client, split
         As in :func:`dl1.fit` (blocks in worker memory, or re-read from the store).
     verbose, callback
@@ -118,7 +123,8 @@ def fit_multiclass(
         first.
     """
     _check_choices(multi_class, loss, penalty, l1_ratio)
-    data = load_labelled(X, y, sample_weight, split, client, n_partitions, stream)
+    data = load_labelled(X, y, sample_weight, split, client, n_partitions, stream, standardize,
+                         fit_intercept)  # fmt: skip
     start = warm_start(coef_init, intercept_init, data.n_classes, int(data.col_bounds[-1]))
     return fit_labelled(data, alpha=alpha, l1_ratio=l1_ratio, penalty=penalty,
                         multi_class=multi_class, loss=loss, fit_intercept=fit_intercept,
@@ -131,20 +137,24 @@ def fit_labelled(data: LabelledBlocks, *, alpha: float, l1_ratio: float, penalty
                  max_rounds: int = 100, max_epochs: int = 5000, start: WarmStart | None = None,
                  verbose: bool = False, callback: Any = None,
                  stacklevel: int = 2) -> MulticlassResult | OvrResult:  # fmt: skip
-    """:func:`fit_multiclass` on data already loaded (the options checked by the caller);
-    a :class:`ConvergenceWarning` at ``stacklevel`` when a bound stops the fit."""
+    """:func:`fit_multiclass` on data already loaded (the options checked by the caller;
+    ``start`` and the answer in the input's scale); a :class:`ConvergenceWarning` at
+    ``stacklevel`` when a bound stops the fit."""
+    start = data.solver_start(start)
     if multi_class == "ovr":
         prob = OvrProblem(data.ex, data.blocks, data.col_bounds, data.codes, data.n_classes,
                           make_datafit(loss), ElasticNet(alpha, l1_ratio), fit_intercept, tol,
                           data.n_partitions, data.sample_weight)  # fmt: skip
         solver = OneVsRestSolver(max_rounds=max_rounds, max_inner_epochs=max_epochs,
                                  verbose=verbose, callback=callback)  # fmt: skip
-        return _warned(solver.solve(prob, start), data.classes, max_rounds, stacklevel + 1)
+        res = solver.solve(prob, start)
+        res.coef_ = data.input_coef(res.coef_)
+        return _warned(res, data.classes, max_rounds, stacklevel + 1)
     prob = data.problem(multinomial_penalty(penalty, alpha, l1_ratio), fit_intercept)
     solver = MulticlassWorkingSetSolver(tol=tol, max_rounds=max_rounds, max_epochs=max_epochs,
                                         verbose=verbose, callback=callback)  # fmt: skip
     res = solver.solve(prob, start)
-    res.classes_ = data.classes
+    res.classes_, res.coef_ = data.classes, data.input_coef(res.coef_)
     warn_unconverged(res, max_rounds, max_epochs, stacklevel=stacklevel)
     return res
 
@@ -152,7 +162,9 @@ def fit_labelled(data: LabelledBlocks, *, alpha: float, l1_ratio: float, penalty
 class LabelledBlocks(NamedTuple):
     """A multiclass problem's data, loaded once: the classes and the rows' class codes,
     the executor with its feature blocks (futures or sources) and their column bounds,
-    and the normalised sample weights (empty for unit ones)."""
+    the normalised sample weights (empty for unit ones), and the columns' scales when
+    standardised (``1 / std_j``, 0 for a constant column; empty otherwise): the solvers
+    work on the scaled columns, and their coefficients are mapped back to the input's."""
 
     classes: np.ndarray
     codes: np.ndarray
@@ -161,6 +173,7 @@ class LabelledBlocks(NamedTuple):
     col_bounds: np.ndarray
     sample_weight: np.ndarray
     n_partitions: int
+    scales: np.ndarray = np.zeros(0)
 
     @property
     def n_classes(self) -> int:
@@ -175,6 +188,20 @@ class LabelledBlocks(NamedTuple):
         check_class_weights(self.classes, self.codes, sw)
         return self._replace(sample_weight=sw)
 
+    def input_coef(self, coef: sp.csr_matrix) -> sp.csr_matrix:
+        """Coefficients ``(K, p)`` of the scaled columns as the input columns' (``w_j
+        scale_j``)."""
+        return coef if not self.scales.shape[0] else sp.csr_matrix(coef @ sp.diags(self.scales))
+
+    def solver_start(self, start: WarmStart | None) -> WarmStart | None:
+        """A start given in the input's scale as the scaled columns' (``w_j / scale_j``; a
+        constant column's coefficients 0, as the fit keeps them)."""
+        if start is None or not self.scales.shape[0]:
+            return start
+        s = self.scales[start.support]
+        inv = np.divide(1.0, s, out=np.zeros_like(s), where=s > 0)
+        return start._replace(W=start.W * inv[:, None])
+
     def problem(self, penalty: ElasticNet | GroupElasticNet,
                 fit_intercept: bool) -> MulticlassProblem:  # fmt: skip
         """The multinomial problem of this data with ``penalty``."""
@@ -184,19 +211,23 @@ class LabelledBlocks(NamedTuple):
 
 
 def load_labelled(X: Any, y: Any, sample_weight: Any, split: str, client: Any,
-                  n_partitions: int, stream: bool | None) -> LabelledBlocks:  # fmt: skip
-    """Read and check the labels and weights, then load (or locate, streamed) the blocks."""
+                  n_partitions: int, stream: bool | None, standardize: bool = False,
+                  center: bool = False) -> LabelledBlocks:  # fmt: skip
+    """Read and check the labels and weights, then load (or locate, streamed) the blocks,
+    their columns scaled to unit (weighted; centred when ``center``) deviation when
+    ``standardize`` (:func:`dl1.tasks.blocks.assemble_block`)."""
     classes, codes, inputs = _labelled_inputs(X, y, sample_weight, split)
     ex = executor_for(client)
     if inputs.dataset is not None:
         raise ValidationError("a multiclass fit takes a store, a dask array or a matrix")
     streamed = decide_stream(stream, inputs.store, split, ex)
     sw = inputs.sample_weight
-    blocks, cb = load_blocks(ex, inputs.X, sw, False, False, n_partitions,
+    blocks, cb = load_blocks(ex, inputs.X, sw, standardize, center, n_partitions,
                              inputs.store, split, streamed, local=inputs.local)  # fmt: skip
     if not streamed:
         ex.wait(blocks)
-    return LabelledBlocks(classes, codes, ex, blocks, np.asarray(cb), sw, n_partitions)
+    scales = col_scales(ex, blocks) if standardize else np.zeros(0)
+    return LabelledBlocks(classes, codes, ex, blocks, np.asarray(cb), sw, n_partitions, scales)
 
 
 def warm_start(coef: Any, intercept: Any, K: int, p: int) -> WarmStart | None:
@@ -237,7 +268,7 @@ def warn_unconverged(res: MulticlassResult, max_rounds: int, max_epochs: int,
 
 
 #: The binary entry points' settings a multiclass fit does not take, with their "off" value.
-BINARY_ONLY = {"penalty_factor": None, "positive": False, "bounds": None, "standardize": False,
+BINARY_ONLY = {"penalty_factor": None, "positive": False, "bounds": None,
                "screen": False, "spread": None, "coef_init": None, "intercept_init": None,
                "solver": "ws", "cv": None, "checkpoint": None, "X_test": None}  # fmt: skip
 

@@ -64,6 +64,7 @@ def path_multiclass(
     tol: float = 1e-4,
     max_rounds: int = 100,
     max_epochs: int = 5000,
+    standardize: bool = False,
     n_partitions: int = 2,
     stream: bool | None = None,
     client: Any = None,
@@ -77,7 +78,7 @@ def path_multiclass(
 
     Parameters
     ----------
-    X, y, l1_ratio, penalty, sample_weight, fit_intercept, tol, max_rounds, max_epochs
+    X, y, l1_ratio, penalty, sample_weight, fit_intercept, tol, max_rounds, max_epochs, standardize
         As in :func:`dl1.fit_multiclass`.
     alphas : array-like, optional
         The penalties, fitted in decreasing order; by default ``n_alphas`` of them from
@@ -95,7 +96,8 @@ def path_multiclass(
         ``classes_``, ``alpha_max_``; a :class:`dl1.ConvergenceWarning` names each alpha a
         bound stopped above ``tol``.
     """
-    data = load_labelled(X, y, sample_weight, split, client, n_partitions, stream)
+    data = load_labelled(X, y, sample_weight, split, client, n_partitions, stream, standardize,
+                         fit_intercept)  # fmt: skip
     return path_labelled(data, PathGrid(alphas, n_alphas, eps), l1_ratio=l1_ratio,
                          penalty=penalty, fit_intercept=fit_intercept, tol=tol,
                          max_rounds=max_rounds, max_epochs=max_epochs)  # fmt: skip
@@ -113,7 +115,8 @@ class PathGrid(NamedTuple):
 def path_labelled(data: LabelledBlocks, grid: PathGrid, *, l1_ratio: float, penalty: str,
                   fit_intercept: bool, tol: float, max_rounds: int,
                   max_epochs: int = 5000) -> MulticlassPath:  # fmt: skip
-    """:func:`path_multiclass` on data already loaded (the options checked by the caller)."""
+    """:func:`path_multiclass` on data already loaded (the options checked by the caller;
+    the coefficients in the input's scale)."""
     solver = MulticlassWorkingSetSolver(tol=tol, max_rounds=max_rounds, max_epochs=max_epochs)
     amax = solver.alpha_max(data.problem(multinomial_penalty(penalty, 1.0, l1_ratio),
                                          fit_intercept), l1_ratio)  # fmt: skip
@@ -125,7 +128,9 @@ def path_labelled(data: LabelledBlocks, grid: PathGrid, *, l1_ratio: float, pena
         res.classes_ = data.classes
         warn_unconverged(res, max_rounds, max_epochs, stacklevel=5, where=f" at alpha={alpha:.4g}")
         fits.append(res)
-        start = WarmStart.of(res)
+        start = WarmStart.of(res)  # in the scaled columns' terms, as the solver's
+    for res in fits:
+        res.coef_ = data.input_coef(res.coef_)
     return MulticlassPath(alphas, fits, data.classes, amax)
 
 

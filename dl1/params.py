@@ -288,7 +288,7 @@ def is_sample(value: Any) -> bool:
 
 #: Parameters of the multinomial model (:func:`dl1.fit_multiclass`).
 MULTICLASS = {
-    **{k: v for k, v in COMMON.items() if k not in ("loss", "standardize", "seed")},
+    **{k: v for k, v in COMMON.items() if k not in ("loss", "seed")},
     "alpha": [POSITIVE],
     "l1_ratio": [UNIT],
     "penalty": [Options(("l1", "grouped"))],

@@ -237,20 +237,20 @@ def fit(
         With a classification loss, ``classes_`` holds the two labels (``[-1.0, 1.0]`` for
         labels -1 / +1). Labels of more than two classes fit the multiclass model of
         :func:`dl1.fit_multiclass` (the logistic loss: multinomial; the hinges:
-        one-vs-rest) and return its result; the binary-only settings (``penalty_factor``,
-        bounds, ``standardize``, screening, warm starts, other solvers) are refused.
+        one-vs-rest) and return its result (``standardize`` too); the binary-only settings
+        (``penalty_factor``, bounds, screening, warm starts, other solvers) are refused.
     """
     if many_classes(X, y, loss, split):
         scheme = multiclass_scheme(
             loss, "dl1.fit()", penalty_factor=penalty_factor, positive=positive,
-            bounds=bounds, standardize=standardize, screen=screen, spread=spread,
+            bounds=bounds, screen=screen, spread=spread,
             coef_init=coef_init, intercept_init=intercept_init, solver=solver,
         )  # fmt: skip
         return fit_multiclass(
             X, y, alpha=alpha, l1_ratio=l1_ratio, **scheme, sample_weight=sample_weight,
             fit_intercept=fit_intercept, tol=tol, max_rounds=max_rounds or 100,
-            max_epochs=max_epochs or 5000, n_partitions=n_partitions, stream=stream,
-            client=client, split=split, verbose=verbose, callback=callback,
+            max_epochs=max_epochs or 5000, standardize=standardize, n_partitions=n_partitions,
+            stream=stream, client=client, split=split, verbose=verbose, callback=callback,
         )  # fmt: skip
     labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1, before any work
     options = SolverOptions(

@@ -142,14 +142,15 @@ def path(
         multiclass_scheme(
             loss, "dl1.path()",
             penalty_factor=penalty_factor, positive=positive, bounds=bounds,
-            standardize=standardize, screen=screen, spread=spread, solver=solver, cv=cv,
+            screen=screen, spread=spread, solver=solver, cv=cv,
             checkpoint=checkpoint, X_test=X_test,
         )  # fmt: skip
         return path_multiclass(
             X, y, alphas=alphas, n_alphas=n_alphas, eps=eps, l1_ratio=l1_ratio,
             sample_weight=sample_weight, fit_intercept=fit_intercept, tol=tol,
             max_rounds=max_rounds or 100, max_epochs=max_epochs or 5000,
-            n_partitions=n_partitions, stream=stream, client=client, split=split,
+            standardize=standardize, n_partitions=n_partitions, stream=stream, client=client,
+            split=split,
         )  # fmt: skip
     labels = entry_labels(X, y, loss, split)  # any two labels as -1 / +1, before any work
     X_test, y_test = held_out(labels.X, X_test, y_test, labels)

@@ -36,6 +36,19 @@ def test_labels_stored_with_a_store_are_read_for_the_choice(tmp_path):
     assert isinstance(dl1.fit(store, alpha=0.01, tol=1e-8), dl1.FitResult)
 
 
+def test_fit_and_path_with_three_classes_standardise_as_the_multinomial_ones():
+    X, y = _problem(K=3)
+    fit = dl1.fit(X, y, loss="logistic", alpha=0.01, tol=1e-9, standardize=True)
+    ref = dl1.fit_multiclass(X, y, alpha=0.01, tol=1e-9, standardize=True)
+    np.testing.assert_array_equal(fit.coef_.toarray(), ref.coef_.toarray())
+    pth = dl1.path(X, y, loss="logistic", n_alphas=2, eps=0.1, tol=1e-8, standardize=True)
+    ref = dl1.path_multiclass(X, y, n_alphas=2, eps=0.1, tol=1e-8, standardize=True)
+    for a, b in zip(pth.coefs_, ref.coefs_, strict=True):
+        np.testing.assert_array_equal(a.toarray(), b.toarray())
+    plain = dl1.fit_multiclass(X, y, alpha=0.01, tol=1e-9)
+    assert not np.allclose(plain.coef_.toarray(), fit.coef_.toarray(), atol=1e-3)
+
+
 def test_path_with_three_classes_is_the_multinomial_path():
     X, y = _problem(K=3)
     pth = dl1.path(X, y, loss="logistic", n_alphas=3, eps=0.1, tol=1e-8)
@@ -46,7 +59,7 @@ def test_path_with_three_classes_is_the_multinomial_path():
 
 
 @pytest.mark.parametrize("kwargs, named", [
-    ({"standardize": True}, "standardize"),
+    ({"screen": True}, "screen"),
     ({"positive": True}, "positive"),
     ({"penalty_factor": np.ones(70)}, "penalty_factor"),
     ({"solver": "cd"}, "solver"),

@@ -208,7 +208,7 @@ class LogisticRegression(MulticlassFit, _Classifier):
     ||w||_1`` or ``l1_ratio ||w||_1 + (1 - l1_ratio) / 2 ||w||^2``: dl1.fit's logistic loss
     with ``alpha = 1 / (C sum_i s_i)``. More classes (:func:`dl1.fit_multiclass`, every
     pass over the data shared by the classes; ``warm_start`` starts from the last fit of the
-    same classes; no standardisation or screening yet):
+    same classes; ``standardize`` as for two; no screening yet):
     scikit-learn's multinomial model (``C`` times the summed cross-entropy of the softmax
     of ``X W^T + b``, the same penalty on ``W``), or with ``multi_class="ovr"`` ``K``
     one-vs-rest binary problems (class ``k`` against the rest, each the binary objective

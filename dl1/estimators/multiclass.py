@@ -39,7 +39,7 @@ from dl1.models import (
 from dl1.multiclass import fit_multiclass
 
 #: What the multiclass fit does not take yet, with the setting that would be ignored.
-NOT_YET = {"standardize": False, "screen": False}
+NOT_YET = {"screen": False}
 
 
 def labels_of(X: Any, y: Any) -> np.ndarray | None:
@@ -122,8 +122,9 @@ class MulticlassFit:
                 X, labels, alpha=alpha, l1_ratio=self._l1_ratio(), multi_class=scheme[0],
                 loss="logistic" if scheme[1] == "multinomial" else scheme[1],
                 sample_weight=sample_weight, fit_intercept=self.fit_intercept, tol=self.tol,
-                max_rounds=self.max_iter, n_partitions=self.n_partitions, stream=self.stream,
-                client=self.client, **epochs, **self._multiclass_warm_start(labels),
+                max_rounds=self.max_iter, standardize=self.standardize,
+                n_partitions=self.n_partitions, stream=self.stream, client=self.client,
+                **epochs, **self._multiclass_warm_start(labels),
             )  # fmt: skip
         self._set_multiclass(MulticlassModel.from_result(
             res, alpha=alpha, l1_ratio=self._l1_ratio(), fit_intercept=self.fit_intercept,

@@ -50,7 +50,7 @@ class GatheredColumns(NamedTuple):
 def gather_columns(ex: Any, blocks: list[Any], col_bounds: np.ndarray,
                    ws: np.ndarray) -> GatheredColumns:  # fmt: skip
     """Extract the sorted features ``ws`` where their blocks are (one task per block that
-    holds some) and join them into one CSC matrix."""
+    holds some) and join them into one CSC matrix (standardised columns scaled)."""
     blk = np.searchsorted(col_bounds, ws, side="right") - 1
     futs = [ex.submit(extract_task, blocks[k], ws[blk == k] - col_bounds[k])
             for k in np.unique(blk)]  # fmt: skip
@@ -63,9 +63,16 @@ def gather_columns(ex: Any, blocks: list[Any], col_bounds: np.ndarray,
     return GatheredColumns(
         np.concatenate(ptrs),
         np.concatenate([g.indices for g in groups] + cat).astype(np.int64),
-        np.concatenate([g.data for g in groups] + cat).astype(np.float64),
+        np.concatenate([_scaled(g) for g in groups] + cat),
         np.concatenate([g.sqnorm for g in groups] + cat).astype(np.float64),
     )
+
+
+def _scaled(group: Any) -> np.ndarray:
+    """A gathered group's values as float64, times their columns' scales when scaled (its
+    squared norms are already the scaled columns')."""
+    data = group.data.astype(np.float64)
+    return data * np.repeat(group.scale, np.diff(group.indptr)) if group.scaled else data
 
 
 def decisions_at(cols: GatheredColumns, W: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:

@@ -55,6 +55,8 @@ def mc_scan_task(
         b = loaded(blk)
         V = np.empty((b.ncols, theta.shape[1]))
         csc_xt_mat(b.indptr, b.indices, b.data, theta, V)
+        if b.col_scale.shape[0]:  # standardised: column j is x_j scale_j
+            V *= b.col_scale[:, None]
         norms = group_norms(V, grouped)
         if norms.shape[0] == 0:
             continue

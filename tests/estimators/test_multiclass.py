@@ -151,8 +151,8 @@ def test_warm_start_continues_from_the_last_fit_of_the_same_classes(make):
 
 def test_what_the_multiclass_fit_does_not_take_yet_is_refused():
     X, y = _problem()
-    with pytest.raises(ValueError, match="standardize=True is not supported with more"):
-        dl1.LogisticRegression(standardize=True).fit(X, y)
+    with pytest.raises(ValueError, match="screen=True is not supported with more"):
+        dl1.LogisticRegression(screen=True).fit(X, y)
     with pytest.raises(ValueError, match="screen=True is not supported with more"):
         dl1.LinearSVC(screen=True).fit(X, y)
     with pytest.raises(ValueError, match="LinearSVC: loss='hinge' with more than two classes "
