@@ -105,17 +105,36 @@ class SubproblemMode(Protocol):
         ...
 
 
+#: Bytes a gathered proximal Newton subproblem holds on its worker per byte of its working
+#: set's extracted columns (their size in the store's dtype): the cached groups moved there,
+#: the float64 copy gathered from them and the float32 curvature of every nonzero.
+GATHER_COPIES = 3.0
+
+
+def gathered_bytes(problem: Any, ws: np.ndarray) -> float:
+    """Bytes one worker holds to solve ``ws`` gathered: for a loss solved by proximal
+    Newton steps, :data:`GATHER_COPIES` times its columns' bytes when the store counts them
+    (``budget.col_bytes``); otherwise (and for the squared loss, whose Gram path densifies
+    columns) the dense worst case, 12 bytes per row and column."""
+    col_bytes = problem.budget.col_bytes
+    if col_bytes is None or problem.datafit.quadratic or not hasattr(problem.datafit,
+                                                                     "grad_hess"):  # fmt: skip
+        return 12.0 * problem.n * ws.shape[0]
+    return GATHER_COPIES * float(col_bytes[ws].sum())
+
+
 def choose_mode(
-    spread: bool | str | None, problem: Any, ws_size: int, gram_max: int
+    spread: bool | str | None, problem: Any, ws: np.ndarray, gram_max: int
 ) -> SubproblemMode:
-    """The mode of a round: gathered unless ``spread`` says otherwise (None: out of core,
-    when the working set's columns could exceed one worker's gather budget, 12 bytes per
-    row and column); spread on a Gram matrix when the loss is quadratic and the matrix's
-    ~16 m^2 bytes fit the budget (unless ``spread="cocoa"``)."""
+    """The mode of a round on working set ``ws``: gathered unless ``spread`` says otherwise
+    (None: out of core, when the columns could exceed one worker's gather budget,
+    :func:`gathered_bytes`); spread on a Gram matrix when the loss is quadratic and the
+    matrix's ~16 m^2 bytes fit the budget (unless ``spread="cocoa"``)."""
     gather_max = problem.budget.gather_max
+    ws_size = ws.shape[0]
     use_spread = bool(spread)
     if spread is None:
-        use_spread = problem.streamed and 12.0 * problem.n * ws_size > gather_max
+        use_spread = problem.streamed and gathered_bytes(problem, ws) > gather_max
     if not np.isfinite(problem.datafit.beta) or not problem.penalty.uniform:
         use_spread = False  # CoCoA's steps need a curvature bound; spread modes one penalty
     quadratic = problem.datafit.quadratic

@@ -186,7 +186,8 @@ class WorkingSetSolver:
             run.crowded = violators_left_out(scan.per_block, ws.shape[0] - run.support.shape[0])
             run.cache_columns(ws)
             t0 = time.perf_counter()
-            mode = choose_mode(self.spread, problem, ws.shape[0], self.gram_max)
+            mode = choose_mode(self.spread, problem, ws, self.gram_max)
+            entry["mode"] = type(mode).__name__
             report = mode.solve(run, ws, run.targets(mode.spread), r)
             run.b = report.intercept
             run.pending = report.next_scan

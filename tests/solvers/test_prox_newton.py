@@ -16,7 +16,15 @@ import dl1.tasks.subproblem as subproblem_module
 from dl1.kernels.linalg import csc_col_sqnorms
 from dl1.objective.datafits import Logistic, Quadratic, SquaredHinge
 from dl1.objective.penalties import ElasticNet
-from dl1.solvers.subproblems import ColumnCD, GatheredGram, GatheredProxNewton, choose_mode
+from dl1.solvers.base import WorkingSetBudget
+from dl1.solvers.subproblems import (
+    ColumnCD,
+    GatheredGram,
+    GatheredProxNewton,
+    SpreadCocoa,
+    SpreadGram,
+    choose_mode,
+)
 from dl1.tasks.prox_newton import Columns, _restricted_gap, prox_newton
 from tests.test_penalised import as_dask, make_classification, objective
 
@@ -58,10 +66,28 @@ class _Problem:
 
 
 def test_choose_mode_takes_prox_newton_for_smooth_margin_losses():
-    assert isinstance(choose_mode(None, _Problem(Logistic()), 200, 4096), GatheredProxNewton)
-    assert isinstance(choose_mode(None, _Problem(SquaredHinge()), 200, 4096), GatheredProxNewton)
-    assert type(choose_mode(None, _Problem(Quadratic()), 200, 4096)) is GatheredGram
-    assert type(choose_mode(False, _Problem(_WithoutHessian()), 200, 4096)) is ColumnCD
+    ws = np.arange(200)
+    assert isinstance(choose_mode(None, _Problem(Logistic()), ws, 4096), GatheredProxNewton)
+    assert isinstance(choose_mode(None, _Problem(SquaredHinge()), ws, 4096), GatheredProxNewton)
+    assert type(choose_mode(None, _Problem(Quadratic()), ws, 4096)) is GatheredGram
+    assert type(choose_mode(False, _Problem(_WithoutHessian()), ws, 4096)) is ColumnCD
+
+
+def test_out_of_core_a_working_set_is_spread_by_its_columns_bytes_not_the_dense_bound():
+    """Streamed: gathered while three times its columns' bytes fit one worker's budget (a
+    sparse working set whose dense bound, 12 n m bytes, would not); the squared loss keeps
+    the dense bound (its Gram path densifies columns)."""
+    n, gather_max = 100_000, 200e6
+    col_bytes = np.full(5000, 8.0 * 2000 + 8)  # 2,000 nonzeros a column, float32 values
+    small, big = np.arange(4000), np.arange(5000)  # 192 MB and 240 MB in three copies
+    for loss, ws, mode in [(Logistic(), small, GatheredProxNewton),
+                           (Logistic(), big, SpreadCocoa),
+                           (Quadratic(), np.arange(200), SpreadGram)]:  # fmt: skip
+        pb = _Problem(loss)
+        pb.streamed, pb.n = True, n
+        pb.budget = WorkingSetBudget(gather_max=gather_max, col_bytes=col_bytes)
+        assert 12.0 * n * ws.shape[0] > gather_max  # the dense bound would spread them all
+        assert type(choose_mode(None, pb, ws, 4096)) is mode
 
 
 class _WithoutHessian:
