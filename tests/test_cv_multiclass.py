@@ -12,6 +12,7 @@ from scipy.special import log_softmax
 from sklearn.model_selection import StratifiedKFold
 
 import dl1
+import dl1.multiclass as multiclass
 from dl1.errors import ValidationError
 
 NAMES = np.array(["arts", "games", "science", "sports"])
@@ -224,8 +225,6 @@ def test_one_vs_rest_cross_validation_is_scikit_learns_wrapper(in_process):
 
 
 def test_the_data_are_loaded_once_for_every_fold_and_the_refit(in_process, monkeypatch):
-    import dl1.multiclass as multiclass
-
     loads = []
     real = multiclass.load_blocks
 

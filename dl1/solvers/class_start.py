@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dl1.kernels.multiclass import csc_mat_add
-from dl1.tasks.columns import extract_task
+from dl1.tasks.columns import extract_task, gather_columns
 
 
 class WarmStart(NamedTuple):
@@ -47,32 +47,20 @@ class GatheredColumns(NamedTuple):
     sqnorm: np.ndarray
 
 
-def gather_columns(ex: Any, blocks: list[Any], col_bounds: np.ndarray,
-                   ws: np.ndarray) -> GatheredColumns:  # fmt: skip
+def gather_ws_columns(ex: Any, blocks: list[Any], col_bounds: np.ndarray,
+                      ws: np.ndarray) -> GatheredColumns:  # fmt: skip
     """Extract the sorted features ``ws`` where their blocks are (one task per block that
-    holds some) and join them into one CSC matrix (standardised columns scaled)."""
+    holds some) and join them into one CSC matrix here (:func:`~dl1.tasks.columns.
+    gather_columns`), standardised columns scaled."""
     blk = np.searchsorted(col_bounds, ws, side="right") - 1
-    futs = [ex.submit(extract_task, blocks[k], ws[blk == k] - col_bounds[k])
-            for k in np.unique(blk)]  # fmt: skip
-    groups = ex.gather(futs)
-    ptrs, offset = [np.zeros(1, np.int64)], 0
-    for g in groups:
-        ptrs.append(g.indptr[1:].astype(np.int64) + offset)
-        offset += int(g.indptr[-1])
-    cat = [np.zeros(0)] if not groups else []
-    return GatheredColumns(
-        np.concatenate(ptrs),
-        np.concatenate([g.indices for g in groups] + cat).astype(np.int64),
-        np.concatenate([_scaled(g) for g in groups] + cat),
-        np.concatenate([g.sqnorm for g in groups] + cat).astype(np.float64),
-    )
-
-
-def _scaled(group: Any) -> np.ndarray:
-    """A gathered group's values as float64, times their columns' scales when scaled (its
-    squared norms are already the scaled columns')."""
-    data = group.data.astype(np.float64)
-    return data * np.repeat(group.scale, np.diff(group.indptr)) if group.scaled else data
+    owners = np.unique(blk)
+    groups = ex.gather([ex.submit(extract_task, blocks[k], ws[blk == k] - col_bounds[k])
+                        for k in owners])  # fmt: skip
+    indptr, indices, data, scale, sqn = gather_columns(groups, [ws[blk == k] for k in owners],
+                                                       ws)  # fmt: skip
+    if scale.shape[0]:
+        data *= np.repeat(scale, np.diff(indptr))
+    return GatheredColumns(indptr, indices.astype(np.int64), data, sqn.astype(np.float64))
 
 
 def decisions_at(cols: GatheredColumns, W: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:

@@ -39,7 +39,7 @@ from dl1.objective.datafits.multinomial import Multinomial
 from dl1.objective.gap import dual_from_conjugates, dual_scales
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.objective.penalties.group import GroupElasticNet
-from dl1.solvers.class_start import WarmStart, decisions_at, gather_columns
+from dl1.solvers.class_start import WarmStart, decisions_at, gather_ws_columns
 from dl1.solvers.multinomial_newton import MultinomialNewton, Restricted, block_penalty
 from dl1.solvers.scans import WS_START, next_ws_size
 from dl1.tasks.multiclass import excess_sq, group_norms, mc_scan_task
@@ -123,7 +123,7 @@ class _Columns:
     last dual point made on them (a subproblem's last gap is the next round's point)."""
 
     def __init__(self, prob: MulticlassProblem, ws: np.ndarray) -> None:
-        self.indptr, self.indices, self.data, self.sqnorm = gather_columns(
+        self.indptr, self.indices, self.data, self.sqnorm = gather_ws_columns(
             prob.ex, prob.blocks, prob.col_bounds, ws)
         self.dual: _DualAt | None = None
 
@@ -218,7 +218,7 @@ class MulticlassWorkingSetSolver:
 
     def _warm(self, prob: MulticlassProblem, pt: _Point, start: WarmStart) -> None:
         """Move the point to ``start``: ``Z`` recomputed exactly from its columns."""
-        cols = gather_columns(prob.ex, prob.blocks, prob.col_bounds, start.support)
+        cols = gather_ws_columns(prob.ex, prob.blocks, prob.col_bounds, start.support)
         pt.support, pt.W = start.support.copy(), np.array(start.W, dtype=np.float64)
         if prob.fit_intercept and start.b is not None:
             pt.b = np.array(start.b, dtype=np.float64)

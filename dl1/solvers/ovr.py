@@ -43,7 +43,7 @@ from dl1.objective.datafits.hinge import Hinge
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.solvers.base import Problem
-from dl1.solvers.class_start import WarmStart, decisions_at, gather_columns
+from dl1.solvers.class_start import WarmStart, decisions_at, gather_ws_columns
 from dl1.solvers.numerics import Progress, check_round, check_update
 from dl1.solvers.result import UNCERTIFIED, Certificate
 from dl1.solvers.scans import WS_START, choose_working_set, next_ws_size, violators_left_out
@@ -272,7 +272,7 @@ class _Run:
         b = np.array([c.b for c in self.classes])  # those of w = 0 (0 without intercept)
         if prob.fit_intercept and start.b is not None:
             b = np.asarray(start.b, np.float64)
-        cols = gather_columns(prob.ex, prob.blocks, prob.col_bounds, start.support)
+        cols = gather_ws_columns(prob.ex, prob.blocks, prob.col_bounds, start.support)
         Z = decisions_at(cols, start.W, b, prob.codes.shape[0])
         for k, c in enumerate(self.classes):
             nz = np.flatnonzero(start.W[:, k])

@@ -15,6 +15,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score
 
 import dl1
+import dl1.multiclass as multiclass
 from dl1.models import MulticlassModel
 from tests.cli.test_commands import document, invoke
 from tests.helpers import random_csr
@@ -303,8 +304,6 @@ def test_path_output_without_a_test_split_is_refused_before_any_work(mc, tmp_pat
 @pytest.mark.parametrize("scheme", [["--loss", "multinomial"], ["--multi-class", "ovr"]])
 def test_fit_loads_the_store_once_for_alpha_max_and_the_fit(mc, scheduler, monkeypatch,
                                                             scheme):  # fmt: skip
-    import dl1.multiclass as multiclass
-
     loads = []
     real = multiclass.load_blocks
 
