@@ -5,6 +5,7 @@ the blocks its worker holds and keeping the working set's columns between rounds
 from __future__ import annotations
 
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -31,14 +32,19 @@ from dl1.tasks.records import SubproblemCall
 class PartitionServer:
     """The server of one solve on one worker: runs routed task functions on the blocks held
     there, one method at a time, in a thread of its own (the worker's event loop goes on).
-    ``client``: the id of the Dask client that opened it (its server lives as long)."""
+    ``client``: the id of the Dask client that opened it (its server lives as long);
+    ``sent``: where to count the calls it makes to peers, by method."""
 
-    def __init__(self, worker: Any, session: str, client: str | None = None) -> None:
+    def __init__(
+        self, worker: Any, session: str, client: str | None = None, sent: Counter | None = None
+    ) -> None:
         warm_up()
         self._worker = worker
         self.session = session
         #: the id of the Dask client whose solve this serves (None: not known)
         self.client = client
+        #: calls made to peers, by method
+        self.sent: Counter[str] = Counter() if sent is None else sent
         # one method at a time, in the calls' thread
         self.calls = server_thread("dl1-server", worker.memory_manager.memory_limit)
         self._groups: dict[str, tuple] = {}
@@ -80,6 +86,7 @@ class PartitionServer:
         ``result()`` raises)."""
         loop = self._worker.loop.asyncio_loop
         msg = (method, args)
+        self.sent[method] += 1
         return start_call(loop, self._worker.rpc, holder, "dl1_call", msg, session=self.session)
 
     def extract(self, wanted: list[tuple[Any, np.ndarray]]) -> list[tuple]:
@@ -152,24 +159,28 @@ class PartitionServer:
     ) -> list[Any]:
         """:func:`~dl1.tasks.passes.scan_task` of each partition of ``plan`` at the
         coordinator's dual point ``theta`` (``w_parts``: each partition's coefficients by
-        block): the peers' by direct calls, this worker's meanwhile. Returns each
-        partition's results."""
-        calls, done = [], {}
-        for q, holder in enumerate(plan.holders):
-            scan = [plan.blocks[q], theta, plan.threshold, w_parts[q], ws_size, plan.alive[q]]
-            if holder == self._worker.address:
-                calls.append((q, None, scan))
-            else:
-                calls.append((q, holder, self._ask(holder, "call", scan_task, scan)))
-        for _, holder, call in calls:
-            if holder is not None:
-                call.wait_sent()
-        for q, holder, scan in calls:  # this worker's partitions while the peers scan
-            if holder is None:
+        block), this worker's here, the peers' by one call to each subtree of peers
+        (:func:`broadcast_tree`), whose first server runs this method on its subtree's
+        partitions: ``theta`` leaves this worker ``ceil(log2(peers + 1))`` times, not once
+        a peer, and the results come back the same way. Returns each partition's results."""
+        me = self._worker.address
+        peers = list(dict.fromkeys(h for h in plan.holders if h != me))
+        subtrees = broadcast_tree(peers) if plan.tree else [[p] for p in peers]
+        calls = []
+        for sub in subtrees:
+            parts = [q for q, h in enumerate(plan.holders) if h in sub]
+            sub_w = [w_parts[q] for q in parts]
+            call = self._ask(sub[0], "scan_pass", plan.only(parts), theta, sub_w, ws_size)
+            calls.append((parts, call))
+        for _, call in calls:
+            call.wait_sent()
+        done = {}
+        for q, holder in enumerate(plan.holders):  # this worker's while the peers scan
+            if holder == me:
+                scan = [plan.blocks[q], theta, plan.threshold, w_parts[q], ws_size, plan.alive[q]]
                 done[q] = scan_task(*self._resolve(scan, {}))
-        for q, holder, fut in calls:
-            if holder is not None:
-                done[q] = fut.result()
+        for parts, call in calls:
+            done.update(zip(parts, call.result(), strict=True))
         return [done[q] for q in range(len(plan.holders))]
 
     def _remote_groups(self, a: Any, remote: dict[str, list[WireGroup]]) -> None:
@@ -229,3 +240,18 @@ def server_thread(name: str, memory_limit: int | None) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(
         1, thread_name_prefix=name, initializer=SERVER_MEMORY_LIMIT.set, initargs=(memory_limit,)
     )
+
+
+def broadcast_tree(peers: list[str]) -> list[list[str]]:
+    """``peers`` split into the subtrees a binomial broadcast sends to, largest first: the
+    sender sends to each subtree's first peer, which does the same with the rest of its
+    subtree. Each peer receives once; a sender of k peers sends ``ceil(log2(k + 1))`` times,
+    and the last peer receives after as many hops (the binomial tree of MPICH's broadcast:
+    Thakur, Rabenseifner and Gropp, "Optimization of collective communication operations
+    in MPICH", 2005)."""
+    subtrees, rest = [], list(peers)
+    while rest:
+        half = (len(rest) + 1) // 2
+        subtrees.append(rest[:half])
+        rest = rest[half:]
+    return subtrees

@@ -19,8 +19,10 @@ import uuid
 from concurrent.futures import Future
 from typing import Any
 
+import dask
 import numpy as np
 
+from dl1.errors import ValidationError
 from dl1.runtime.calls import Call, send_call, start_call
 from dl1.runtime.executor import DistributedExecutor, PassRequest
 from dl1.runtime.wire import (
@@ -40,6 +42,20 @@ from dl1.runtime.wire import (
 )
 from dl1.tasks.blocks import identity
 from dl1.tasks.columns import compact_task, extract_task
+
+#: Dask configuration: whether a pass's dual point goes from the subproblem's server to its
+#: peers along a binomial tree (True, the default) or straight to each (False).
+TREE_KEY = "dl1.scan-tree"
+
+
+def tree_setting() -> bool:
+    """``dl1.scan-tree`` from Dask's configuration (see :data:`TREE_KEY`)."""
+    value = dask.config.get(TREE_KEY, True)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        value = value.lower() == "true"
+    if value not in (True, False):
+        raise ValidationError(f"{TREE_KEY} must be True or False; got {value!r}")
+    return bool(value)
 
 
 def no_result() -> None:
@@ -401,7 +417,7 @@ class RpcExecutor(DistributedExecutor):
             holders.append(where.pop())
         blocks = [[WireBlock(b.key) for b in part] for part in request.parts]
         return ScanPlan(holders, blocks, request.bounds, request.alive, float(request.threshold),
-                        int(request.ws_start))  # fmt: skip
+                        int(request.ws_start), tree_setting())  # fmt: skip
 
     def submit_to(self, part: int, fn: Any, *args: Any) -> Any:
         if not self.broken and fn is extract_task:

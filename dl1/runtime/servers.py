@@ -12,7 +12,7 @@ import load no more of Dask than they need.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any
 
 from distributed import WorkerPlugin
@@ -41,6 +41,8 @@ class PartitionServers(WorkerPlugin):
     def __init__(self) -> None:
         self.servers: OrderedDict[str, PartitionServer] = OrderedDict()
         self.calls_served = 0
+        #: calls this worker's servers made to peers' servers, by method
+        self.calls_sent: Counter[str] = Counter()
         self.worker: Any = None
         self._watcher: asyncio.Task | None = None
 
@@ -76,7 +78,9 @@ class PartitionServers(WorkerPlugin):
         worker's address."""
         await self._connect(peers or [])
         if session not in self.servers:
-            server = await asyncio.to_thread(PartitionServer, self.worker, session, client)
+            server = await asyncio.to_thread(
+                PartitionServer, self.worker, session, client, self.calls_sent
+            )
             self.servers.setdefault(session, server)
             while len(self.servers) > MAX_SERVERS:
                 self.servers.popitem(last=False)[1].close()

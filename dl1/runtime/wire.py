@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -83,7 +83,9 @@ class ScanPlan:
     """Wire form of the pass that follows a subproblem on its server (see
     :meth:`PartitionServer.call`): per partition, the worker holding its blocks, the blocks,
     their column ranges and alive sets; the pass's threshold and the working set's minimum
-    size."""
+    size; ``tree``: whether the servers forward the dual point along a binomial tree
+    (:func:`dl1.runtime.partition_server.broadcast_tree`) or the first sends it to every
+    peer."""
 
     holders: list[str]
     blocks: list[list[Any]]
@@ -91,6 +93,13 @@ class ScanPlan:
     alive: list[list[Any]]
     threshold: float
     ws_start: int
+    tree: bool = True
+
+    def only(self, parts: list[int]) -> ScanPlan:
+        """This plan's partitions ``parts`` (in that order)."""
+        pick = [self.holders, self.blocks, self.bounds, self.alive]
+        holders, blocks, bounds, alive = ([x[q] for q in parts] for x in pick)
+        return replace(self, holders=holders, blocks=blocks, bounds=bounds, alive=alive)
 
 
 @dataclass(frozen=True)

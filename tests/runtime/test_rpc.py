@@ -14,7 +14,8 @@ import dl1
 from dl1.objective.datafits import Logistic, Quadratic
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.runtime.executor import DistributedExecutor, LocalExecutor
-from dl1.runtime.rpc import RpcExecutor, rpc_executor
+from dl1.runtime.partition_server import broadcast_tree
+from dl1.runtime.rpc import TREE_KEY, RpcExecutor, rpc_executor, tree_setting
 from dl1.runtime.servers import CLIENT_CHECK_S, connected_by_events
 from dl1.runtime.wire import PLUGIN_NAME
 from dl1.tasks.blocks import loaded
@@ -22,7 +23,7 @@ from dl1.tasks.columns import extract_task
 from dl1.tasks.gram import drop_gram
 from dl1.tasks.subproblem import SubproblemSettings, subproblem_task
 from tests.solving import load_blocks_for_test, solve_ws
-from tests.test_penalised import as_dask, make_classification, make_regression
+from tests.test_penalised import _cluster, as_dask, make_classification, make_regression
 
 KW = dict(fit_intercept=True, tol=1e-9, max_rounds=200, n_partitions=2, ws_start=8)
 
@@ -193,8 +194,6 @@ def test_calls_to_a_removed_worker_fall_back_instead_of_waiting():
     """A worker killed and removed by the scheduler while the coordinator still routes calls
     to its server (blocks it held, the subproblem's server): the calls fail over to tasks
     (a call waiting for a worker that vanished would otherwise wait long)."""
-    from tests.test_penalised import _cluster
-
     X, y = make_regression(n=300, p=200, seed=7)
     cluster, client = _cluster(2)
     with cluster, client:
@@ -222,8 +221,6 @@ def test_a_peer_lost_while_the_subproblem_server_waits_for_its_columns():
     """The subproblem's server asks a peer for columns of a block it holds, but the peer's
     worker is gone: the call fails (the coordinator gives up at the latest once the scheduler
     no longer lists the peer), and re-runs as tasks, which recompute the block."""
-    from tests.test_penalised import _cluster
-
     X, y = make_regression(n=300, p=200, seed=8)
     cluster, client = _cluster(2)
     with cluster, client:
@@ -468,8 +465,6 @@ def test_a_busy_client_keeps_its_servers_after_its_event_log_overflows():
     """The scheduler keeps only the latest events of a client's topic (one per graph
     submitted): a client that submits more graphs than that keeps its partition servers,
     and a solve's calls still go straight to them; closing the client closes them."""
-    from tests.test_penalised import _cluster
-
     X, y = make_regression(n=200, p=120, seed=4)
     with dask.config.set({"distributed.admin.low-level-log-length": 20}):
         cluster, client = _cluster(2)
@@ -494,3 +489,78 @@ def test_a_busy_client_keeps_its_servers_after_its_event_log_overflows():
             while any(session in held for held in other.run(servers_held).values()):
                 assert time.monotonic() < deadline, "servers outlived their closed client"
                 time.sleep(0.2)
+
+
+def calls_sent(dask_worker) -> dict[str, int]:
+    """Calls a worker's partition servers have made to peers so far, by method."""
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    return {} if plugin is None else dict(plugin.calls_sent)
+
+
+def _hops(peers: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Each peer's hops from the root and each sender's sends (the root is ``""``), as
+    the servers forward along :func:`broadcast_tree`."""
+    hops, sends = {}, {}
+
+    def walk(sender: str, rest: list[str], depth: int) -> None:
+        subtrees = broadcast_tree(rest)
+        sends[sender] = len(subtrees)
+        for i, sub in enumerate(subtrees):
+            hops[sub[0]] = depth + i + 1  # the i-th send leaves after i others
+            walk(sub[0], sub[1:], depth + i + 1)
+
+    walk("", peers, 0)
+    return hops, sends
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3, 4, 7, 8, 63, 64, 255])
+def test_a_broadcast_tree_reaches_every_peer_once_in_log_hops(k):
+    peers = [f"w{i}" for i in range(k)]
+    hops, sends = _hops(peers)
+    assert sorted(hops) == sorted(peers)  # every peer once (a dict would hide repeats)
+    assert sum(len(s) for s in broadcast_tree(peers)) == k
+    bound = int(np.ceil(np.log2(k + 1)))
+    assert sends[""] == bound and max(sends.values()) == bound
+    assert max(hops.values(), default=0) == bound
+
+
+def test_the_tree_setting_is_read_and_checked():
+    assert tree_setting() is True
+    with dask.config.set({TREE_KEY: "false"}):
+        assert tree_setting() is False
+    with dask.config.set({TREE_KEY: "sometimes"}), pytest.raises(ValueError, match=TREE_KEY):
+        tree_setting()
+
+
+@pytest.mark.slow
+def test_peers_forward_the_dual_point_along_a_tree_with_the_same_answers():
+    """Four workers: with the tree, the subproblem's server sends each pass to
+    ``ceil(log2(peers + 1))`` peers and they forward it; straight, it sends to every peer.
+    The answers are the same bit for bit, and the same as tasks'."""
+    X, y = make_classification(n=400, p=300, seed=12)
+    kw = dict(alpha=0.02, loss="logistic", tol=1e-9, n_partitions=8)
+    cluster, client = _cluster(4)
+    with cluster, client, dask.config.set({"dl1.one-piece": False}):
+        res, sent = {}, {}
+        for tree in (True, False):
+            before = client.run(calls_sent)
+            with dask.config.set({TREE_KEY: tree}):
+                res[tree] = dl1.fit(as_dask(X, 16), y, client=client, **kw)
+            after = client.run(calls_sent)
+            sent[tree] = {
+                w: after[w].get("scan_pass", 0) - before[w].get("scan_pass", 0) for w in after
+            }
+    for r in res.values():
+        assert {h["transport"] for h in r.history_} == {"direct"} and r.converged_
+    _same(res[True], res[False])
+    ref = dl1.fit(as_dask(X, 16), y, **kw)
+    np.testing.assert_allclose(res[True].coef_, ref.coef_, rtol=1e-12, atol=1e-14)
+    # every pass reaches the same peers either way
+    assert sum(sent[True].values()) == sum(sent[False].values()) > 0
+    # straight: one sender (the subproblem's server), three peers a pass
+    (home,) = [w for w, n in sent[False].items() if n]
+    passes = sent[False][home] / 3
+    assert passes == int(passes)
+    # the tree: the home sends ceil(log2(3 + 1)) = 2 a pass, the first subtree's head 1
+    assert sent[True][home] == 2 * passes
+    assert sorted(n for w, n in sent[True].items() if n) == [passes, 2 * passes]
