@@ -43,7 +43,19 @@ the machine's changing load falls on every profile alike); medians reported. Per
   (``Worker.transfer_outgoing_bytes_total``), which only sees task results fetched by
   peers: dl1's direct calls travel as Dask rpc messages, which distributed does not count;
 - the client's round trips: request -> response turns on the client's connections, counted
-  by the relay (this includes Dask's own background traffic on them: heartbeats, ...).
+  by the relay (this includes Dask's own background traffic on them: heartbeats, ...);
+- the busiest worker's bytes sent a round: the subproblem's server, whose link carries the
+  dual point to the peers.
+
+``--workers`` (2) and ``--partitions`` (one a worker) size the cluster and dl1's
+``n_partitions``; ``--scan-tree both`` runs every task with the servers forwarding a pass's
+dual point along a binomial tree of the peers and with the first sending it to each peer
+(``dl1.scan-tree``), interleaved like the profiles. ``--profiles`` may add ``1ms-100Mbit``:
+on this host's two cores the workers' scans share the CPU with the relay, so only a link
+slow against the pass shows what the tree saves in time (its bytes show on every link).
+``--wmem-kib`` caps the namespaces' TCP send buffers: the presets' vectors (1.6 MB at
+200,000 rows) fit in the kernel's 4 MB buffer, so requests written one after the other
+still share the link, where a 100M-row problem's 0.8 GB vectors would not.
 
     python benchmarks/bench_network.py --json bench-out/network.json
     python benchmarks/bench_network.py --quick   # tiny data, one profile + loopback
@@ -82,12 +94,19 @@ PROFILES: dict[str, tuple[float, float] | None] = {
     "loopback": None,
     "0.2ms-10Gbit": (0.0002, 10e9),
     "1ms-1Gbit": (0.001, 1e9),
+    # opt-in: transfer of a length-n vector against a pass as a tall problem's on 10 Gbit/s
+    # links (the 2-core host's scans are not the workers' own cores)
+    "1ms-100Mbit": (0.001, 1e8),
 }
+#: The profiles run unless --profiles names others.
+DEFAULT_PROFILES = ["loopback", "0.2ms-10Gbit", "1ms-1Gbit"]
 SCHED_PORT, WORKER_PORT, CAL_PORT = 8786, 9000, 7000
 #: Row counts of the default run (the presets' own features and row lengths): the whole run
 #: within ~15 minutes on two busy cores.
 ROWS = {"tfidf": 8_000, "log1p": 1_500, "short": 200_000, "shortclf": 200_000, "small": 2_000}
 WAIT = 120.0  # seconds any one start-up step may take
+#: --scan-tree -> the ways a pass's dual point reaches the peers, each run in turn
+BROADCASTS = {"on": ("tree",), "off": ("direct",), "both": ("tree", "direct")}
 DASK = str(Path(sys.executable).with_name("dask"))
 
 
@@ -138,7 +157,9 @@ def _tbf(rate: float, dev: str, ns: str | None) -> None:
 class Network:
     """The namespaces and veth pairs of one run; :meth:`teardown` removes them all."""
 
-    def __init__(self, n_workers: int, rate: float, tag: str = "") -> None:
+    def __init__(
+        self, n_workers: int, rate: float, tag: str = "", wmem: int | None = None
+    ) -> None:
         b, pid = _subnet(), os.getpid()
         names = [f"{tag}s"] + [f"{tag}w{k}" for k in range(n_workers)]
         self.components = [
@@ -146,6 +167,8 @@ class Network:
             for k, nm in enumerate(names)
         ]  # fmt: skip
         self.rate = rate
+        #: largest TCP send buffer in the namespaces, bytes (None: the kernel's)
+        self.wmem = wmem
 
     def setup(self) -> None:
         """Create each namespace, its veth pair, addresses, default route and tbf caps."""
@@ -161,6 +184,9 @@ class Network:
             sh("ip", "-n", c.ns, "route", "add", "default", "via", c.host_ip)
             _tbf(self.rate, c.host_if, None)
             _tbf(self.rate, "eth0", c.ns)
+            if self.wmem is not None:
+                sh("ip", "netns", "exec", c.ns, "sysctl", "-q", "-w",
+                   f"net.ipv4.tcp_wmem=4096 16384 {self.wmem}")  # fmt: skip
 
     def teardown(self) -> None:
         """Delete every namespace (its veth end goes with it) and any host end left."""
@@ -251,7 +277,8 @@ class Cluster:
 
     def _start_namespaced(self) -> None:
         latency, rate = self.profile
-        self.net = Network(self.args.workers, rate, self.tag)
+        wmem = self.args.wmem_kib * 1024 if self.args.wmem_kib else None
+        self.net = Network(self.args.workers, rate, self.tag, wmem)
         self.net.setup()
         sched, workers = self.net.components[0], self.net.components[1:]
         routes = [netrelay.Route((sched.host_ip, SCHED_PORT), (sched.ip, SCHED_PORT))]
@@ -386,7 +413,8 @@ def _solve(task: str, store: str, amax: float, args: argparse.Namespace,
     """Run ``task``; its rounds and certified relative gap."""
     import dl1
 
-    kw = {"tol": args.tol, "loss": args.loss, "client": client}
+    kw = {"tol": args.tol, "loss": args.loss, "client": client,
+          "n_partitions": args.partitions or args.workers}  # fmt: skip
     grid = {"n_alphas": args.n_alphas, "eps": args.eps}
     if task == "fit":
         res = dl1.fit(store, alpha=amax / args.ratio, **kw)
@@ -450,7 +478,8 @@ def measured(cl: Cluster, client: Any, fn: Any) -> dict[str, Any]:
 def _run_and_print(cl: Cluster, client: Any, run: functools.partial, where: dict) -> dict:
     rec = measured(cl, client, run)
     rec.update(where)
-    print(f"{where['preset']} {where['task']} {where['profile']} #{where['repeat']}: "
+    print(f"{where['preset']} {where['task']} {where['profile']} {where['broadcast']} "
+          f"#{where['repeat']}: "
           f"{rec['seconds']:.3f} s, {rec['rounds']} rounds, gap {rec['gap']:.2e}",
           flush=True)  # fmt: skip
     return rec
@@ -477,18 +506,31 @@ def run_all(clusters: dict[str, Cluster], stores: dict[str, str],
                    for name, cl in clusters.items()}  # fmt: skip
         for c in clients.values():
             c.wait_for_workers(args.workers, timeout=WAIT)
-        names = list(clusters)
+        # every cluster with each way of sending a pass's dual point to the peers
+        names = [(name, b) for name in clusters for b in BROADCASTS[args.scan_tree]]
         for preset, store in stores.items():
-            amax = dl1.alpha_max(store, loss=args.loss, client=clients[names[0]])
+            amax = dl1.alpha_max(store, loss=args.loss, client=clients[names[0][0]])
             for task in args.tasks:
-                for name in names:  # warm-up
-                    run_task(task, store, amax, args, clients[name])
+                for name, b in names:  # warm-up
+                    with dask.config.set({"dl1.scan-tree": b == "tree"}):
+                        run_task(task, store, amax, args, clients[name])
                 for k in range(args.repeat):
-                    for name in names[k % len(names) :] + names[: k % len(names)]:
-                        run = functools.partial(run_task, task, store, amax, args, clients[name])
-                        where = {"preset": preset, "task": task, "profile": name, "repeat": k}
+                    for name, b in names[k % len(names) :] + names[: k % len(names)]:
+                        run = functools.partial(_run_with, b, task, store, amax, args,
+                                                clients[name])  # fmt: skip
+                        where = {"preset": preset, "task": task, "profile": name,
+                                 "broadcast": b, "repeat": k}  # fmt: skip
                         out.append(_run_and_print(clusters[name], clients[name], run, where))
     return out
+
+
+def _run_with(broadcast: str, *args: Any) -> dict[str, Any]:
+    """:func:`run_task` with dl1's servers sending the dual point ``broadcast``: along a
+    tree, or straight to each peer (``dl1.scan-tree``)."""
+    import dask
+
+    with dask.config.set({"dl1.scan-tree": broadcast == "tree"}):
+        return run_task(*args)
 
 
 # ---------------------------------------------------------------------- the report
@@ -500,6 +542,7 @@ def _row(rs: list[dict], calib: dict[str, dict], tol: float) -> dict[str, Any]:
     """The summary of one (preset, task, profile)'s runs ``rs``."""
     r0 = rs[0]
     row = {"preset": r0["preset"], "task": r0["task"], "profile": r0["profile"], "tol": tol,
+           "broadcast": r0.get("broadcast", "tree"),
            "seconds": _median(rs, lambda r: r["seconds"]),
            "rounds": _median(rs, lambda r: r["rounds"]),
            "gap": max(r["gap"] for r in rs), "certified": all(r["certified"] for r in rs),
@@ -519,18 +562,24 @@ def _row(rs: list[dict], calib: dict[str, dict], tol: float) -> dict[str, Any]:
             row["received_per_round_per_worker"] = _median(
                 rs, lambda r: statistics.mean(r["received"]) / r["rounds"]
             )
+            # the subproblem's server's link: what a tree of peers relieves
+            row["bytes_per_round_busiest"] = _median(rs, lambda r: max(r["sent"]) / r["rounds"])
     return row
 
 
 def summarise(runs: list[dict], calib: dict[str, dict], args: argparse.Namespace) -> list[dict]:
-    """One row per (preset, task, profile): medians over the repeats, the largest gap, and
-    the ratio of the median to loopback's."""
-    keys = dict.fromkeys((r["preset"], r["task"], r["profile"]) for r in runs)
-    rows = [_row([r for r in runs if (r["preset"], r["task"], r["profile"]) == k], calib,
-                 args.tol) for k in keys]  # fmt: skip
-    base = {(r["preset"], r["task"]): r["seconds"] for r in rows if r["profile"] == "loopback"}
+    """One row per (preset, task, profile, broadcast): medians over the repeats, the
+    largest gap, and the ratio of the median to loopback's (with the same broadcast)."""
+
+    def key(r: dict) -> tuple:
+        return r["preset"], r["task"], r["profile"], r.get("broadcast", "tree")
+
+    keys = dict.fromkeys(key(r) for r in runs)
+    rows = [_row([r for r in runs if key(r) == k], calib, args.tol) for k in keys]
+    base = {(r["preset"], r["task"], r["broadcast"]): r["seconds"] for r in rows
+            if r["profile"] == "loopback"}  # fmt: skip
     for r in rows:
-        b = base.get((r["preset"], r["task"]))
+        b = base.get((r["preset"], r["task"], r["broadcast"]))
         r["vs_loopback"] = r["seconds"] / b if b else None
     return rows
 
@@ -541,17 +590,19 @@ def _mb(x: float | None) -> str:
 
 def table(rows: list[dict]) -> str:
     """The markdown table of :func:`summarise`'s rows."""
-    out = ["| preset | task | profile | median s | vs loopback | rounds | gap | sent / round "
-           "/ worker | received / round / worker | sent / run / worker | round trips: client "
-           "/ all | RTT measured |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = ["| preset | task | profile | broadcast | median s | vs loopback | rounds | gap "
+           "| sent / round / worker | sent / round, busiest worker | received / round / worker "
+           "| sent / run / worker | round trips: client / all | RTT measured |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         ratio = "—" if r["vs_loopback"] is None else f"{r['vs_loopback']:.2f}x"
         rt = ("—" if r["profile"] == "loopback"
               else f"{r['client_round_trips']:.0f} / {r['round_trips']:.0f}")  # fmt: skip
         out.append(
-            f"| {r['preset']} | {r['task']} | {r['profile']} | {r['seconds']:.3f} | {ratio} "
+            f"| {r['preset']} | {r['task']} | {r['profile']} | {r['broadcast']} "
+            f"| {r['seconds']:.3f} | {ratio} "
             f"| {r['rounds']:.0f} | {r['gap']:.1e} | {_mb(r.get('bytes_per_round_per_worker'))} "
+            f"| {_mb(r.get('bytes_per_round_busiest'))} "
             f"| {_mb(r.get('received_per_round_per_worker'))} "
             f"| {_mb(r.get('bytes_per_run_per_worker'))} | {rt} | {r['rtt_s'] * 1e3:.3f} ms |"
         )
@@ -593,9 +644,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--presets", nargs="+", default=["tfidf", "log1p", "short"])
     ap.add_argument("--tasks", nargs="+", default=["fit", "path", "cv"],
                     choices=["fit", "path", "cv"])  # fmt: skip
-    ap.add_argument("--profiles", nargs="+", default=list(PROFILES), choices=list(PROFILES))
+    ap.add_argument("--profiles", nargs="+", default=list(DEFAULT_PROFILES), choices=list(PROFILES))
     ap.add_argument("--data-dir", default="bench-out")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--wmem-kib", type=int, default=0,
+                    help="cap the namespaces' TCP send buffers (net.ipv4.tcp_wmem), KiB: a "
+                    "length-n vector then leaves a worker's link before the next is sent, "
+                    "as vectors far larger than the buffers do (default: the kernel's)",
+                    )  # fmt: skip
+    ap.add_argument("--partitions", type=int, default=0,
+                    help="dl1's n_partitions (default: one a worker)")
+    ap.add_argument("--scan-tree", default="on", choices=list(BROADCASTS),
+                    help="dl1.scan-tree: the dual point along a tree of peers (on), straight "
+                    "to each (off), or each run both ways (both)")  # fmt: skip
     ap.add_argument("--memory-limit", default="3GiB")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--ratio", type=float, default=20.0)

@@ -3,9 +3,10 @@
 One round of ``solver="ws"`` (``dl1/solvers/ws.py``; docs/design.md, "One round's data
 flow") is: a pass of every worker over its blocks (``X_k^T theta``), the coordinator's
 reductions (gap, working set), the subproblem on one worker (A, the subproblem's server),
-and the length-n vectors that travel: ``z`` client -> A, ``theta`` A -> every peer,
-``dz`` A -> client (8 bytes a row each, float64), plus the working set's new columns peer
--> A (12 bytes a nonzero, float64 store). The model of a fit is::
+and the length-n vectors that travel: ``z`` client -> A, ``theta`` from A along a binomial
+tree of the peers (``ceil(log2 workers)`` sends from A), ``dz`` A -> client (8 bytes a row
+each, float64), plus the working set's new columns peer -> A (12 bytes a nonzero, float64
+store). The model of a fit is::
 
     T = setup_solve + setup_col * p
         + (rounds + 1) * (max_k nnz_k * nnz_s + max_k cols_k * col_s) # the slowest pass
@@ -13,8 +14,9 @@ and the length-n vectors that travel: ``z`` client -> A, ``theta`` A -> every pe
         + rounds * (rt_round * RTT + bytes_round / bandwidth)          # the network
 
     subproblem = sub_fixed + sub_row * n + sub_gram * m^2 * epochs    # Gram mode (design.md)
-    overhead   = ovh_fixed + ovh_worker * workers + ovh_row * n       # messages, length-n work
-    bytes_round = 8 n (1 + (workers - 1) + 1) + 12 * new column nonzeros   # through A's link
+    overhead   = ovh_fixed + ovh_worker * msgs + ovh_row * n          # messages, length-n work
+    msgs       = ceil(log2 workers) + 1                               # A's tree children + client
+    bytes_round = 8 n (1 + ceil(log2 workers) + 1) + 12 * new column nonzeros  # A's link
 
 ``passes = rounds + 1``: a fit's final pass certifies it; along a path the pass that
 certifies one alpha is the next one's first (timed paths: ``passes_`` summed = rounds + 1).
@@ -137,11 +139,23 @@ class RoundTerms(NamedTuple):
         return sum(self)
 
 
-def round_bytes(n: float, workers: int, new_col_nnz: float = 0.0) -> float:
+def theta_sends(workers: int, tree: bool = True) -> int:
+    """Times ``theta`` leaves the subproblem's worker a round: ``ceil(log2 workers)`` along
+    the binomial tree its server forwards it on (``dl1.scan-tree``, the default), else once
+    a peer."""
+    if tree and workers > 1:
+        return math.ceil(math.log2(workers))
+    return max(workers - 1, 0)
+
+
+def round_bytes(
+    n: float, workers: int, new_col_nnz: float = 0.0, tree: bool = True, vec: int = VEC_BYTES
+) -> float:
     """Bytes through the subproblem worker's link in one round (design.md, "One round's data
-    flow"): ``z`` in from the client, ``theta`` out to each of ``workers - 1`` peers, ``dz``
-    out to the client (8 n bytes each), and the new working-set columns in from peers."""
-    return VEC_BYTES * n * (workers + 1) + COL_BYTES * new_col_nnz
+    flow"): ``z`` in from the client, ``theta`` out :func:`theta_sends` times, ``dz`` out to
+    the client (``vec`` bytes a row each: 8, float64), and the new working-set columns in
+    from peers."""
+    return vec * n * (theta_sends(workers, tree) + 2) + COL_BYTES * new_col_nnz
 
 
 def pass_seconds(nnz_w: float, cols_w: float, prm: Params) -> float:
@@ -160,15 +174,20 @@ def overhead_seconds(n: float, workers: int, prm: Params) -> float:
     return prm.ovh_fixed + prm.ovh_worker * workers + prm.ovh_row * n
 
 
-def round_terms(pb: Problem, workers: int, prm: Params, link: Link) -> RoundTerms:
+def round_terms(
+    pb: Problem, workers: int, prm: Params, link: Link, tree: bool = True, vec: int = VEC_BYTES
+) -> RoundTerms:
     """One round of ``pb`` on ``workers`` workers holding equal shares of the nonzeros and
-    columns; one pass a round (a fit's certifying passes per alpha are in :func:`fit_time`)."""
+    columns; one pass a round (a fit's certifying passes per alpha are in :func:`fit_time`).
+    Along the tree, the pass's results come back the way ``theta`` went, so the subproblem's
+    worker and the coordinator handle ``theta_sends + 1`` messages, not one a worker."""
+    msgs = theta_sends(workers, tree) + 1 if tree and workers > 1 else workers
     return RoundTerms(
         pass_seconds(pb.nnz / workers, pb.p / workers, prm),
         sub_seconds(pb.n, pb.ws_size, pb.epochs, prm),
-        overhead_seconds(pb.n, workers, prm),
+        overhead_seconds(pb.n, msgs, prm),
         prm.rt_round * link.rtt_s,
-        round_bytes(pb.n, workers, pb.new_col_nnz) / link.bytes_per_s,
+        round_bytes(pb.n, workers, pb.new_col_nnz, tree, vec) / link.bytes_per_s,
     )
 
 
@@ -355,9 +374,11 @@ def load_points(net: dict, timed: list[dict], layouts: dict, prm: Params) -> lis
     pts = []
     for r in net["runs"]:
         key = (r["preset"], r["task"], r["profile"])
-        if (r["preset"], r["task"]) not in subs:
+        # the model's transfer term is the tree's (the default); straight sends left out
+        if (r["preset"], r["task"]) not in subs or r.get("broadcast", "tree") != "tree":
             continue
-        raw = [x for x in net["raw"] if (x["preset"], x["task"], x["profile"]) == key]
+        raw = [x for x in net["raw"] if (x["preset"], x["task"], x["profile"]) == key
+               and x.get("broadcast", "tree") == "tree"]  # fmt: skip
         c, em = calib[r["profile"]], r["profile"] != "loopback"
         pts.append(
             Point(
@@ -429,34 +450,35 @@ def calibration_rows(points: list[Point], prm: Params, loop: Link, net: dict) ->
     return rows
 
 
-#: Remedies (none built in dl1): vector bytes a row, tree broadcast of theta, rounds factor.
-REMEDIES: dict[str, tuple[int, bool, float]] = {
-    "as built": (8, False, 1.0),
-    "tree broadcast + reduction": (8, True, 1.0),
-    "float32 transport": (4, False, 1.0),
-    "tree + float32": (4, True, 1.0),
-    "half the rounds": (8, False, 0.5),
+class Remedy(NamedTuple):
+    """A way of running the rounds: bytes a row of the length-n vectors, whether ``theta``
+    travels along the tree, and the factor on the rounds."""
+
+    vec_bytes: int
+    tree: bool
+    rounds_factor: float
+    built: bool
+
+
+#: The ways compared: dl1 as built (the tree), its straight sends (``dl1.scan-tree: False``),
+#: and remedies not built (the model's figures only).
+REMEDIES: dict[str, Remedy] = {
+    "as built (tree broadcast)": Remedy(8, True, 1.0, True),
+    "straight sends (dl1.scan-tree off)": Remedy(8, False, 1.0, True),
+    "tree + float32 transport": Remedy(4, True, 1.0, False),
+    "tree + half the rounds": Remedy(8, True, 0.5, False),
 }
 
 
 def remedy_terms(pb: Problem, w: int, prm: Params, link: Link, rem: str) -> RoundTerms:
-    """A round's terms under remedy ``rem``. A tree among the workers (binomial: each
-    worker forwards to its children) sends ``theta`` in ``ceil(log2 w)`` sequential hops
-    from A instead of ``w - 1`` sends, and reduces the blocks' statistics the same way, so
-    A and the coordinator handle ``ceil(log2 w)`` messages, not ``w``; float32 vectors move
-    4 bytes a row."""
-    vec, tree, _ = REMEDIES[rem]
-    rt = round_terms(pb, w, prm, link)
-    hops = math.ceil(math.log2(w)) if tree and w > 1 else w - 1
-    nbytes = vec * pb.n * (hops + 2) + COL_BYTES * pb.new_col_nnz
-    msgs = hops + 1 if tree else w
-    return rt._replace(bytes_s=nbytes / link.bytes_per_s,
-                       overhead_s=overhead_seconds(pb.n, msgs, prm))  # fmt: skip
+    """A round's terms run the way ``rem`` names (:data:`REMEDIES`)."""
+    r = REMEDIES[rem]
+    return round_terms(pb, w, prm, link, r.tree, r.vec_bytes)
 
 
 def remedy_time(pb: Problem, w: int, prm: Params, link: Link, rem: str) -> float:
-    """:func:`fit_time` under remedy ``rem`` (its rounds scaled by the remedy's factor)."""
-    rt, rounds = remedy_terms(pb, w, prm, link, rem), pb.rounds * REMEDIES[rem][2]
+    """:func:`fit_time` run the way ``rem`` names (its rounds scaled by its factor)."""
+    rt, rounds = remedy_terms(pb, w, prm, link, rem), pb.rounds * REMEDIES[rem].rounds_factor
     base = fit_time(dataclasses.replace(pb, rounds=0.0), w, prm, link)
     return base + rounds * rt.total
 
@@ -471,7 +493,8 @@ def prediction_rows(pbs: list[Problem], prm: Params, link: Link) -> list[dict]:
             for w in WORKERS:
                 rt, t = remedy_terms(pb, w, prm, link, rem), remedy_time(pb, w, prm, link, rem)
                 rows.append({"problem": pb.name, "remedy": rem, "workers": w,
-                             "rounds": pb.rounds * REMEDIES[rem][2], "round_s": rt.total,
+                             "rounds": pb.rounds * REMEDIES[rem].rounds_factor,
+                             "built": REMEDIES[rem].built, "round_s": rt.total,
                              **{k: v for k, v in rt._asdict().items()}, "fit_s": t,
                              "efficiency": t8 * WORKERS[0] / (t * w)})  # fmt: skip
     return rows

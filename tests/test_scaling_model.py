@@ -19,6 +19,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import scaling_model as sm  # noqa: E402
 
+from dl1.runtime.partition_server import broadcast_tree  # noqa: E402
+
 PRM = sm.Params(nnz_s=2e-9, col_s=3e-8, sub_fixed=0.05, sub_row=1e-8, sub_gram=4e-10,
                 ovh_fixed=0.01, ovh_worker=1e-3, ovh_row=2e-9, setup_solve=0.2,
                 setup_col=5e-8, rt_solve=30.0, rt_alpha=2.0, rt_round=4.0)  # fmt: skip
@@ -38,35 +40,53 @@ def test_one_round_one_worker_is_pass_plus_overheads():
     assert rt.total == pytest.approx(pass_s + sub_s + ovh_s + net_s, rel=1e-12)
 
 
-def test_doubling_workers_halves_the_pass_term_and_adds_a_vector():
+def test_doubling_workers_halves_the_pass_term_and_adds_a_hop():
     a, b = sm.round_terms(PB, 8, PRM, LINK), sm.round_terms(PB, 16, PRM, LINK)
     assert b.pass_s == pytest.approx(a.pass_s / 2, rel=1e-12)
     assert b.sub_s == a.sub_s  # one worker solves the subproblem, whatever the cluster
+    # along the tree: one more send of theta from A, one more reply to handle
+    assert b.overhead_s - a.overhead_s == pytest.approx(PRM.ovh_worker, rel=1e-12)
+    assert (b.bytes_s - a.bytes_s) * LINK.bytes_per_s == pytest.approx(8 * 1e6, rel=1e-12)
+    # straight sends: a vector and a message more for each of the 8 workers added
+    a, b = (sm.round_terms(PB, w, PRM, LINK, tree=False) for w in (8, 16))
     assert b.overhead_s - a.overhead_s == pytest.approx(8 * PRM.ovh_worker, rel=1e-12)
     assert (b.bytes_s - a.bytes_s) * LINK.bytes_per_s == pytest.approx(8 * 8 * 1e6, rel=1e-12)
 
 
-def test_bytes_term_is_bytes_over_bandwidth():
-    for w in (1, 8, 64, 256):
-        nbytes = 8 * PB.n * (w + 1) + 12 * PB.new_col_nnz
-        assert sm.round_bytes(PB.n, w, PB.new_col_nnz) == nbytes
-        assert sm.round_terms(PB, w, PRM, LINK).bytes_s == pytest.approx(nbytes / 1e9, rel=1e-12)
-    # the brief's bottleneck: 64 workers x 8 bytes x 100M rows, about 51 GB a round
-    assert sm.round_bytes(1e8, 64) == pytest.approx(64 * 8 * 1e8, rel=0.02)
+@pytest.mark.parametrize("w, sends", [(1, 0), (2, 1), (3, 2), (4, 2), (5, 3), (64, 6), (256, 8)])
+def test_bytes_term_is_bytes_over_bandwidth(w, sends):
+    for tree, out in ((True, sends), (False, w - 1)):
+        nbytes = 8 * PB.n * (out + 2) + 12 * PB.new_col_nnz  # theta out, z in, dz out
+        assert sm.round_bytes(PB.n, w, PB.new_col_nnz, tree) == nbytes
+        got = sm.round_terms(PB, w, PRM, LINK, tree).bytes_s
+        assert got == pytest.approx(nbytes / 1e9, rel=1e-12)
+    # the brief's bottleneck, straight: 64 workers x 8 bytes x 100M rows, about 51 GB a round
+    assert sm.round_bytes(1e8, 64, tree=False) == pytest.approx(64 * 8 * 1e8, rel=0.02)
 
 
-def test_remedies_tree_and_float32_bytes():
+def test_the_model_sends_theta_as_dl1s_servers_do():
+    """The model's sends from A are those of the servers' tree (broadcast_tree)."""
+    for w in (2, 3, 8, 64, 256):
+        assert len(broadcast_tree([f"w{i}" for i in range(w - 1)])) == sm.theta_sends(w)
+
+
+def test_remedies_tree_float32_and_rounds():
     w = 64
-    tree = sm.remedy_terms(PB, w, PRM, LINK, "tree broadcast + reduction")
-    nbytes = 8 * PB.n * (6 + 2) + 12 * PB.new_col_nnz  # ceil(log2 64) hops, z in, dz out
-    assert tree.bytes_s * LINK.bytes_per_s == pytest.approx(nbytes, rel=1e-12)
-    assert tree.overhead_s == pytest.approx(sm.overhead_seconds(PB.n, 7, PRM), rel=1e-12)
-    f32 = sm.remedy_terms(PB, w, PRM, LINK, "float32 transport").bytes_s * LINK.bytes_per_s
-    assert f32 == pytest.approx(4 * PB.n * (w + 1) + 12 * PB.new_col_nnz, rel=1e-12)
-    same = sm.remedy_time(PB, w, PRM, LINK, "as built")
+    built = sm.remedy_terms(PB, w, PRM, LINK, "as built (tree broadcast)")
+    nbytes = 8 * PB.n * (6 + 2) + 12 * PB.new_col_nnz  # ceil(log2 64) sends, z in, dz out
+    assert built.bytes_s * LINK.bytes_per_s == pytest.approx(nbytes, rel=1e-12)
+    assert built.overhead_s == pytest.approx(sm.overhead_seconds(PB.n, 7, PRM), rel=1e-12)
+    straight = sm.remedy_terms(PB, w, PRM, LINK, "straight sends (dl1.scan-tree off)")
+    assert straight.bytes_s * LINK.bytes_per_s == pytest.approx(
+        8 * PB.n * (w + 1) + 12 * PB.new_col_nnz, rel=1e-12
+    )
+    assert straight.overhead_s == pytest.approx(sm.overhead_seconds(PB.n, w, PRM), rel=1e-12)
+    f32 = sm.remedy_terms(PB, w, PRM, LINK, "tree + float32 transport").bytes_s
+    assert f32 * LINK.bytes_per_s == pytest.approx(4 * PB.n * 8 + 12 * PB.new_col_nnz, rel=1e-12)
+    same = sm.remedy_time(PB, w, PRM, LINK, "as built (tree broadcast)")
     assert same == pytest.approx(sm.fit_time(PB, w, PRM, LINK), rel=1e-12)
     pb = dataclasses.replace(PB, rounds=4)
-    half = sm.remedy_time(pb, w, PRM, LINK, "half the rounds")
+    half = sm.remedy_time(pb, w, PRM, LINK, "tree + half the rounds")
     rt = sm.round_terms(pb, w, PRM, LINK).total
     assert sm.fit_time(pb, w, PRM, LINK) - half == pytest.approx(2 * rt, rel=1e-9)
 
@@ -166,7 +186,7 @@ def test_cli_help_and_predict_json(tmp_path):
     assert {r["workers"] for r in rows} == set(sm.WORKERS)
     link = sm.Link(sm.LINK_RTT_S, sm.LINK_BPS / 8)
     pb = dataclasses.replace(PB, name="q", rounds=3)
-    r64 = next(r for r in rows if r["workers"] == 64 and r["remedy"] == "as built")
+    r64 = next(r for r in rows if r["workers"] == 64 and r["remedy"] == "as built (tree broadcast)")
     assert r64["fit_s"] == pytest.approx(sm.fit_time(pb, 64, PRM, link), rel=1e-12)
     assert r64["efficiency"] == pytest.approx(sm.efficiency(pb, 64, 8, PRM, link), rel=1e-12)
 

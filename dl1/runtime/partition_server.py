@@ -11,7 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from dl1.runtime.calls import Call, Packed, pack_result, start_call, unpack
+from dl1.runtime.calls import (
+    Call,
+    Packed,
+    pack_result,
+    start_call,
+    start_calls_in_turn,
+    unpack,
+)
 from dl1.runtime.warm import warm_up
 from dl1.runtime.wire import (
     SERVED,
@@ -88,6 +95,16 @@ class PartitionServer:
         msg = (method, args)
         self.sent[method] += 1
         return start_call(loop, self._worker.rpc, holder, "dl1_call", msg, session=self.session)
+
+    def _ask_in_turn(self, asked: list[tuple[str, tuple[str, tuple]]]) -> list[Call]:
+        """Calls ``(holder, (method, args))`` of peers' servers, each request sent once the
+        one before is written (:func:`~dl1.runtime.calls.start_calls_in_turn`)."""
+        loop = self._worker.loop.asyncio_loop
+        for _, (method, _) in asked:
+            self.sent[method] += 1
+        return start_calls_in_turn(
+            loop, self._worker.rpc, asked, "dl1_call", session=self.session
+        )
 
     def extract(self, wanted: list[tuple[Any, np.ndarray]]) -> list[tuple]:
         """:func:`~dl1.tasks.columns.extract_task` of blocks held here (for a peer): one
@@ -166,12 +183,17 @@ class PartitionServer:
         me = self._worker.address
         peers = list(dict.fromkeys(h for h in plan.holders if h != me))
         subtrees = broadcast_tree(peers) if plan.tree else [[p] for p in peers]
-        calls = []
-        for sub in subtrees:
-            parts = [q for q, h in enumerate(plan.holders) if h in sub]
-            sub_w = [w_parts[q] for q in parts]
-            call = self._ask(sub[0], "scan_pass", plan.only(parts), theta, sub_w, ws_size)
-            calls.append((parts, call))
+        parts = [[q for q, h in enumerate(plan.holders) if h in sub] for sub in subtrees]
+        asked = [
+            (sub[0], ("scan_pass", (plan.only(ps), theta, [w_parts[q] for q in ps], ws_size)))
+            for sub, ps in zip(subtrees, parts, strict=True)
+        ]
+        # the largest subtree's head first, with all of this link, then the next
+        calls = (
+            self._ask_in_turn(asked) if plan.tree
+            else [self._ask(h, m, *a) for h, (m, a) in asked]
+        )  # fmt: skip
+        calls = list(zip(parts, calls, strict=True))
         for _, call in calls:
             call.wait_sent()
         done = {}

@@ -2,6 +2,7 @@
 messages arrive whole and writable, errors reach the caller, a TLS cluster gets the same
 direct calls and answer, and no worker listens on a port of its own."""
 
+import asyncio
 import os
 import threading
 
@@ -10,7 +11,13 @@ import pytest
 from distributed.protocol import deserialize, serialize, to_serialize
 
 import dl1
-from dl1.runtime.calls import OUT_OF_BAND_BYTES, PackingError, pack, unpack
+from dl1.runtime.calls import (
+    OUT_OF_BAND_BYTES,
+    PackingError,
+    pack,
+    start_calls_in_turn,
+    unpack,
+)
 from dl1.runtime.executor import DistributedExecutor
 from dl1.runtime.rpc import RpcExecutor
 from dl1.runtime.wire import ServerClosed
@@ -185,3 +192,73 @@ def test_calls_to_closed_servers_are_answered_without_a_logged_traceback():
             rx.ask(addr, "held_groups")
         logs = "\n".join(line for _, line in client.get_worker_logs()[addr])
     assert "No handler" not in logs and "Traceback" not in logs, logs
+
+
+class _SlowComm:
+    """A stand-in for a Dask comm: a write takes ``write_s``, a reply ``reply_s``; both
+    logged."""
+
+    deserialize = True
+
+    def __init__(self, address: str, log: list, write_s: float, reply_s: float) -> None:
+        self.address, self.log, self.write_s, self.reply_s = address, log, write_s, reply_s
+        self.msg: dict = {}
+
+    async def write(self, msg, **kwargs):
+        self.log.append(("write", self.address))
+        await asyncio.sleep(self.write_s)
+        self.msg = msg
+        self.log.append(("written", self.address))
+        return 1
+
+    async def read(self, **kwargs):
+        await asyncio.sleep(self.reply_s)
+        self.log.append(("reply", self.address))
+        return {"result": pack(("answer of", self.address, unpack(self.msg["payload"].data)))}
+
+    def closed(self) -> bool:
+        return False
+
+
+class _SlowPool:
+    """A stand-in for Dask's ConnectionPool handing out :class:`_SlowComm` s; ``"bad"``
+    refuses to connect."""
+
+    serializers = deserializers = None
+
+    def __init__(self, log: list, reply_s: dict[str, float]) -> None:
+        self.log, self.reply_s = log, reply_s
+
+    async def connect(self, address, timeout=None):
+        if address == "bad":
+            raise OSError("refused")
+        return _SlowComm(address, self.log, 0.05, self.reply_s[address])
+
+    def reuse(self, address, comm) -> None:
+        pass
+
+
+def test_calls_in_turn_write_one_after_the_other_and_read_their_own_replies():
+    """Each request is written once the one before is (on one link, the first callee gets
+    all of it first); replies are read as they come, each to its own call; a callee that
+    cannot be reached fails its call only."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        log: list = []
+        pool = _SlowPool(log, {"a": 0.3, "b": 0.0, "c": 0.1})
+        targets = [("a", ("m", 1)), ("bad", ("m", 2)), ("b", ("m", 3)), ("c", ("m", 4))]
+        calls = start_calls_in_turn(loop, pool, targets, "dl1_call", session="s")
+        assert calls[0].result(timeout=10) == ("answer of", "a", ("m", 1))
+        with pytest.raises(OSError, match="refused"):
+            calls[1].result(timeout=10)
+        assert calls[2].result(timeout=10) == ("answer of", "b", ("m", 3))
+        assert calls[3].result(timeout=10) == ("answer of", "c", ("m", 4))
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+    writes = [e for e in log if e[0] in ("write", "written")]
+    assert writes == [(k, a) for a in "abc" for k in ("write", "written")]
+    # the replies came as they were ready, not in the order sent
+    assert [a for k, a in log if k == "reply"] == ["b", "c", "a"]
