@@ -33,7 +33,7 @@ def test_one_round_one_worker_is_pass_plus_overheads():
     sub_s = 0.05 + 1e6 * 1e-8 + 4e-10 * 200**2 * 20
     ovh_s = 0.01 + 1e-3 * 1 + 2e-9 * 1e6
     net_s = 4.0 * 1e-3 + (8 * 1e6 * 2 + 12 * 1e5) / 1e9  # z in, dz out; no peers
-    setup = 0.2 + 5e-8 * 1e5 + (30.0 + 2.0) * 1e-3
+    setup = 0.2 + 5e-8 * 1e5 + (30.0 + 2.0) * 1e-3  # one worker loads every block
     expect = setup + pass_s + (pass_s + sub_s + ovh_s + net_s)  # final certifying pass
     assert sm.fit_time(PB, 1, PRM, LINK) == pytest.approx(expect, rel=1e-12)
     rt = sm.round_terms(PB, 1, PRM, LINK)
@@ -123,7 +123,7 @@ def _synthetic_run(preset, lay, prm, rpc, rounds, rng):
             h |= {"ws_size": m, "inner_epochs": ep, "inner_s": sm.sub_seconds(lay.n, m, ep, prm)}
             t = h["seconds"] + h["inner_s"] + sm.overhead_seconds(lay.n, 2, prm)
         hist.append(h)
-    setup = prm.setup_solve + prm.setup_col * lay.p
+    setup = prm.setup_solve + prm.setup_col * lay.cols_w
     return {"preset": preset, "workers": 2, "rpc_s": rpc, "rounds": rounds,
             "seconds": hist[-1]["seconds"] + setup, "history": hist}  # fmt: skip
 
@@ -198,3 +198,10 @@ def test_cli_rejects_a_file_without_parameters(tmp_path):
         sm.main(["predict", "--params", str(bad)])
     with pytest.raises(SystemExit, match="PRESET=PATH"):
         sm.main(["time", "--store", "nopath"])
+
+
+def test_set_up_is_shared_by_the_workers_that_load_the_blocks():
+    no_round = dataclasses.replace(PB, rounds=0)
+    one, four = (sm.fit_time(no_round, w, PRM, LINK) for w in (1, 4))
+    pass_gain = sm.round_terms(PB, 1, PRM, LINK).pass_s * 0.75  # the certifying pass
+    assert one - four == pytest.approx(PRM.setup_col * PB.p * 0.75 + pass_gain, rel=1e-12)

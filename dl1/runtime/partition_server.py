@@ -182,7 +182,8 @@ class PartitionServer:
         a peer, and the results come back the same way. Returns each partition's results."""
         me = self._worker.address
         peers = list(dict.fromkeys(h for h in plan.holders if h != me))
-        subtrees = broadcast_tree(peers) if plan.tree else [[p] for p in peers]
+        tree = theta.nbytes >= plan.tree_bytes
+        subtrees = broadcast_tree(peers) if tree else [[p] for p in peers]
         parts = [[q for q, h in enumerate(plan.holders) if h in sub] for sub in subtrees]
         asked = [
             (sub[0], ("scan_pass", (plan.only(ps), theta, [w_parts[q] for q in ps], ws_size)))
@@ -190,7 +191,7 @@ class PartitionServer:
         ]
         # the largest subtree's head first, with all of this link, then the next
         calls = (
-            self._ask_in_turn(asked) if plan.tree
+            self._ask_in_turn(asked) if tree
             else [self._ask(h, m, *a) for h, (m, a) in asked]
         )  # fmt: skip
         calls = list(zip(parts, calls, strict=True))

@@ -83,9 +83,9 @@ class ScanPlan:
     """Wire form of the pass that follows a subproblem on its server (see
     :meth:`PartitionServer.call`): per partition, the worker holding its blocks, the blocks,
     their column ranges and alive sets; the pass's threshold and the working set's minimum
-    size; ``tree``: whether the servers forward the dual point along a binomial tree
-    (:func:`dl1.runtime.partition_server.broadcast_tree`) or the first sends it to every
-    peer."""
+    size; ``tree_bytes``: the servers forward a dual point of at least this many bytes
+    along a binomial tree (:func:`dl1.runtime.partition_server.broadcast_tree`), and the
+    first sends a smaller one to every peer."""
 
     holders: list[str]
     blocks: list[list[Any]]
@@ -93,7 +93,7 @@ class ScanPlan:
     alive: list[list[Any]]
     threshold: float
     ws_start: int
-    tree: bool = True
+    tree_bytes: int = 0
 
     def only(self, parts: list[int]) -> ScanPlan:
         """This plan's partitions ``parts`` (in that order)."""

@@ -15,7 +15,7 @@ from dl1.objective.datafits import Logistic, Quadratic
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.runtime.executor import DistributedExecutor, LocalExecutor
 from dl1.runtime.partition_server import broadcast_tree
-from dl1.runtime.rpc import TREE_KEY, RpcExecutor, rpc_executor, tree_setting
+from dl1.runtime.rpc import TREE_BYTES, TREE_KEY, RpcExecutor, rpc_executor, tree_setting
 from dl1.runtime.servers import CLIENT_CHECK_S, connected_by_events
 from dl1.runtime.wire import PLUGIN_NAME
 from dl1.tasks.blocks import loaded
@@ -525,9 +525,11 @@ def test_a_broadcast_tree_reaches_every_peer_once_in_log_hops(k):
 
 
 def test_the_tree_setting_is_read_and_checked():
-    assert tree_setting() is True
+    assert tree_setting() == TREE_BYTES  # "auto": vectors of 1 MiB and more
+    with dask.config.set({TREE_KEY: True}):
+        assert tree_setting() == 0
     with dask.config.set({TREE_KEY: "false"}):
-        assert tree_setting() is False
+        assert tree_setting() >= 2**62  # no vector is that large
     with dask.config.set({TREE_KEY: "sometimes"}), pytest.raises(ValueError, match=TREE_KEY):
         tree_setting()
 
@@ -536,13 +538,14 @@ def test_the_tree_setting_is_read_and_checked():
 def test_peers_forward_the_dual_point_along_a_tree_with_the_same_answers():
     """Four workers: with the tree, the subproblem's server sends each pass to
     ``ceil(log2(peers + 1))`` peers and they forward it; straight, it sends to every peer.
-    The answers are the same bit for bit, and the same as tasks'."""
+    "auto" sends this small dual point (3.2 kB) straight. The answers are the same bit for
+    bit, and the same as tasks'."""
     X, y = make_classification(n=400, p=300, seed=12)
     kw = dict(alpha=0.02, loss="logistic", tol=1e-9, n_partitions=8)
     cluster, client = _cluster(4)
     with cluster, client, dask.config.set({"dl1.one-piece": False}):
         res, sent = {}, {}
-        for tree in (True, False):
+        for tree in (True, False, "auto"):
             before = client.run(calls_sent)
             with dask.config.set({TREE_KEY: tree}):
                 res[tree] = dl1.fit(as_dask(X, 16), y, client=client, **kw)
@@ -553,12 +556,14 @@ def test_peers_forward_the_dual_point_along_a_tree_with_the_same_answers():
     for r in res.values():
         assert {h["transport"] for h in r.history_} == {"direct"} and r.converged_
     _same(res[True], res[False])
+    _same(res[True], res["auto"])
     ref = dl1.fit(as_dask(X, 16), y, **kw)
     np.testing.assert_allclose(res[True].coef_, ref.coef_, rtol=1e-12, atol=1e-14)
     # every pass reaches the same peers either way
     assert sum(sent[True].values()) == sum(sent[False].values()) > 0
     # straight: one sender (the subproblem's server), three peers a pass
     (home,) = [w for w, n in sent[False].items() if n]
+    assert sent["auto"] == sent[False]
     passes = sent[False][home] / 3
     assert passes == int(passes)
     # the tree: the home sends ceil(log2(3 + 1)) = 2 a pass, the first subtree's head 1
