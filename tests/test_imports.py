@@ -28,6 +28,7 @@ def _loaded(code: str) -> set[str]:
         "dl1.tasks.passes",
         "dl1.tasks.subproblem",
         "dl1.tasks.spread",
+        "dl1.tasks.spread_newton",
         "dl1.runtime.executor",
         "dl1.runtime.rpc",
         "dl1.runtime.partition_server",

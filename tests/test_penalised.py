@@ -464,24 +464,27 @@ def test_spread_subproblem_matches_sklearn_on_a_cluster(local_cluster, spread, k
 
 
 @pytest.mark.parametrize(
-    ("loss", "spread", "key"),
+    ("loss", "spread", "mode"),
     [
-        ("squared", True, "inner_checks"),  # Gram matrix across partitions
-        ("squared", "cocoa", "inner_rounds"),
-        ("logistic", True, "inner_rounds"),  # no Gram matrix: CoCoA+ rounds
+        ("squared", True, "SpreadGram"),  # Gram matrix across partitions
+        ("squared", "cocoa", "SpreadCocoa"),
+        ("logistic", True, "SpreadNewton"),  # no Gram matrix: spread Newton steps
+        ("squared_hinge", True, "SpreadNewton"),
+        ("logistic", "cocoa", "SpreadCocoa"),
     ],
 )
-def test_spread_subproblem_in_process_equals_gathered(loss, spread, key):
+def test_spread_subproblem_in_process_equals_gathered(loss, spread, mode):
     X, y = _positive_regression(32)
     sw = np.random.default_rng(3).uniform(0.5, 2.0, X.shape[0])
-    if loss == "logistic":
+    if loss != "squared":
         y = np.where(y > np.median(y), 1.0, -1.0)
     alpha = dl1.alpha_max(X, y, loss=loss, sample_weight=sw) / 10
     kw = dict(alpha=alpha, loss=loss, tol=1e-10, sample_weight=sw)
     res = dl1.fit(as_dask(X, 3), y, spread=spread, **kw)
     gathered = dl1.fit(as_dask(X, 3), y, spread=False, **kw)
     assert res.converged_ and gathered.converged_
-    assert key in res.history_[0] and key not in gathered.history_[0]
+    assert {h["mode"] for h in res.history_[:-1]} == {mode}
+    assert not any(h["mode"].startswith("Spread") for h in gathered.history_[:-1])
     np.testing.assert_allclose(res.coef_, gathered.coef_, atol=1e-5)
     assert res.intercept_ == pytest.approx(gathered.intercept_, abs=1e-5)
     with pytest.raises(ValueError, match=r"'spread' parameter of dl1.fit\(\) must be"):

@@ -12,6 +12,9 @@ Four modes behind one interface (:class:`SubproblemMode`), picked per round by
   larger working sets);
 - :class:`SpreadGram`: out of core, columns left where they were extracted, the Gram matrix
   formed across the partitions and held by one worker;
+- :class:`SpreadNewton`: out of core, proximal Newton steps whose model each partition
+  minimises on its own columns, summed and searched along on the coordinator (d-GLMNET;
+  smooth losses other than the squared);
 - :class:`SpreadCocoa`: out of core, CoCoA+ rounds over the partitions holding the columns.
 
 A mode moves the run's ``w`` and ``z`` (``X w + b``) in place and reports the new
@@ -25,11 +28,14 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from dl1.kernels.margins import NO_WEIGHTS as NO_U
+from dl1.kernels.margins import move_along
 from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.numerics import check_round, check_update
 from dl1.tasks.columns import group_col_sums
 from dl1.tasks.gram import GRAM_MAX, GramGapEstimate
-from dl1.tasks.records import PartitionScan, SpreadRoundOutput
+from dl1.tasks.prox_newton import MAX_INNER, MAX_NEWTON, curvature_bound, line_search
+from dl1.tasks.records import PartitionScan, SpreadNewtonOutput, SpreadRoundOutput
 from dl1.tasks.spread import (
     cross_gram_task,
     merge_gram_task,
@@ -39,6 +45,7 @@ from dl1.tasks.spread import (
     spread_gram_epochs_task,
     ws_round_task,
 )
+from dl1.tasks.spread_newton import newton_share_task
 
 #: Local epochs per round of :class:`SpreadCocoa` (more: fewer round trips, each partition
 #: further from the others' changes).
@@ -129,7 +136,8 @@ def choose_mode(
     """The mode of a round on working set ``ws``: gathered unless ``spread`` says otherwise
     (None: out of core, when the columns could exceed one worker's gather budget,
     :func:`gathered_bytes`); spread on a Gram matrix when the loss is quadratic and the
-    matrix's ~16 m^2 bytes fit the budget (unless ``spread="cocoa"``)."""
+    matrix's ~16 m^2 bytes fit the budget, by spread Newton steps for the other smooth
+    losses (unless ``spread="cocoa"``: CoCoA+ rounds)."""
     gather_max = problem.budget.gather_max
     ws_size = ws.shape[0]
     use_spread = bool(spread)
@@ -145,6 +153,8 @@ def choose_mode(
     fits = ws_size <= min(gram_max, np.sqrt(gather_max / 16.0))
     if spread != "cocoa" and quadratic and fits:
         return SpreadGram()
+    if spread != "cocoa" and not quadratic and hasattr(problem.datafit, "grad_hess"):
+        return SpreadNewton()
     return SpreadCocoa()
 
 
@@ -312,6 +322,89 @@ class SpreadCocoa:
                 run.z += res.shift
                 b += res.shift
         return SubproblemReport(b, rounds * SPREAD_EPOCHS, kern, {"inner_rounds": rounds})
+
+
+class SpreadNewton:
+    """Proximal Newton steps spread over the partitions holding the working set's columns
+    (d-GLMNET, :mod:`dl1.tasks.spread_newton`): each share minimises the loss's quadratic
+    model on its own columns, the coordinator adds the shares' steps and takes the step
+    Armijo's rule accepts along their sum (:func:`~dl1.tasks.prox_newton.line_search`), the
+    intercept moved exactly between steps. A step costs one task per share, as a CoCoA+
+    round does, but follows the loss's curvature, not its bound scaled by the number of
+    shares. The restricted gap, from the same tasks' statistics, stops the steps."""
+
+    max_steps = MAX_NEWTON
+    spread = True
+
+    def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
+        pb = run.problem
+        datafit, s = pb.datafit, pb.weights
+        plan = run.spread_plan(ws)
+        cols = np.concatenate([ids[keep] for _, grp in plan for _, ids, keep in grp])
+        sw = np.ascontiguousarray(pb.sample_weight, dtype=np.float64)
+        g, h = np.empty(pb.n), np.empty(pb.n)
+        kern, b, epochs, steps = 0.0, run.b, 0, 0
+        for steps in range(self.max_steps + 1):
+            if pb.fit_intercept:
+                db = datafit.intercept_update(pb.y, run.z, s, max_iter=20)
+                b += db
+                run.z += db
+            theta = datafit.dual_point(pb.y, run.z, s, pb.fit_intercept)
+            datafit.grad_hess(pb.y, run.z, sw, g, h)
+            parts = self._shares(run, plan, g, h, theta, steps < self.max_steps)
+            kern += max(p.kernel_s for p in parts)
+            epochs += max(p.epochs for p in parts)
+            gap = self._gap(run, ws, theta, parts)
+            check_round(f"working-set solver (spread Newton step of round {r})", steps,
+                        {"restricted duality gap": gap}, [p.stats for p in parts])
+            if gap <= targets.gap or steps == self.max_steps:
+                break
+            if not self._step(run, cols, parts, g, h):
+                break  # no decrease along the step: rounding level reached
+        return SubproblemReport(b, epochs, kern, {"inner_rounds": steps, "newton_steps": steps})
+
+    @staticmethod
+    def _shares(run, plan, g, h, theta, step: bool) -> list[SpreadNewtonOutput]:
+        """Every share's part of a step at the current point (statistics only if not
+        ``step``)."""
+        pb, ex = run.problem, run.problem.executor
+        curvature = curvature_bound(pb.datafit, h, pb.sample_weight)
+        return ex.gather([
+            ex.submit_to(
+                q, newton_share_task, [hd for hd, _, _ in grp], [ids for _, ids, _ in grp],
+                [keep for _, _, keep in grp],
+                np.concatenate([run.w[ids[keep]] for _, ids, keep in grp]), g, h, theta,
+                pb.n * pb.penalty.alpha_l1, pb.penalty, curvature, MAX_INNER if step else 0,
+            )
+            for q, grp in plan
+        ])  # fmt: skip
+
+    @staticmethod
+    def _gap(run, ws, theta, parts) -> float:
+        pb = run.problem
+        absmax = max(p.stats.absmax for p in parts)
+        excess = float(sum(p.stats.excess for p in parts))
+        return duality_gap_from_stats(
+            pb.datafit, pb.penalty, pb.y, run.z, run.w[ws], absmax, excess, s=pb.weights,
+            intercept=pb.fit_intercept, theta=theta,
+        )[2]  # fmt: skip
+
+    @staticmethod
+    def _step(run, cols, parts, g, h) -> bool:
+        """Move ``w`` and ``z`` along the shares' summed step as far as Armijo's rule on
+        the true objective accepts; False when it accepts no step."""
+        pb = run.problem
+        sw = np.ascontiguousarray(pb.sample_weight, dtype=np.float64)
+        dw = np.concatenate([p.dw for p in parts])
+        u = np.sum([p.u for p in parts], axis=0)
+        w = run.w[cols]
+        f0 = pb.datafit.value_along(pb.y, run.z, NO_U, 0.0, 0.0, sw) / pb.n + pb.penalty.value(w)
+        t, _ = line_search(pb.datafit, pb.penalty, pb.y, run.z, sw, w, dw, g, h, u, 0.0, f0)
+        if t == 0.0:
+            return False
+        run.w[cols] = w + t * dw
+        move_along(run.z, u, 0.0, t)
+        return True
 
 
 def spread_gram_task(

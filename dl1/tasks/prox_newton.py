@@ -179,7 +179,7 @@ def prox_newton(
                                  min(MAX_INNER, max_epochs - epochs))  # fmt: skip
         u[:] = 0.0  # the step's X d, from the columns it moved
         csc_matvec(cols.indptr, cols.indices, cols.data, cols.scale, dw, u)
-        t, f_t = _line_search(datafit, penalty, y, z, sw, w, dw, g, h, u, shift[0], primal)
+        t, f_t = line_search(datafit, penalty, y, z, sw, w, dw, g, h, u, shift[0], primal)
         if t == 0.0:  # no decrease along the model's step: rounding level reached
             break
         damping = next_damping(damping, t)
@@ -312,7 +312,7 @@ def _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, o
     return primal - dual_from_stats(penalty, conjugate_at, am, ex, n, box)
 
 
-def _line_search(datafit, penalty, y, z, sw, w, dw, g, h, u, e, f0) -> tuple[float, float]:
+def line_search(datafit, penalty, y, z, sw, w, dw, g, h, u, e, f0) -> tuple[float, float]:
     """The step ``t`` (1, 1/2, ...) along ``(d, e)`` satisfying Armijo's rule on the true
     objective (``f0`` at ``t = 0``) with the model's first-order decrease, and the objective
     there; ``(0, f0)`` if none does. Each trial fills ``g`` and ``h`` at its point, so they

@@ -78,6 +78,19 @@ class RoundOutput(NamedTuple):
     kernel_s: float
 
 
+class SpreadNewtonOutput(NamedTuple):
+    """A share's part of a spread proximal Newton step
+    (:func:`dl1.tasks.spread_newton.newton_share_task`): the step of its live columns
+    (in group order), ``u = X_share d``, the restricted gap statistics at the step's start,
+    the model's epochs and the seconds its kernels took."""
+
+    dw: np.ndarray
+    u: np.ndarray
+    stats: GapStats
+    epochs: int
+    kernel_s: float
+
+
 class SpreadRoundOutput(NamedTuple):
     """A partition's CoCoA+ round of a spread working-set subproblem
     (:func:`dl1.tasks.spread.ws_round_task`): new coefficients of each group's live

@@ -63,19 +63,11 @@ def ws_round_task(
     u = np.zeros(n)
     s = None if sample_weight.shape[0] == 0 else sample_weight
     shift = np.array([0.0, n if s is None else float(s.sum())])
-    absmax, excess = 0.0, 0.0
+    stats = restricted_gap_stats(extracts, keeps, theta, threshold)
     ws, args = [], []
     for i, (e, keep, wp) in enumerate(zip(extracts, keeps, w_parts, strict=True)):
         keep = np.asarray(keep, dtype=np.int64)
         scale = e.col_scale
-        c, _ = csc_scan_screen(
-            e.indptr, e.indices, e.data, scale, keep, theta, np.zeros(0), 1.0, 0.0, threshold
-        )
-        if c.size:
-            a = np.abs(c)
-            absmax = max(absmax, float(a.max()))
-            ex = a[a > threshold] - threshold
-            excess += float(ex @ ex)
         w = np.zeros(e.ncols)
         w[keep] = wp
         ws.append(w)
@@ -109,7 +101,27 @@ def ws_round_task(
     w_new = [w[np.asarray(k, dtype=np.int64)] for w, k in zip(ws, keeps, strict=True)]
     shift_b = 0.0 if col_sums is None else float(shift[0])
     kernel_s = time.perf_counter() - t0
-    return SpreadRoundOutput(w_new, u, shift_b, GapStats(absmax, excess), kernel_s)
+    return SpreadRoundOutput(w_new, u, shift_b, stats, kernel_s)
+
+
+def restricted_gap_stats(
+    extracts: list[ColumnGroup], keeps: list[np.ndarray], theta: np.ndarray, threshold: float
+) -> GapStats:
+    """The restricted gap's statistics of ``X_W^T theta`` over the live columns ``keeps`` of
+    a partition's cached groups: ``max |c_j|`` and ``sum_j (|c_j| - threshold)_+^2``."""
+    absmax, excess = 0.0, 0.0
+    for e, keep in zip(extracts, keeps, strict=True):
+        keep = np.asarray(keep, dtype=np.int64)
+        c, _ = csc_scan_screen(
+            e.indptr, e.indices, e.data, e.col_scale, keep, theta, np.zeros(0), 1.0, 0.0,
+            threshold,
+        )  # fmt: skip
+        if c.size:
+            a = np.abs(c)
+            absmax = max(absmax, float(a.max()))
+            ex = a[a > threshold] - threshold
+            excess += float(ex @ ex)
+    return GapStats(absmax, excess)
 
 
 # --- the working-set subproblem on a Gram matrix formed across partitions -----------------

@@ -23,6 +23,7 @@ from dl1.solvers.subproblems import (
     GatheredProxNewton,
     SpreadCocoa,
     SpreadGram,
+    SpreadNewton,
     choose_mode,
 )
 from dl1.tasks.prox_newton import Columns, _restricted_gap, prox_newton
@@ -81,13 +82,15 @@ def test_out_of_core_a_working_set_is_spread_by_its_columns_bytes_not_the_dense_
     col_bytes = np.full(5000, 8.0 * 2000 + 8)  # 2,000 nonzeros a column, float32 values
     small, big = np.arange(4000), np.arange(5000)  # 192 MB and 240 MB in three copies
     for loss, ws, mode in [(Logistic(), small, GatheredProxNewton),
-                           (Logistic(), big, SpreadCocoa),
+                           (Logistic(), big, SpreadNewton),
                            (Quadratic(), np.arange(200), SpreadGram)]:  # fmt: skip
         pb = _Problem(loss)
         pb.streamed, pb.n = True, n
         pb.budget = WorkingSetBudget(gather_max=gather_max, col_bytes=col_bytes)
         assert 12.0 * n * ws.shape[0] > gather_max  # the dense bound would spread them all
         assert type(choose_mode(None, pb, ws, 4096)) is mode
+        # CoCoA+ rounds only when asked for
+        assert type(choose_mode("cocoa", pb, ws, 4096)) is SpreadCocoa
 
 
 class _WithoutHessian:
@@ -291,7 +294,7 @@ def test_a_shortened_step_damps_the_next_model(monkeypatch):
     data, empty = X.data.astype(np.float64), np.zeros(0)
     cols = Columns(ip, ix, data, empty, csc_col_sqnorms(ip, ix, data, empty, empty))
     extras, calls = [], []
-    real_search, real_minimise = pn._line_search, pn.minimise_model
+    real_search, real_minimise = pn.line_search, pn.minimise_model
 
     def search(*args):
         t, f = real_search(*args)
@@ -305,7 +308,7 @@ def test_a_shortened_step_damps_the_next_model(monkeypatch):
     datafit = Logistic()
     penalty = ElasticNet(dl1.alpha_max(X, y, loss="logistic") / 20, 1.0)
     z0 = np.full(y.shape[0], datafit.initial_intercept(y))
-    monkeypatch.setattr(pn, "_line_search", search)
+    monkeypatch.setattr(pn, "line_search", search)
     monkeypatch.setattr(pn, "minimise_model", minimise)
     _, _, _, info = prox_newton(cols, np.zeros(20), y, z0, empty, datafit, penalty, True,
                                 1e-10, 10_000)  # fmt: skip

@@ -1,0 +1,86 @@
+"""A proximal Newton step of a working-set subproblem spread over the partitions holding its
+columns (out of core), for the smooth losses: each share of the working set minimises the
+quadratic model of the loss over its own columns, where they are cached, and the
+coordinator adds the shares' steps and searches along their sum.
+
+This is d-GLMNET (Trofimov and Genkin, "Distributed coordinate descent for L1-regularized
+logistic regression", AIST 2015; "Distributed coordinate descent for generalized linear
+models with regularization", Pattern Recognit. Image Anal. 2017): the model's Hessian
+``X_W^T diag(h) X_W`` is kept within a share and dropped between shares (block-diagonal),
+and the line search on the true objective makes the summed step a descent step whatever
+the coupling the blocks dropped, as in Tseng and Yun's block coordinate gradient descent
+(Math. Program. 2009). Each share runs the gathered solver's model minimisation
+(:func:`dl1.tasks.prox_newton.minimise_model`) on its own columns, joined on its worker.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from dl1.kernels.cd import weighted_col_stats
+from dl1.kernels.linalg import csc_matvec
+from dl1.tasks.columns import gather_columns
+from dl1.tasks.prox_newton import (
+    CURVATURE_FLOOR,
+    MAX_INNER,
+    NO_DAMPING,
+    Columns,
+    Model,
+    minimise_model,
+)
+from dl1.tasks.records import ColumnGroup, SpreadNewtonOutput
+from dl1.tasks.spread import restricted_gap_stats
+
+
+def newton_share_task(
+    extracts: list[ColumnGroup],
+    extract_ids: list[np.ndarray],
+    keeps: list[np.ndarray],
+    w_share: np.ndarray,
+    g: np.ndarray,
+    h: np.ndarray,
+    theta: np.ndarray,
+    threshold: float,
+    penalty: Any,
+    curvature: float,
+    max_epochs: int,
+) -> SpreadNewtonOutput:
+    """One share's part of a spread Newton step, on its cached column groups.
+
+    Parameters
+    ----------
+    extracts, extract_ids, keeps : the share's cached groups, their feature ids and the
+        positions of their live columns.
+    w_share : the live columns' coefficients, in group order.
+    g, h : ``n grad F`` and ``n diag(hess F)`` at the point (length n).
+    theta : the dual point at the point, for the restricted gap's statistics.
+    threshold : ``n alpha_l1``.
+    penalty : the (uniform) penalty.
+    curvature : ``beta``, the loss's curvature bound, for the columns' curvature floor.
+    max_epochs : epochs of the model at most (0: the statistics only).
+    """
+    t0 = time.perf_counter()
+    stats = restricted_gap_stats(extracts, keeps, theta, threshold)
+    wanted = np.concatenate([ids[np.asarray(k, dtype=np.int64)]
+                             for ids, k in zip(extract_ids, keeps, strict=True)])  # fmt: skip
+    cols = Columns(*gather_columns(extracts, extract_ids, wanted))
+    m, n = wanted.shape[0], g.shape[0]
+    dw, u = np.zeros(m), np.zeros(n)
+    epochs = 0
+    if max_epochs > 0 and m:
+        lj, hx = np.empty(m), np.empty(m)
+        hdata = np.empty(cols.indices.shape[0], dtype=np.float32)  # see weighted_cd_epochs
+        weighted_col_stats(cols.indptr, cols.indices, cols.data, cols.scale, h, lj, hx, hdata)
+        floor = CURVATURE_FLOOR * curvature * cols.sqnorm
+        # no intercept step in the model: the coordinator moves the intercept exactly
+        model = Model(g, h, hdata, lj, hx, floor, np.zeros(2), NO_DAMPING)
+        r, scratch = g.copy(), np.empty(n)
+        w = np.ascontiguousarray(w_share, dtype=np.float64)
+        epochs = minimise_model(cols, w, model, penalty, dw, r, u, scratch,
+                                min(MAX_INNER, max_epochs))  # fmt: skip
+        u[:] = 0.0
+        csc_matvec(cols.indptr, cols.indices, cols.data, cols.scale, dw, u)
+    return SpreadNewtonOutput(dw, u, stats, epochs, time.perf_counter() - t0)

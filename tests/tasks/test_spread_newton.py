@@ -1,0 +1,78 @@
+"""The share task of a spread Newton step (dl1.tasks.spread_newton) against NumPy: its
+step descends the share's quadratic model, ``u`` is ``X_share d``, and its gap statistics
+are those of ``X^T theta`` on the live columns."""
+
+import numpy as np
+import scipy.sparse as sp
+
+from dl1.objective.datafits import Logistic
+from dl1.objective.penalties import ElasticNet
+from dl1.tasks.blocks import assemble_block
+from dl1.tasks.columns import extract_task
+from dl1.tasks.spread_newton import newton_share_task
+
+
+def _share(seed=0, n=300, p=40):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, p, density=0.2, random_state=seed, format="csc") * 3.0
+    y = np.where(rng.standard_normal(n) > 0, 1.0, -1.0)
+    return X, y, rng
+
+
+def test_a_share_step_descends_its_model_and_reports_x_d_and_the_gap_stats():
+    X, y, rng = _share()
+    n, p = X.shape
+    block = assemble_block(0, 0, np.zeros(0), False, True, X)
+    ids = [np.arange(0, 25), np.arange(25, 40)]
+    groups = [extract_task(block, i) for i in ids]
+    keeps = [np.array([0, 3, 4, 10, 20]), np.arange(15)]
+    live = np.concatenate([i[k] for i, k in zip(ids, keeps, strict=True)])
+    w = np.zeros(live.shape[0])
+    w[:3] = rng.standard_normal(3)
+    z = X[:, live] @ w
+    g, h = np.empty(n), np.empty(n)
+    Logistic().grad_hess(y, z, np.zeros(0), g, h)
+    theta = -g  # the dual point's scale: thresholds are n alpha_l1
+    pen = ElasticNet(0.01, 0.9)
+    out = newton_share_task(groups, ids, keeps, w, g, h, theta, n * pen.alpha_l1, pen, 0.25, 25)
+    Xl = X[:, live].toarray()
+    np.testing.assert_allclose(out.u, Xl @ out.dw, rtol=1e-12, atol=1e-12)
+    c = np.abs(Xl.T @ theta)
+    assert np.isclose(out.stats.absmax, c.max(), rtol=1e-12)
+    excess = np.maximum(c - n * pen.alpha_l1, 0.0)
+    np.testing.assert_allclose(out.stats.excess, excess @ excess, rtol=1e-10, atol=1e-15)
+
+    def model(d):
+        v = Xl @ d
+        return (g @ v + v @ (h * v) / 2) / n + pen.value(w + d)
+
+    assert out.epochs >= 1 and np.any(out.dw != 0)
+    assert model(out.dw) < model(np.zeros_like(w)) - 1e-8
+    # the model's minimiser, by a dense proximal gradient
+    d = np.zeros_like(w)
+    H = Xl.T @ (h[:, None] * Xl) / n
+    step = 1.0 / np.linalg.eigvalsh(H).max()
+    for _ in range(20000):
+        grad = Xl.T @ g / n + H @ d
+        v = w + d - step * grad
+        v = np.sign(v) * np.maximum(np.abs(v) - step * pen.alpha_l1, 0.0)
+        v /= 1.0 + step * pen.alpha_l2
+        d = v - w
+    # inexact Newton: stopped once the remaining decrease is estimated at most INNER_RTOL
+    # (1e-3) of the decrease so far; 2 x that, for the estimate
+    best, start = model(d), model(np.zeros_like(w))
+    assert model(out.dw) - best <= 2e-3 * (start - best)
+
+
+def test_no_epochs_give_the_statistics_only():
+    X, y, _ = _share(1)
+    n = X.shape[0]
+    block = assemble_block(0, 0, np.zeros(0), False, True, X)
+    ids = [np.arange(40)]
+    g, h = np.empty(n), np.empty(n)
+    Logistic().grad_hess(y, np.zeros(n), np.zeros(0), g, h)
+    pen = ElasticNet(0.01)
+    out = newton_share_task([extract_task(block, ids[0])], ids, [np.arange(40)], np.zeros(40),
+                            g, h, -g, n * pen.alpha_l1, pen, 0.25, 0)  # fmt: skip
+    assert out.epochs == 0 and not out.dw.any() and not out.u.any()
+    assert np.isclose(out.stats.absmax, np.abs(X.T @ g).max())
