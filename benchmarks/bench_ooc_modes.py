@@ -1,8 +1,9 @@
 """Out of core, gathered or spread subproblems: a tall sparse L1-logistic problem streamed
 from a store on 2 x 1 GiB workers, fitted with ``spread=None`` (the working set gathered on
-one worker while three times its columns' bytes fit its budget) and with
-``spread="cocoa"`` (CoCoA+ over the partitions, what the dense bound ``12 n |ws|`` chose
-for any working set of this problem). Time, gap, support, each round's mode and peak RSS.
+one worker while three times its columns' bytes fit its budget), with ``spread=True``
+(spread proximal Newton steps over the partitions, what a working set too big to gather
+gets) and with ``spread="cocoa"`` (CoCoA+ over the partitions, what the dense bound
+``12 n |ws|`` chose for any working set of this problem before). Time, gap, support, each round's mode and peak RSS.
 
     python benchmarks/bench_ooc_modes.py [--rows 300000] [--ratio 1000] [--repeat 3]
 """
@@ -61,7 +62,7 @@ def main() -> None:
     alpha = store_alpha_max(X, X.read_y(), "logistic") / args.ratio
     print(f"{X.shape[0]:,} x {X.shape[1]:,}, {X.nnz:,} nonzeros; alpha_max/{args.ratio:g}, "
           f"tol {args.tol:g}, 2 workers x {args.memory_limit}, stream=True")  # fmt: skip
-    for spread in (None, "cocoa"):
+    for spread in (None, True, "cocoa"):
         times, res = [], None
         for _ in range(args.repeat):
             cluster, client = _cluster(2, args.memory_limit, dl1_setup=True)
