@@ -1,6 +1,6 @@
 """The working-set subproblem: ``min F(X_W w_W + b) + penalty(w_W)`` on a few columns.
 
-Four modes behind one interface (:class:`SubproblemMode`), picked per round by
+Six modes behind one interface (:class:`SubproblemMode`), picked per round by
 :func:`choose_mode`:
 
 - :class:`GatheredGram`: the columns gathered on one worker, covariance updates on their
