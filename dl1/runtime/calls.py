@@ -143,10 +143,15 @@ async def send_call(
     from the pool) within :func:`connect_timeout` seconds; the call itself is not bounded
     (a subproblem may take long: the caller watches the worker instead). ``written`` is
     set once the request is written (or the call failed first)."""
-    written = written or asyncio.Event()
     if via_scheduler is not None:  # the scheduler's handler Dask's own Actors call through
-        written.set()
+        if written is not None:
+            written.set()
         return await via_scheduler.proxy(msg={"op": op, **msg}, worker=address)
+    if written is None:
+        # connect with our bound and hand the connection back: the call below takes it
+        # from the pool at once (no await in between), so it does not connect again
+        pool.reuse(address, await pool.connect(address, timeout=connect_timeout()))
+        return await getattr(pool(address), op)(**msg)
     # local: distributed (~0.3 s to import), which import dl1.runtime.calls does without
     from distributed.core import send_recv
 
