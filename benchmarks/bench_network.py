@@ -512,8 +512,7 @@ def run_all(clusters: dict[str, Cluster], stores: dict[str, str],
             amax = dl1.alpha_max(store, loss=args.loss, client=clients[names[0][0]])
             for task in args.tasks:
                 for name, b in names:  # warm-up
-                    with dask.config.set({"dl1.scan-tree": b == "tree"}):
-                        run_task(task, store, amax, args, clients[name])
+                    _run_with(b, task, store, amax, args, clients[name])
                 for k in range(args.repeat):
                     for name, b in names[k % len(names) :] + names[: k % len(names)]:
                         run = functools.partial(_run_with, b, task, store, amax, args,

@@ -3,7 +3,8 @@ from a store on 2 x 1 GiB workers, fitted with ``spread=None`` (the working set 
 one worker while three times its columns' bytes fit its budget), with ``spread=True``
 (spread proximal Newton steps over the partitions, what a working set too big to gather
 gets) and with ``spread="cocoa"`` (CoCoA+ over the partitions, what the dense bound
-``12 n |ws|`` chose for any working set of this problem before). Time, gap, support, each round's mode and peak RSS.
+``12 n |ws|`` chose for any working set of this problem before). Time, gap, support,
+each round's mode and peak RSS.
 
     python benchmarks/bench_ooc_modes.py [--rows 300000] [--ratio 1000] [--repeat 3]
 """

@@ -260,6 +260,17 @@ def spread_plan(groups, ws, part_of_block, col_bounds, col_bytes=None, share_byt
     return plan
 
 
+def refit_intercept(run: Any, b: float) -> tuple[float, Any]:
+    """The intercept ``b`` refitted exactly at the run's point (``z`` moved with it) and
+    the dual point there: what a spread mode does before each of its rounds or steps."""
+    pb = run.problem
+    if pb.fit_intercept:
+        db = pb.datafit.intercept_update(pb.y, run.z, pb.weights, max_iter=20)
+        b += db
+        run.z += db
+    return b, pb.datafit.dual_point(pb.y, run.z, pb.weights, pb.fit_intercept)
+
+
 class SpreadCocoa:
     """CoCoA+ rounds over the partitions holding the working set's columns
     (:func:`ws_round_task`, each task one share of a partition's groups; ``sigma'`` =
@@ -286,11 +297,7 @@ class SpreadCocoa:
         ]
         kern, b, rounds = 0.0, run.b, 0
         for rounds in range(self.max_rounds + 1):
-            if pb.fit_intercept:
-                db = datafit.intercept_update(pb.y, run.z, s, max_iter=20)
-                b += db
-                run.z += db
-            theta = datafit.dual_point(pb.y, run.z, s, pb.fit_intercept)
+            b, theta = refit_intercept(run, b)
             g = datafit.gradient(pb.y, run.z, s)
             epochs = SPREAD_EPOCHS if rounds < self.max_rounds else 0
             results: list[SpreadRoundOutput] = ex.gather(
@@ -338,19 +345,14 @@ class SpreadNewton:
 
     def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
         pb = run.problem
-        datafit, s = pb.datafit, pb.weights
         plan = run.spread_plan(ws)
         cols = np.concatenate([ids[keep] for _, grp in plan for _, ids, keep in grp])
         sw = np.ascontiguousarray(pb.sample_weight, dtype=np.float64)
         g, h = np.empty(pb.n), np.empty(pb.n)
         kern, b, epochs, steps = 0.0, run.b, 0, 0
         for steps in range(self.max_steps + 1):
-            if pb.fit_intercept:
-                db = datafit.intercept_update(pb.y, run.z, s, max_iter=20)
-                b += db
-                run.z += db
-            theta = datafit.dual_point(pb.y, run.z, s, pb.fit_intercept)
-            datafit.grad_hess(pb.y, run.z, sw, g, h)
+            b, theta = refit_intercept(run, b)
+            pb.datafit.grad_hess(pb.y, run.z, sw, g, h)
             parts = self._shares(run, plan, g, h, theta, steps < self.max_steps)
             kern += max(p.kernel_s for p in parts)
             epochs += max(p.epochs for p in parts)
@@ -359,7 +361,7 @@ class SpreadNewton:
                         {"restricted duality gap": gap}, [p.stats for p in parts])
             if gap <= targets.gap or steps == self.max_steps:
                 break
-            if not self._step(run, cols, parts, g, h):
+            if not self._step(run, cols, parts, g, h, sw):
                 break  # no decrease along the step: rounding level reached
         return SubproblemReport(b, epochs, kern, {"inner_rounds": steps, "newton_steps": steps})
 
@@ -390,11 +392,10 @@ class SpreadNewton:
         )[2]  # fmt: skip
 
     @staticmethod
-    def _step(run, cols, parts, g, h) -> bool:
+    def _step(run, cols, parts, g, h, sw) -> bool:
         """Move ``w`` and ``z`` along the shares' summed step as far as Armijo's rule on
         the true objective accepts; False when it accepts no step."""
         pb = run.problem
-        sw = np.ascontiguousarray(pb.sample_weight, dtype=np.float64)
         dw = np.concatenate([p.dw for p in parts])
         u = np.sum([p.u for p in parts], axis=0)
         w = run.w[cols]
