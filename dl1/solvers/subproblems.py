@@ -338,7 +338,10 @@ class SpreadNewton:
     Armijo's rule accepts along their sum (:func:`~dl1.tasks.prox_newton.line_search`), the
     intercept moved exactly between steps. A step costs one task per share, as a CoCoA+
     round does, but follows the loss's curvature, not its bound scaled by the number of
-    shares. The restricted gap, from the same tasks' statistics, stops the steps."""
+    shares. The restricted gap, from the same tasks' statistics, stops the steps: at the
+    final target, or while the working set left violators out (``run.crowded``) at a
+    fraction of the current gap, as :class:`GatheredProxNewton` does (that solution only
+    starts the next round)."""
 
     max_steps = MAX_NEWTON
     spread = True
@@ -350,6 +353,7 @@ class SpreadNewton:
         sw = np.ascontiguousarray(pb.sample_weight, dtype=np.float64)
         g, h = np.empty(pb.n), np.empty(pb.n)
         kern, b, epochs, steps = 0.0, run.b, 0, 0
+        target = targets.loose if run.crowded else targets.gap
         for steps in range(self.max_steps + 1):
             b, theta = refit_intercept(run, b)
             pb.datafit.grad_hess(pb.y, run.z, sw, g, h)
@@ -359,7 +363,7 @@ class SpreadNewton:
             gap = self._gap(run, ws, theta, parts)
             check_round(f"working-set solver (spread Newton step of round {r})", steps,
                         {"restricted duality gap": gap}, [p.stats for p in parts])
-            if gap <= targets.gap or steps == self.max_steps:
+            if gap <= target or steps == self.max_steps:
                 break
             if not self._step(run, cols, parts, g, h, sw):
                 break  # no decrease along the step: rounding level reached

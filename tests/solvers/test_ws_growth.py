@@ -11,7 +11,7 @@ from scipy.special import expit
 
 import dl1
 from dl1.solvers.scans import WS_FAST_GROWTH, WS_FILLED, next_ws_size, violators_left_out
-from dl1.solvers.subproblems import GatheredGram
+from dl1.solvers.subproblems import GatheredGram, SpreadNewton
 from dl1.tasks.records import BlockScan, GapStats
 
 
@@ -132,3 +132,42 @@ def test_a_path_solves_crowded_working_sets_loosely(monkeypatch):
     for is_crowded, target, gap, final in targets:
         expected = 0.3 * (gap if is_crowded else min(gap, final))
         assert target == pytest.approx(expected, rel=1e-12)
+
+
+def test_spread_newton_steps_stop_loosely_while_crowded(monkeypatch):
+    """Spread proximal Newton steps stop at inner_ratio times the current gap while the
+    working set leaves violators out, at the final target once it does not; the answer
+    is the L-BFGS-B reference's."""
+    X, y = _weak_problem(seed=2)
+    n, C = X.shape[0], 10.0
+    solves = []
+    real_solve, real_gap = SpreadNewton.solve, SpreadNewton._gap
+
+    def gap_spy(run, ws, theta, parts):
+        g = real_gap(run, ws, theta, parts)
+        solves[-1][2].append(g)
+        return g
+
+    def solve_spy(self, run, ws, targets, r):
+        assert targets.loose == pytest.approx(0.3 * run.cert.gap, rel=1e-12)
+        solves.append((run.crowded, targets, []))
+        return real_solve(self, run, ws, targets, r)
+
+    monkeypatch.setattr(SpreadNewton, "solve", solve_spy)
+    monkeypatch.setattr(SpreadNewton, "_gap", staticmethod(gap_spy))
+    alpha = 1.0 / (C * n)
+    res = dl1.fit(X, y, alpha=alpha, loss="logistic", tol=1e-8, spread=True)
+    assert res.converged_ and res.gap_ <= 1e-8
+    assert {h["mode"] for h in res.history_[:-1]} == {"SpreadNewton"}
+    assert any(c for c, _, _ in solves) and not solves[-1][0]
+    final = 1e-8 * res.p0_
+    for crowded, targets, gaps in solves:
+        target = targets.loose if crowded else targets.gap
+        assert targets.gap <= 0.3 * final * (1 + 1e-12)  # spread: the final target
+        assert gaps[-1] <= target or len(gaps) == SpreadNewton.max_steps + 1
+        assert all(g > target for g in gaps[:-1])  # no step past the target
+    loose_stops = [g[-1] for c, t, g in solves if c]
+    assert any(g > 0.3 * final for g in loose_stops)  # stopped before the final target
+    obj = _objective(X, y, alpha)
+    w_ref, b_ref = _reference(X, y, alpha)
+    assert abs(obj(res.coef_, res.intercept_) - obj(w_ref, b_ref)) <= 1e-8 * res.p0_
