@@ -333,10 +333,11 @@ class SpreadCocoa:
 
 class SpreadNewton:
     """Proximal Newton steps spread over the partitions holding the working set's columns
-    (d-GLMNET, :mod:`dl1.tasks.spread_newton`): each share minimises the loss's quadratic
-    model on its own columns, the coordinator adds the shares' steps and takes the step
-    Armijo's rule accepts along their sum (:func:`~dl1.tasks.prox_newton.line_search`), the
-    intercept moved exactly between steps. A step costs one task per share, as a CoCoA+
+    (after d-GLMNET, :mod:`dl1.tasks.spread_newton`): the shares minimise the loss's
+    quadratic model in turn, each on its own columns given the steps before it; the
+    coordinator takes the step Armijo's rule accepts along the joined step, with the
+    model's intercept step for it (:func:`~dl1.tasks.prox_newton.line_search`), and refits
+    the intercept exactly between steps. A step costs one task per share, as a CoCoA+
     round does, but follows the loss's curvature, not its bound scaled by the number of
     shares. The restricted gap, from the same tasks' statistics, stops the steps: at the
     final target, or while the working set left violators out (``run.crowded``) at a
@@ -365,25 +366,29 @@ class SpreadNewton:
                         {"restricted duality gap": gap}, [p.stats for p in parts])
             if gap <= target or steps == self.max_steps:
                 break
-            if not self._step(run, cols, parts, g, h, sw):
+            moved = self._step(run, cols, parts, g, h, sw)
+            if moved is None:
                 break  # no decrease along the step: rounding level reached
+            b += moved
         return SubproblemReport(b, epochs, kern, {"inner_rounds": steps, "newton_steps": steps})
 
     @staticmethod
     def _shares(run, plan, g, h, theta, step: bool) -> list[SpreadNewtonOutput]:
         """Every share's part of a step at the current point (statistics only if not
-        ``step``)."""
+        ``step``), one after another (:func:`newton_share_task`): the last share's ``u``
+        is the whole step's ``X d``."""
         pb, ex = run.problem, run.problem.executor
         curvature = curvature_bound(pb.datafit, h, pb.sample_weight)
-        return ex.gather([
-            ex.submit_to(
+        handles: list[Any] = []
+        for q, grp in plan:
+            handles.append(ex.submit_to(
                 q, newton_share_task, [hd for hd, _, _ in grp], [ids for _, ids, _ in grp],
                 [keep for _, _, keep in grp],
                 np.concatenate([run.w[ids[keep]] for _, ids, keep in grp]), g, h, theta,
                 pb.n * pb.penalty.alpha_l1, pb.penalty, curvature, MAX_INNER if step else 0,
-            )
-            for q, grp in plan
-        ])  # fmt: skip
+                pb.fit_intercept, handles[-1] if handles and step else None,
+            ))  # fmt: skip
+        return ex.gather(handles)
 
     @staticmethod
     def _gap(run, ws, theta, parts) -> float:
@@ -396,20 +401,23 @@ class SpreadNewton:
         )[2]  # fmt: skip
 
     @staticmethod
-    def _step(run, cols, parts, g, h, sw) -> bool:
-        """Move ``w`` and ``z`` along the shares' summed step as far as Armijo's rule on
-        the true objective accepts; False when it accepts no step."""
+    def _step(run, cols, parts, g, h, sw) -> float | None:
+        """Move ``w`` and ``z`` along the shares' step, with the
+        model's optimal intercept step for it, as far as Armijo's rule on the true objective
+        accepts; the intercept's change, or None when it accepts no step."""
         pb = run.problem
-        dw = np.concatenate([p.dw for p in parts])
-        u = np.sum([p.u for p in parts], axis=0)
+        dw, u = np.concatenate([p.dw for p in parts]), parts[-1].u
         w = run.w[cols]
+        e, h_sum = 0.0, float(h.sum())
+        if pb.fit_intercept and h_sum > 0.0:  # sum(g + h (u + e)) = 0
+            e = -(float(g.sum()) + float(h @ u)) / h_sum
         f0 = pb.datafit.value_along(pb.y, run.z, NO_U, 0.0, 0.0, sw) / pb.n + pb.penalty.value(w)
-        t, _ = line_search(pb.datafit, pb.penalty, pb.y, run.z, sw, w, dw, g, h, u, 0.0, f0)
+        t, _ = line_search(pb.datafit, pb.penalty, pb.y, run.z, sw, w, dw, g, h, u, e, f0)
         if t == 0.0:
-            return False
+            return None
         run.w[cols] = w + t * dw
-        move_along(run.z, u, 0.0, t)
-        return True
+        move_along(run.z, u, e, t)
+        return t * e
 
 
 def spread_gram_task(

@@ -1,16 +1,17 @@
 """A proximal Newton step of a working-set subproblem spread over the partitions holding its
-columns (out of core), for the smooth losses: each share of the working set minimises the
-quadratic model of the loss over its own columns, where they are cached, and the
-coordinator adds the shares' steps and searches along their sum.
+columns (out of core), for the smooth losses: the shares of the working set minimise the
+quadratic model of the loss in turn, each over its own columns where they are cached, and
+the coordinator searches along the joined step.
 
-This is d-GLMNET (Trofimov and Genkin, "Distributed coordinate descent for L1-regularized
+After d-GLMNET (Trofimov and Genkin, "Distributed coordinate descent for L1-regularized
 logistic regression", AIST 2015; "Distributed coordinate descent for generalized linear
-models with regularization", Pattern Recognit. Image Anal. 2017): the model's Hessian
-``X_W^T diag(h) X_W`` is kept within a share and dropped between shares (block-diagonal),
-and the line search on the true objective makes the summed step a descent step whatever
-the coupling the blocks dropped, as in Tseng and Yun's block coordinate gradient descent
-(Math. Program. 2009). Each share runs the gathered solver's model minimisation
-(:func:`dl1.tasks.prox_newton.minimise_model`) on its own columns, joined on its worker.
+models with regularization", Pattern Recognit. Image Anal. 2017), whose blocks minimise the
+model independently (its Hessian ``X_W^T diag(h) X_W`` block-diagonal): here each share
+sees the ``X d`` of the shares before it, one block Gauss-Seidel sweep of the model, and
+the line search on the true objective makes the step a descent step, as in Tseng and Yun's
+block coordinate gradient descent (Math. Program. 2009). Each share runs the gathered
+solver's model minimisation (:func:`dl1.tasks.prox_newton.minimise_model`), its intercept
+step profiled out as there, on its own columns, joined on its worker.
 """
 
 from __future__ import annotations
@@ -47,8 +48,16 @@ def newton_share_task(
     penalty: Any,
     curvature: float,
     max_epochs: int,
+    intercept: bool,
+    before: SpreadNewtonOutput | None = None,
 ) -> SpreadNewtonOutput:
     """One share's part of a spread Newton step, on its cached column groups.
+
+    The shares run one after another (``before``, the previous share's output): each
+    minimises the model given the steps of the shares before it, whose ``X d`` moves its
+    gradient to ``g + h X d_before`` (block Gauss-Seidel on the model, where d-GLMNET's
+    independent blocks are block Jacobi). On correlated columns independent blocks need
+    several times the Newton steps (see ``docs/design.md``).
 
     Parameters
     ----------
@@ -61,6 +70,16 @@ def newton_share_task(
     penalty : the (uniform) penalty.
     curvature : ``beta``, the loss's curvature bound, for the columns' curvature floor.
     max_epochs : epochs of the model at most (0: the statistics only).
+    intercept : whether the model has an intercept step. It is profiled out of the share's
+        coordinate steps, as in the gathered mode; without it every share's columns, all
+        of one sign in text, would stand in for the intercept, and the steps zig-zag
+        against the coordinator's exact intercept refits.
+    before : the previous share's output, or None for the first.
+
+    Returns
+    -------
+    SpreadNewtonOutput
+        ``u`` is ``X d`` of this share and of those before it.
     """
     t0 = time.perf_counter()
     stats = restricted_gap_stats(extracts, keeps, theta, threshold)
@@ -70,17 +89,24 @@ def newton_share_task(
     m, n = wanted.shape[0], g.shape[0]
     dw, u = np.zeros(m), np.zeros(n)
     epochs = 0
+    if before is not None and max_epochs > 0:
+        g = g + h * before.u  # the model's gradient after the partition's earlier shares
     if max_epochs > 0 and m:
         lj, hx = np.empty(m), np.empty(m)
         hdata = np.empty(cols.indices.shape[0], dtype=np.float32)  # see weighted_cd_epochs
         weighted_col_stats(cols.indptr, cols.indices, cols.data, cols.scale, h, lj, hx, hdata)
         floor = CURVATURE_FLOOR * curvature * cols.sqnorm
-        # no intercept step in the model: the coordinator moves the intercept exactly
-        model = Model(g, h, hdata, lj, hx, floor, np.zeros(2), NO_DAMPING)
+        shift = np.zeros(2)  # the intercept step and sum(h); the coordinator's is its own
+        h_sum = float(h.sum())
+        if intercept and h_sum > 0.0:
+            shift[:] = (-float(g.sum()) / h_sum, h_sum)
+        model = Model(g, h, hdata, lj, hx, floor, shift, NO_DAMPING)
         r, scratch = g.copy(), np.empty(n)
         w = np.ascontiguousarray(w_share, dtype=np.float64)
         epochs = minimise_model(cols, w, model, penalty, dw, r, u, scratch,
                                 min(MAX_INNER, max_epochs))  # fmt: skip
         u[:] = 0.0
         csc_matvec(cols.indptr, cols.indices, cols.data, cols.scale, dw, u)
+    if before is not None:
+        u += before.u
     return SpreadNewtonOutput(dw, u, stats, epochs, time.perf_counter() - t0)

@@ -34,7 +34,8 @@ def test_a_share_step_descends_its_model_and_reports_x_d_and_the_gap_stats():
     Logistic().grad_hess(y, z, np.zeros(0), g, h)
     theta = -g  # the dual point's scale: thresholds are n alpha_l1
     pen = ElasticNet(0.01, 0.9)
-    out = newton_share_task(groups, ids, keeps, w, g, h, theta, n * pen.alpha_l1, pen, 0.25, 25)
+    out = newton_share_task(groups, ids, keeps, w, g, h, theta, n * pen.alpha_l1, pen, 0.25, 25,
+                            False)  # fmt: skip
     Xl = X[:, live].toarray()
     np.testing.assert_allclose(out.u, Xl @ out.dw, rtol=1e-12, atol=1e-12)
     c = np.abs(Xl.T @ theta)
@@ -73,6 +74,79 @@ def test_no_epochs_give_the_statistics_only():
     Logistic().grad_hess(y, np.zeros(n), np.zeros(0), g, h)
     pen = ElasticNet(0.01)
     out = newton_share_task([extract_task(block, ids[0])], ids, [np.arange(40)], np.zeros(40),
-                            g, h, -g, n * pen.alpha_l1, pen, 0.25, 0)  # fmt: skip
+                            g, h, -g, n * pen.alpha_l1, pen, 0.25, 0, True)  # fmt: skip
     assert out.epochs == 0 and not out.dw.any() and not out.u.any()
     assert np.isclose(out.stats.absmax, np.abs(X.T @ g).max())
+
+
+def _dense_model_minimum(Xl, g, h, w, pen, intercept):
+    """The model's minimum over ``d`` (and an unpenalised intercept step), by a dense
+    proximal gradient on the model with the intercept step profiled out."""
+    n = Xl.shape[0]
+    if intercept:  # v = X d + e with e optimal: X replaced by its h-weighted centring
+        mean = (h @ Xl) / h.sum()
+        Xc, gc = Xl - mean, g - h * (g.sum() / h.sum())
+        const = -(g.sum() ** 2) / (2 * h.sum()) / n
+    else:
+        Xc, gc, const = Xl, g, 0.0
+    H = Xc.T @ (h[:, None] * Xc) / n
+    step = 1.0 / np.linalg.eigvalsh(H).max()
+    d = np.zeros_like(w)
+    for _ in range(20000):
+        v = w + d - step * (Xc.T @ gc / n + H @ d)
+        v = np.sign(v) * np.maximum(np.abs(v) - step * pen.alpha_l1, 0.0)
+        d = v / (1.0 + step * pen.alpha_l2) - w
+    v = Xc @ d
+    return (gc @ v + v @ (h * v) / 2) / n + const + pen.value(w + d)
+
+
+def test_a_share_step_with_an_intercept_descends_the_model_with_its_intercept_step():
+    """With ``intercept`` the share's model has a free intercept step (profiled out, as
+    in the gathered mode): the step is near the model's minimum over both, which is
+    lower than the minimum without it on columns of one sign."""
+    X, y, rng = _share(2)
+    X = abs(X)  # text: every column of one sign, the intercept's direction among them
+    n = X.shape[0]
+    block = assemble_block(0, 0, np.zeros(0), False, True, X)
+    ids = [np.arange(40)]
+    w = np.zeros(40)
+    g, h = np.empty(n), np.empty(n)
+    Logistic().grad_hess(y, np.full(n, 0.4), np.zeros(0), g, h)  # intercept not optimal
+    pen = ElasticNet(0.005)
+    Xl = X.toarray()
+
+    def model(d):
+        v = Xl @ d
+        e = -(g.sum() + h @ v) / h.sum()
+        v = v + e
+        return (g @ v + v @ (h * v) / 2) / n + pen.value(w + d)
+
+    out = newton_share_task([extract_task(block, ids[0])], ids, [np.arange(40)], w, g, h,
+                            -g, n * pen.alpha_l1, pen, 0.25, 25, True)  # fmt: skip
+    best = _dense_model_minimum(Xl, g, h, w, pen, True)
+    assert model(out.dw) - best <= 2e-3 * (model(np.zeros(40)) - best)
+    assert best < _dense_model_minimum(Xl, g, h, w, pen, False) - 1e-6
+
+
+def test_a_share_after_another_minimises_the_model_given_its_step():
+    """``before``: the share's gradient is ``g + h X d_before`` and its ``u`` adds its
+    ``X d`` to the previous one's, so the last share carries the step's ``X d``."""
+    X, y, _ = _share(3)
+    n = X.shape[0]
+    block = assemble_block(0, 0, np.zeros(0), False, True, X)
+    first, second = [np.arange(20)], [np.arange(20, 40)]
+    g, h = np.empty(n), np.empty(n)
+    Logistic().grad_hess(y, np.zeros(n), np.zeros(0), g, h)
+    pen = ElasticNet(0.01)
+    args = (-g, n * pen.alpha_l1, pen, 0.25, 25, True)
+    a = newton_share_task([extract_task(block, first[0])], first, [np.arange(20)],
+                          np.zeros(20), g, h, *args)  # fmt: skip
+    b = newton_share_task([extract_task(block, second[0])], second, [np.arange(20)],
+                          np.zeros(20), g, h, *args, a)  # fmt: skip
+    alone = newton_share_task([extract_task(block, second[0])], second, [np.arange(20)],
+                              np.zeros(20), g + h * a.u, h, *args)  # fmt: skip
+    assert np.any(a.dw != 0) and np.any(b.dw != 0)
+    np.testing.assert_array_equal(b.dw, alone.dw)
+    Xd = X.toarray()
+    np.testing.assert_allclose(b.u, Xd[:, :20] @ a.dw + Xd[:, 20:] @ b.dw, rtol=1e-12,
+                               atol=1e-12)  # fmt: skip
