@@ -346,6 +346,10 @@ class SpreadNewton:
 
     max_steps = MAX_NEWTON
     spread = True
+    #: Sweeps of the shares over a step's model, and each visit's epochs: about the
+    #: gathered mode's ``MAX_INNER`` epochs a step, interleaved.
+    sweeps = 8
+    visit_epochs = 3
 
     def solve(self, run: Any, ws: np.ndarray, targets: Targets, r: int) -> SubproblemReport:
         pb = run.problem
@@ -372,23 +376,27 @@ class SpreadNewton:
             b += moved
         return SubproblemReport(b, epochs, kern, {"inner_rounds": steps, "newton_steps": steps})
 
-    @staticmethod
-    def _shares(run, plan, g, h, theta, step: bool) -> list[SpreadNewtonOutput]:
+    def _shares(self, run, plan, g, h, theta, step: bool) -> list[SpreadNewtonOutput]:
         """Every share's part of a step at the current point (statistics only if not
-        ``step``), one after another (:func:`newton_share_task`): the last share's ``u``
-        is the whole step's ``X d``."""
+        ``step``): ``sweeps`` sweeps of the shares in turn, ``visit_epochs`` epochs a visit
+        (:func:`newton_share_task`); one share visits once, for ``MAX_INNER`` epochs. The
+        last share's ``u`` is the whole step's ``X d``."""
         pb, ex = run.problem, run.problem.executor
         curvature = curvature_bound(pb.datafit, h, pb.sample_weight)
-        handles: list[Any] = []
-        for q, grp in plan:
-            handles.append(ex.submit_to(
-                q, newton_share_task, [hd for hd, _, _ in grp], [ids for _, ids, _ in grp],
-                [keep for _, _, keep in grp],
-                np.concatenate([run.w[ids[keep]] for _, ids, keep in grp]), g, h, theta,
-                pb.n * pb.penalty.alpha_l1, pb.penalty, curvature, MAX_INNER if step else 0,
-                pb.fit_intercept, handles[-1] if handles and step else None,
-            ))  # fmt: skip
-        return ex.gather(handles)
+        many = step and len(plan) > 1
+        epochs = (self.visit_epochs if many else MAX_INNER) if step else 0
+        last: list[Any] = [None] * len(plan)
+        before = None
+        for _ in range(self.sweeps if many else 1):
+            for i, (q, grp) in enumerate(plan):
+                last[i] = before = ex.submit_to(
+                    q, newton_share_task, [hd for hd, _, _ in grp], [ids for _, ids, _ in grp],
+                    [keep for _, _, keep in grp],
+                    np.concatenate([run.w[ids[keep]] for _, ids, keep in grp]), g, h, theta,
+                    pb.n * pb.penalty.alpha_l1, pb.penalty, curvature, epochs,
+                    pb.fit_intercept, before if step else None, last[i],
+                )  # fmt: skip
+        return ex.gather(last)
 
     @staticmethod
     def _gap(run, ws, theta, parts) -> float:

@@ -50,14 +50,17 @@ def newton_share_task(
     max_epochs: int,
     intercept: bool,
     before: SpreadNewtonOutput | None = None,
+    own: SpreadNewtonOutput | None = None,
 ) -> SpreadNewtonOutput:
-    """One share's part of a spread Newton step, on its cached column groups.
+    """One visit of a share to a spread Newton step, on its cached column groups.
 
-    The shares run one after another (``before``, the previous share's output): each
-    minimises the model given the steps of the shares before it, whose ``X d`` moves its
-    gradient to ``g + h X d_before`` (block Gauss-Seidel on the model, where d-GLMNET's
-    independent blocks are block Jacobi). On correlated columns independent blocks need
-    several times the Newton steps (see ``docs/design.md``).
+    The shares visit the step one after another (``before``, the previous visit's
+    output), in several sweeps (``own``, this share's output of the sweep before): each
+    visit minimises the model over the share's columns given the step so far, whose
+    ``X d`` moves the model's gradient to ``g + h X d`` (block Gauss-Seidel on the
+    model, where d-GLMNET's independent blocks are block Jacobi). A few epochs a visit
+    and several sweeps, not one long visit each: on correlated columns blocks solved
+    in turn converge slowly, coordinates interleaved fast (see ``docs/design.md``).
 
     Parameters
     ----------
@@ -74,15 +77,21 @@ def newton_share_task(
         coordinate steps, as in the gathered mode; without it every share's columns, all
         of one sign in text, would stand in for the intercept, and the steps zig-zag
         against the coordinator's exact intercept refits.
-    before : the previous share's output, or None for the first.
+    before : the previous visit's output, or None for the step's first.
+    own : this share's output of the previous sweep, or None in the first: the visit
+        goes on from its step (its statistics are kept, not computed again).
 
     Returns
     -------
     SpreadNewtonOutput
-        ``u`` is ``X d`` of this share and of those before it.
+        ``dw`` is the share's step over all its visits so far; ``u`` is ``X d`` of the
+        whole step so far, this visit's included.
     """
     t0 = time.perf_counter()
-    stats = restricted_gap_stats(extracts, keeps, theta, threshold)
+    if own is None:
+        stats = restricted_gap_stats(extracts, keeps, theta, threshold)
+    else:
+        stats, w_share = own.stats, w_share + own.dw
     wanted = np.concatenate([ids[np.asarray(k, dtype=np.int64)]
                              for ids, k in zip(extract_ids, keeps, strict=True)])  # fmt: skip
     cols = Columns(*gather_columns(extracts, extract_ids, wanted))
@@ -90,7 +99,7 @@ def newton_share_task(
     dw, u = np.zeros(m), np.zeros(n)
     epochs = 0
     if before is not None and max_epochs > 0:
-        g = g + h * before.u  # the model's gradient after the partition's earlier shares
+        g = g + h * before.u  # the model's gradient after the step so far
     if max_epochs > 0 and m:
         lj, hx = np.empty(m), np.empty(m)
         hdata = np.empty(cols.indices.shape[0], dtype=np.float32)  # see weighted_cd_epochs
@@ -109,4 +118,7 @@ def newton_share_task(
         csc_matvec(cols.indptr, cols.indices, cols.data, cols.scale, dw, u)
     if before is not None:
         u += before.u
+    if own is not None:
+        dw += own.dw
+        epochs += own.epochs
     return SpreadNewtonOutput(dw, u, stats, epochs, time.perf_counter() - t0)
