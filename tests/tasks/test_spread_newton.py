@@ -79,6 +79,17 @@ def test_no_epochs_give_the_statistics_only():
     assert np.isclose(out.stats.absmax, np.abs(X.T @ g).max())
 
 
+def _model_with_intercept(Xl, g, h, w, pen):
+    """The model at a step ``d`` with its optimal intercept step."""
+
+    def model(d):
+        v = Xl @ d
+        v = v - (g.sum() + h @ v) / h.sum()
+        return (g @ v + v @ (h * v) / 2) / Xl.shape[0] + pen.value(w + d)
+
+    return model
+
+
 def _dense_model_minimum(Xl, g, h, w, pen, intercept):
     """The model's minimum over ``d`` (and an unpenalised intercept step), by a dense
     proximal gradient on the model with the intercept step profiled out."""
@@ -114,13 +125,7 @@ def test_a_share_step_with_an_intercept_descends_the_model_with_its_intercept_st
     Logistic().grad_hess(y, np.full(n, 0.4), np.zeros(0), g, h)  # intercept not optimal
     pen = ElasticNet(0.005)
     Xl = X.toarray()
-
-    def model(d):
-        v = Xl @ d
-        e = -(g.sum() + h @ v) / h.sum()
-        v = v + e
-        return (g @ v + v @ (h * v) / 2) / n + pen.value(w + d)
-
+    model = _model_with_intercept(Xl, g, h, w, pen)
     out = newton_share_task([extract_task(block, ids[0])], ids, [np.arange(40)], w, g, h,
                             -g, n * pen.alpha_l1, pen, 0.25, 25, True)  # fmt: skip
     best = _dense_model_minimum(Xl, g, h, w, pen, True)
@@ -167,12 +172,7 @@ def test_sweeps_of_visits_approach_the_joint_model_minimum():
     Logistic().grad_hess(y, np.zeros(n), np.zeros(0), g, h)
     pen = ElasticNet(0.002)
     Xd = X.toarray()
-
-    def model(d):
-        v = Xd @ d
-        e = -(g.sum() + h @ v) / h.sum()
-        v = v + e
-        return (g @ v + v @ (h * v) / 2) / n + pen.value(d)
+    model = _model_with_intercept(Xd, g, h, np.zeros(40), pen)
 
     def run(sweeps, epochs):
         last, before = [None, None], None
