@@ -12,9 +12,9 @@ Six modes behind one interface (:class:`SubproblemMode`), picked per round by
   larger working sets);
 - :class:`SpreadGram`: out of core, columns left where they were extracted, the Gram matrix
   formed across the partitions and held by one worker;
-- :class:`SpreadNewton`: out of core, proximal Newton steps whose model each partition
-  minimises on its own columns, summed and searched along on the coordinator (d-GLMNET;
-  smooth losses other than the squared);
+- :class:`SpreadNewton`: out of core, proximal Newton steps whose model the shares of the
+  working set minimise in turn, each on its own columns, searched along on the coordinator
+  (after d-GLMNET; smooth losses other than the squared);
 - :class:`SpreadCocoa`: out of core, CoCoA+ rounds over the partitions holding the columns.
 
 A mode moves the run's ``w`` and ``z`` (``X w + b``) in place and reports the new

@@ -81,7 +81,8 @@ class RoundOutput(NamedTuple):
 class SpreadNewtonOutput(NamedTuple):
     """A share's part of a spread proximal Newton step
     (:func:`dl1.tasks.spread_newton.newton_share_task`): the step of its live columns
-    (in group order), ``u = X_share d``, the restricted gap statistics at the step's start,
+    (in group order, over its visits so far), ``u``, the ``X d`` of the whole step so far
+    (this visit's and the earlier ones'), the restricted gap statistics at the step's start,
     the model's epochs and the seconds its kernels took."""
 
     dw: np.ndarray
