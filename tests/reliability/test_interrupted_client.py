@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import dask
 import pytest
@@ -36,10 +37,14 @@ FIT = dict(alpha=1e-4, tol=1e-9, n_partitions=2, max_rounds=100_000)
 #: at the second round of each fit
 CLIENT = textwrap.dedent(
     """
+    import faulthandler
+    import signal
     import sys
 
     import dask
     from distributed import Client
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's view of a hang
 
     import dl1
     from tests.test_penalised import as_dask, make_regression
@@ -124,21 +129,34 @@ def test_keyboard_interrupt_in_a_surviving_client_closes_its_servers(local_clust
     assert res.converged_
 
 
-def _client_process(address: str) -> subprocess.Popen:
+def _client_process(address: str, stderr: Path) -> subprocess.Popen:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
-    return subprocess.Popen(
-        [sys.executable, "-c", CLIENT, address, repr(FIT)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    with stderr.open("w") as err:
+        return subprocess.Popen(
+            [sys.executable, "-c", CLIENT, address, repr(FIT)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
 
 
-def test_interrupted_client_processes_leave_nothing_on_the_workers():
+def _wait_or_show_stacks(p: subprocess.Popen, stderr: Path, timeout: float) -> None:
+    """Wait for ``p``; if it outlives ``timeout``, fail with its threads' stacks (its
+    faulthandler, on SIGUSR1) and what it wrote to stderr."""
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(2.0)
+        pytest.fail(f"client process {p.pid} still running {timeout} s after its signal; "
+                    f"its stderr and stacks:\n{stderr.read_text()[-20000:]}")  # fmt: skip
+
+
+def test_interrupted_client_processes_leave_nothing_on_the_workers(tmp_path):
     """Five client processes on a two-worker cluster, each fitting in a loop, interrupted
     once a fit of theirs reaches round 1 (servers started, columns cached): three by SIGINT
     (Ctrl-C), two by SIGKILL (no cleanup at all). Before: each left a server (a thread and
@@ -154,7 +172,8 @@ def test_interrupted_client_processes_leave_nothing_on_the_workers():
         with dask.config.set({"dl1.one-piece": False}):
             dl1.fit(as_dask(X, 4), y, client=client, alpha=1e-3)  # warm: kernels loaded
         before = _wait_for(client, lambda h: not h["servers"], 10)
-        procs = [_client_process(cluster.scheduler_address) for _ in range(5)]
+        errs = [tmp_path / f"client{i}.err" for i in range(5)]
+        procs = [_client_process(cluster.scheduler_address, e) for e in errs]
         try:
             ids = [p.stdout.readline().strip() for p in procs]
             for p in procs:  # each past round 1 of a fit: servers and caches on both workers
@@ -163,8 +182,8 @@ def test_interrupted_client_processes_leave_nothing_on_the_workers():
             assert all(set(ids) & set(h["servers"]) for h in during.values()), during
             for i, p in enumerate(procs):
                 p.send_signal(signal.SIGINT if i < 3 else signal.SIGKILL)
-            for p in procs:
-                p.wait(timeout=60)
+            for p, e in zip(procs, errs, strict=True):
+                _wait_or_show_stacks(p, e, 60)
         finally:
             for p in procs:
                 p.kill()
