@@ -379,11 +379,12 @@ class SpreadNewton:
     def _shares(self, run, plan, g, h, theta, step: bool) -> list[SpreadNewtonOutput]:
         """Every share's part of a step at the current point (statistics only if not
         ``step``): ``sweeps`` sweeps of the shares in turn, ``visit_epochs`` epochs a visit
-        (:func:`newton_share_task`); one share visits once, for ``MAX_INNER`` epochs. The
-        last share's ``u`` is the whole step's ``X d``."""
+        (:func:`newton_share_task`); one share, or a crowded working set (solved loosely,
+        its steps' accuracy not worth a chain of sweeps), visits once for ``MAX_INNER``
+        epochs. The last share's ``u`` is the whole step's ``X d``."""
         pb, ex = run.problem, run.problem.executor
         curvature = curvature_bound(pb.datafit, h, pb.sample_weight)
-        many = step and len(plan) > 1
+        many = step and len(plan) > 1 and not run.crowded
         epochs = (self.visit_epochs if many else MAX_INNER) if step else 0
         last: list[Any] = [None] * len(plan)
         before = None

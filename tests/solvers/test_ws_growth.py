@@ -10,9 +10,11 @@ from scipy.optimize import minimize
 from scipy.special import expit
 
 import dl1
+from dl1.solvers import subproblems
 from dl1.solvers.scans import WS_FAST_GROWTH, WS_FILLED, next_ws_size, violators_left_out
 from dl1.solvers.subproblems import GatheredGram, SpreadNewton
 from dl1.tasks.records import BlockScan, GapStats
+from tests.test_penalised import as_dask
 
 
 def test_next_ws_size():
@@ -153,10 +155,25 @@ def test_spread_newton_steps_stop_loosely_while_crowded(monkeypatch):
         solves.append((run.crowded, targets, []))
         return real_solve(self, run, ws, targets, r)
 
+    visits, steps = [], []
+    real_task, real_shares = subproblems.newton_share_task, SpreadNewton._shares
+
+    def task_spy(*args):
+        visits.append(args[10])  # the visit's epochs
+        return real_task(*args)
+
+    def shares_spy(self, run, plan, g, h, theta, step):
+        before = len(visits)
+        out = real_shares(self, run, plan, g, h, theta, step)
+        steps.append((run.crowded, len(plan), step, len(visits) - before))
+        return out
+
     monkeypatch.setattr(SpreadNewton, "solve", solve_spy)
     monkeypatch.setattr(SpreadNewton, "_gap", staticmethod(gap_spy))
+    monkeypatch.setattr(SpreadNewton, "_shares", shares_spy)
+    monkeypatch.setattr(subproblems, "newton_share_task", task_spy)
     alpha = 1.0 / (C * n)
-    res = dl1.fit(X, y, alpha=alpha, loss="logistic", tol=1e-8, spread=True)
+    res = dl1.fit(as_dask(X, 4), y, alpha=alpha, loss="logistic", tol=1e-8, spread=True)
     assert res.converged_ and res.gap_ <= 1e-8
     assert {h["mode"] for h in res.history_[:-1]} == {"SpreadNewton"}
     assert any(c for c, _, _ in solves) and not solves[-1][0]
@@ -166,6 +183,12 @@ def test_spread_newton_steps_stop_loosely_while_crowded(monkeypatch):
         assert targets.gap <= 0.3 * final * (1 + 1e-12)  # spread: the final target
         assert gaps[-1] <= target or len(gaps) == SpreadNewton.max_steps + 1
         assert all(g > target for g in gaps[:-1])  # no step past the target
+    # a chain of sweeps only for a step of several shares on a working set not crowded
+    for crowded, shares, step, calls in steps:
+        swept = step and shares > 1 and not crowded
+        assert calls == (SpreadNewton.sweeps if swept else 1) * shares
+    assert any(s > 1 and st and not c for c, s, st, _ in steps)
+    assert any(s > 1 and st and c for c, s, st, _ in steps)
     loose_stops = [g[-1] for c, t, g in solves if c]
     assert any(g > 0.3 * final for g in loose_stops)  # stopped before the final target
     obj = _objective(X, y, alpha)
