@@ -34,7 +34,13 @@ from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.numerics import check_round, check_update
 from dl1.tasks.columns import group_col_sums
 from dl1.tasks.gram import GRAM_MAX, GramGapEstimate
-from dl1.tasks.prox_newton import MAX_INNER, MAX_NEWTON, curvature_bound, line_search
+from dl1.tasks.prox_newton import (
+    MAX_INNER,
+    MAX_NEWTON,
+    curvature_bound,
+    line_search,
+    model_shift,
+)
 from dl1.tasks.records import PartitionScan, SpreadNewtonOutput, SpreadRoundOutput
 from dl1.tasks.spread import (
     cross_gram_task,
@@ -386,16 +392,19 @@ class SpreadNewton:
         curvature = curvature_bound(pb.datafit, h, pb.sample_weight)
         many = step and len(plan) > 1 and not run.crowded
         epochs = (self.visit_epochs if many else MAX_INNER) if step else 0
+        shares = [  # each share's groups, ids, live positions and coefficients
+            ([hd for hd, _, _ in grp], [ids for _, ids, _ in grp], [k for _, _, k in grp],
+             np.concatenate([run.w[ids[k]] for _, ids, k in grp]))
+            for _, grp in plan
+        ]  # fmt: skip
         last: list[Any] = [None] * len(plan)
         before = None
         for _ in range(self.sweeps if many else 1):
-            for i, (q, grp) in enumerate(plan):
+            for i, (q, _) in enumerate(plan):
                 last[i] = before = ex.submit_to(
-                    q, newton_share_task, [hd for hd, _, _ in grp], [ids for _, ids, _ in grp],
-                    [keep for _, _, keep in grp],
-                    np.concatenate([run.w[ids[keep]] for _, ids, keep in grp]), g, h, theta,
-                    pb.n * pb.penalty.alpha_l1, pb.penalty, curvature, epochs,
-                    pb.fit_intercept, before if step else None, last[i],
+                    q, newton_share_task, *shares[i], g, h, theta, pb.n * pb.penalty.alpha_l1,
+                    pb.penalty, curvature, epochs, pb.fit_intercept,
+                    before if step else None, last[i],
                 )  # fmt: skip
         return ex.gather(last)
 
@@ -417,9 +426,9 @@ class SpreadNewton:
         pb = run.problem
         dw, u = np.concatenate([p.dw for p in parts]), parts[-1].u
         w = run.w[cols]
-        e, h_sum = 0.0, float(h.sum())
-        if pb.fit_intercept and h_sum > 0.0:  # sum(g + h (u + e)) = 0
-            e = -(float(g.sum()) + float(h @ u)) / h_sum
+        shift = np.zeros(2)  # the model's intercept step at d: its gradient is g + h X d
+        model_shift(g + h * u, h, pb.fit_intercept, shift)
+        e = float(shift[0])
         f0 = pb.datafit.value_along(pb.y, run.z, NO_U, 0.0, 0.0, sw) / pb.n + pb.penalty.value(w)
         t, _ = line_search(pb.datafit, pb.penalty, pb.y, run.z, sw, w, dw, g, h, u, e, f0)
         if t == 0.0:

@@ -166,11 +166,7 @@ def prox_newton(
     while epochs < max_epochs and steps < MAX_NEWTON:
         # g, h: n grad F and n diag(hess F) at z, from the last accepted trial point
         weighted_col_stats(cols.indptr, cols.indices, cols.data, cols.scale, h, lj, hx, hdata)
-        shift[:] = 0.0
-        if fit_intercept:
-            h_sum = float(h.sum())
-            if h_sum > 0.0:  # the model's optimal intercept step at d = 0
-                shift[:] = (-float(g.sum()) / h_sum, h_sum)
+        model_shift(g, h, fit_intercept, shift)
         dw[:] = 0.0
         r[:] = g
         extra = (damping / CURVATURE_FLOOR) * floor if damping else NO_DAMPING
@@ -198,6 +194,15 @@ def prox_newton(
         gap = _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, u)
     np.subtract(z, z_start, out=z)
     return w, z, db_total, SubproblemInfo(epochs, float(gap), time.perf_counter() - t0, steps)
+
+
+def model_shift(g: np.ndarray, h: np.ndarray, intercept: bool, out: np.ndarray) -> None:
+    """Fill :class:`Model`'s ``shift`` (``out``): the model's optimal intercept step at
+    ``d = 0`` and ``sum(h)``, or zeros without an intercept (or without curvature)."""
+    out[:] = 0.0
+    h_sum = float(h.sum()) if intercept else 0.0
+    if h_sum > 0.0:
+        out[:] = (-float(g.sum()) / h_sum, h_sum)
 
 
 def curvature_bound(datafit: Any, h: np.ndarray, sw: np.ndarray) -> float:

@@ -31,6 +31,7 @@ from dl1.tasks.prox_newton import (
     Columns,
     Model,
     minimise_model,
+    model_shift,
 )
 from dl1.tasks.records import ColumnGroup, SpreadNewtonOutput
 from dl1.tasks.spread import restricted_gap_stats
@@ -105,10 +106,8 @@ def newton_share_task(
         hdata = np.empty(cols.indices.shape[0], dtype=np.float32)  # see weighted_cd_epochs
         weighted_col_stats(cols.indptr, cols.indices, cols.data, cols.scale, h, lj, hx, hdata)
         floor = CURVATURE_FLOOR * curvature * cols.sqnorm
-        shift = np.zeros(2)  # the intercept step and sum(h); the coordinator's is its own
-        h_sum = float(h.sum())
-        if intercept and h_sum > 0.0:
-            shift[:] = (-float(g.sum()) / h_sum, h_sum)
+        shift = np.zeros(2)  # the coordinator takes its own intercept step for the step
+        model_shift(g, h, intercept, shift)
         model = Model(g, h, hdata, lj, hx, floor, shift, NO_DAMPING)
         r, scratch = g.copy(), np.empty(n)
         w = np.ascontiguousarray(w_share, dtype=np.float64)

@@ -189,6 +189,11 @@ def test_sweeps_of_visits_approach_the_joint_model_minimum():
     d = np.concatenate([swept[0].dw, swept[1].dw])
     np.testing.assert_allclose(swept[1].u, Xd @ d, rtol=1e-10, atol=1e-12)
     assert swept[0].stats == first[0].stats  # computed in the first sweep only
+    # a later visit carries its share's statistics, whatever theta it is given
+    again = newton_share_task([groups[0]], [halves[0]], [np.arange(20)], np.zeros(20), g, h,
+                              -2.0 * g, n * pen.alpha_l1, pen, 0.25, 3, True, swept[1],
+                              swept[0])  # fmt: skip
+    assert again.stats is swept[0].stats
     best = _dense_model_minimum(Xd, g, h, np.zeros(40), pen, True)
     one = model(np.concatenate([first[0].dw, first[1].dw]))
     assert model(d) - best < 0.5 * (one - best)
