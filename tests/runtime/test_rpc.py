@@ -2,6 +2,7 @@
 lost server or block falls back to tasks; bounded caches."""
 
 import dataclasses
+import logging
 import time
 
 import dask
@@ -360,6 +361,17 @@ def test_workers_a_client_cannot_reach_get_their_calls_through_the_scheduler(loc
     assert local_cluster.run_on_scheduler(_proxied) >= res.n_rounds_
 
 
+class RecordedLog(logging.Handler):
+    """The lines logged to it, formatted."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 class DropReplica(ActiveMemoryManagerPolicy):
     """An active memory manager policy dropping one replica of one key, once: what Dask's
     ``ReduceReplicas`` does to a block that a task on another worker copied."""
@@ -376,16 +388,40 @@ class DropReplica(ActiveMemoryManagerPolicy):
 def move_block(client, future, to: str) -> None:
     """Copy ``future``'s block to the worker ``to`` (a task there reads it), then let Dask's
     active memory manager drop every other replica. Its automatic runs are stopped
-    meanwhile (``client.amm``): their ``ReduceReplicas`` policy may drop the fresh copy
-    instead. Asked again until done: the scheduler may not list the copy yet, and the
-    manager never drops a last replica."""
+    meanwhile (``client.amm``) and its own policies set aside for ours: their
+    ``ReduceReplicas`` may drop the fresh copy instead. Asked again until done: the
+    scheduler may not list the copy yet, and the manager never drops a last replica."""
 
-    def drop(dask_scheduler) -> None:
+    def drop(dask_scheduler) -> list[str]:
+        """One run of the manager with only a drop of every other replica (its own
+        ``ReduceReplicas``, run first, may drop the fresh copy: then ours finds one replica
+        and keeps it); what its task log says of the key, for the message of a timeout."""
         amm = dask_scheduler.extensions["amm"]
+        own = set(amm.policies)
+        amm.policies.clear()
         for ws in dask_scheduler.tasks[future.key].who_has:
             if ws.address != to:
                 amm.add_policy(DropReplica(future.key, ws.address))
-        amm.run_once()
+        said = RecordedLog()
+        log = logging.getLogger("distributed.active_memory_manager.tasks")
+        level = log.level
+        log.setLevel(logging.DEBUG)
+        log.addHandler(said)
+        try:
+            amm.run_once()
+        finally:
+            log.removeHandler(said)
+            log.setLevel(level)
+            amm.policies.clear()
+            amm.policies.update(own)
+        return [line for line in said.lines if future.key in line]
+
+    def worker_side(dask_worker) -> tuple[str, list[tuple[str, str]]] | None:
+        """The block's state on a worker and its dependents' there."""
+        ts = dask_worker.state.tasks.get(future.key)
+        if ts is None:
+            return None
+        return ts.state, [(str(d.key), d.state) for d in ts.dependents]
 
     def waiters(dask_scheduler) -> list[tuple[str, str, str | None]]:
         """The tasks waiting on the block, where they run (the manager keeps a replica
@@ -394,18 +430,20 @@ def move_block(client, future, to: str) -> None:
         return [(str(w.key), w.state, w.processing_on and w.processing_on.address)
                 for w in ts.waiters or ()]  # fmt: skip
 
+    said: list[str] = []
     client.amm.stop()
     try:
         deadline = time.monotonic() + 60
         while (holders := set(client.who_has([future])[future.key])) != {to}:
             assert time.monotonic() < deadline, (
                 f"the block is on {holders}, not only {to}; waiting on it: "
-                f"{client.run_on_scheduler(waiters)}"
+                f"{client.run_on_scheduler(waiters)}; the manager said {said}; on the "
+                f"workers: {client.run(worker_side)}"
             )
             if to not in holders:
                 client.submit(type, future, workers=[to], pure=False).result()
             else:
-                client.run_on_scheduler(drop)
+                said = client.run_on_scheduler(drop)
             time.sleep(0.2)
     finally:
         client.amm.start()
