@@ -9,6 +9,7 @@ from dl1.solvers.auto import choose_solver
 from dl1.solvers.cd import CoordinateDescentSolver
 from dl1.solvers.options import SolverOptions
 from dl1.solvers.rda import RDASolver
+from dl1.solvers.row_newton import RowNewtonSolver
 from dl1.solvers.sdca import SDCASolver
 from dl1.solvers.sgd import FobosSolver, StochasticGradientSolver
 from dl1.solvers.smidas import SMIDASSolver
@@ -24,6 +25,7 @@ SOLVERS: dict[str, type] = {
     SDCASolver.name: SDCASolver,
     SMIDASSolver.name: SMIDASSolver,
     SmoothingSolver.name: SmoothingSolver,
+    RowNewtonSolver.name: RowNewtonSolver,
 }
 
 

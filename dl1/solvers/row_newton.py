@@ -1,0 +1,367 @@
+"""Working sets solved by proximal Newton steps on row partitions: for data far taller than
+wide, where nothing as long as the rows may travel.
+
+The working-set solver's blocks are columns holding every row, so each round moves vectors
+as long as the rows (``theta``, ``X d``) between workers: 800 MB a round at 100M rows
+(``docs/scaling.md``). Here each worker holds row blocks and its rows' predictions
+(:mod:`dl1.tasks.row_newton`); what travels is as long as the features or the working set:
+
+* **Certificate** (each round). The intercept is refitted by Newton steps on the
+  partitions' derivative sums; each partition forms its part of the dual point
+  ``theta = -n grad F(z)`` and sends its sign sums (the balance an intercept needs),
+  then ``X_q^T theta_q`` (length p, added by the coordinator), then its loss and conjugate
+  sums at the scales that make the dual point feasible (:mod:`dl1.objective.gap`).
+* **Working set**: the support and the features closest to violating ``|x_j^T theta| <=
+  n alpha`` (celer's rule, Massias, Gramfort & Salmon, ICML 2018), grown as
+  :func:`~dl1.solvers.scans.next_ws_size` says, at most ``max_ws`` features.
+* **Subproblem**: proximal Newton steps (glmnet's quadratic approximation, Friedman,
+  Hastie & Tibshirani 2010, Sec. 3). Each partition sends its part of the model's
+  Hessian on the working set, ``X_W^T diag(h) X_W`` (``m x m``), with the model's
+  gradient; the coordinator profiles the intercept out, runs coordinate descent with
+  covariance updates on the summed matrix (:func:`dl1.kernels.gram.gram_cd_epochs`), and
+  one more call evaluates a ladder of step lengths on every partition (Armijo's rule on
+  the penalised objective). The step is applied by the next model call. The squared loss
+  needs one step.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from dl1.errors import ValidationError
+from dl1.kernels.gram import gram_cd_epochs
+from dl1.objective.gap import dual_from_conjugates, dual_scales
+from dl1.solvers.base import Problem, WarmState
+from dl1.solvers.numerics import check_round
+from dl1.solvers.options import SolverOptions
+from dl1.solvers.result import Certificate, FitResult, make_result
+from dl1.solvers.scans import WS_START, next_ws_size
+from dl1.tasks.row_newton import (
+    GapSums,
+    ModelSums,
+    ShiftSums,
+    gap_sums,
+    model_sums,
+    part_out,
+    shift_sums,
+    shifted,
+    start_part,
+    stepped,
+    trial_values,
+    with_theta,
+    xt_theta,
+)
+from dl1.tasks.rows import rows_stats_task
+
+#: Step lengths a line search tries, in one call: 1, 1/2, ..., 2^-15.
+STEPS = 0.5 ** np.arange(16)
+#: Armijo's sufficient decrease, as a fraction of the model's predicted decrease.
+ARMIJO = 1e-4
+#: Intercept Newton steps per certificate at most (each a call of tiny sums).
+INTERCEPT_STEPS = 50
+
+
+class RowNewtonSolver:
+    """Proximal Newton steps on working sets, the data held by rows (see the module).
+
+    Parameters
+    ----------
+    max_rounds : int
+        Certificates (passes over the data) at most; reaching it warns with the gap.
+    ws_start : int
+        The first working set's size.
+    max_ws : int
+        Features a working set holds at most: the coordinator holds its ``m x m`` model
+        Hessian (``8 m^2`` bytes; 128 MiB at 4096).
+    inner_ratio : float
+        A subproblem stops when the model's predicted decrease, and the relative excess of
+        its gradient over the L1 bound times ``P(0)``, fall below this fraction of the
+        round's duality gap (of the target when the working set holds every violator).
+    max_newton : int
+        Newton steps per subproblem at most.
+    max_cd_epochs : int
+        Coordinate-descent epochs on one model at most.
+    verbose, callback : a line, or a call with the history entry, per round.
+    """
+
+    name = "row-newton"
+    layout = "rows"
+    direct_calls = False
+
+    @classmethod
+    def from_options(cls, o: SolverOptions) -> RowNewtonSolver:
+        """This solver configured from the entry points' keywords (those it has)."""
+        return cls(max_rounds=o.rounds, verbose=o.verbose, callback=o.callback)
+
+    def __init__(
+        self,
+        *,
+        max_rounds: int = 1000,
+        ws_start: int = WS_START,
+        max_ws: int = 4096,
+        inner_ratio: float = 0.3,
+        max_newton: int = 100,
+        max_cd_epochs: int = 1000,
+        verbose: bool = False,
+        callback: Any = None,
+    ) -> None:
+        if max_ws < 1 or ws_start < 1:
+            raise ValidationError(f"ws_start={ws_start} and max_ws={max_ws} must be >= 1")
+        self.max_rounds = max_rounds
+        self.ws_start = ws_start
+        self.max_ws = max_ws
+        self.inner_ratio = inner_ratio
+        self.max_newton = max_newton
+        self.max_cd_epochs = max_cd_epochs
+        self.verbose = verbose
+        self.callback = callback
+
+    def solve(self, problem: Problem, warm: WarmState | None = None) -> tuple[
+        FitResult, WarmState
+    ]:
+        """Rounds of certificate, working set and Newton steps until the gap is within
+        ``problem.tol``."""
+        pb = problem
+        if not pb.datafit.smooth:
+            raise ValidationError(f"solver={self.name!r} needs a smooth loss, not {pb.loss!r}")
+        w = np.zeros(pb.p) if warm is None else warm.coef.copy()
+        b = pb.initial_intercept() if warm is None else float(warm.intercept)
+        run = _Run(self, pb, self._start(pb, w, b), w, b, self._col_norms(pb))
+        history: list[dict[str, Any]] = []
+        t0 = time.perf_counter()
+        converged, ws_size, r = False, 0, 0
+        for r in range(self.max_rounds + 1):
+            cert, xt = run.certify()
+            history.append(self._entry(r, cert, pb, run, t0))
+            converged = history[-1]["gap"] <= pb.tol
+            if converged or r == self.max_rounds:
+                break
+            ws, crowded = run.working_set(xt, cert, ws_size)
+            ws_size = ws.shape[0]
+            target = cert.gap * self.inner_ratio if crowded else pb.tol * pb.p_zero
+            history[-1] |= run.subproblem(ws, r, target * self.inner_ratio)
+        res = make_result(pb, run.w, run.b, cert, converged, r, history)
+        return res, WarmState(run.w, run.b, np.zeros(0))
+
+    def _start(self, pb: Problem, w: np.ndarray, b: float) -> list[Any]:
+        """Each partition with its rows' labels, weights and ``z = X_q w + b``."""
+        ex, rows = pb.executor, pb.rows
+        bounds = rows.row_bounds
+        out = []
+        for q, part in enumerate(rows.parts):
+            lo, hi = int(bounds[part[0]]), int(bounds[part[-1] + 1])
+            s = pb.weights[lo:hi] if pb.weights is not None else None
+            out.append(ex.submit_to(q, start_part, [rows.blocks[i] for i in part],
+                                    pb.y[lo:hi], s, w, b))  # fmt: skip
+        return out
+
+    @staticmethod
+    def _col_norms(pb: Problem) -> np.ndarray:
+        """Each column's norm (weighted when there are weights), for the working set's
+        scores."""
+        ex, rows = pb.executor, pb.rows
+        stats = ex.gather([
+            ex.submit_to(q, rows_stats_task, [rows.blocks[i] for i in part],
+                         pb.sample_weight, int(rows.row_bounds[part[0]]))
+            for q, part in enumerate(rows.parts)
+        ])  # fmt: skip
+        sq = np.sum([st.col_wsq if st.col_wsq.shape[0] else st.col_sq for st in stats], axis=0)
+        return np.sqrt(sq)
+
+    def _entry(self, r: int, cert: Certificate, pb: Problem, run: _Run, t0: float) -> dict:
+        entry = {
+            "round": r,
+            "objective": cert.primal,
+            "gap": pb.relative_gap(cert.gap),
+            "nnz": int(np.count_nonzero(run.w)),
+            "seconds": time.perf_counter() - t0,
+        }
+        if self.verbose:
+            print(f"round {r:4d}  objective {entry['objective']:.10g}  gap "
+                  f"{entry['gap']:.3e}  nnz {entry['nnz']}")  # fmt: skip
+        if self.callback is not None:
+            self.callback(entry)
+        return entry
+
+    def restore(self, problem: Problem, arrays: dict[str, np.ndarray], intercept: float) -> (
+        WarmState
+    ):
+        """The state a checkpoint saved (the partitions' predictions are recomputed)."""
+        return WarmState(arrays["w"], intercept, np.zeros(0))
+
+    def release(self, problem: Problem, state: WarmState | None) -> None:
+        """Nothing is cached beyond a solve: its partitions are released with it."""
+
+
+class _Run:
+    """One solve's coefficients on the coordinator and partitions on the workers."""
+
+    def __init__(self, solver: RowNewtonSolver, pb: Problem, parts: list[Any], w: np.ndarray,
+                 b: float, norms: np.ndarray) -> None:  # fmt: skip
+        self.solver, self.pb, self.parts = solver, pb, parts
+        self.w, self.b, self.norms = w, b, norms
+        self.ws_id = 0
+
+    def _call(self, fn: Any, *args: Any) -> list[Any]:
+        """``fn(part, *args)`` on every partition; the new parts kept, their ``out``
+        returned in partition order."""
+        ex = self.pb.executor
+        self.parts = [ex.submit_to(q, fn, part, *args) for q, part in enumerate(self.parts)]
+        return ex.gather([ex.submit_to(q, part_out, part) for q, part in enumerate(self.parts)])
+
+    # -- the certificate ------------------------------------------------------------------
+    def refit_intercept(self) -> None:
+        """Newton steps on the intercept (halved until the loss decreases), then the
+        partitions' ``z`` moved by the total shift."""
+        pb = self.pb
+        if not pb.fit_intercept:
+            return
+        shift = 0.0
+        at = _total(self._call(shift_sums, pb.datafit, shift))
+        for _ in range(INTERCEPT_STEPS):
+            if at.h <= 0 or abs(at.g) <= 1e-13 * at.g_abs:
+                break
+            step = -at.g / at.h
+            for _ in range(40):
+                trial = _total(self._call(shift_sums, pb.datafit, shift + step))
+                if trial.value <= at.value + 1e-12 * abs(at.value):
+                    break
+                step *= 0.5
+            shift, at = shift + step, trial
+        if shift != 0.0:
+            self.parts = [pb.executor.submit_to(q, shifted, part, shift)
+                          for q, part in enumerate(self.parts)]  # fmt: skip
+            self.b += shift
+
+    def certify(self) -> tuple[Certificate, np.ndarray]:
+        """The duality gap at ``(w, b)`` (the intercept refitted) and ``X^T theta``."""
+        pb, n = self.pb, self.pb.n
+        self.refit_intercept()
+        sides = _sides(self._call(with_theta, pb.datafit))
+        sides = sides if pb.fit_intercept else None
+        xt = np.sum(self._call(xt_theta, sides), axis=0)
+        absmax, excess = pb.penalty.xt_theta_stats(xt, n)
+        box = pb.penalty.box_conjugate(xt, n)
+        scales = dual_scales(pb.penalty, absmax, n)
+        sums: list[GapSums] = self._call(gap_sums, pb.datafit, sides, scales)
+        value = sum(s.value for s in sums) / n
+        conj = tuple(sum(s.conjugates[k] for s in sums) / n for k in range(len(scales)))
+        primal = value + pb.penalty.value(self.w)
+        dual = dual_from_conjugates(pb.penalty, scales, conj, excess, n, box)
+        check_round(self.solver.name, 0, {"objective": primal, "dual": dual})
+        return Certificate(primal, dual, primal - dual), xt
+
+    # -- the working set ------------------------------------------------------------------
+    def working_set(self, xt: np.ndarray, cert: Certificate, last: int) -> tuple[
+        np.ndarray, bool
+    ]:
+        """The next working set (sorted) and whether it leaves violators out."""
+        pb, solver = self.pb, self.solver
+        bound = pb.n * pb.penalty.alpha_l1
+        factors = pb.penalty.factors if pb.penalty.factors.shape[0] else np.ones(pb.p)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slack = (bound * factors - np.abs(xt)) / np.where(self.norms > 0, self.norms, 1)
+        slack[(self.w != 0) | (factors == 0)] = -np.inf
+        support = int(np.count_nonzero(self.w))
+        size = min(pb.p, max(next_ws_size(support, last, solver.ws_start), support))
+        if size > solver.max_ws and support > solver.max_ws:
+            raise ValidationError(
+                f"the solution's support ({support} features) exceeds max_ws="
+                f"{solver.max_ws}: raise max_ws (the coordinator holds an m x m matrix) or "
+                "use solver='ws'"
+            )
+        size = min(size, solver.max_ws)
+        ws = np.sort(np.argpartition(slack, size - 1)[:size]) if size < pb.p else np.arange(pb.p)
+        crowded = bool(np.count_nonzero(slack < 0) > size - support) if size < pb.p else False
+        return ws, crowded
+
+    # -- the subproblem -------------------------------------------------------------------
+    def subproblem(self, ws: np.ndarray, r: int, target: float) -> dict[str, Any]:
+        """Newton steps on the working set ``ws`` until the model's predicted decrease is
+        below ``target``; the round's record."""
+        pb, solver = self.pb, self.solver
+        self.ws_id += 1
+        pen = pb.penalty.restricted(ws)
+        pending: tuple[np.ndarray, float] | None = None  # a step the next call applies
+        steps = epochs = 0
+        while steps < solver.max_newton:
+            steps += 1
+            sums = _model_total(self._call(model_sums, pb.datafit, ws, self.ws_id,
+                                           *(pending or (None, 0.0))))  # fmt: skip
+            pending = None
+            q, g = self._model(sums)
+            w_ws = self.w[ws]
+            new = w_ws.copy()
+            epochs += self._minimise(q, -g, new, pen)
+            d = new - w_ws
+            e = -(sums.g0 + sums.c @ d) / sums.h0 if pb.fit_intercept else 0.0
+            decrease = float(sums.G @ d + sums.g0 * e) / pb.n + pen.value(new) - pen.value(w_ws)
+            if not np.any(d) or (-decrease <= target and self._excess(g, w_ws, pen) <= target
+                                 / pb.p_zero):  # fmt: skip
+                break
+            t = self._line_search(d, e, sums.value / pb.n, pen, w_ws, decrease)
+            self.w[ws] = w_ws + t * d
+            self.b += t * e
+            pending = (t * d, t * e)
+        if pending is not None:  # the Newton steps ran out after a line search
+            self._call(stepped, *pending)
+        return {"ws_size": int(ws.shape[0]), "newton_steps": steps, "cd_epochs": epochs}
+
+    def _minimise(self, q: np.ndarray, h: np.ndarray, w: np.ndarray, pen: Any) -> int:
+        """Coordinate descent on the model (``h = -`` its gradient at ``w``, both updated in
+        place) until an epoch moves no coordinate by more than 1e-12 (in the model's
+        norm), at most ``max_cd_epochs``; the epochs run."""
+        for k in range(1, self.solver.max_cd_epochs + 1):
+            moved = gram_cd_epochs(q, h, w, pen.alpha_l1, pen.alpha_l2, pen.factors,
+                                   pen.bounds, 1)  # fmt: skip
+            if moved <= 1e-12:
+                return k
+        return self.solver.max_cd_epochs
+
+    @staticmethod
+    def _excess(g: np.ndarray, w: np.ndarray, pen: Any) -> float:
+        """How far the model's gradient ``g`` at ``w`` exceeds the L1 bound on the working
+        set, relatively (``max_j |g_j + alpha_l2 f_j w_j| / (alpha_l1 f_j) - 1``): the
+        rescaling of the dual point certifies a gap about this times the objective, which
+        the objective's decrease alone does not bound (a flat loss)."""
+        f = pen.factors if pen.factors.shape[0] else np.ones(w.shape[0])
+        held = f > 0
+        if pen.alpha_l1 <= 0 or not held.any():
+            return 0.0
+        grad = np.abs(g + pen.alpha_l2 * f * w)[held] / (pen.alpha_l1 * f[held])
+        return float(grad.max()) - 1.0
+
+    def _model(self, sums: ModelSums) -> tuple[np.ndarray, np.ndarray]:
+        """The model's Hessian and gradient on the working set (``F``'s, divided by n),
+        the intercept profiled out when there is one."""
+        n = self.pb.n
+        if not self.pb.fit_intercept or sums.h0 <= 0:
+            return np.ascontiguousarray(sums.A / n), sums.G / n
+        q = (sums.A - np.outer(sums.c, sums.c) / sums.h0) / n
+        return np.ascontiguousarray(q), (sums.G - sums.c * (sums.g0 / sums.h0)) / n
+
+    def _line_search(self, d: np.ndarray, e: float, f0: float, pen: Any,
+                     w_ws: np.ndarray, decrease: float) -> float:  # fmt: skip
+        """The first of :data:`STEPS` with Armijo's decrease of the penalised objective,
+        every trial evaluated on every partition in one call; the last if none."""
+        values = np.sum(self._call(trial_values, self.pb.datafit, d, e, STEPS), axis=0)
+        p0 = f0 + pen.value(w_ws)
+        for t, v in zip(STEPS, values / self.pb.n, strict=True):
+            if v + pen.value(w_ws + t * d) <= p0 + ARMIJO * t * decrease + 1e-12 * abs(p0):
+                return float(t)
+        return float(STEPS[-1])
+
+
+def _total(sums: list[ShiftSums]) -> ShiftSums:
+    return ShiftSums(*(float(sum(col)) for col in zip(*sums, strict=True)))
+
+
+def _sides(sums: list[tuple[float, float]]) -> tuple[float, float]:
+    return float(sum(s[0] for s in sums)), float(sum(s[1] for s in sums))
+
+
+def _model_total(sums: list[ModelSums]) -> ModelSums:
+    return ModelSums(*(sum(col[1:], col[0]) for col in zip(*sums, strict=True)))

@@ -1,0 +1,206 @@
+"""The worker side of the row-partitioned proximal Newton solver
+(:mod:`dl1.solvers.row_newton`): row partitions that keep their predictions.
+
+A partition (a group of row blocks, on one worker) is a :class:`RowPart`: its rows, labels
+and weights, and ``z = X_q w + b``, which never leaves the worker. Every task reads a part
+and returns a new one (pure tasks: a part lost with its worker is recomputed from its
+lineage) whose ``out`` is the small result the coordinator fetches (:func:`part_out`):
+sums, vectors as long as the working set, or ``X_q^T theta_q`` (as long as the features).
+Nothing as long as the rows is sent back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+from dask.sizeof import sizeof
+
+from dl1.kernels.margins import balance_sides
+from dl1.objective.datafits.margin import kernel_weights
+from dl1.tasks.rows import RowBlock, RowSource, loaded_rows
+
+
+@dataclass(frozen=True)
+class RowPart:
+    """A partition's rows (``blocks``, consecutive), labels ``y``, weights ``s`` (None:
+    unit) and predictions ``z``; ``cols`` the rows' working-set columns (CSR, ``n_q x m``)
+    for the working set numbered ``ws_id``; ``theta`` the partition's part of the last dual
+    point; ``out`` the last task's small result."""
+
+    blocks: tuple[RowBlock | RowSource, ...]
+    y: np.ndarray
+    s: np.ndarray | None
+    z: np.ndarray
+    cols: Any = None
+    ws_id: int = -1
+    theta: np.ndarray | None = None
+    out: Any = None
+
+    @property
+    def sw(self) -> np.ndarray:
+        """The weights as the kernels take them (empty: unit)."""
+        return kernel_weights(self.s, self.y.shape[0])
+
+
+@sizeof.register(RowPart)
+def _row_part_sizeof(part: RowPart) -> int:
+    """What a part holds beyond its blocks (which Dask counts as their own keys)."""
+    arrays = [part.y, part.s, part.z, part.theta]
+    held = sum(a.nbytes for a in arrays if a is not None)
+    if part.cols is not None:
+        held += part.cols.data.nbytes + part.cols.indices.nbytes + part.cols.indptr.nbytes
+    return held
+
+
+class ShiftSums(NamedTuple):
+    """At ``z + shift``: ``n_q F_q`` (the partition's loss sum), ``sum g``, ``sum |g|``
+    and ``sum h`` (the loss's first and second derivatives, weighted): an intercept Newton
+    step's sums."""
+
+    value: float
+    g: float
+    g_abs: float
+    h: float
+
+
+class ModelSums(NamedTuple):
+    """A partition's part of the quadratic model on the working set ``W`` at ``z``
+    (``g``, ``h`` the per-row derivatives): ``A = X_W^T diag(h) X_W``, ``c = X_W^T h``,
+    ``G = X_W^T g``, ``g0 = sum g``, ``h0 = sum h`` and the loss sum ``n_q F_q``."""
+
+    A: np.ndarray
+    c: np.ndarray
+    G: np.ndarray
+    g0: float
+    h0: float
+    value: float
+
+
+class GapSums(NamedTuple):
+    """A partition's loss sum and conjugate sums (at each scale), for the duality gap."""
+
+    value: float
+    conjugates: tuple[float, ...]
+
+
+def part_out(part: RowPart) -> Any:
+    """The small result of the task that made ``part``."""
+    return part.out
+
+
+def start_part(blocks: list[RowBlock | RowSource], y: np.ndarray, s: np.ndarray | None,
+               w: np.ndarray, b: float) -> RowPart:  # fmt: skip
+    """The partition of ``blocks`` with ``z = X_q w + b``."""
+    z = np.concatenate([_matrix(blk) @ w for blk in map(loaded_rows, blocks)]) + b
+    return RowPart(tuple(blocks), y, s, z)
+
+
+def _matrix(blk: RowBlock) -> sp.csr_matrix:
+    return sp.csr_matrix((blk.data, blk.indices, blk.indptr), shape=(blk.n_rows, blk.p))
+
+
+def _derivatives(part: RowPart, datafit: Any, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, ``n`` times the loss's gradient and Hessian diagonal at ``z`` (the squared
+    loss's: ``s (z - y)`` and ``s``)."""
+    if datafit.quadratic:
+        g = z - part.y
+        h = np.ones_like(z) if part.s is None else part.s.astype(np.float64)
+        return (g if part.s is None else g * part.s), h
+    g, h = np.empty_like(z), np.empty_like(z)
+    datafit.grad_hess(part.y, z, part.sw, g, h)
+    return g, h
+
+
+def shift_sums(part: RowPart, datafit: Any, shift: float) -> RowPart:
+    """:class:`ShiftSums` at ``z + shift`` (``out``)."""
+    z = part.z + shift
+    g, h = _derivatives(part, datafit, z)
+    value = datafit.value(part.y, z, part.s) * z.shape[0]
+    return replace(part, out=ShiftSums(value, float(g.sum()), float(np.abs(g).sum()),
+                                       float(h.sum())))
+
+
+def shifted(part: RowPart, shift: float) -> RowPart:
+    """The part with ``z + shift`` (the intercept moved)."""
+    return replace(part, z=part.z + shift, theta=None, out=None)
+
+
+def with_theta(part: RowPart, datafit: Any) -> RowPart:
+    """The part with its dual point ``theta_q = -n grad F(z)`` on its rows; ``out``: the
+    sums of its positive entries and of its negative entries' magnitudes (the balance of
+    an unpenalised intercept's constraint needs them over all rows)."""
+    theta = datafit.dual_point(part.y, part.z, part.s)
+    pos = float(theta[theta > 0].sum())
+    return replace(part, theta=theta, out=(pos, -float(theta[theta <= 0].sum())))
+
+
+def balanced_theta(part: RowPart, sides: tuple[float, float] | None) -> np.ndarray:
+    """``theta_q``, with the heavier side of the whole dual point shrunk when ``sides``
+    (its sums over all rows, :func:`with_theta`) are given, as
+    :func:`dl1.kernels.margins.balance_sides` does for one vector."""
+    if sides is None:
+        return part.theta
+    theta = part.theta.copy()
+    balance_sides(theta, *sides)
+    return theta
+
+
+def xt_theta(part: RowPart, sides: tuple[float, float] | None) -> RowPart:
+    """``out = X_q^T theta_q`` (balanced by ``sides``), length p."""
+    theta = balanced_theta(part, sides)
+    out, r = None, 0
+    for blk in map(loaded_rows, part.blocks):
+        out = np.zeros(blk.p) if out is None else out
+        out += _matrix(blk).T @ theta[r : r + blk.n_rows]
+        r += blk.n_rows
+    return replace(part, out=np.zeros(0) if out is None else out)
+
+
+def gap_sums(part: RowPart, datafit: Any, sides: tuple[float, float] | None,
+             scales: tuple[float, ...]) -> RowPart:  # fmt: skip
+    """``out``: :class:`GapSums` of the dual point (balanced by ``sides``) at ``scales``."""
+    theta = balanced_theta(part, sides)
+    n = part.y.shape[0]
+    value, conj = datafit.value_conjugates(part.y, part.z, theta, part.s, scales)
+    return replace(part, out=GapSums(value * n, tuple(c * n for c in conj)))
+
+
+def with_columns(part: RowPart, ws: np.ndarray, ws_id: int) -> RowPart:
+    """The part holding its rows' columns ``ws`` (kept while the working set is
+    ``ws_id``)."""
+    if part.ws_id == ws_id:
+        return part
+    cols = sp.vstack([_matrix(blk)[:, ws] for blk in map(loaded_rows, part.blocks)], "csr")
+    return replace(part, cols=cols, ws_id=ws_id)
+
+
+def model_sums(part: RowPart, datafit: Any, ws: np.ndarray, ws_id: int,
+               step: np.ndarray | None, shift: float) -> RowPart:  # fmt: skip
+    """The part after the step ``X_W step + shift`` (None: none), with the
+    :class:`ModelSums` of the quadratic model at its new ``z`` (``out``)."""
+    part = with_columns(part, ws, ws_id)
+    z = part.z if step is None else part.z + (part.cols @ step + shift)
+    g, h = _derivatives(part, datafit, z)
+    hc = part.cols.multiply(h[:, None]).tocsr()
+    A = np.asarray((part.cols.T @ hc).todense())
+    sums = ModelSums(A, part.cols.T @ h, part.cols.T @ g, float(g.sum()), float(h.sum()),
+                     datafit.value(part.y, z, part.s) * z.shape[0])  # fmt: skip
+    return replace(part, z=z, theta=None, out=sums)
+
+
+def stepped(part: RowPart, step: np.ndarray, shift: float) -> RowPart:
+    """The part after the step ``X_W step + shift`` on its working set's columns."""
+    return replace(part, z=part.z + (part.cols @ step + shift), theta=None, out=None)
+
+
+def trial_values(part: RowPart, datafit: Any, d: np.ndarray, shift: float,
+                 steps: np.ndarray) -> RowPart:  # fmt: skip
+    """``out``: the loss sums ``n_q F_q(z + t (X_W d + shift))`` for each ``t`` of
+    ``steps`` (a line search's trial points, in one task)."""
+    u = part.cols @ d + shift
+    n = part.y.shape[0]
+    values = np.array([datafit.value(part.y, part.z + t * u, part.s) * n for t in steps])
+    return replace(part, out=values)
