@@ -135,6 +135,12 @@ def fold_scores(
     uncertified: list[int] = []
 
     def on_alpha(step: AlphaStep) -> None:
+        if step.state.z.shape[0] == 0:
+            raise ValidationError(
+                "cross-validation scores the held-out rows from the solver's predictions, "
+                "which this solver keeps on the workers (solver='row-newton'): use "
+                "solver='ws'"
+            )
         # the held-out predictions: the decision values through the loss's inverse link
         pred = datafit_class(step.result.loss).response(step.state.z[test_rows])
         out[step.k] = held_out_score(scoring, y[test_rows], pred, test_weight)

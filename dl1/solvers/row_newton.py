@@ -267,11 +267,11 @@ class _Run:
         slack[(self.w != 0) | (factors == 0)] = -np.inf
         support = int(np.count_nonzero(self.w))
         size = min(pb.p, max(next_ws_size(support, last, solver.ws_start), support))
-        if size > solver.max_ws and support > solver.max_ws:
+        if size > solver.max_ws and support >= solver.max_ws:
             raise ValidationError(
-                f"the solution's support ({support} features) exceeds max_ws="
-                f"{solver.max_ws}: raise max_ws (the coordinator holds an m x m matrix) or "
-                "use solver='ws'"
+                f"the solution's support ({support} features) fills max_ws="
+                f"{solver.max_ws} and violators remain: raise max_ws (the coordinator holds "
+                "an m x m matrix) or use solver='ws'"
             )
         size = min(size, solver.max_ws)
         ws = np.sort(np.argpartition(slack, size - 1)[:size]) if size < pb.p else np.arange(pb.p)

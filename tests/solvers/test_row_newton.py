@@ -1,0 +1,211 @@
+"""The row-partitioned proximal Newton solver: scikit-learn's and a dense reference's
+answers, certified; the partitions' tasks against NumPy; nothing as long as the rows sent
+back to the coordinator."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.linear_model import ElasticNet, Lasso
+
+import dl1
+from dl1.errors import ValidationError
+from dl1.objective.datafits import Logistic, Quadratic
+from dl1.runtime.executor import LocalExecutor
+from dl1.solvers.result import ConvergenceWarning
+from dl1.solvers.row_newton import RowNewtonSolver
+from dl1.tasks.row_newton import model_sums, part_out, start_part, trial_values, with_theta
+from dl1.tasks.rows import assemble_rows
+from tests.test_penalised import (
+    logistic_reference,
+    make_classification,
+    make_regression,
+    numpy_gap_logistic,
+    numpy_gap_squared,
+    objective,
+)
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.6])
+def test_squared_loss_matches_scikit_learn(fit_intercept, l1_ratio):
+    """Lasso and elastic net: scikit-learn's coefficients to 1e-8, the reported gap equal
+    to the NumPy certificate's and below the tolerance."""
+    X, y = make_regression(n=300, p=70, seed=3)
+    alpha = dl1.alpha_max(X, y, l1_ratio=l1_ratio) / 20
+    res = dl1.fit(X, y, alpha=alpha, l1_ratio=l1_ratio, fit_intercept=fit_intercept,
+                  solver="row-newton", tol=1e-12, n_partitions=3)  # fmt: skip
+    Ref = Lasso(alpha=alpha) if l1_ratio == 1 else ElasticNet(alpha=alpha, l1_ratio=l1_ratio)
+    Ref.set_params(tol=1e-14, max_iter=1_000_000, fit_intercept=fit_intercept)
+    Ref.fit(X.toarray(), y)
+    assert res.converged_ and res.gap_ <= 1e-12
+    np.testing.assert_allclose(res.coef_, Ref.coef_, atol=1e-8)
+    np.testing.assert_allclose(res.intercept_, Ref.intercept_, atol=1e-8)
+    gap = numpy_gap_squared(X, y, res.coef_, res.intercept_, alpha, l1_ratio, fit_intercept)
+    np.testing.assert_allclose(gap, res.dual_gap_, rtol=1e-6, atol=1e-15)
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_logistic_loss_matches_scikit_learn_with_a_numpy_certificate(fit_intercept):
+    """L1 logistic regression at weak regularisation (most features active, the working
+    set grown past its start): scikit-learn's objective to 1e-9, and the NumPy certificate
+    of the answer within the tolerance."""
+    X, y = make_classification(n=400, p=90, seed=2)
+    # liblinear, the reference without an intercept, takes minutes below 1/5
+    weak = 50 if fit_intercept else 5
+    alpha = dl1.alpha_max(X, y, loss="logistic", fit_intercept=fit_intercept) / weak
+    solver = RowNewtonSolver(ws_start=8)
+    res = dl1.fit(X, y, alpha=alpha, loss="logistic", fit_intercept=fit_intercept,
+                  solver=solver, tol=1e-10, n_partitions=2)  # fmt: skip
+    coef, b = logistic_reference(X, y, alpha, fit_intercept)
+    ours = objective(X, y, res.coef_, res.intercept_, alpha, 1.0, "logistic")
+    ref = objective(X, y, coef, b, alpha, 1.0, "logistic")
+    assert res.converged_
+    assert ours <= ref + 1e-9 * ref
+    assert max(h.get("ws_size", 0) for h in res.history_) > 8  # the working set grew
+    gap = numpy_gap_logistic(X, y, res.coef_, res.intercept_, alpha, fit_intercept)
+    assert gap <= 1e-10 * res.p0_ * 1.01
+
+
+def test_sample_weights_equal_repeated_rows():
+    """Integer weights give the fit of the rows repeated that many times."""
+    X, y = make_classification(n=200, p=40, seed=4)
+    counts = np.random.default_rng(0).integers(1, 4, size=200)
+    alpha = dl1.alpha_max(X, y, loss="logistic") / 10
+    kw = dict(alpha=alpha, loss="logistic", solver="row-newton", tol=1e-11)
+    weighted = dl1.fit(X, y, sample_weight=counts.astype(float), **kw)
+    rows = np.repeat(np.arange(200), counts)
+    repeated = dl1.fit(sp.csr_matrix(X)[rows], y[rows], **kw)
+    np.testing.assert_allclose(weighted.coef_, repeated.coef_, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_cluster_fit_equals_in_process_fit(local_cluster):
+    """On two worker processes, the partitions' tasks give the in-process answer."""
+    X, y = make_classification(n=300, p=60, seed=5)
+    kw = dict(alpha=dl1.alpha_max(X, y, loss="logistic") / 20, loss="logistic",
+              solver="row-newton", tol=1e-10, n_partitions=2)  # fmt: skip
+    here = dl1.fit(X, y, **kw)
+    there = dl1.fit(X, y, client=local_cluster, **kw)
+    assert there.converged_
+    np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-9)
+    assert there.n_rounds_ == here.n_rounds_
+
+
+class RecordingExecutor(LocalExecutor):
+    """In process, recording the length of every result fetched by the coordinator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetched: list[int] = []
+
+    def gather(self, handles):
+        out = super().gather(handles)
+        self.fetched += [_length(h) for h in out]
+        return out
+
+
+def _length(out) -> int:
+    """The longest array in a task's result."""
+    if isinstance(out, np.ndarray):
+        return out.shape[0]
+    if isinstance(out, tuple):
+        return max((_length(x) for x in out), default=0)
+    return 0
+
+
+def test_nothing_as_long_as_the_rows_comes_back(monkeypatch):
+    """With 6,000 rows and 50 features, every result the coordinator fetches during the
+    solve is at most as long as the features (``X^T theta``), never as long as the rows."""
+    rng = np.random.default_rng(1)
+    X = sp.random(6000, 50, density=0.1, format="csr", random_state=rng)
+    y = X @ rng.standard_normal(50) + 0.1 * rng.standard_normal(6000)
+    ex = RecordingExecutor()
+    monkeypatch.setattr("dl1.runtime.executor.LocalExecutor", lambda: ex)
+    res = dl1.fit(X, y, alpha=dl1.alpha_max(X, y) / 30, solver="row-newton", tol=1e-9,
+                  n_partitions=3)  # fmt: skip
+    assert res.converged_
+    assert ex.fetched and max(ex.fetched) <= 50
+
+
+def test_refuses_a_non_smooth_loss_and_a_support_beyond_max_ws():
+    X, y = make_classification(n=150, p=41, seed=1)
+    with pytest.raises(ValidationError, match="smooth loss"):
+        dl1.fit(X, y, alpha=0.01, loss="hinge", solver="row-newton")
+    alpha = dl1.alpha_max(X, y, loss="logistic") / 100
+    with pytest.raises(ValidationError, match="max_ws=4"):
+        dl1.fit(X, y, alpha=alpha, loss="logistic", solver=RowNewtonSolver(max_ws=4,
+                ws_start=4))  # fmt: skip
+
+
+def test_max_rounds_warns_with_the_gap():
+    X, y = make_classification(n=150, p=41, seed=1)
+    alpha = dl1.alpha_max(X, y, loss="logistic") / 50
+    with pytest.warns(ConvergenceWarning, match="relative duality gap"):
+        res = dl1.fit(X, y, alpha=alpha, loss="logistic", tol=1e-12,
+                      solver=RowNewtonSolver(max_rounds=1, ws_start=2))  # fmt: skip
+    assert not res.converged_ and res.gap_ > 1e-12
+
+
+def _part(X, y, s=None, w=None, b=0.3):
+    X = sp.csr_matrix(X)
+    blocks = [assemble_rows(0, 0, X[:70]), assemble_rows(1, 70, X[70:])]
+    w = np.zeros(X.shape[1]) if w is None else w
+    return start_part(blocks, y, s, w, b)
+
+
+@pytest.mark.parametrize("datafit", [Quadratic(), Logistic()], ids=["squared", "logistic"])
+def test_model_sums_and_trials_against_numpy(datafit):
+    """A partition's model sums on a working set, and its trial values, against the dense
+    formulas (per-row derivatives from the datafit's own gradient)."""
+    X, y = make_classification(n=120, p=30, seed=6)
+    s = np.random.default_rng(2).uniform(0.5, 2, size=120)
+    w = np.random.default_rng(3).standard_normal(30) * 0.2
+    part = _part(X, y, s, w)
+    ws = np.array([1, 4, 5, 17, 29])
+    d = np.random.default_rng(4).standard_normal(5)
+    out = part_out(model_sums(part, datafit, ws, 1, d, 0.05))
+    Xd = X.toarray()
+    z = Xd @ w + 0.3 + Xd[:, ws] @ d + 0.05
+    g = datafit.gradient(y, z, s) * 120
+    if datafit.quadratic:
+        h = s
+    else:
+        p = 1 / (1 + np.exp(-y * z))
+        h = s * p * (1 - p)
+    np.testing.assert_allclose(out.A, Xd[:, ws].T @ (h[:, None] * Xd[:, ws]), rtol=1e-12)
+    np.testing.assert_allclose(out.G, Xd[:, ws].T @ g, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose([out.g0, out.h0], [g.sum(), h.sum()], rtol=1e-10)
+    np.testing.assert_allclose(out.value, datafit.value(y, z, s) * 120, rtol=1e-12)
+    moved = model_sums(part, datafit, ws, 1, d, 0.05)
+    ts = np.array([1.0, 0.5])
+    vals = part_out(trial_values(moved, datafit, d, 0.0, ts))
+    for t, v in zip(ts, vals, strict=True):
+        np.testing.assert_allclose(v, datafit.value(y, z + t * Xd[:, ws] @ d, s) * 120,
+                                   rtol=1e-12)  # fmt: skip
+    pos, neg = part_out(with_theta(moved, datafit))
+    theta = -datafit.gradient(y, z, s) * 120
+    np.testing.assert_allclose([pos, neg], [theta[theta > 0].sum(), -theta[theta <= 0].sum()])
+
+
+def test_a_path_is_certified_at_every_alpha():
+    """Warm starts along a path: every alpha within the tolerance, the working-set path's
+    coefficients."""
+    X, y = make_regression(n=200, p=60, seed=9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = dl1.path(X, y, n_alphas=6, eps=0.05, solver="row-newton", tol=1e-10)
+    ws = dl1.path(X, y, n_alphas=6, eps=0.05, tol=1e-10)
+    assert path.converged_.all()
+    np.testing.assert_allclose(path.coefs_.toarray(), ws.coefs_.toarray(), atol=1e-6)
+
+
+def test_cross_validation_refuses_it_by_name():
+    """A data handle's cross-validation scores held-out rows from the predictions, which
+    this solver does not bring back: refused with the solver to use instead."""
+    X, y = make_regression(n=120, p=20, seed=2)
+    with pytest.raises(ValidationError, match="solver='ws'"):
+        dl1.estimators.LassoCV(alphas=3, cv=3, solver="row-newton").fit(X, y)
