@@ -18,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 from dask.sizeof import sizeof
 
+from dl1.kernels.gram import csr_weighted_gram
 from dl1.kernels.margins import balance_sides
 from dl1.objective.datafits.margin import kernel_weights
 from dl1.tasks.rows import RowBlock, RowSource, loaded_rows
@@ -174,6 +175,7 @@ def with_columns(part: RowPart, ws: np.ndarray, ws_id: int) -> RowPart:
     if part.ws_id == ws_id:
         return part
     cols = sp.vstack([_matrix(blk)[:, ws] for blk in map(loaded_rows, part.blocks)], "csr")
+    cols.sort_indices()  # csr_weighted_gram pairs each entry with the ones after it
     return replace(part, cols=cols, ws_id=ws_id)
 
 
@@ -184,8 +186,8 @@ def model_sums(part: RowPart, datafit: Any, ws: np.ndarray, ws_id: int,
     part = with_columns(part, ws, ws_id)
     z = part.z if step is None else part.z + (part.cols @ step + shift)
     g, h = _derivatives(part, datafit, z)
-    hc = part.cols.multiply(h[:, None]).tocsr()
-    A = np.asarray((part.cols.T @ hc).todense())
+    A = np.empty((part.cols.shape[1],) * 2)
+    csr_weighted_gram(part.cols.indptr, part.cols.indices, part.cols.data, h, A)
     sums = ModelSums(A, part.cols.T @ h, part.cols.T @ g, float(g.sum()), float(h.sum()),
                      datafit.value(part.y, z, part.s) * z.shape[0])  # fmt: skip
     return replace(part, z=z, theta=None, out=sums)
