@@ -47,6 +47,11 @@ the machine's changing load falls on every profile alike); medians reported. Per
 - the busiest worker's bytes sent a round: the subproblem's server, whose link carries the
   dual point to the peers.
 
+``--solvers ws row-newton`` runs each workload with both solvers, interleaved: the
+working-set solver's column blocks hold every row, so its rounds move vectors as long as
+the rows; row-newton's row partitions keep their predictions and send vectors as long as
+the features or the working set (no CV: it keeps the predictions on the workers).
+
 ``--workers`` (2) and ``--partitions`` (one a worker) size the cluster and dl1's
 ``n_partitions``; ``--scan-tree both`` runs every task with the servers forwarding a pass's
 dual point along a binomial tree of the peers and with the first sending it to each peer
@@ -409,11 +414,11 @@ def store_for(name: str, loss: str, data_dir: Path, quick: bool) -> str:
 
 
 def _solve(task: str, store: str, amax: float, args: argparse.Namespace,
-           client: Any) -> tuple[int, float]:  # fmt: skip
-    """Run ``task``; its rounds and certified relative gap."""
+           client: Any, solver: str) -> tuple[int, float]:  # fmt: skip
+    """Run ``task`` with ``solver``; its rounds and certified relative gap."""
     import dl1
 
-    kw = {"tol": args.tol, "loss": args.loss, "client": client,
+    kw = {"tol": args.tol, "loss": args.loss, "client": client, "solver": solver,
           "n_partitions": args.partitions or args.workers}  # fmt: skip
     grid = {"n_alphas": args.n_alphas, "eps": args.eps}
     if task == "fit":
@@ -427,7 +432,7 @@ def _solve(task: str, store: str, amax: float, args: argparse.Namespace,
 
 
 def run_task(task: str, store: str, amax: float, args: argparse.Namespace,
-             client: Any) -> dict[str, Any]:  # fmt: skip
+             client: Any, solver: str = "ws") -> dict[str, Any]:  # fmt: skip
     """One timed run of ``task``: seconds, rounds, certified gap (and any ConvergenceWarning
     dl1 gave, e.g. a CV fold's alpha not certified); SIGALRM after ``--run-timeout``."""
     from dl1 import ConvergenceWarning
@@ -437,7 +442,7 @@ def run_task(task: str, store: str, amax: float, args: argparse.Namespace,
         signal.alarm(max(1, math.ceil(args.run_timeout)))
         try:
             t0 = time.perf_counter()
-            rounds, gap = _solve(task, store, amax, args, client)
+            rounds, gap = _solve(task, store, amax, args, client, solver)
             seconds = time.perf_counter() - t0
         finally:
             signal.alarm(0)
@@ -479,6 +484,7 @@ def _run_and_print(cl: Cluster, client: Any, run: functools.partial, where: dict
     rec = measured(cl, client, run)
     rec.update(where)
     print(f"{where['preset']} {where['task']} {where['profile']} {where['broadcast']} "
+          f"{where['solver']} "
           f"#{where['repeat']}: "
           f"{rec['seconds']:.3f} s, {rec['rounds']} rounds, gap {rec['gap']:.2e}",
           flush=True)  # fmt: skip
@@ -506,19 +512,23 @@ def run_all(clusters: dict[str, Cluster], stores: dict[str, str],
                    for name, cl in clusters.items()}  # fmt: skip
         for c in clients.values():
             c.wait_for_workers(args.workers, timeout=WAIT)
-        # every cluster with each way of sending a pass's dual point to the peers
-        names = [(name, b) for name in clusters for b in BROADCASTS[args.scan_tree]]
+        # every cluster with each way of sending a pass's dual point to the peers, and
+        # each solver
+        names = [(name, b, sv) for name in clusters for b in BROADCASTS[args.scan_tree]
+                 for sv in args.solvers]  # fmt: skip
         for preset, store in stores.items():
             amax = dl1.alpha_max(store, loss=args.loss, client=clients[names[0][0]])
             for task in args.tasks:
-                for name, b in names:  # warm-up
-                    _run_with(b, task, store, amax, args, clients[name])
+                # a data handle's CV needs the predictions, which row-newton keeps
+                runs = [x for x in names if not (task == "cv" and x[2] == "row-newton")]
+                for name, b, sv in runs:  # warm-up
+                    _run_with(b, task, store, amax, args, clients[name], sv)
                 for k in range(args.repeat):
-                    for name, b in names[k % len(names) :] + names[: k % len(names)]:
+                    for name, b, sv in runs[k % len(runs) :] + runs[: k % len(runs)]:
                         run = functools.partial(_run_with, b, task, store, amax, args,
-                                                clients[name])  # fmt: skip
+                                                clients[name], sv)  # fmt: skip
                         where = {"preset": preset, "task": task, "profile": name,
-                                 "broadcast": b, "repeat": k}  # fmt: skip
+                                 "broadcast": b, "solver": sv, "repeat": k}  # fmt: skip
                         out.append(_run_and_print(clusters[name], clients[name], run, where))
     return out
 
@@ -541,7 +551,7 @@ def _row(rs: list[dict], calib: dict[str, dict], tol: float) -> dict[str, Any]:
     """The summary of one (preset, task, profile)'s runs ``rs``."""
     r0 = rs[0]
     row = {"preset": r0["preset"], "task": r0["task"], "profile": r0["profile"], "tol": tol,
-           "broadcast": r0.get("broadcast", "tree"),
+           "broadcast": r0.get("broadcast", "tree"), "solver": r0.get("solver", "ws"),
            "seconds": _median(rs, lambda r: r["seconds"]),
            "rounds": _median(rs, lambda r: r["rounds"]),
            "gap": max(r["gap"] for r in rs), "certified": all(r["certified"] for r in rs),
@@ -571,14 +581,15 @@ def summarise(runs: list[dict], calib: dict[str, dict], args: argparse.Namespace
     largest gap, and the ratio of the median to loopback's (with the same broadcast)."""
 
     def key(r: dict) -> tuple:
-        return r["preset"], r["task"], r["profile"], r.get("broadcast", "tree")
+        return (r["preset"], r["task"], r["profile"], r.get("broadcast", "tree"),
+                r.get("solver", "ws"))  # fmt: skip
 
     keys = dict.fromkeys(key(r) for r in runs)
     rows = [_row([r for r in runs if key(r) == k], calib, args.tol) for k in keys]
-    base = {(r["preset"], r["task"], r["broadcast"]): r["seconds"] for r in rows
+    base = {(r["preset"], r["task"], r["broadcast"], r["solver"]): r["seconds"] for r in rows
             if r["profile"] == "loopback"}  # fmt: skip
     for r in rows:
-        b = base.get((r["preset"], r["task"], r["broadcast"]))
+        b = base.get((r["preset"], r["task"], r["broadcast"], r["solver"]))
         r["vs_loopback"] = r["seconds"] / b if b else None
     return rows
 
@@ -589,17 +600,18 @@ def _mb(x: float | None) -> str:
 
 def table(rows: list[dict]) -> str:
     """The markdown table of :func:`summarise`'s rows."""
-    out = ["| preset | task | profile | broadcast | median s | vs loopback | rounds | gap "
+    out = ["| preset | task | profile | broadcast | solver | median s | vs loopback | rounds "
+           "| gap "
            "| sent / round / worker | sent / round, busiest worker | received / round / worker "
            "| sent / run / worker | round trips: client / all | RTT measured |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         ratio = "—" if r["vs_loopback"] is None else f"{r['vs_loopback']:.2f}x"
         rt = ("—" if r["profile"] == "loopback"
               else f"{r['client_round_trips']:.0f} / {r['round_trips']:.0f}")  # fmt: skip
         out.append(
             f"| {r['preset']} | {r['task']} | {r['profile']} | {r['broadcast']} "
-            f"| {r['seconds']:.3f} | {ratio} "
+            f"| {r['solver']} | {r['seconds']:.3f} | {ratio} "
             f"| {r['rounds']:.0f} | {r['gap']:.1e} | {_mb(r.get('bytes_per_round_per_worker'))} "
             f"| {_mb(r.get('bytes_per_round_busiest'))} "
             f"| {_mb(r.get('received_per_round_per_worker'))} "
@@ -656,6 +668,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--scan-tree", default="on", choices=list(BROADCASTS),
                     help="dl1.scan-tree: the dual point along a tree of peers (on), straight "
                     "to each (off), or each run both ways (both)")  # fmt: skip
+    ap.add_argument("--solvers", nargs="+", default=["ws"], choices=["ws", "row-newton"],
+                    help="dl1's solvers, each run interleaved (row-newton: row partitions "
+                    "keeping their predictions; no CV)")  # fmt: skip
     ap.add_argument("--memory-limit", default="3GiB")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--ratio", type=float, default=20.0)

@@ -42,7 +42,6 @@ from dl1.solvers.scans import WS_START, next_ws_size
 from dl1.tasks.row_newton import (
     GapSums,
     ModelSums,
-    ShiftSums,
     gap_sums,
     model_sums,
     part_out,
@@ -50,6 +49,7 @@ from dl1.tasks.row_newton import (
     shifted,
     start_part,
     stepped,
+    sum_outs,
     trial_values,
     with_theta,
     xt_theta,
@@ -205,12 +205,19 @@ class _Run:
         self.w, self.b, self.norms = w, b, norms
         self.ws_id = 0
 
-    def _call(self, fn: Any, *args: Any) -> list[Any]:
-        """``fn(part, *args)`` on every partition; the new parts kept, their ``out``
-        returned in partition order."""
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """``fn(part, *args)`` on every partition; the new parts kept, the sum of their
+        ``out`` returned. The sum is reduced along a binomial tree of tasks (each pair
+        added on the first one's worker): the coordinator receives one result, not one a
+        worker, and no worker more than ``ceil(log2 workers)``."""
         ex = self.pb.executor
         self.parts = [ex.submit_to(q, fn, part, *args) for q, part in enumerate(self.parts)]
-        return ex.gather([ex.submit_to(q, part_out, part) for q, part in enumerate(self.parts)])
+        outs = [(q, ex.submit_to(q, part_out, part)) for q, part in enumerate(self.parts)]
+        while len(outs) > 1:
+            pairs = [(a, ex.submit_to(a[0], sum_outs, a[1], b[1]))
+                     for a, b in zip(outs[0::2], outs[1::2], strict=False)]  # fmt: skip
+            outs = [(a[0], f) for a, f in pairs] + outs[len(pairs) * 2 :]
+        return ex.gather([outs[0][1]])[0]
 
     # -- the certificate ------------------------------------------------------------------
     def refit_intercept(self) -> None:
@@ -220,13 +227,13 @@ class _Run:
         if not pb.fit_intercept:
             return
         shift = 0.0
-        at = _total(self._call(shift_sums, pb.datafit, shift))
+        at = self._call(shift_sums, pb.datafit, shift)
         for _ in range(INTERCEPT_STEPS):
             if at.h <= 0 or abs(at.g) <= 1e-13 * at.g_abs:
                 break
             step = -at.g / at.h
             for _ in range(40):
-                trial = _total(self._call(shift_sums, pb.datafit, shift + step))
+                trial = self._call(shift_sums, pb.datafit, shift + step)
                 if trial.value <= at.value + 1e-12 * abs(at.value):
                     break
                 step *= 0.5
@@ -240,15 +247,14 @@ class _Run:
         """The duality gap at ``(w, b)`` (the intercept refitted) and ``X^T theta``."""
         pb, n = self.pb, self.pb.n
         self.refit_intercept()
-        sides = _sides(self._call(with_theta, pb.datafit))
+        sides = self._call(with_theta, pb.datafit)
         sides = sides if pb.fit_intercept else None
-        xt = np.sum(self._call(xt_theta, sides), axis=0)
+        xt = self._call(xt_theta, sides)
         absmax, excess = pb.penalty.xt_theta_stats(xt, n)
         box = pb.penalty.box_conjugate(xt, n)
         scales = dual_scales(pb.penalty, absmax, n)
-        sums: list[GapSums] = self._call(gap_sums, pb.datafit, sides, scales)
-        value = sum(s.value for s in sums) / n
-        conj = tuple(sum(s.conjugates[k] for s in sums) / n for k in range(len(scales)))
+        sums: GapSums = self._call(gap_sums, pb.datafit, sides, scales)
+        value, conj = sums.value / n, tuple(c / n for c in sums.conjugates)
         primal = value + pb.penalty.value(self.w)
         dual = dual_from_conjugates(pb.penalty, scales, conj, excess, n, box)
         check_round(self.solver.name, 0, {"objective": primal, "dual": dual})
@@ -289,8 +295,8 @@ class _Run:
         steps = epochs = 0
         while steps < solver.max_newton:
             steps += 1
-            sums = _model_total(self._call(model_sums, pb.datafit, ws, self.ws_id,
-                                           *(pending or (None, 0.0))))  # fmt: skip
+            sums: ModelSums = self._call(model_sums, pb.datafit, ws, self.ws_id,
+                                         *(pending or (None, 0.0)))  # fmt: skip
             pending = None
             q, g = self._model(sums)
             w_ws = self.w[ws]
@@ -347,21 +353,9 @@ class _Run:
                      w_ws: np.ndarray, decrease: float) -> float:  # fmt: skip
         """The first of :data:`STEPS` with Armijo's decrease of the penalised objective,
         every trial evaluated on every partition in one call; the last if none."""
-        values = np.sum(self._call(trial_values, self.pb.datafit, d, e, STEPS), axis=0)
+        values = self._call(trial_values, self.pb.datafit, d, e, STEPS)
         p0 = f0 + pen.value(w_ws)
         for t, v in zip(STEPS, values / self.pb.n, strict=True):
             if v + pen.value(w_ws + t * d) <= p0 + ARMIJO * t * decrease + 1e-12 * abs(p0):
                 return float(t)
         return float(STEPS[-1])
-
-
-def _total(sums: list[ShiftSums]) -> ShiftSums:
-    return ShiftSums(*(float(sum(col)) for col in zip(*sums, strict=True)))
-
-
-def _sides(sums: list[tuple[float, float]]) -> tuple[float, float]:
-    return float(sum(s[0] for s in sums)), float(sum(s[1] for s in sums))
-
-
-def _model_total(sums: list[ModelSums]) -> ModelSums:
-    return ModelSums(*(sum(col[1:], col[0]) for col in zip(*sums, strict=True)))

@@ -92,6 +92,16 @@ def part_out(part: RowPart) -> Any:
     return part.out
 
 
+def sum_outs(a: Any, b: Any) -> Any:
+    """Two partitions' small results added: arrays and numbers, or records (named tuples,
+    tuples) of them field by field (a step of the tree the coordinator's sums are
+    reduced along)."""
+    if not isinstance(a, tuple):
+        return a + b
+    fields = [sum_outs(x, y) for x, y in zip(a, b, strict=True)]
+    return type(a)(*fields) if hasattr(a, "_fields") else tuple(fields)
+
+
 def start_part(blocks: list[RowBlock | RowSource], y: np.ndarray, s: np.ndarray | None,
                w: np.ndarray, b: float) -> RowPart:  # fmt: skip
     """The partition of ``blocks`` with ``z = X_q w + b``."""
