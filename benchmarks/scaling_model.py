@@ -621,6 +621,181 @@ def report(doc: dict[str, Any], link: Link) -> dict[str, Any]:
     return doc
 
 
+# -- row partitions (solver="row-newton") -------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RowParams:
+    """The cost of ``solver="row-newton"``'s calls (``bench_row_calls.py`` on loopback; the
+    latency hops on one emulated profile of ``bench_network.py --solvers row-newton``).
+
+    task_s : the scheduler's seconds a task (a call on ``P`` partitions is ``3 P - 1``
+        tasks: one a partition, one taking out its small result, the tree's sums).
+    call_s : a call's fixed seconds (client -> scheduler -> workers -> client).
+    row_s : a call's seconds per row of the largest partition (its length-n work).
+    nnz_s : a pass's seconds per nonzero of the largest partition (``X_q^T theta``), the
+        working-set solver's calibrated kernel figure.
+    setup_nnz_s : the set-up's seconds per nonzero of the largest partition (loading).
+    hops : one-way link latencies a call waits for on 2 workers (tree depth 1); each
+        further level of the tree adds :data:`HOPS_A_LEVEL`.
+    """
+
+    task_s: float
+    call_s: float
+    row_s: float
+    nnz_s: float
+    setup_nnz_s: float
+    hops: float = 0.0
+
+
+#: One-way latencies a level of the sums' tree adds to a call: the scheduler's dispatch of
+#: the sum, the transfer's request and reply, the sum's completion (an assumption: two
+#: workers have one level only, so it is not calibrated).
+HOPS_A_LEVEL = 4
+
+
+def tree_depth(workers: int) -> int:
+    """Levels of the binomial tree of sums over ``workers`` partitions."""
+    return math.ceil(math.log2(workers)) if workers > 1 else 0
+
+
+def row_call_seconds(rp: RowParams, workers: int, rows_w: float, link: Link) -> float:
+    """One call on ``workers`` partitions (one a worker) of ``rows_w`` rows each, without
+    its bytes: fixed + the scheduler's tasks + length-n work + latency hops."""
+    hops = rp.hops + HOPS_A_LEVEL * max(tree_depth(workers) - 1, 0)
+    return rp.call_s + rp.task_s * (3 * workers - 1) + rp.row_s * rows_w + hops * link.rtt_s / 2
+
+
+def row_fit_time(pb: Problem, workers: int, rp: RowParams, link: Link, calls: float,
+                 model_calls: float) -> float:  # fmt: skip
+    """A row-newton fit of ``pb``: set-up (loading, parallel), ``calls`` calls, a pass for
+    each round's certificate and the final one, and the bytes through the busiest link
+    (the tree's root): ``depth + 1`` length-p vectors a pass, ``depth + 1`` ``m x m``
+    matrices a model call."""
+    rows_w, nnz_w, depth = pb.n / workers, pb.nnz / workers, tree_depth(workers)
+    passes = pb.rounds + 1
+    bytes_ = (depth + 1) * VEC_BYTES * (passes * pb.p + model_calls * pb.ws_size**2)
+    return (rp.setup_nnz_s * nnz_w + calls * row_call_seconds(rp, workers, rows_w, link)
+            + passes * rp.nnz_s * nnz_w + bytes_ / link.bytes_per_s)  # fmt: skip
+
+
+def fit_row_params(timed: list[dict], nnz_s: float) -> RowParams:
+    """:class:`RowParams` from ``bench_row_calls.py``'s runs: ``task_s`` from the small
+    store at several partition counts (the slope of the solve's seconds in ``calls x (3 P
+    - 1)``); ``call_s`` and ``row_s`` from the stores at 2 partitions (the solve's seconds
+    less the passes' kernel time); the set-up from their seconds outside the solve."""
+    col = np.array
+    many = [r for r in timed if r["series"] == "partitions"]
+    slope = nonneg_lstsq(col([[1.0, r["calls"] * (3 * r["partitions"] - 1)] for r in many]),
+                         col([r["fit_seconds"] for r in many]))[1]  # fmt: skip
+    two = [r for r in timed if r["series"] == "rows"]
+    rest = col([r["fit_seconds"] - (r["rounds"] + 1) * nnz_s * r["nnz"] / 2
+                - slope * 5 * r["calls"] for r in two])  # fmt: skip
+    call_s, row_s = nonneg_lstsq(col([[r["calls"], r["calls"] * r["n"] / 2] for r in two]), rest)
+    setup = nonneg_lstsq(col([[r["nnz"] / 2] for r in two]),
+                         col([r["seconds"] - r["fit_seconds"] for r in two]))[0]  # fmt: skip
+    return RowParams(float(slope), float(call_s), float(row_s), nnz_s, float(setup))
+
+
+def row_points(net: dict, timed: list[dict]) -> list[dict]:
+    """The row-newton fits of ``bench_network.py``'s JSON (median seconds per profile),
+    with the solve's calls, Newton steps and working set from the timed run of the same
+    store's shape (same data, same calls)."""
+    by_rows = {r["n"]: r for r in timed if r["series"] == "rows"}
+    cal = {c["profile"]: c for c in net["calibration"]}
+    out = []
+    for row in net["runs"]:
+        if row.get("solver") != "row-newton" or row["task"] != "fit":
+            continue
+        run = next((r for r in net["raw"] if r["preset"] == row["preset"]), None)
+        n = int(net["args"]["rows"][0].split("=")[1]) if net["args"]["rows"] else None
+        work = by_rows.get(n)
+        if run is None or work is None:
+            continue
+        c = cal[row["profile"]]
+        out.append({"profile": row["profile"], "seconds": row["seconds"],
+                    "rtt_s": c["rtt_s"], "bytes_per_s": c["throughput_bps"] / 8,
+                    "work": work})  # fmt: skip
+    return out
+
+
+def _row_problem(work: dict) -> Problem:
+    return Problem("timed", work["n"], work["p"], work["nnz"], float(work["rounds"]),
+                   ws_size=float(np.mean(work["ws_sizes"] or [0])))  # fmt: skip
+
+
+def row_calibration(points: list[dict], rp: RowParams, fit_on: str) -> tuple[RowParams, list]:
+    """``hops`` from the ``fit_on`` profile's point (what its seconds leave beyond
+    loopback's, its bytes' time taken out, per call and one-way latency); the model against
+    every point."""
+    loop = next(p for p in points if p["profile"] == "loopback")
+    on = next(p for p in points if p["profile"] == fit_on)
+    w = on["work"]
+    pb, steps = _row_problem(w), w["newton_steps"]
+    link = Link(on["rtt_s"], on["bytes_per_s"])
+    no_hops = row_fit_time(pb, 2, rp, link, w["calls"], steps)
+    base = row_fit_time(pb, 2, rp, Link(0.0, loop["bytes_per_s"]), w["calls"], steps)
+    extra = (on["seconds"] - loop["seconds"]) - (no_hops - base)
+    rp = dataclasses.replace(rp, hops=max(extra, 0.0) / (w["calls"] * on["rtt_s"] / 2))
+    rows = []
+    for pt in points:
+        w = pt["work"]
+        pred_loop = row_fit_time(_row_problem(w), 2, rp, Link(0.0, loop["bytes_per_s"]),
+                                 w["calls"], w["newton_steps"])  # fmt: skip
+        pred = row_fit_time(_row_problem(w), 2, rp, Link(pt["rtt_s"], pt["bytes_per_s"]),
+                            w["calls"], w["newton_steps"])  # fmt: skip
+        # loopback's measured seconds carry what the model leaves out (e.g. the client's
+        # own work); the emulated points are predicted as loopback plus the network's part
+        pred = loop["seconds"] + pred - pred_loop
+        rows.append({"profile": pt["profile"], "measured_s": pt["seconds"], "predicted_s": pred,
+                     "error_pct": 100 * (pred - pt["seconds"]) / pt["seconds"],
+                     "fitted_on": pt["profile"] == fit_on})  # fmt: skip
+    return rp, rows
+
+
+def direct_row_params(rp: RowParams, message_s: float, workers: int) -> RowParams:
+    """The calls made as dl1's working-set rounds are, by direct calls to servers on the
+    workers (not built for row partitions): no scheduler tasks; a call's fixed cost the
+    messages its tree's root handles (``depth + 1``, ``message_s`` each, the working-set
+    calibration's ``ovh_worker``)."""
+    return dataclasses.replace(rp, task_s=0.0, call_s=message_s * (tree_depth(workers) + 1))
+
+
+def row_predictions(pb: Problem, rp: RowParams, link: Link, calls_per_round: float,
+                    model_calls_per_round: float, message_s: float) -> list[dict]:  # fmt: skip
+    """Row-newton's seconds and efficiency on :data:`WORKERS` (against 8): by tasks (as
+    built) and by direct calls (:func:`direct_row_params`)."""
+    calls, steps = calls_per_round * pb.rounds, model_calls_per_round * pb.rounds
+    rows = []
+    for how in ("tasks (built)", "direct calls (not built)"):
+        made = {w: rp if how.startswith("tasks") else direct_row_params(rp, message_s, w)
+                for w in WORKERS}  # fmt: skip
+        t8 = row_fit_time(pb, WORKERS[0], made[WORKERS[0]], link, calls, steps)
+        for w in WORKERS:
+            t = row_fit_time(pb, w, made[w], link, calls, steps)
+            rows.append({"problem": pb.name, "calls": how, "workers": w, "fit_s": t,
+                         "call_s": row_call_seconds(made[w], w, pb.n / w, link),
+                         "pass_s": rp.nnz_s * pb.nnz / w,
+                         "efficiency": t8 * WORKERS[0] / (t * w)})  # fmt: skip
+    return rows
+
+
+def rows_report(net: dict, timed: list[dict], params: dict, link: Link, fit_on: str) -> dict:
+    """Fit :class:`RowParams`, check them on the emulated points, predict the tall problem
+    (its rounds, calls and working set those of the largest timed store)."""
+    prm = Params(**params["params"])
+    rp = fit_row_params(timed, prm.nnz_s)
+    rp, cal = row_calibration(row_points(net, timed), rp, fit_on)
+    big = max((r for r in timed if r["series"] == "rows"), key=lambda r: r["n"])
+    per_round = max(big["rounds"], 1)
+    tall = Problem("tall 100M x 1M", 1e8, 1e6, 2e9, float(big["rounds"]),
+                   ws_size=float(np.mean(big["ws_sizes"] or [0])))  # fmt: skip
+    pred = row_predictions(tall, rp, link, big["calls"] / per_round,
+                           big["newton_steps"] / per_round, prm.ovh_worker)  # fmt: skip
+    print(_md(cal, ["profile", "measured_s", "predicted_s", "error_pct", "fitted_on"]))
+    print()
+    print(_md(pred, ["problem", "calls", "workers", "fit_s", "call_s", "pass_s", "efficiency"]))
+    return {"row_params": dataclasses.asdict(rp), "calibration": cal, "predictions": pred}
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -636,9 +811,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     c.add_argument("--params", help="write the fitted parameters and problems here")
     p = sub.add_parser("predict", help="predictions from a `calibrate --params` file")
     p.add_argument("--params", required=True)
-    for q in (t, c, p):
+    r = sub.add_parser("rows", help="solver='row-newton': fit, check and predict")
+    r.add_argument("--net", required=True, help="bench_network.py --solvers row-newton JSON")
+    r.add_argument("--timed", required=True, help="bench_row_calls.py --json output")
+    r.add_argument("--params", required=True, help="a `calibrate --params` file (nnz_s)")
+    r.add_argument("--fit-on", default="1ms-1Gbit", help="the profile the hops are fitted on")
+    for q in (t, c, p, r):
         q.add_argument("--json", help="write the output document here")
-    for q in (c, p):
+    for q in (c, p, r):
         q.add_argument("--rtt-ms", type=float, default=LINK_RTT_S * 1e3)
         q.add_argument("--gbit", type=float, default=LINK_BPS / 1e9)
     return ap.parse_args(argv)
@@ -658,6 +838,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "time":
         doc: Any = time_fits(_stores(args.store), args.workers, args.repeat, args.scheduler)
         print(json.dumps([{k: r[k] for k in ("preset", "seconds", "rounds")} for r in doc]))
+    elif args.cmd == "rows":
+        doc = rows_report(json.loads(Path(args.net).read_text()),
+                          json.loads(Path(args.timed).read_text()),
+                          json.loads(Path(args.params).read_text()),
+                          Link(args.rtt_ms * 1e-3, args.gbit * 1e9 / 8), args.fit_on)  # fmt: skip
     else:
         link = Link(args.rtt_ms * 1e-3, args.gbit * 1e9 / 8)
         if args.cmd == "calibrate":

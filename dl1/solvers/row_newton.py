@@ -85,6 +85,12 @@ class RowNewtonSolver:
     max_cd_epochs : int
         Coordinate-descent epochs on one model at most.
     verbose, callback : a line, or a call with the history entry, per round.
+
+    Notes
+    -----
+    A round's history entry has, beside the gap and objective, ``calls`` (the partition
+    calls made so far: every one a task per partition and a tree of sums), ``ws_size``,
+    ``newton_steps`` and ``cd_epochs``.
     """
 
     name = "row-newton"
@@ -174,6 +180,7 @@ class RowNewtonSolver:
     def _entry(self, r: int, cert: Certificate, pb: Problem, run: _Run, t0: float) -> dict:
         entry = {
             "round": r,
+            "calls": run.calls,
             "objective": cert.primal,
             "gap": pb.relative_gap(cert.gap),
             "nnz": int(np.count_nonzero(run.w)),
@@ -204,6 +211,8 @@ class _Run:
         self.solver, self.pb, self.parts = solver, pb, parts
         self.w, self.b, self.norms = w, b, norms
         self.ws_id = 0
+        #: calls so far (each: a task on every partition, their sums up a tree of tasks)
+        self.calls = 0
 
     def _call(self, fn: Any, *args: Any) -> Any:
         """``fn(part, *args)`` on every partition; the new parts kept, the sum of their
@@ -211,6 +220,7 @@ class _Run:
         added on the first one's worker): the coordinator receives one result, not one a
         worker, and no worker more than ``ceil(log2 workers)``."""
         ex = self.pb.executor
+        self.calls += 1
         self.parts = [ex.submit_to(q, fn, part, *args) for q, part in enumerate(self.parts)]
         outs = [(q, ex.submit_to(q, part_out, part)) for q, part in enumerate(self.parts)]
         while len(outs) > 1:
