@@ -678,21 +678,20 @@ def row_fit_time(pb: Problem, workers: int, rp: RowParams, link: Link, calls: fl
 
 
 def fit_row_params(timed: list[dict], nnz_s: float) -> RowParams:
-    """:class:`RowParams` from ``bench_row_calls.py``'s runs: ``task_s`` from the small
-    store at several partition counts (the slope of the solve's seconds in ``calls x (3 P
-    - 1)``); ``call_s`` and ``row_s`` from the stores at 2 partitions (the solve's seconds
-    less the passes' kernel time); the set-up from their seconds outside the solve."""
+    """:class:`RowParams` from ``bench_row_calls.py``'s runs, by least squares on every
+    run's solve seconds less its passes' kernel time against ``calls``, ``calls x rows a
+    partition`` and ``calls x (3 P - 1)`` (the partitions series separates the scheduler's
+    cost a task from the rest); the set-up from the stores' seconds outside the solve."""
     col = np.array
-    many = [r for r in timed if r["series"] == "partitions"]
-    slope = nonneg_lstsq(col([[1.0, r["calls"] * (3 * r["partitions"] - 1)] for r in many]),
-                         col([r["fit_seconds"] for r in many]))[1]  # fmt: skip
+    design = col([[r["calls"], r["calls"] * r["n"] / r["partitions"],
+                   r["calls"] * (3 * r["partitions"] - 1)] for r in timed])  # fmt: skip
+    rest = col([r["fit_seconds"] - (r["rounds"] + 1) * nnz_s * r["nnz"] / r["partitions"]
+                for r in timed])  # fmt: skip
+    call_s, row_s, task_s = nonneg_lstsq(design, rest)
     two = [r for r in timed if r["series"] == "rows"]
-    rest = col([r["fit_seconds"] - (r["rounds"] + 1) * nnz_s * r["nnz"] / 2
-                - slope * 5 * r["calls"] for r in two])  # fmt: skip
-    call_s, row_s = nonneg_lstsq(col([[r["calls"], r["calls"] * r["n"] / 2] for r in two]), rest)
-    setup = nonneg_lstsq(col([[r["nnz"] / 2] for r in two]),
+    setup = nonneg_lstsq(col([[r["nnz"] / r["partitions"]] for r in two]),
                          col([r["seconds"] - r["fit_seconds"] for r in two]))[0]  # fmt: skip
-    return RowParams(float(slope), float(call_s), float(row_s), nnz_s, float(setup))
+    return RowParams(float(task_s), float(call_s), float(row_s), nnz_s, float(setup))
 
 
 def row_points(net: dict, timed: list[dict]) -> list[dict]:

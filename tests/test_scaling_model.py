@@ -205,3 +205,48 @@ def test_set_up_is_shared_by_the_workers_that_load_the_blocks():
     one, four = (sm.fit_time(no_round, w, PRM, LINK) for w in (1, 4))
     pass_gain = sm.round_terms(PB, 1, PRM, LINK).pass_s * 0.75  # the certifying pass
     assert one - four == pytest.approx(PRM.setup_col * PB.p * 0.75 + pass_gain, rel=1e-12)
+
+
+ROWS = sm.RowParams(task_s=2e-4, call_s=3e-3, row_s=5e-9, nnz_s=2e-9, setup_nnz_s=1e-8, hops=6)
+
+
+def test_a_row_call_pays_its_tasks_rows_and_hops():
+    """A call on 8 partitions: 23 tasks, the rows of one partition, 6 hops and two more
+    tree levels' worth."""
+    link = sm.Link(rtt_s=2e-3, bytes_per_s=1e9)
+    got = sm.row_call_seconds(ROWS, 8, 1e6, link)
+    hops = 6 + sm.HOPS_A_LEVEL * 2
+    assert got == pytest.approx(3e-3 + 2e-4 * 23 + 5e-9 * 1e6 + hops * 1e-3)
+    assert [sm.tree_depth(w) for w in (1, 2, 3, 8, 64)] == [0, 1, 2, 3, 6]
+
+
+def test_row_fit_time_counts_the_tree_roots_bytes():
+    """Bytes through the busiest link: depth + 1 length-p vectors a pass (rounds + 1
+    passes) and depth + 1 m x m matrices a model call."""
+    pb = sm.Problem("t", n=1e6, p=1e5, nnz=1e8, rounds=2, ws_size=100)
+    slow, fast = sm.Link(0.0, 1e6), sm.Link(0.0, 1e12)
+    extra = sm.row_fit_time(pb, 4, ROWS, slow, 10, 3) - sm.row_fit_time(pb, 4, ROWS, fast, 10, 3)
+    bytes_ = 3 * 8 * (3 * 1e5 + 3 * 100**2)
+    assert extra == pytest.approx(bytes_ / 1e6 - bytes_ / 1e12)
+
+
+def test_fit_row_params_recovers_known_parameters():
+    """Runs made by the model from known parameters give them back: the scheduler's cost a
+    task from the partitions series, a call's fixed and per-row costs from the rows."""
+    true = dataclasses.replace(ROWS, hops=0.0)
+    rng = np.random.default_rng(0)
+    runs = []
+    for series, n, parts in [("rows", 1e5, 2), ("rows", 3e5, 2), ("rows", 1e6, 2)] + [
+        ("partitions", 2e4, q) for q in (2, 4, 8, 16)
+    ]:
+        calls, rounds, nnz = int(rng.integers(20, 40)), 2, n * 90
+        fit_s = (calls * (true.call_s + true.task_s * (3 * parts - 1) + true.row_s * n / parts)
+                 + (rounds + 1) * true.nnz_s * nnz / parts)  # fmt: skip
+        runs.append({"series": series, "partitions": parts, "calls": calls, "rounds": rounds,
+                     "n": n, "nnz": nnz, "fit_seconds": fit_s,
+                     "seconds": fit_s + true.setup_nnz_s * nnz / 2})  # fmt: skip
+    got = sm.fit_row_params(runs, true.nnz_s)
+    assert got.task_s == pytest.approx(true.task_s, rel=1e-6)
+    assert got.call_s == pytest.approx(true.call_s, rel=1e-6)
+    assert got.row_s == pytest.approx(true.row_s, rel=1e-6)
+    assert got.setup_nnz_s == pytest.approx(true.setup_nnz_s, rel=1e-6)
