@@ -42,15 +42,15 @@ from dl1.solvers.scans import WS_START, next_ws_size
 from dl1.tasks.row_newton import (
     GapSums,
     ModelSums,
+    TrialSums,
     gap_sums,
     model_sums,
     part_out,
     shift_sums,
     shifted,
     start_part,
-    stepped,
     sum_outs,
-    trial_values,
+    trial_model,
     with_theta,
     xt_theta,
 )
@@ -297,17 +297,18 @@ class _Run:
     # -- the subproblem -------------------------------------------------------------------
     def subproblem(self, ws: np.ndarray, r: int, target: float) -> dict[str, Any]:
         """Newton steps on the working set ``ws`` until the model's predicted decrease is
-        below ``target``; the round's record."""
+        below ``target``; the round's record.
+
+        A step's call evaluates the line search's ladder and, speculatively, the next
+        model at the full step (glmnet's steps are mostly taken whole): a step costs one
+        call, two when the line search cuts it."""
         pb, solver = self.pb, self.solver
         self.ws_id += 1
         pen = pb.penalty.restricted(ws)
-        pending: tuple[np.ndarray, float] | None = None  # a step the next call applies
+        sums: ModelSums = self._call(model_sums, pb.datafit, ws, self.ws_id, None, 0.0)
         steps = epochs = 0
         while steps < solver.max_newton:
             steps += 1
-            sums: ModelSums = self._call(model_sums, pb.datafit, ws, self.ws_id,
-                                         *(pending or (None, 0.0)))  # fmt: skip
-            pending = None
             q, g = self._model(sums)
             w_ws = self.w[ws]
             new = w_ws.copy()
@@ -318,12 +319,15 @@ class _Run:
             if not np.any(d) or (-decrease <= target and self._excess(g, w_ws, pen) <= target
                                  / pb.p_zero):  # fmt: skip
                 break
-            t = self._line_search(d, e, sums.value / pb.n, pen, w_ws, decrease)
+            before = self.parts
+            trial: TrialSums = self._call(trial_model, pb.datafit, ws, self.ws_id, d, e, STEPS)
+            t = self._armijo(trial.values, d, sums.value / pb.n, pen, w_ws, decrease)
             self.w[ws] = w_ws + t * d
             self.b += t * e
-            pending = (t * d, t * e)
-        if pending is not None:  # the Newton steps ran out after a line search
-            self._call(stepped, *pending)
+            sums = trial.model
+            if t != 1.0:  # cut: the model at the step taken, from the parts before it
+                self.parts = before
+                sums = self._call(model_sums, pb.datafit, ws, self.ws_id, t * d, t * e)
         return {"ws_size": int(ws.shape[0]), "newton_steps": steps, "cd_epochs": epochs}
 
     def _minimise(self, q: np.ndarray, h: np.ndarray, w: np.ndarray, pen: Any) -> int:
@@ -359,11 +363,10 @@ class _Run:
         q = (sums.A - np.outer(sums.c, sums.c) / sums.h0) / n
         return np.ascontiguousarray(q), (sums.G - sums.c * (sums.g0 / sums.h0)) / n
 
-    def _line_search(self, d: np.ndarray, e: float, f0: float, pen: Any,
-                     w_ws: np.ndarray, decrease: float) -> float:  # fmt: skip
-        """The first of :data:`STEPS` with Armijo's decrease of the penalised objective,
-        every trial evaluated on every partition in one call; the last if none."""
-        values = self._call(trial_values, self.pb.datafit, d, e, STEPS)
+    def _armijo(self, values: np.ndarray, d: np.ndarray, f0: float, pen: Any,
+                w_ws: np.ndarray, decrease: float) -> float:  # fmt: skip
+        """The first of :data:`STEPS` whose loss sum (``values``, every partition's added)
+        gives Armijo's decrease of the penalised objective; the last if none."""
         p0 = f0 + pen.value(w_ws)
         for t, v in zip(STEPS, values / self.pb.n, strict=True):
             if v + pen.value(w_ws + t * d) <= p0 + ARMIJO * t * decrease + 1e-12 * abs(p0):

@@ -80,6 +80,14 @@ class ModelSums(NamedTuple):
     value: float
 
 
+class TrialSums(NamedTuple):
+    """A Newton step's trial: the loss sums at each step length of the ladder, and the
+    :class:`ModelSums` at the full step."""
+
+    values: np.ndarray
+    model: ModelSums
+
+
 class GapSums(NamedTuple):
     """A partition's loss sum and conjugate sums (at each scale), for the duality gap."""
 
@@ -203,16 +211,13 @@ def model_sums(part: RowPart, datafit: Any, ws: np.ndarray, ws_id: int,
     return replace(part, z=z, theta=None, out=sums)
 
 
-def stepped(part: RowPart, step: np.ndarray, shift: float) -> RowPart:
-    """The part after the step ``X_W step + shift`` on its working set's columns."""
-    return replace(part, z=part.z + (part.cols @ step + shift), theta=None, out=None)
-
-
-def trial_values(part: RowPart, datafit: Any, d: np.ndarray, shift: float,
-                 steps: np.ndarray) -> RowPart:  # fmt: skip
-    """``out``: the loss sums ``n_q F_q(z + t (X_W d + shift))`` for each ``t`` of
-    ``steps`` (a line search's trial points, in one task)."""
+def trial_model(part: RowPart, datafit: Any, ws: np.ndarray, ws_id: int, d: np.ndarray,
+                shift: float, steps: np.ndarray) -> RowPart:  # fmt: skip
+    """The part after the full step ``X_W d + shift``; ``out``: :class:`TrialSums`, the
+    loss sums ``n_q F_q(z + t (X_W d + shift))`` for each ``t`` of ``steps`` (a line
+    search's ladder) and the model's sums at the full step."""
     u = part.cols @ d + shift
     n = part.y.shape[0]
     values = np.array([datafit.value(part.y, part.z + t * u, part.s) * n for t in steps])
-    return replace(part, out=values)
+    after = model_sums(part, datafit, ws, ws_id, d, shift)
+    return replace(after, out=TrialSums(values, after.out))

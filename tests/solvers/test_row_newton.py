@@ -17,7 +17,7 @@ from dl1.objective.datafits import Logistic, Quadratic
 from dl1.runtime.executor import LocalExecutor
 from dl1.solvers.result import ConvergenceWarning
 from dl1.solvers.row_newton import RowNewtonSolver
-from dl1.tasks.row_newton import model_sums, part_out, start_part, trial_values, with_theta
+from dl1.tasks.row_newton import model_sums, part_out, start_part, trial_model, with_theta
 from dl1.tasks.rows import assemble_rows
 from tests.test_penalised import (
     logistic_reference,
@@ -183,10 +183,13 @@ def test_model_sums_and_trials_against_numpy(datafit):
     np.testing.assert_allclose(out.value, datafit.value(y, z, s) * 120, rtol=1e-12)
     moved = model_sums(part, datafit, ws, 1, d, 0.05)
     ts = np.array([1.0, 0.5])
-    vals = part_out(trial_values(moved, datafit, d, 0.0, ts))
-    for t, v in zip(ts, vals, strict=True):
+    trial = part_out(trial_model(moved, datafit, ws, 1, d, 0.0, ts))
+    for t, v in zip(ts, trial.values, strict=True):
         np.testing.assert_allclose(v, datafit.value(y, z + t * Xd[:, ws] @ d, s) * 120,
                                    rtol=1e-12)  # fmt: skip
+    at_full = part_out(model_sums(moved, datafit, ws, 1, d, 0.0))
+    np.testing.assert_allclose(trial.model.A, at_full.A, rtol=1e-12)
+    np.testing.assert_allclose(trial.model.value, at_full.value, rtol=1e-12)
     pos, neg = part_out(with_theta(moved, datafit))
     theta = -datafit.gradient(y, z, s) * 120
     np.testing.assert_allclose([pos, neg], [theta[theta > 0].sum(), -theta[theta <= 0].sum()])
