@@ -51,6 +51,7 @@ from dl1.tasks.row_newton import (
     start_part,
     sum_outs,
     trial_model,
+    unpacked,
     with_theta,
     xt_theta,
 )
@@ -358,9 +359,10 @@ class _Run:
         """The model's Hessian and gradient on the working set (``F``'s, divided by n),
         the intercept profiled out when there is one."""
         n = self.pb.n
+        A = unpacked(sums.A, sums.G.shape[0])
         if not self.pb.fit_intercept or sums.h0 <= 0:
-            return np.ascontiguousarray(sums.A / n), sums.G / n
-        q = (sums.A - np.outer(sums.c, sums.c) / sums.h0) / n
+            return A / n, sums.G / n
+        q = (A - np.outer(sums.c, sums.c) / sums.h0) / n
         return np.ascontiguousarray(q), (sums.G - sums.c * (sums.g0 / sums.h0)) / n
 
     def _armijo(self, values: np.ndarray, d: np.ndarray, f0: float, pen: Any,

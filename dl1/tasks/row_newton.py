@@ -69,8 +69,9 @@ class ShiftSums(NamedTuple):
 
 class ModelSums(NamedTuple):
     """A partition's part of the quadratic model on the working set ``W`` at ``z``
-    (``g``, ``h`` the per-row derivatives): ``A = X_W^T diag(h) X_W``, ``c = X_W^T h``,
-    ``G = X_W^T g``, ``g0 = sum g``, ``h0 = sum h`` and the loss sum ``n_q F_q``."""
+    (``g``, ``h`` the per-row derivatives): ``A = X_W^T diag(h) X_W`` (its upper triangle,
+    row by row, in float32: :func:`packed`), ``c = X_W^T h``, ``G = X_W^T g``, ``g0 = sum
+    g``, ``h0 = sum h`` and the loss sum ``n_q F_q``."""
 
     A: np.ndarray
     c: np.ndarray
@@ -197,6 +198,22 @@ def with_columns(part: RowPart, ws: np.ndarray, ws_id: int) -> RowPart:
     return replace(part, cols=cols, ws_id=ws_id)
 
 
+def packed(A: np.ndarray) -> np.ndarray:
+    """The upper triangle of the symmetric ``A``, row by row, in float32: a quarter of its
+    float64 bytes up the tree. The model's Hessian only steers the Newton steps (the
+    certificate never reads it), as the working-set solver's float32 Gram matrices do."""
+    return A[np.triu_indices(A.shape[0])].astype(np.float32)
+
+
+def unpacked(v: np.ndarray, m: int) -> np.ndarray:
+    """The symmetric ``m x m`` float64 matrix whose :func:`packed` form is ``v``."""
+    A = np.empty((m, m))
+    upper = np.triu_indices(m)
+    A[upper] = v
+    A.T[upper] = v
+    return A
+
+
 def model_sums(part: RowPart, datafit: Any, ws: np.ndarray, ws_id: int,
                step: np.ndarray | None, shift: float) -> RowPart:  # fmt: skip
     """The part after the step ``X_W step + shift`` (None: none), with the
@@ -206,7 +223,7 @@ def model_sums(part: RowPart, datafit: Any, ws: np.ndarray, ws_id: int,
     g, h = _derivatives(part, datafit, z)
     A = np.empty((part.cols.shape[1],) * 2)
     csr_weighted_gram(part.cols.indptr, part.cols.indices, part.cols.data, h, A)
-    sums = ModelSums(A, part.cols.T @ h, part.cols.T @ g, float(g.sum()), float(h.sum()),
+    sums = ModelSums(packed(A), part.cols.T @ h, part.cols.T @ g, float(g.sum()), float(h.sum()),
                      datafit.value(part.y, z, part.s) * z.shape[0])  # fmt: skip
     return replace(part, z=z, theta=None, out=sums)
 
