@@ -210,6 +210,7 @@ class _Run:
     def __init__(self, solver: RowNewtonSolver, pb: Problem, parts: list[Any], w: np.ndarray,
                  b: float, norms: np.ndarray) -> None:  # fmt: skip
         self.solver, self.pb, self.parts = solver, pb, parts
+        self.blocks = [[pb.rows.blocks[i] for i in part] for part in pb.rows.parts]
         self.w, self.b, self.norms = w, b, norms
         self.ws_id = 0
         #: calls so far (each: a task on every partition, their sums up a tree of tasks)
@@ -222,7 +223,8 @@ class _Run:
         worker, and no worker more than ``ceil(log2 workers)``."""
         ex = self.pb.executor
         self.calls += 1
-        self.parts = [ex.submit_to(q, fn, part, *args) for q, part in enumerate(self.parts)]
+        self.parts = [ex.submit_to(q, fn, part, self.blocks[q], *args)
+                      for q, part in enumerate(self.parts)]  # fmt: skip
         outs = [(q, ex.submit_to(q, part_out, part)) for q, part in enumerate(self.parts)]
         while len(outs) > 1:
             pairs = [(a, ex.submit_to(a[0], sum_outs, a[1], b[1]))
@@ -250,7 +252,7 @@ class _Run:
                 step *= 0.5
             shift, at = shift + step, trial
         if shift != 0.0:
-            self.parts = [pb.executor.submit_to(q, shifted, part, shift)
+            self.parts = [pb.executor.submit_to(q, shifted, part, self.blocks[q], shift)
                           for q, part in enumerate(self.parts)]  # fmt: skip
             self.b += shift
 

@@ -1,12 +1,14 @@
 """The worker side of the row-partitioned proximal Newton solver
 (:mod:`dl1.solvers.row_newton`): row partitions that keep their predictions.
 
-A partition (a group of row blocks, on one worker) is a :class:`RowPart`: its rows, labels
-and weights, and ``z = X_q w + b``, which never leaves the worker. Every task reads a part
-and returns a new one (pure tasks: a part lost with its worker is recomputed from its
-lineage) whose ``out`` is the small result the coordinator fetches (:func:`part_out`):
-sums, vectors as long as the working set, or ``X_q^T theta_q`` (as long as the features).
-Nothing as long as the rows is sent back.
+A partition (a group of row blocks, on one worker) is a :class:`RowPart`: its rows'
+labels, weights and ``z = X_q w + b``, which never leave the worker. Every task reads a
+part and the partition's row blocks (their own keys, passed beside it: a part never
+carries them, so Dask's cost of moving a part is what it holds) and returns a new part
+(pure tasks: a part lost with its worker is recomputed from its lineage) whose ``out`` is
+the small result the coordinator fetches (:func:`part_out`): sums, vectors as long as the
+working set, or ``X_q^T theta_q`` (as long as the features). Nothing as long as the rows
+is sent back.
 """
 
 from __future__ import annotations
@@ -23,15 +25,18 @@ from dl1.kernels.margins import balance_sides
 from dl1.objective.datafits.margin import kernel_weights
 from dl1.tasks.rows import RowBlock, RowSource, loaded_rows
 
+#: A partition's row blocks, in row order.
+Blocks = list[RowBlock | RowSource]
+
 
 @dataclass(frozen=True)
 class RowPart:
-    """A partition's rows (``blocks``, consecutive), labels ``y``, weights ``s`` (None:
-    unit) and predictions ``z``; ``cols`` the rows' working-set columns (CSR, ``n_q x m``)
-    for the working set numbered ``ws_id``; ``theta`` the partition's part of the last dual
-    point; ``out`` the last task's small result."""
+    """A partition's labels ``y``, weights ``s`` (None: unit) and predictions ``z`` (its
+    row blocks, consecutive, are passed to each task beside it); ``cols`` the rows'
+    working-set columns (CSR, ``n_q x m``) for the working set numbered ``ws_id``;
+    ``theta`` the partition's part of the last dual point; ``out`` the last task's small
+    result."""
 
-    blocks: tuple[RowBlock | RowSource, ...]
     y: np.ndarray
     s: np.ndarray | None
     z: np.ndarray
@@ -48,7 +53,7 @@ class RowPart:
 
 @sizeof.register(RowPart)
 def _row_part_sizeof(part: RowPart) -> int:
-    """What a part holds beyond its blocks (which Dask counts as their own keys)."""
+    """What a part holds (its row blocks are their own keys)."""
     arrays = [part.y, part.s, part.z, part.theta]
     held = sum(a.nbytes for a in arrays if a is not None)
     if part.cols is not None:
@@ -115,7 +120,7 @@ def start_part(blocks: list[RowBlock | RowSource], y: np.ndarray, s: np.ndarray 
                w: np.ndarray, b: float) -> RowPart:  # fmt: skip
     """The partition of ``blocks`` with ``z = X_q w + b``."""
     z = np.concatenate([_matrix(blk) @ w for blk in map(loaded_rows, blocks)]) + b
-    return RowPart(tuple(blocks), y, s, z)
+    return RowPart(y, s, z)
 
 
 def _matrix(blk: RowBlock) -> sp.csr_matrix:
@@ -134,7 +139,7 @@ def _derivatives(part: RowPart, datafit: Any, z: np.ndarray) -> tuple[np.ndarray
     return g, h
 
 
-def shift_sums(part: RowPart, datafit: Any, shift: float) -> RowPart:
+def shift_sums(part: RowPart, blocks: Blocks, datafit: Any, shift: float) -> RowPart:
     """:class:`ShiftSums` at ``z + shift`` (``out``)."""
     z = part.z + shift
     g, h = _derivatives(part, datafit, z)
@@ -143,12 +148,12 @@ def shift_sums(part: RowPart, datafit: Any, shift: float) -> RowPart:
                                        float(h.sum())))
 
 
-def shifted(part: RowPart, shift: float) -> RowPart:
+def shifted(part: RowPart, blocks: Blocks, shift: float) -> RowPart:
     """The part with ``z + shift`` (the intercept moved)."""
     return replace(part, z=part.z + shift, theta=None, out=None)
 
 
-def with_theta(part: RowPart, datafit: Any) -> RowPart:
+def with_theta(part: RowPart, blocks: Blocks, datafit: Any) -> RowPart:
     """The part with its dual point ``theta_q = -n grad F(z)`` on its rows; ``out``: the
     sums of its positive entries and of its negative entries' magnitudes (the balance of
     an unpenalised intercept's constraint needs them over all rows)."""
@@ -168,18 +173,18 @@ def balanced_theta(part: RowPart, sides: tuple[float, float] | None) -> np.ndarr
     return theta
 
 
-def xt_theta(part: RowPart, sides: tuple[float, float] | None) -> RowPart:
+def xt_theta(part: RowPart, blocks: Blocks, sides: tuple[float, float] | None) -> RowPart:
     """``out = X_q^T theta_q`` (balanced by ``sides``), length p."""
     theta = balanced_theta(part, sides)
     out, r = None, 0
-    for blk in map(loaded_rows, part.blocks):
+    for blk in map(loaded_rows, blocks):
         out = np.zeros(blk.p) if out is None else out
         out += _matrix(blk).T @ theta[r : r + blk.n_rows]
         r += blk.n_rows
     return replace(part, out=np.zeros(0) if out is None else out)
 
 
-def gap_sums(part: RowPart, datafit: Any, sides: tuple[float, float] | None,
+def gap_sums(part: RowPart, blocks: Blocks, datafit: Any, sides: tuple[float, float] | None,
              scales: tuple[float, ...]) -> RowPart:  # fmt: skip
     """``out``: :class:`GapSums` of the dual point (balanced by ``sides``) at ``scales``."""
     theta = balanced_theta(part, sides)
@@ -188,12 +193,12 @@ def gap_sums(part: RowPart, datafit: Any, sides: tuple[float, float] | None,
     return replace(part, out=GapSums(value * n, tuple(c * n for c in conj)))
 
 
-def with_columns(part: RowPart, ws: np.ndarray, ws_id: int) -> RowPart:
+def with_columns(part: RowPart, blocks: Blocks, ws: np.ndarray, ws_id: int) -> RowPart:
     """The part holding its rows' columns ``ws`` (kept while the working set is
     ``ws_id``)."""
     if part.ws_id == ws_id:
         return part
-    cols = sp.vstack([_matrix(blk)[:, ws] for blk in map(loaded_rows, part.blocks)], "csr")
+    cols = sp.vstack([_matrix(blk)[:, ws] for blk in map(loaded_rows, blocks)], "csr")
     cols.sort_indices()  # csr_weighted_gram pairs each entry with the ones after it
     return replace(part, cols=cols, ws_id=ws_id)
 
@@ -214,11 +219,11 @@ def unpacked(v: np.ndarray, m: int) -> np.ndarray:
     return A
 
 
-def model_sums(part: RowPart, datafit: Any, ws: np.ndarray, ws_id: int,
+def model_sums(part: RowPart, blocks: Blocks, datafit: Any, ws: np.ndarray, ws_id: int,
                step: np.ndarray | None, shift: float) -> RowPart:  # fmt: skip
     """The part after the step ``X_W step + shift`` (None: none), with the
     :class:`ModelSums` of the quadratic model at its new ``z`` (``out``)."""
-    part = with_columns(part, ws, ws_id)
+    part = with_columns(part, blocks, ws, ws_id)
     z = part.z if step is None else part.z + (part.cols @ step + shift)
     g, h = _derivatives(part, datafit, z)
     A = np.empty((part.cols.shape[1],) * 2)
@@ -228,13 +233,13 @@ def model_sums(part: RowPart, datafit: Any, ws: np.ndarray, ws_id: int,
     return replace(part, z=z, theta=None, out=sums)
 
 
-def trial_model(part: RowPart, datafit: Any, ws: np.ndarray, ws_id: int, d: np.ndarray,
-                shift: float, steps: np.ndarray) -> RowPart:  # fmt: skip
+def trial_model(part: RowPart, blocks: Blocks, datafit: Any, ws: np.ndarray, ws_id: int,
+                d: np.ndarray, shift: float, steps: np.ndarray) -> RowPart:  # fmt: skip
     """The part after the full step ``X_W d + shift``; ``out``: :class:`TrialSums`, the
     loss sums ``n_q F_q(z + t (X_W d + shift))`` for each ``t`` of ``steps`` (a line
     search's ladder) and the model's sums at the full step."""
     u = part.cols @ d + shift
     n = part.y.shape[0]
     values = np.array([datafit.value(part.y, part.z + t * u, part.s) * n for t in steps])
-    after = model_sums(part, datafit, ws, ws_id, d, shift)
+    after = model_sums(part, blocks, datafit, ws, ws_id, d, shift)
     return replace(after, out=TrialSums(values, after.out))

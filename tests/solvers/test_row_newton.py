@@ -163,7 +163,7 @@ def _part(X, y, s=None, w=None, b=0.3):
     X = sp.csr_matrix(X)
     blocks = [assemble_rows(0, 0, X[:70]), assemble_rows(1, 70, X[70:])]
     w = np.zeros(X.shape[1]) if w is None else w
-    return start_part(blocks, y, s, w, b)
+    return start_part(blocks, y, s, w, b), blocks
 
 
 @pytest.mark.parametrize("datafit", [Quadratic(), Logistic()], ids=["squared", "logistic"])
@@ -173,10 +173,10 @@ def test_model_sums_and_trials_against_numpy(datafit):
     X, y = make_classification(n=120, p=30, seed=6)
     s = np.random.default_rng(2).uniform(0.5, 2, size=120)
     w = np.random.default_rng(3).standard_normal(30) * 0.2
-    part = _part(X, y, s, w)
+    part, blocks = _part(X, y, s, w)
     ws = np.array([1, 4, 5, 17, 29])
     d = np.random.default_rng(4).standard_normal(5)
-    out = part_out(model_sums(part, datafit, ws, 1, d, 0.05))
+    out = part_out(model_sums(part, blocks, datafit, ws, 1, d, 0.05))
     Xd = X.toarray()
     z = Xd @ w + 0.3 + Xd[:, ws] @ d + 0.05
     g = datafit.gradient(y, z, s) * 120
@@ -191,16 +191,16 @@ def test_model_sums_and_trials_against_numpy(datafit):
     np.testing.assert_allclose(out.G, Xd[:, ws].T @ g, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose([out.g0, out.h0], [g.sum(), h.sum()], rtol=1e-10)
     np.testing.assert_allclose(out.value, datafit.value(y, z, s) * 120, rtol=1e-12)
-    moved = model_sums(part, datafit, ws, 1, d, 0.05)
+    moved = model_sums(part, blocks, datafit, ws, 1, d, 0.05)
     ts = np.array([1.0, 0.5])
-    trial = part_out(trial_model(moved, datafit, ws, 1, d, 0.0, ts))
+    trial = part_out(trial_model(moved, blocks, datafit, ws, 1, d, 0.0, ts))
     for t, v in zip(ts, trial.values, strict=True):
         np.testing.assert_allclose(v, datafit.value(y, z + t * Xd[:, ws] @ d, s) * 120,
                                    rtol=1e-12)  # fmt: skip
-    at_full = part_out(model_sums(moved, datafit, ws, 1, d, 0.0))
+    at_full = part_out(model_sums(moved, blocks, datafit, ws, 1, d, 0.0))
     np.testing.assert_array_equal(trial.model.A, at_full.A)
     np.testing.assert_allclose(trial.model.value, at_full.value, rtol=1e-12)
-    pos, neg = part_out(with_theta(moved, datafit))
+    pos, neg = part_out(with_theta(moved, blocks, datafit))
     theta = -datafit.gradient(y, z, s) * 120
     np.testing.assert_allclose([pos, neg], [theta[theta > 0].sum(), -theta[theta <= 0].sum()])
 
