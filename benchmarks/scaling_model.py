@@ -629,6 +629,8 @@ class RowParams:
 
     task_s : the scheduler's seconds a task (a call on ``P`` partitions is ``3 P - 1``
         tasks: one a partition, one taking out its small result, the tree's sums).
+    level_s : seconds a level of the tree of sums adds on loopback (a sum waits for the
+        two below it: the scheduler's dispatch and completion messages, in turn).
     call_s : a call's fixed seconds (client -> scheduler -> workers -> client).
     row_s : a call's seconds per row of the largest partition (its length-n work).
     nnz_s : a pass's seconds per nonzero of the largest partition (``X_q^T theta``), the
@@ -639,6 +641,7 @@ class RowParams:
     """
 
     task_s: float
+    level_s: float
     call_s: float
     row_s: float
     nnz_s: float
@@ -660,8 +663,10 @@ def tree_depth(workers: int) -> int:
 def row_call_seconds(rp: RowParams, workers: int, rows_w: float, link: Link) -> float:
     """One call on ``workers`` partitions (one a worker) of ``rows_w`` rows each, without
     its bytes: fixed + the scheduler's tasks + length-n work + latency hops."""
-    hops = rp.hops + HOPS_A_LEVEL * max(tree_depth(workers) - 1, 0)
-    return rp.call_s + rp.task_s * (3 * workers - 1) + rp.row_s * rows_w + hops * link.rtt_s / 2
+    depth = tree_depth(workers)
+    hops = rp.hops + HOPS_A_LEVEL * max(depth - 1, 0)
+    return (rp.call_s + rp.task_s * (3 * workers - 1) + rp.level_s * depth + rp.row_s * rows_w
+            + hops * link.rtt_s / 2)  # fmt: skip
 
 
 def row_fit_time(pb: Problem, workers: int, rp: RowParams, link: Link, calls: float,
@@ -680,18 +685,21 @@ def row_fit_time(pb: Problem, workers: int, rp: RowParams, link: Link, calls: fl
 def fit_row_params(timed: list[dict], nnz_s: float) -> RowParams:
     """:class:`RowParams` from ``bench_row_calls.py``'s runs, by least squares on every
     run's solve seconds less its passes' kernel time against ``calls``, ``calls x rows a
-    partition`` and ``calls x (3 P - 1)`` (the partitions series separates the scheduler's
-    cost a task from the rest); the set-up from the stores' seconds outside the solve."""
+    partition``, ``calls x (3 P - 1)`` and ``calls x depth`` (the partitions series
+    separates the scheduler's cost a task and a tree level from the rest); the set-up from
+    the stores' seconds outside the solve."""
     col = np.array
     design = col([[r["calls"], r["calls"] * r["n"] / r["partitions"],
-                   r["calls"] * (3 * r["partitions"] - 1)] for r in timed])  # fmt: skip
+                   r["calls"] * (3 * r["partitions"] - 1),
+                   r["calls"] * tree_depth(r["partitions"])] for r in timed])  # fmt: skip
     rest = col([r["fit_seconds"] - (r["rounds"] + 1) * nnz_s * r["nnz"] / r["partitions"]
                 for r in timed])  # fmt: skip
-    call_s, row_s, task_s = nonneg_lstsq(design, rest)
+    call_s, row_s, task_s, level_s = nonneg_lstsq(design, rest)
     two = [r for r in timed if r["series"] == "rows"]
     setup = nonneg_lstsq(col([[r["nnz"] / r["partitions"]] for r in two]),
                          col([r["seconds"] - r["fit_seconds"] for r in two]))[0]  # fmt: skip
-    return RowParams(float(task_s), float(call_s), float(row_s), nnz_s, float(setup))
+    return RowParams(float(task_s), float(level_s), float(call_s), float(row_s), nnz_s,
+                     float(setup))  # fmt: skip
 
 
 def row_points(net: dict, timed: list[dict]) -> list[dict]:
@@ -755,7 +763,8 @@ def direct_row_params(rp: RowParams, message_s: float, workers: int) -> RowParam
     workers (not built for row partitions): no scheduler tasks; a call's fixed cost the
     messages its tree's root handles (``depth + 1``, ``message_s`` each, the working-set
     calibration's ``ovh_worker``)."""
-    return dataclasses.replace(rp, task_s=0.0, call_s=message_s * (tree_depth(workers) + 1))
+    return dataclasses.replace(rp, task_s=0.0, level_s=message_s,
+                               call_s=message_s * (tree_depth(workers) + 1))  # fmt: skip
 
 
 def row_predictions(pb: Problem, rp: RowParams, link: Link, calls_per_round: float,

@@ -207,7 +207,8 @@ def test_set_up_is_shared_by_the_workers_that_load_the_blocks():
     assert one - four == pytest.approx(PRM.setup_col * PB.p * 0.75 + pass_gain, rel=1e-12)
 
 
-ROWS = sm.RowParams(task_s=2e-4, call_s=3e-3, row_s=5e-9, nnz_s=2e-9, setup_nnz_s=1e-8, hops=6)
+ROWS = sm.RowParams(task_s=2e-4, level_s=1e-3, call_s=3e-3, row_s=5e-9, nnz_s=2e-9,
+                    setup_nnz_s=1e-8, hops=6)  # fmt: skip
 
 
 def test_a_row_call_pays_its_tasks_rows_and_hops():
@@ -216,7 +217,7 @@ def test_a_row_call_pays_its_tasks_rows_and_hops():
     link = sm.Link(rtt_s=2e-3, bytes_per_s=1e9)
     got = sm.row_call_seconds(ROWS, 8, 1e6, link)
     hops = 6 + sm.HOPS_A_LEVEL * 2
-    assert got == pytest.approx(3e-3 + 2e-4 * 23 + 5e-9 * 1e6 + hops * 1e-3)
+    assert got == pytest.approx(3e-3 + 2e-4 * 23 + 1e-3 * 3 + 5e-9 * 1e6 + hops * 1e-3)
     assert [sm.tree_depth(w) for w in (1, 2, 3, 8, 64)] == [0, 1, 2, 3, 6]
 
 
@@ -240,13 +241,15 @@ def test_fit_row_params_recovers_known_parameters():
         ("partitions", 2e4, q) for q in (2, 4, 8, 16)
     ]:
         calls, rounds, nnz = int(rng.integers(20, 40)), 2, n * 90
-        fit_s = (calls * (true.call_s + true.task_s * (3 * parts - 1) + true.row_s * n / parts)
+        fit_s = (calls * (true.call_s + true.task_s * (3 * parts - 1) + true.row_s * n / parts
+                          + true.level_s * sm.tree_depth(parts))
                  + (rounds + 1) * true.nnz_s * nnz / parts)  # fmt: skip
         runs.append({"series": series, "partitions": parts, "calls": calls, "rounds": rounds,
                      "n": n, "nnz": nnz, "fit_seconds": fit_s,
                      "seconds": fit_s + true.setup_nnz_s * nnz / 2})  # fmt: skip
     got = sm.fit_row_params(runs, true.nnz_s)
     assert got.task_s == pytest.approx(true.task_s, rel=1e-6)
+    assert got.level_s == pytest.approx(true.level_s, rel=1e-6)
     assert got.call_s == pytest.approx(true.call_s, rel=1e-6)
     assert got.row_s == pytest.approx(true.row_s, rel=1e-6)
     assert got.setup_nnz_s == pytest.approx(true.setup_nnz_s, rel=1e-6)
