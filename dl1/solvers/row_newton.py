@@ -57,8 +57,11 @@ from dl1.tasks.row_newton import (
 )
 from dl1.tasks.rows import rows_stats_task
 
-#: Step lengths a line search tries, in one call: 1, 1/2, ..., 2^-15.
+#: Step lengths a line search tries: 1, 1/2, ..., 2^-15; the first :data:`FIRST_STEPS` in
+#: the step's call (each a pass over every partition's rows), the rest in a second call
+#: when none of them is accepted.
 STEPS = 0.5 ** np.arange(16)
+FIRST_STEPS = 4
 #: Armijo's sufficient decrease, as a fraction of the model's predicted decrease.
 ARMIJO = 1e-4
 #: Intercept Newton steps per certificate at most (each a call of tiny sums).
@@ -322,9 +325,15 @@ class _Run:
             if not np.any(d) or (-decrease <= target and self._excess(g, w_ws, pen) <= target
                                  / pb.p_zero):  # fmt: skip
                 break
-            before = self.parts
-            trial: TrialSums = self._call(trial_model, pb.datafit, ws, self.ws_id, d, e, STEPS)
-            t = self._armijo(trial.values, d, sums.value / pb.n, pen, w_ws, decrease)
+            before, f0 = self.parts, sums.value / pb.n
+            trial: TrialSums = self._call(trial_model, pb.datafit, ws, self.ws_id, d, e,
+                                          STEPS[:FIRST_STEPS])  # fmt: skip
+            t = self._armijo(trial.values, STEPS[:FIRST_STEPS], d, f0, pen, w_ws, decrease)
+            if t is None:  # the rest of the ladder, from the parts before the step
+                self.parts = before
+                rest = STEPS[FIRST_STEPS:]
+                values = self._call(trial_model, pb.datafit, ws, self.ws_id, d, e, rest).values
+                t = self._armijo(values, rest, d, f0, pen, w_ws, decrease) or float(rest[-1])
             self.w[ws] = w_ws + t * d
             self.b += t * e
             sums = trial.model
@@ -367,12 +376,12 @@ class _Run:
         q = (A - np.outer(sums.c, sums.c) / sums.h0) / n
         return np.ascontiguousarray(q), (sums.G - sums.c * (sums.g0 / sums.h0)) / n
 
-    def _armijo(self, values: np.ndarray, d: np.ndarray, f0: float, pen: Any,
-                w_ws: np.ndarray, decrease: float) -> float:  # fmt: skip
-        """The first of :data:`STEPS` whose loss sum (``values``, every partition's added)
-        gives Armijo's decrease of the penalised objective; the last if none."""
+    def _armijo(self, values: np.ndarray, steps: np.ndarray, d: np.ndarray, f0: float,
+                pen: Any, w_ws: np.ndarray, decrease: float) -> float | None:  # fmt: skip
+        """The first of ``steps`` whose loss sum (``values``, every partition's added)
+        gives Armijo's decrease of the penalised objective; None if none does."""
         p0 = f0 + pen.value(w_ws)
-        for t, v in zip(STEPS, values / self.pb.n, strict=True):
+        for t, v in zip(steps, values / self.pb.n, strict=True):
             if v + pen.value(w_ws + t * d) <= p0 + ARMIJO * t * decrease + 1e-12 * abs(p0):
                 return float(t)
-        return float(STEPS[-1])
+        return None

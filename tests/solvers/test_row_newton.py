@@ -223,3 +223,28 @@ def test_cross_validation_refuses_it_by_name():
     X, y = make_regression(n=120, p=20, seed=2)
     with pytest.raises(ValidationError, match="solver='ws'"):
         dl1.estimators.LassoCV(alphas=3, cv=3, solver="row-newton").fit(X, y)
+
+
+def test_a_step_the_first_ladder_refuses_is_found_in_the_rest(monkeypatch):
+    """When no step of the first ladder is accepted (forced here for the first Newton
+    steps: glmnet's steps on these data are taken whole), the rest of the ladder is
+    evaluated from the parts before the step, and the fit reaches the reference."""
+    from dl1.solvers import row_newton
+
+    real = row_newton._Run._armijo
+    seen = {"first": 0, "rest": 0}
+
+    def refuse_first(run, values, steps, *args):
+        if steps.shape[0] == row_newton.FIRST_STEPS and seen["first"] < 3:
+            seen["first"] += 1
+            return None
+        seen["rest"] += steps.shape[0] != row_newton.FIRST_STEPS
+        return real(run, values, steps, *args)
+
+    monkeypatch.setattr(row_newton._Run, "_armijo", refuse_first)
+    X, y = make_classification(n=300, p=40, seed=3)
+    alpha = dl1.alpha_max(X, y, loss="logistic") / 20
+    res = dl1.fit(X, y, alpha=alpha, loss="logistic", solver="row-newton", tol=1e-10)
+    ref = dl1.fit(X, y, alpha=alpha, loss="logistic", tol=1e-10)
+    assert seen == {"first": 3, "rest": 3} and res.converged_
+    np.testing.assert_allclose(res.coef_, ref.coef_, atol=1e-6)
