@@ -25,6 +25,7 @@ from dl1.tasks.rows import (
     RowStats,
     assemble_rows,
     column_extreme_task,
+    loaded_rows,
     rows_stats_task,
 )
 
@@ -47,13 +48,12 @@ def load_rows(ex: Any, inputs: Inputs, n_partitions: int, streamed: bool) -> Row
 def held_rows(ex: Any, inputs: Inputs, n_partitions: int) -> RowData:
     """The row blocks in worker memory (a store's own CSR blocks when it has them), checked
     by :func:`checked_rows` as every layout's data is."""
-    Xd = inputs.X
-    if inputs.store is not None and "csr" in inputs.store.entry(inputs.split)["formats"]:
-        Xd = inputs.store.to_dask(inputs.split, "csr")
     if inputs.local is not None and not ex.in_process:
         blocks, rb = spread_rows(ex, inputs.local, n_partitions)
+    elif inputs.store is not None:
+        blocks, rb = rows_read_in_place(ex, inputs.store, inputs.split, n_partitions)
     else:
-        blocks, rb = rows_in_memory(ex, Xd, n_partitions, inputs.store is not None)
+        blocks, rb = rows_in_memory(ex, inputs.X, n_partitions, False)
     parts = row_parts(len(blocks), n_partitions)
     return RowData(blocks, rb, parts, checked_rows(ex, blocks, rb, parts, inputs.sample_weight,
                                                    stored_squares(inputs)))  # fmt: skip
@@ -155,6 +155,22 @@ def rows_in_memory(ex: Any, Xd: da.Array, n_partitions: int, verified: bool):
     split = np.array_split(np.arange(len(tasks)), max(1, min(n_partitions, len(tasks))))
     part_of = [q for q, a in enumerate(split) for _ in a]
     blocks = ex.compute(tasks, workers=part_of)
+    ex.wait(blocks)
+    return blocks, rb
+
+
+def rows_read_in_place(ex: Any, store: Store, split: str, n_partitions: int) -> tuple[
+    list[Any], np.ndarray
+]:
+    """Futures of a store's row blocks, each read (and verified) by one task on its
+    partition's worker (:meth:`RowSource.load`), and the blocks' first rows. Reading a
+    block's chunks as tasks of their own would let Dask run them on any worker and move
+    them to the partition's (a row layout's whole data, measured at 0.5 GB a worker)."""
+    sources, rb = row_sources(store, split)
+    blocks: list[Any] = [None] * len(sources)
+    for q, part in enumerate(row_parts(len(sources), n_partitions)):
+        for i in part:
+            blocks[i] = ex.submit_to(q, loaded_rows, sources[i])
     ex.wait(blocks)
     return blocks, rb
 
