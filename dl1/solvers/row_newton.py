@@ -149,10 +149,10 @@ class RowNewtonSolver:
             converged = history[-1]["gap"] <= pb.tol
             if converged or r == self.max_rounds:
                 break
-            ws, crowded = run.working_set(xt, cert, ws_size)
+            ws, crowded = run.working_set(xt, ws_size)
             ws_size = ws.shape[0]
             target = cert.gap * self.inner_ratio if crowded else pb.tol * pb.p_zero
-            history[-1] |= run.subproblem(ws, r, target * self.inner_ratio)
+            history[-1] |= run.subproblem(ws, target * self.inner_ratio)
         res = make_result(pb, run.w, run.b, cert, converged, r, history)
         return res, WarmState(run.w, run.b, np.zeros(0))
 
@@ -277,7 +277,7 @@ class _Run:
         return Certificate(primal, dual, primal - dual), xt
 
     # -- the working set ------------------------------------------------------------------
-    def working_set(self, xt: np.ndarray, cert: Certificate, last: int) -> tuple[
+    def working_set(self, xt: np.ndarray, last: int) -> tuple[
         np.ndarray, bool
     ]:
         """The next working set (sorted) and whether it leaves violators out."""
@@ -301,7 +301,7 @@ class _Run:
         return ws, crowded
 
     # -- the subproblem -------------------------------------------------------------------
-    def subproblem(self, ws: np.ndarray, r: int, target: float) -> dict[str, Any]:
+    def subproblem(self, ws: np.ndarray, target: float) -> dict[str, Any]:
         """Newton steps on the working set ``ws`` until the model's predicted decrease is
         below ``target``; the round's record.
 
