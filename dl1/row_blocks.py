@@ -50,10 +50,13 @@ def held_rows(ex: Any, inputs: Inputs, n_partitions: int) -> RowData:
     by :func:`checked_rows` as every layout's data is."""
     if inputs.local is not None and not ex.in_process:
         blocks, rb = spread_rows(ex, inputs.local, n_partitions)
-    elif inputs.store is not None:
+    elif inputs.store is not None and len(inputs.store.row_bounds(inputs.split)) > n_partitions:
         blocks, rb = rows_read_in_place(ex, inputs.store, inputs.split, n_partitions)
-    else:
-        blocks, rb = rows_in_memory(ex, inputs.X, n_partitions, False)
+    else:  # fewer row blocks than partitions: the rows' chunks split further
+        Xd = inputs.X
+        if inputs.store is not None and "csr" in inputs.store.entry(inputs.split)["formats"]:
+            Xd = inputs.store.to_dask(inputs.split, "csr")
+        blocks, rb = rows_in_memory(ex, Xd, n_partitions, inputs.store is not None)
     parts = row_parts(len(blocks), n_partitions)
     return RowData(blocks, rb, parts, checked_rows(ex, blocks, rb, parts, inputs.sample_weight,
                                                    stored_squares(inputs)))  # fmt: skip
