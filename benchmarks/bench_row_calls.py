@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import dl1
+
 
 def shape(store: str) -> dict[str, int]:
     """The train split's rows, features and nonzeros (the store's manifest)."""
@@ -43,8 +45,6 @@ def one_fit(store: str, partitions: int, ratio: float, tol: float, client: Any,
             series: str) -> dict:  # fmt: skip
     """A timed row-newton fit at ``alpha_max / ratio``; its figures (``series``: "rows"
     for ``--stores``, "partitions" for ``--small``)."""
-    import dl1
-
     amax = dl1.alpha_max(store, client=client)
     t0 = time.perf_counter()
     res = dl1.fit(store, alpha=amax / ratio, tol=tol, solver="row-newton", client=client,

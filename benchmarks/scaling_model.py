@@ -707,15 +707,14 @@ def row_points(net: dict, timed: list[dict]) -> list[dict]:
     with the solve's calls, Newton steps and working set from the timed run of the same
     store's shape (same data, same calls)."""
     by_rows = {r["n"]: r for r in timed if r["series"] == "rows"}
+    rows_of = dict(x.split("=", 1) for x in net["args"]["rows"])  # bench_network's --rows
     cal = {c["profile"]: c for c in net["calibration"]}
     out = []
     for row in net["runs"]:
         if row.get("solver") != "row-newton" or row["task"] != "fit":
             continue
-        run = next((r for r in net["raw"] if r["preset"] == row["preset"]), None)
-        n = int(net["args"]["rows"][0].split("=")[1]) if net["args"]["rows"] else None
-        work = by_rows.get(n)
-        if run is None or work is None:
+        work = by_rows.get(int(rows_of.get(row["preset"], -1)))
+        if work is None:
             continue
         c = cal[row["profile"]]
         out.append({"profile": row["profile"], "seconds": row["seconds"],

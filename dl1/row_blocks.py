@@ -8,7 +8,7 @@ the solvers need from all rows. The column layout is loaded by :mod:`dl1.loading
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import dask
 import dask.array as da
@@ -30,6 +30,14 @@ from dl1.tasks.rows import (
 )
 
 
+class RowSquares(NamedTuple):
+    """What the loading's checks keep of the row blocks' squares (:class:`RowData`'s
+    last fields)."""
+
+    row_sqnorm_max: float
+    col_sq: np.ndarray
+
+
 def load_rows(ex: Any, inputs: Inputs, n_partitions: int, streamed: bool) -> RowData:
     """The row blocks (CSR, global columns), at least one per partition: in worker memory,
     the blocks of partition ``q`` on the worker of partition ``q``, or (``streamed``)
@@ -41,8 +49,8 @@ def load_rows(ex: Any, inputs: Inputs, n_partitions: int, streamed: bool) -> Row
         return held_rows(ex, inputs, n_partitions)
     blocks, rb = row_sources(inputs.store, inputs.split)
     parts = row_parts(len(blocks), n_partitions)
-    return RowData(blocks, rb, parts, checked_rows(ex, blocks, rb, parts, inputs.sample_weight,
-                                                   stored_squares(inputs)))  # fmt: skip
+    return RowData(blocks, rb, parts, *checked_rows(ex, blocks, rb, parts, inputs.sample_weight,
+                                                    stored_squares(inputs)))  # fmt: skip
 
 
 def held_rows(ex: Any, inputs: Inputs, n_partitions: int) -> RowData:
@@ -58,8 +66,8 @@ def held_rows(ex: Any, inputs: Inputs, n_partitions: int) -> RowData:
             Xd = inputs.store.to_dask(inputs.split, "csr")
         blocks, rb = rows_in_memory(ex, Xd, n_partitions, inputs.store is not None)
     parts = row_parts(len(blocks), n_partitions)
-    return RowData(blocks, rb, parts, checked_rows(ex, blocks, rb, parts, inputs.sample_weight,
-                                                   stored_squares(inputs)))  # fmt: skip
+    return RowData(blocks, rb, parts, *checked_rows(ex, blocks, rb, parts, inputs.sample_weight,
+                                                    stored_squares(inputs)))  # fmt: skip
 
 
 #: Relative agreement asked of a column's sum of squares from the row blocks and from the
@@ -104,8 +112,9 @@ def row_parts(n_blocks: int, n_partitions: int) -> list[list[int]]:
 def checked_rows(
     ex: Any, blocks: list[Any], rb: np.ndarray, parts: list[list[int]], sw: np.ndarray,
     stored: tuple[str, np.ndarray] | None = None,
-) -> float:  # fmt: skip
-    """The largest squared row norm of the row blocks, after the checks the feature blocks
+) -> RowSquares:  # fmt: skip
+    """The largest squared row norm of the row blocks and each column's sum of squares
+    (unweighted), after the checks the feature blocks
     make (:func:`dl1.tasks.blocks.check_column_squares`: every column's sum of squares,
     raw and weighted, neither overflowing float64 nor, for a nonzero column, underflowing
     it) and that of the steps of the sample-wise solvers (every row's squared norm finite):
@@ -140,7 +149,7 @@ def checked_rows(
                 f"X row {s.bad_row[0]}: its sum of squares overflows float64 (largest value "
                 f"{s.bad_row[1]:.3g}), which leaves the sample-wise solvers no step; rescale X"
             )
-    return float(max((s.row_sqnorm_max for s in stats), default=0.0))
+    return RowSquares(float(max((s.row_sqnorm_max for s in stats), default=0.0)), raw)
 
 
 def rows_in_memory(ex: Any, Xd: da.Array, n_partitions: int, verified: bool):

@@ -31,13 +31,14 @@ class DataHandles(NamedTuple):
 
 class RowData(NamedTuple):
     """The row blocks of the solvers that work by samples: their handles, first rows (and
-    n), the blocks of each partition (one worker's share) and the largest squared row
-    norm."""
+    n), the blocks of each partition (one worker's share), the largest squared row norm and
+    each column's sum of squares (unweighted; both from the loading's checks)."""
 
     blocks: list[Any]
     row_bounds: np.ndarray
     parts: list[list[int]]
     row_sqnorm_max: float
+    col_sq: np.ndarray
 
 
 @dataclass(frozen=True)

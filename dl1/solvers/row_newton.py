@@ -55,7 +55,6 @@ from dl1.tasks.row_newton import (
     with_theta,
     xt_theta,
 )
-from dl1.tasks.rows import rows_stats_task
 
 #: Step lengths a line search tries: 1, 1/2, ..., 2^-15; the first :data:`FIRST_STEPS` in
 #: the step's call (each a pass over every partition's rows), the rest in a second call
@@ -139,7 +138,7 @@ class RowNewtonSolver:
             raise ValidationError(f"solver={self.name!r} needs a smooth loss, not {pb.loss!r}")
         w = np.zeros(pb.p) if warm is None else warm.coef.copy()
         b = pb.initial_intercept() if warm is None else float(warm.intercept)
-        run = _Run(self, pb, self._start(pb, w, b), w, b, self._col_norms(pb))
+        run = _Run(self, pb, self._start(pb, w, b), w, b)
         history: list[dict[str, Any]] = []
         t0 = time.perf_counter()
         converged, ws_size, r = False, 0, 0
@@ -167,19 +166,6 @@ class RowNewtonSolver:
             out.append(ex.submit_to(q, start_part, [rows.blocks[i] for i in part],
                                     pb.y[lo:hi], s, w, b))  # fmt: skip
         return out
-
-    @staticmethod
-    def _col_norms(pb: Problem) -> np.ndarray:
-        """Each column's norm (weighted when there are weights), for the working set's
-        scores."""
-        ex, rows = pb.executor, pb.rows
-        stats = ex.gather([
-            ex.submit_to(q, rows_stats_task, [rows.blocks[i] for i in part],
-                         pb.sample_weight, int(rows.row_bounds[part[0]]))
-            for q, part in enumerate(rows.parts)
-        ])  # fmt: skip
-        sq = np.sum([st.col_wsq if st.col_wsq.shape[0] else st.col_sq for st in stats], axis=0)
-        return np.sqrt(sq)
 
     def _entry(self, r: int, cert: Certificate, pb: Problem, run: _Run, t0: float) -> dict:
         entry = {
@@ -211,10 +197,12 @@ class _Run:
     """One solve's coefficients on the coordinator and partitions on the workers."""
 
     def __init__(self, solver: RowNewtonSolver, pb: Problem, parts: list[Any], w: np.ndarray,
-                 b: float, norms: np.ndarray) -> None:  # fmt: skip
+                 b: float) -> None:  # fmt: skip
         self.solver, self.pb, self.parts = solver, pb, parts
         self.blocks = [[pb.rows.blocks[i] for i in part] for part in pb.rows.parts]
-        self.w, self.b, self.norms = w, b, norms
+        self.w, self.b = w, b
+        # the columns' norms, for the working set's scores (from the loading's checks)
+        self.norms = np.sqrt(pb.rows.col_sq)
         self.ws_id = 0
         #: calls so far (each: a task on every partition, their sums up a tree of tasks)
         self.calls = 0

@@ -130,10 +130,9 @@ def _matrix(blk: RowBlock) -> sp.csr_matrix:
 def _derivatives(part: RowPart, datafit: Any, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row, ``n`` times the loss's gradient and Hessian diagonal at ``z`` (the squared
     loss's: ``s (z - y)`` and ``s``)."""
-    if datafit.quadratic:
-        g = z - part.y
+    if datafit.quadratic:  # no grad_hess: its proximal Newton is the Gram mode's
         h = np.ones_like(z) if part.s is None else part.s.astype(np.float64)
-        return (g if part.s is None else g * part.s), h
+        return datafit.gradient(part.y, z, part.s) * z.shape[0], h
     g, h = np.empty_like(z), np.empty_like(z)
     datafit.grad_hess(part.y, z, part.sw, g, h)
     return g, h

@@ -15,6 +15,7 @@ import dl1
 from dl1.errors import ValidationError
 from dl1.objective.datafits import Logistic, Quadratic
 from dl1.runtime.executor import LocalExecutor
+from dl1.solvers import row_newton
 from dl1.solvers.result import ConvergenceWarning
 from dl1.solvers.row_newton import RowNewtonSolver
 from dl1.tasks.row_newton import (
@@ -229,8 +230,6 @@ def test_a_step_the_first_ladder_refuses_is_found_in_the_rest(monkeypatch):
     """When no step of the first ladder is accepted (forced here for the first Newton
     steps: glmnet's steps on these data are taken whole), the rest of the ladder is
     evaluated from the parts before the step, and the fit reaches the reference."""
-    from dl1.solvers import row_newton
-
     real = row_newton._Run._armijo
     seen = {"first": 0, "rest": 0}
 
