@@ -58,13 +58,10 @@ def held_rows(ex: Any, inputs: Inputs, n_partitions: int) -> RowData:
     by :func:`checked_rows` as every layout's data is."""
     if inputs.local is not None and not ex.in_process:
         blocks, rb = spread_rows(ex, inputs.local, n_partitions)
-    elif inputs.store is not None and len(inputs.store.row_bounds(inputs.split)) > n_partitions:
+    elif inputs.store is not None:
         blocks, rb = rows_read_in_place(ex, inputs.store, inputs.split, n_partitions)
-    else:  # fewer row blocks than partitions: the rows' chunks split further
-        Xd = inputs.X
-        if inputs.store is not None and "csr" in inputs.store.entry(inputs.split)["formats"]:
-            Xd = inputs.store.to_dask(inputs.split, "csr")
-        blocks, rb = rows_in_memory(ex, Xd, n_partitions, inputs.store is not None)
+    else:
+        blocks, rb = rows_in_memory(ex, inputs.X, n_partitions)
     parts = row_parts(len(blocks), n_partitions)
     return RowData(blocks, rb, parts, *checked_rows(ex, blocks, rb, parts, inputs.sample_weight,
                                                     stored_squares(inputs)))  # fmt: skip
@@ -152,7 +149,7 @@ def checked_rows(
     return RowSquares(float(max((s.row_sqnorm_max for s in stats), default=0.0)), raw)
 
 
-def rows_in_memory(ex: Any, Xd: da.Array, n_partitions: int, verified: bool):
+def rows_in_memory(ex: Any, Xd: da.Array, n_partitions: int) -> tuple[list[Any], np.ndarray]:
     """Futures of the row blocks of ``Xd`` (its row chunks, split further when there are
     fewer than partitions) on their partitions' workers, and the blocks' first rows."""
     n = Xd.shape[0]
@@ -161,7 +158,7 @@ def rows_in_memory(ex: Any, Xd: da.Array, n_partitions: int, verified: bool):
     rb = np.concatenate([[0], np.cumsum(Xd.chunks[0])]).astype(np.int64)
     dl = Xd.to_delayed()
     tasks = [
-        dask.delayed(assemble_rows, pure=True)(i, int(rb[i]), *dl[i, :].tolist(), verified=verified)
+        dask.delayed(assemble_rows, pure=True)(i, int(rb[i]), *dl[i, :].tolist())
         for i in range(len(rb) - 1)
     ]
     split = np.array_split(np.arange(len(tasks)), max(1, min(n_partitions, len(tasks))))
@@ -175,10 +172,13 @@ def rows_read_in_place(ex: Any, store: Store, split: str, n_partitions: int) -> 
     list[Any], np.ndarray
 ]:
     """Futures of a store's row blocks, each read (and verified) by one task on its
-    partition's worker (:meth:`RowSource.load`), and the blocks' first rows. Reading a
-    block's chunks as tasks of their own would let Dask run them on any worker and move
-    them to the partition's (a row layout's whole data, measured at 0.5 GB a worker)."""
-    sources, rb = row_sources(store, split)
+    partition's worker (:meth:`RowSource.load`), and the blocks' first rows. A store with
+    fewer row blocks than partitions has each cut into pieces, each piece's worker reading
+    the block's chunks and keeping its rows. Reading a block's chunks as tasks of their own
+    would let Dask run them on any worker and move them to the partition's (a row layout's
+    whole data, measured at 0.5 GB a worker)."""
+    n_blocks = len(store.row_bounds(split)) - 1
+    sources, rb = row_sources(store, split, -(-n_partitions // max(1, n_blocks)))
     blocks: list[Any] = [None] * len(sources)
     for q, part in enumerate(row_parts(len(sources), n_partitions)):
         for i in part:
@@ -205,18 +205,20 @@ def spread_rows(ex: Any, local: Any, n_partitions: int) -> tuple[list[Any], np.n
     return blocks, rb
 
 
-def row_sources(store: Store, split: str) -> tuple[list[RowSource], np.ndarray]:
-    """The store's row blocks as sources (CSR chunks when the store has them)."""
+def row_sources(store: Store, split: str, pieces: int = 1) -> tuple[list[RowSource], np.ndarray]:
+    """The store's row blocks as sources (CSR chunks when the store has them), each cut into
+    ``pieces`` runs of rows as even as they split; and the sources' first rows."""
     e = store.entry(split)
     fmt = "csr" if "csr" in e["formats"] else e["formats"][0]
     rb, cb = store.row_bounds(split), store.col_bounds(split)
-    root = store.root
-    sources = [
-        RowSource(
-            i, int(rb[i]), int(rb[i + 1] - rb[i]), root, split, fmt,
-            tuple((j, e["blocks"][fmt][i][j], store.block_shape(split, i, j))
-                  for j in range(len(cb) - 1)),
-        )  # fmt: skip
-        for i in range(len(rb) - 1)
-    ]
-    return sources, rb.astype(np.int64)
+    sources: list[RowSource] = []
+    for b in range(len(rb) - 1):
+        reads = tuple((j, e["blocks"][fmt][b][j], store.block_shape(split, b, j))
+                      for j in range(len(cb) - 1))  # fmt: skip
+        n_b = int(rb[b + 1] - rb[b])
+        cuts = np.linspace(0, n_b, max(1, min(pieces, n_b)) + 1).round().astype(np.int64)
+        for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+            sources.append(RowSource(len(sources), int(rb[b] + lo), int(hi - lo), store.root,
+                                     split, fmt, reads, b, int(lo)))  # fmt: skip
+    starts = [s.r0 for s in sources] + [int(rb[-1])]
+    return sources, np.asarray(starts, dtype=np.int64)

@@ -50,9 +50,11 @@ def _row_block_sizeof(block: RowBlock) -> int:
 
 @dataclass(frozen=True)
 class RowSource:
-    """A row block left in its store, read and assembled by each task using it: out of
-    core, a worker holds one row block at a time, whatever the size of the data.
-    ``reads`` holds, per feature block, the arguments of the store's verified reader."""
+    """A range of rows left in its store, read and assembled by each task using it: out of
+    core, a worker holds one row block at a time, whatever the size of the data. The rows
+    are ``lo .. lo + n_rows`` of the store's row block ``block`` (all of it, or a piece
+    when the store has fewer row blocks than partitions); ``reads`` holds, per feature
+    block, the arguments of the store's verified reader of that block."""
 
     i: int
     r0: int
@@ -61,6 +63,8 @@ class RowSource:
     split: str
     fmt: str
     reads: tuple  # ((j, block manifest entry, block shape), ...)
+    block: int
+    lo: int
 
     def load(self) -> RowBlock:
         # local: dl1.store loads zarr and its codecs; workers on held blocks never need them
@@ -69,24 +73,26 @@ class RowSource:
         if self.fmt == "csr":
             return self._stacked()
         chunks = [
-            read_block_task(self.root, self.split, self.fmt, self.i, j, blk, shape, "scipy")
+            as_csr(read_block_task(self.root, self.split, self.fmt, self.block, j, blk, shape,
+                                   "scipy"))[self.lo : self.lo + self.n_rows]
             for j, blk, shape in self.reads
-        ]
+        ]  # fmt: skip
         return assemble_rows(self.i, self.r0, *chunks, verified=True)
 
     def _stacked(self) -> RowBlock:
-        """The CSR chunks placed one at a time into preallocated arrays: besides the block,
-        one chunk is in memory (the row counts come from the small index pointers first;
-        scipy's ``hstack`` holds the chunks, the result and a temporary)."""
+        """The CSR chunks' rows placed one chunk at a time into preallocated arrays: besides
+        the result, one chunk is in memory (the row counts come from the small index
+        pointers first; scipy's ``hstack`` holds the chunks, the result and a temporary)."""
         # local: zarr and its codecs only where a store is read (as in load)
         from dl1.store.arrays import read_array
         from dl1.store.format import block_key
         from dl1.store.reader import read_block_arrays
 
+        rows = slice(self.lo, self.lo + self.n_rows + 1)
         counts = np.zeros(self.n_rows, dtype=np.int64)
         for j, blk, _ in self.reads:
-            key = block_key(self.split, self.fmt, self.i, j)
-            counts += np.diff(read_array(self.root, f"{key}/indptr", blk["arrays"]["indptr"]))
+            key = block_key(self.split, self.fmt, self.block, j)
+            counts += np.diff(read_array(self.root, f"{key}/indptr", blk["arrays"]["indptr"])[rows])
         indptr = np.zeros(self.n_rows + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
         indices = np.empty(indptr[-1], dtype=np.int32)
@@ -94,9 +100,11 @@ class RowSource:
         cursor = indptr[:-1].copy()
         c0 = 0
         for j, blk, shape in self.reads:
-            ip, ix, dx = read_block_arrays(self.root, self.split, self.fmt, self.i, j, blk, shape)
-            # the kernel appends segments with an index offset: rows of CSR chunks, columns
-            store_kernels.csc_append_rows(ip, ix, dx, c0, indices, data, cursor)
+            ip, ix, dx = read_block_arrays(self.root, self.split, self.fmt, self.block, j, blk,
+                                           shape)  # fmt: skip
+            # the kernel appends segments with an index offset: rows of CSR chunks, columns;
+            # its index pointer holds positions in ix / dx, so a piece's rows need no copy
+            store_kernels.csc_append_rows(ip[rows], ix, dx, c0, indices, data, cursor)
             c0 += shape[1]
         sq = csc_col_sqnorms(indptr, indices, data, NO_SCALE, NO_SCALE)
         return RowBlock(self.i, self.r0, indptr, indices, data, c0, float(sq.max(initial=0.0)))
