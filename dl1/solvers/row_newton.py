@@ -27,6 +27,7 @@ as long as the rows (``theta``, ``X d``) between workers: 800 MB a round at 100M
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -138,7 +139,7 @@ class RowNewtonSolver:
             raise ValidationError(f"solver={self.name!r} needs a smooth loss, not {pb.loss!r}")
         w = np.zeros(pb.p) if warm is None else warm.coef.copy()
         b = pb.initial_intercept() if warm is None else float(warm.intercept)
-        run = _Run(self, pb, self._start(pb, w, b), w, b)
+        run = _Run(self, pb, self._kept(pb, warm) or self._start(pb, w, b), w, b)
         history: list[dict[str, Any]] = []
         t0 = time.perf_counter()
         converged, ws_size, r = False, 0, 0
@@ -153,18 +154,28 @@ class RowNewtonSolver:
             target = cert.gap * self.inner_ratio if crowded else pb.tol * pb.p_zero
             history[-1] |= run.subproblem(ws, target * self.inner_ratio)
         res = make_result(pb, run.w, run.b, cert, converged, r, history)
-        return res, WarmState(run.w, run.b, np.zeros(0))
+        return res, RowNewtonState(run.w, run.b, np.zeros(0), tuple(run.parts), _data(pb))
+
+    @staticmethod
+    def _kept(pb: Problem, warm: WarmState | None) -> list[Any]:
+        """The partitions a warm state kept, when they hold this problem's rows, labels and
+        weights (a path's next alpha: only the penalty changed); else none."""
+        if not isinstance(warm, RowNewtonState) or len(warm.data) != 3:
+            return []
+        same = all(a is b for a, b in zip(warm.data, _data(pb), strict=True))
+        return list(warm.parts) if same else []
 
     def _start(self, pb: Problem, w: np.ndarray, b: float) -> list[Any]:
         """Each partition with its rows' labels, weights and ``z = X_q w + b``."""
         ex, rows = pb.executor, pb.rows
         bounds = rows.row_bounds
+        support = np.flatnonzero(w)
         out = []
         for q, part in enumerate(rows.parts):
             lo, hi = int(bounds[part[0]]), int(bounds[part[-1] + 1])
             s = pb.weights[lo:hi] if pb.weights is not None else None
             out.append(ex.submit_to(q, start_part, [rows.blocks[i] for i in part],
-                                    pb.y[lo:hi], s, w, b))  # fmt: skip
+                                    pb.y[lo:hi], s, support, w[support], b))  # fmt: skip
         return out
 
     def _entry(self, r: int, cert: Certificate, pb: Problem, run: _Run, t0: float) -> dict:
@@ -190,7 +201,28 @@ class RowNewtonSolver:
         return WarmState(arrays["w"], intercept, np.zeros(0))
 
     def release(self, problem: Problem, state: WarmState | None) -> None:
-        """Nothing is cached beyond a solve: its partitions are released with it."""
+        """Nothing is cached beside the state: its partitions are released with it."""
+
+
+def _data(pb: Problem) -> tuple[Any, Any, Any]:
+    """What a partition holds of a problem besides its predictions: its rows, labels and
+    weights (compared by identity: a path's problems share them)."""
+    return (pb.rows, pb.y, pb.sample_weight)
+
+
+@dataclass(frozen=True)
+class RowNewtonState(WarmState):
+    """A :class:`WarmState` with the partitions kept on the workers (each holding its rows'
+    labels, weights and ``z`` at this state's coefficients) and the problem data they hold
+    (:func:`_data`): the next solve on the same data (a path's next alpha) starts from
+    them, sending nothing as long as the rows."""
+
+    parts: tuple[Any, ...] = ()
+    data: tuple[Any, ...] = ()
+
+    def reproducible(self) -> RowNewtonState:
+        # the kept z were updated step by step; a resumed run recomputes them as X w + b
+        return replace(self, parts=(), data=())
 
 
 class _Run:

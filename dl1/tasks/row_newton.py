@@ -117,10 +117,15 @@ def sum_outs(a: Any, b: Any) -> Any:
 
 
 def start_part(blocks: list[RowBlock | RowSource], y: np.ndarray, s: np.ndarray | None,
-               w: np.ndarray, b: float) -> RowPart:  # fmt: skip
-    """The partition of ``blocks`` with ``z = X_q w + b``."""
-    z = np.concatenate([_matrix(blk) @ w for blk in map(loaded_rows, blocks)]) + b
-    return RowPart(y, s, z)
+               support: np.ndarray, values: np.ndarray, b: float) -> RowPart:  # fmt: skip
+    """The partition of ``blocks`` with ``z = X_q w + b``, ``w`` given by its nonzeros
+    (``w[support] = values``): a cold or warm start sends those, not a length-p vector."""
+    z = []
+    for blk in map(loaded_rows, blocks):
+        w = np.zeros(blk.p)
+        w[support] = values
+        z.append(_matrix(blk) @ w)
+    return RowPart(y, s, np.concatenate(z) + b)
 
 
 def _matrix(blk: RowBlock) -> sp.csr_matrix:

@@ -4,8 +4,10 @@ back to the coordinator."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
+import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -164,7 +166,8 @@ def _part(X, y, s=None, w=None, b=0.3):
     X = sp.csr_matrix(X)
     blocks = [assemble_rows(0, 0, X[:70]), assemble_rows(1, 70, X[70:])]
     w = np.zeros(X.shape[1]) if w is None else w
-    return start_part(blocks, y, s, w, b), blocks
+    support = np.flatnonzero(w)
+    return start_part(blocks, y, s, support, w[support], b), blocks
 
 
 @pytest.mark.parametrize("datafit", [Quadratic(), Logistic()], ids=["squared", "logistic"])
@@ -216,6 +219,48 @@ def test_a_path_is_certified_at_every_alpha():
     ws = dl1.path(X, y, n_alphas=6, eps=0.05, tol=1e-10)
     assert path.converged_.all()
     np.testing.assert_allclose(path.coefs_.toarray(), ws.coefs_.toarray(), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_cluster_path_sends_the_labels_once(local_cluster):
+    """On two worker processes, a 5-alpha path starts its partitions once (one
+    ``start_part`` task a partition: the next alphas start from the kept predictions) and
+    gives the in-process path."""
+    from distributed import get_task_stream
+
+    X, y = make_regression(n=400, p=50, seed=4)
+    kw = dict(n_alphas=5, eps=0.05, solver="row-newton", tol=1e-10, n_partitions=2)
+    here = dl1.path(X, y, **kw)
+    with dask.config.set({"dl1.one-piece": False}), get_task_stream(local_cluster) as ts:
+        there = dl1.path(X, y, client=local_cluster, **kw)
+    starts = [t for t in ts.data if str(t["key"]).startswith("start_part")]
+    assert len(starts) == 2
+    assert there.converged_.all()
+    np.testing.assert_allclose(there.coefs_.toarray(), here.coefs_.toarray(), atol=1e-8)
+
+
+class Recording(RowNewtonSolver):
+    """Keeps the last problem it solved and the state it returned."""
+
+    def solve(self, problem, warm=None):
+        res, state = super().solve(problem, warm)
+        self.seen = (problem, state)
+        return res, state
+
+
+def test_kept_partitions_serve_the_same_data_only():
+    """A state's partitions are reused by a problem with the same rows, labels and
+    weights (another penalty), not by one with other labels or weights, nor once made
+    reproducible (a resumed run recomputes ``z``)."""
+    X, y = make_regression(n=90, p=12, seed=3)
+    solver = Recording()
+    dl1.fit(X, y, alpha=dl1.alpha_max(X, y) / 5, solver=solver)
+    pb, state = solver.seen
+    assert len(state.parts) == len(pb.rows.parts) > 0
+    assert solver._kept(pb.at(pb.penalty), state) == list(state.parts)
+    assert solver._kept(dataclasses.replace(pb, y=pb.y.copy()), state) == []
+    assert solver._kept(dataclasses.replace(pb, sample_weight=np.ones(90)), state) == []
+    assert solver._kept(pb, state.reproducible()) == []
 
 
 def test_cross_validation_refuses_it_by_name():
