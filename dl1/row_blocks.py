@@ -18,11 +18,13 @@ from dl1.chunks import matrix_nbytes
 from dl1.errors import StoreCorruptError, ValidationError
 from dl1.inputs import SQUARES_MIN, Inputs
 from dl1.runtime.compute import graph_carrying
+from dl1.runtime.tree import tree_reduce
 from dl1.solvers.base import RowData
 from dl1.store import Store
 from dl1.tasks.rows import (
     RowSource,
     RowStats,
+    add_row_stats,
     assemble_rows,
     column_extreme_task,
     loaded_rows,
@@ -123,12 +125,13 @@ def checked_rows(
         return ex.submit_to(q, rows_stats_task, [blocks[i] for i in part],
                             sw[lo:hi] if sw.shape[0] else sw, lo)  # fmt: skip
 
-    stats: list[RowStats] = ex.gather([part_stats(q, part) for q, part in enumerate(parts)])
-    with np.errstate(over="ignore", invalid="ignore"):
-        raw = np.sum([s.col_sq for s in stats], axis=0)
-        wsq = np.sum([s.col_wsq for s in stats], axis=0) if sw.shape[0] else raw
-        over = ~(np.isfinite(raw) & np.isfinite(wsq))
-        under = (raw < SQUARES_MIN) & (np.sum([s.col_nnz for s in stats], axis=0) > 0)
+    # summed along a tree of the workers: the coordinator receives one set of length-p sums
+    each = [(q, part_stats(q, part)) for q, part in enumerate(parts)]
+    stats: RowStats = ex.gather([tree_reduce(ex, each, add_row_stats)])[0]
+    raw = stats.col_sq
+    wsq = stats.col_wsq if sw.shape[0] else raw
+    over = ~(np.isfinite(raw) & np.isfinite(wsq))
+    under = (raw < SQUARES_MIN) & (stats.col_nnz > 0)
     for bad, kind in ((over, "overflows"), (under, "underflows")):
         if bad.any():
             c = int(np.flatnonzero(bad)[0])
@@ -140,13 +143,12 @@ def checked_rows(
             )
     if stored is not None:
         check_squares_tie(raw, stored)
-    for s in stats:
-        if s.bad_row[0] >= 0:
-            raise ValidationError(
-                f"X row {s.bad_row[0]}: its sum of squares overflows float64 (largest value "
-                f"{s.bad_row[1]:.3g}), which leaves the sample-wise solvers no step; rescale X"
-            )
-    return RowSquares(float(max((s.row_sqnorm_max for s in stats), default=0.0)), raw)
+    if stats.bad_row[0] >= 0:
+        raise ValidationError(
+            f"X row {stats.bad_row[0]}: its sum of squares overflows float64 (largest value "
+            f"{stats.bad_row[1]:.3g}), which leaves the sample-wise solvers no step; rescale X"
+        )
+    return RowSquares(float(stats.row_sqnorm_max), raw)
 
 
 def rows_in_memory(ex: Any, Xd: da.Array, n_partitions: int) -> tuple[list[Any], np.ndarray]:

@@ -35,6 +35,7 @@ import numpy as np
 from dl1.errors import ValidationError
 from dl1.kernels.gram import gram_cd_epochs
 from dl1.objective.gap import dual_from_conjugates, dual_scales
+from dl1.runtime.tree import tree_reduce
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.numerics import check_round
 from dl1.solvers.options import SolverOptions
@@ -249,11 +250,7 @@ class _Run:
         self.parts = [ex.submit_to(q, fn, part, self.blocks[q], *args)
                       for q, part in enumerate(self.parts)]  # fmt: skip
         outs = [(q, ex.submit_to(q, part_out, part)) for q, part in enumerate(self.parts)]
-        while len(outs) > 1:
-            pairs = [(a, ex.submit_to(a[0], sum_outs, a[1], b[1]))
-                     for a, b in zip(outs[0::2], outs[1::2], strict=False)]  # fmt: skip
-            outs = [(a[0], f) for a, f in pairs] + outs[len(pairs) * 2 :]
-        return ex.gather([outs[0][1]])[0]
+        return ex.gather([tree_reduce(ex, outs, sum_outs)])[0]
 
     # -- the certificate ------------------------------------------------------------------
     def refit_intercept(self) -> None:

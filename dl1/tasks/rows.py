@@ -204,6 +204,22 @@ def rows_stats_task(
                     np.zeros(0, np.int64) if col_nnz is None else col_nnz, bad_row)  # fmt: skip
 
 
+def add_row_stats(a: RowStats, b: RowStats) -> RowStats:
+    """Two partitions' :class:`RowStats` as one (``a``'s rows before ``b``'s: the first bad
+    row stays the first); a partition without rows (empty arrays) adds nothing. Sums past
+    float64's range are infinite, which the caller reports as overflowing."""
+
+    def add(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if not x.shape[0] or not y.shape[0]:
+            return x if x.shape[0] else y
+        with np.errstate(over="ignore", invalid="ignore"):
+            return x + y
+
+    return RowStats(max(a.row_sqnorm_max, b.row_sqnorm_max), add(a.col_sq, b.col_sq),
+                    add(a.col_wsq, b.col_wsq), add(a.col_nnz, b.col_nnz),
+                    a.bad_row if a.bad_row[0] >= 0 else b.bad_row)  # fmt: skip
+
+
 def add_column_squares(
     blk: RowBlock, sw: np.ndarray, col_sq: np.ndarray, col_wsq: np.ndarray, col_nnz: np.ndarray
 ) -> None:
