@@ -131,7 +131,7 @@ def checked_rows(
     raw = stats.col_sq
     wsq = stats.col_wsq if sw.shape[0] else raw
     over = ~(np.isfinite(raw) & np.isfinite(wsq))
-    under = (raw < SQUARES_MIN) & (stats.col_nnz > 0)
+    under = (raw < SQUARES_MIN) & stats.col_any
     for bad, kind in ((over, "overflows"), (under, "underflows")):
         if bad.any():
             c = int(np.flatnonzero(bad)[0])

@@ -163,13 +163,14 @@ def rows_xt_task(blocks: list[RowBlock | RowSource], theta: np.ndarray) -> np.nd
 class RowStats(NamedTuple):
     """What a partition's row blocks tell about the data's squares: the largest squared row
     norm, each column's sum of squares over these rows (raw, and weighted: empty without
-    weights) and count of nonzero values, and the first row whose squared norm is not
-    finite, with its largest value (``(-1, 0.0)``: none)."""
+    weights) and whether it holds a nonzero value (one byte a column: the statistics go
+    up a tree of workers), and the first row whose squared norm is not finite, with its
+    largest value (``(-1, 0.0)``: none)."""
 
     row_sqnorm_max: float
     col_sq: np.ndarray
     col_wsq: np.ndarray
-    col_nnz: np.ndarray
+    col_any: np.ndarray
     bad_row: tuple[int, float]
 
 
@@ -183,14 +184,14 @@ def rows_stats_task(
 ) -> RowStats:
     """The :class:`RowStats` of consecutive row blocks whose first row is ``r0``
     (``sample_weight``: the weights of their rows, or empty)."""
-    col_sq = col_wsq = col_nnz = None
+    col_sq = col_wsq = col_any = None
     sq_max, bad_row = 0.0, (-1, 0.0)
     for source in blocks:
         blk = loaded_rows(source)
         if col_sq is None:
-            col_sq, col_nnz = np.zeros(blk.p), np.zeros(blk.p, dtype=np.int64)
+            col_sq, col_any = np.zeros(blk.p), np.zeros(blk.p, dtype=bool)
             col_wsq = np.zeros(blk.p if sample_weight.shape[0] else 0)
-        add_column_squares(blk, sample_weight[blk.r0 - r0 :], col_sq, col_wsq, col_nnz)
+        add_column_squares(blk, sample_weight[blk.r0 - r0 :], col_sq, col_wsq, col_any)
         if not np.isfinite(blk.row_sqnorm_max) and bad_row[0] < 0:
             row_sq = csc_col_sqnorms(blk.indptr, blk.indices, blk.data, NO_SCALE, NO_SCALE)
             r = int(np.argmax(row_sq))  # the first infinite one
@@ -201,7 +202,7 @@ def rows_stats_task(
     empty = np.zeros(0)
     return RowStats(sq_max, empty if col_sq is None else col_sq,
                     empty if col_wsq is None else col_wsq,
-                    np.zeros(0, np.int64) if col_nnz is None else col_nnz, bad_row)  # fmt: skip
+                    np.zeros(0, bool) if col_any is None else col_any, bad_row)  # fmt: skip
 
 
 def add_row_stats(a: RowStats, b: RowStats) -> RowStats:
@@ -213,19 +214,19 @@ def add_row_stats(a: RowStats, b: RowStats) -> RowStats:
         if not x.shape[0] or not y.shape[0]:
             return x if x.shape[0] else y
         with np.errstate(over="ignore", invalid="ignore"):
-            return x + y
+            return x + y  # on booleans (col_any): or
 
     return RowStats(max(a.row_sqnorm_max, b.row_sqnorm_max), add(a.col_sq, b.col_sq),
-                    add(a.col_wsq, b.col_wsq), add(a.col_nnz, b.col_nnz),
+                    add(a.col_wsq, b.col_wsq), add(a.col_any, b.col_any),
                     a.bad_row if a.bad_row[0] >= 0 else b.bad_row)  # fmt: skip
 
 
 def add_column_squares(
-    blk: RowBlock, sw: np.ndarray, col_sq: np.ndarray, col_wsq: np.ndarray, col_nnz: np.ndarray
+    blk: RowBlock, sw: np.ndarray, col_sq: np.ndarray, col_wsq: np.ndarray, col_any: np.ndarray
 ) -> None:
     """Add the block's squares to each column's sums (raw; weighted by ``sw``, the weights
-    from the block's first row, when ``col_wsq`` is not empty) and its nonzero values to
-    the counts, :data:`SQUARES_CHUNK` nonzeros at a time."""
+    from the block's first row, when ``col_wsq`` is not empty) and mark the columns with a
+    nonzero value in ``col_any``, :data:`SQUARES_CHUNK` nonzeros at a time."""
     nnz, step = blk.data.shape[0], max(SQUARES_CHUNK, blk.p)
     for a in range(0, nnz, step):
         b = min(a + step, nnz)
@@ -236,7 +237,7 @@ def add_column_squares(
             if col_wsq.shape[0]:
                 rows = np.searchsorted(blk.indptr, np.arange(a, b), side="right") - 1
                 col_wsq += np.bincount(idx, weights=sq * sw[rows], minlength=blk.p)
-        col_nnz += np.bincount(idx[vals != 0], minlength=blk.p)
+        col_any[idx[vals != 0]] = True
 
 
 def column_extreme_task(blocks: list[RowBlock | RowSource], c: int) -> tuple[float, int]:
