@@ -374,6 +374,40 @@ def calibrate(cl: Cluster, nbytes: int) -> dict[str, float]:
             "probe_bytes": nbytes}  # fmt: skip
 
 
+#: Bytes of the task results :func:`message_probe` moves: a length-p vector of the presets
+#: (2 MiB: 260,941 features in float64), the size of what dl1's calls send up the tree.
+MESSAGE_BYTES = 2 * 2**20
+
+
+def _vector(nbytes: int) -> Any:
+    import numpy as np
+
+    return np.ones(nbytes // 8)
+
+
+def message_probe(client: Any, nbytes: int = MESSAGE_BYTES, repeat: int = 7) -> dict[str, float]:
+    """What a task result of ``nbytes`` costs between two workers and to the client, as
+    Dask moves it (the relay's bulk probe measures a 64 MiB stream, whose slow start and
+    losses are amortised; a few-MiB message's are not): the median throughput of the
+    fetches in the receiving worker's ``transfer_incoming_log``, and the median seconds of
+    the client's gather of such a result already in memory."""
+    a, b = sorted(client.scheduler_info()["workers"])[:2]
+    fetch_bps, gather_s = [], []
+    for _ in range(repeat):
+        made = client.submit(_vector, nbytes, workers=[a], pure=False)
+        used = client.submit(len, made, workers=[b], allow_other_workers=False, pure=False)
+        used.result(timeout=WAIT)
+        log = client.run(lambda dask_worker: list(dask_worker.transfer_incoming_log)[-1],
+                         workers=[b])[b]  # fmt: skip
+        fetch_bps.append(8 * log["total"] / max(log["duration"], 1e-9))
+        t0 = time.perf_counter()
+        client.gather(made)
+        gather_s.append(time.perf_counter() - t0)
+        del made, used
+    return {"message_bytes": nbytes, "message_bps": statistics.median(fetch_bps),
+            "gather_s": statistics.median(gather_s)}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -491,11 +525,12 @@ def _run_and_print(cl: Cluster, client: Any, run: functools.partial, where: dict
     return rec
 
 
-def run_all(clusters: dict[str, Cluster], stores: dict[str, str],
-            args: argparse.Namespace) -> list[dict[str, Any]]:  # fmt: skip
+def run_all(clusters: dict[str, Cluster], stores: dict[str, str], args: argparse.Namespace,
+            calib: dict[str, dict]) -> list[dict[str, Any]]:  # fmt: skip
     """Every preset's tasks on every cluster: a warm-up on each, then ``--repeat`` rounds
     in which each cluster runs once, interleaved (the order rotated from one repeat to the
-    next) so that the machine's changing load falls on every profile alike."""
+    next) so that the machine's changing load falls on every profile alike. Each
+    profile's ``calib`` gains :func:`message_probe`'s figures."""
     import dask
     from distributed import Client
 
@@ -510,8 +545,11 @@ def run_all(clusters: dict[str, Cluster], stores: dict[str, str],
         clients = {name: stack.enter_context(Client(cl.address, timeout=WAIT,
                                                     set_as_default=False))
                    for name, cl in clusters.items()}  # fmt: skip
-        for c in clients.values():
+        for name, c in clients.items():
             c.wait_for_workers(args.workers, timeout=WAIT)
+            if args.workers >= 2:
+                calib[name].update(message_probe(c))
+                print(f"{name}: messages {calib[name]}", flush=True)
         # every cluster with each way of sending a pass's dual point to the peers, and
         # each solver
         names = [(name, b, sv) for name in clusters for b in BROADCASTS[args.scan_tree]
@@ -620,16 +658,26 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _gbit(bps: float | None) -> str:
+    return "—" if bps is None else f"{bps / 1e9:.2f} Gbit/s"
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1e3:.1f} ms"
+
+
 def calibration_table(calib: dict[str, dict]) -> str:
     out = ["| profile | configured RTT | RTT through the relay (median / min) | RTT direct "
-           "| configured rate | throughput through the relay | throughput direct (tbf alone) |",
-           "|---|---|---|---|---|---|---|"]  # fmt: skip
+           "| configured rate | throughput through the relay | throughput direct (tbf alone) "
+           "| 2 MiB result, worker to worker | 2 MiB result's gather |",
+           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, c in calib.items():
         rate = "—" if c["rate_bps"] != c["rate_bps"] else f"{c['rate_bps'] / 1e9:.1f} Gbit/s"
         out.append(f"| {name} | {2 * c['latency_s'] * 1e3:.3f} ms | {c['rtt_s'] * 1e3:.3f} / "
                    f"{c['rtt_min_s'] * 1e3:.3f} ms | {c['direct_rtt_s'] * 1e3:.3f} ms | {rate} "
                    f"| {c['throughput_bps'] / 1e9:.2f} Gbit/s "
-                   f"| {c['direct_throughput_bps'] / 1e9:.2f} Gbit/s |")  # fmt: skip
+                   f"| {c['direct_throughput_bps'] / 1e9:.2f} Gbit/s "
+                   f"| {_gbit(c.get('message_bps'))} | {_ms(c.get('gather_s'))} |")  # fmt: skip
     return "\n".join(out)
 
 
@@ -734,7 +782,7 @@ def main(argv: list[str] | None = None) -> int:
             cl.start()
             calib[name] = calibrate(cl, args.probe_mib * 2**20)
             print(f"{name}: calibration {calib[name]}", flush=True)
-        runs = run_all(clusters, stores, args)
+        runs = run_all(clusters, stores, args, calib)
     except NetError as e:
         print(f"bench_network.py: {e}\n" + "\n".join(c.logs() for c in clusters.values()),
               file=sys.stderr)  # fmt: skip

@@ -7,6 +7,7 @@ tasks, and the working-set rounds as direct calls to the workers' partition serv
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
@@ -54,6 +55,12 @@ class Executor(Protocol):
     def check_memory(self, floor: Any) -> None: ...
     def broadcast(self, fn: Callable, *args: Any) -> None: ...
     def close(self) -> None: ...
+
+
+#: Seconds the client waits for a worker to answer a first direct call before it sends its
+#: calls, and fetches results, through the scheduler instead (a client that cannot reach
+#: the workers' addresses).
+PROBE_S = 5.0
 
 
 class PassRequest(NamedTuple):
@@ -187,6 +194,26 @@ class DistributedExecutor:
         view = cluster_view(self.client)
         return {a: w.limit for a, w in view.workers.items()} or dict(self.limits)
 
+    @functools.cached_property
+    def direct(self) -> bool:
+        """Whether results are fetched from the workers straight (one hop, as dl1's direct
+        calls are made) rather than relayed by the scheduler (two hops, all of them through
+        its link): as the client's ``direct_to_workers`` says; when that is unset (Dask's
+        default), if every worker answers a direct call within :data:`PROBE_S` seconds (a
+        client outside the workers' network gathers through the scheduler)."""
+        if self.client.direct_to_workers is not None:
+            return bool(self.client.direct_to_workers)
+
+        async def identities() -> None:
+            await asyncio.gather(*(self.client.rpc(a).identity() for a in self.workers))
+
+        probe = asyncio.wait_for(identities(), PROBE_S)
+        try:
+            asyncio.run_coroutine_threadsafe(probe, self.client.loop.asyncio_loop).result()
+        except Exception:
+            return False
+        return True
+
     def submit(self, fn, *args):
         engage_low_latency()
         return self.client.submit(fn, *args, pure=False)
@@ -215,7 +242,7 @@ class DistributedExecutor:
         # local: distributed (~0.3 s to import), which import dl1.runtime.executor does without
         from distributed import KilledWorker
 
-        coro = self.client.gather(list(handles), asynchronous=True)
+        coro = self.client.gather(list(handles), asynchronous=True, direct=self.direct)
         try:
             return self.watch.run_on_loop(
                 coro, lambda: pending_keys(handles), finished=lambda: _done(handles)

@@ -24,10 +24,9 @@ import numpy as np
 
 from dl1.errors import ValidationError
 from dl1.runtime.calls import Call, send_call, start_call
-from dl1.runtime.executor import DistributedExecutor, PassRequest
+from dl1.runtime.executor import PROBE_S, DistributedExecutor, PassRequest
 from dl1.runtime.wire import (
     OPENER,
-    PROBE_S,
     ROUTED,
     BlockMissing,
     BlockMoved,

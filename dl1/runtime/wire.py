@@ -53,11 +53,6 @@ class ServerClosed(RuntimeError):
 #: Threads starting the servers of solves while their blocks load (:class:`RpcExecutor`).
 OPENER = ThreadPoolExecutor(4, thread_name_prefix="dl1-open")
 
-#: Seconds the client waits for a worker to answer a first direct call before it sends its
-#: calls through the scheduler instead (a client that cannot reach the workers' addresses).
-PROBE_S = 5.0
-
-
 @dataclass(frozen=True)
 class WireBlock:
     """Wire form of a block held in the receiving server's worker memory."""

@@ -236,7 +236,6 @@ class _Run:
         self.w, self.b = w, b
         # the columns' norms, for the working set's scores (from the loading's checks)
         self.norms = np.sqrt(pb.rows.col_sq)
-        self.ws_id = 0
         #: calls so far (each: a task on every partition, their sums up a tree of tasks)
         self.calls = 0
 
@@ -326,9 +325,8 @@ class _Run:
         model at the full step (glmnet's steps are mostly taken whole): a step costs one
         call, two when the line search cuts it."""
         pb, solver = self.pb, self.solver
-        self.ws_id += 1
         pen = pb.penalty.restricted(ws)
-        sums: ModelSums = self._call(model_sums, pb.datafit, ws, self.ws_id, None, 0.0)
+        sums: ModelSums = self._call(model_sums, pb.datafit, ws, None, 0.0)
         steps = epochs = 0
         while steps < solver.max_newton:
             steps += 1
@@ -339,24 +337,23 @@ class _Run:
             d = new - w_ws
             e = -(sums.g0 + sums.c @ d) / sums.h0 if pb.fit_intercept else 0.0
             decrease = float(sums.G @ d + sums.g0 * e) / pb.n + pen.value(new) - pen.value(w_ws)
-            if not np.any(d) or (-decrease <= target and self._excess(g, w_ws, pen) <= target
-                                 / pb.p_zero):  # fmt: skip
+            if not np.any(d) or self._done(-decrease, g, w_ws, pen, target):
                 break
             before, f0 = self.parts, sums.value / pb.n
-            trial: TrialSums = self._call(trial_model, pb.datafit, ws, self.ws_id, d, e,
+            trial: TrialSums = self._call(trial_model, pb.datafit, ws, d, e,
                                           STEPS[:FIRST_STEPS])  # fmt: skip
             t = self._armijo(trial.values, STEPS[:FIRST_STEPS], d, f0, pen, w_ws, decrease)
             if t is None:  # the rest of the ladder, from the parts before the step
                 self.parts = before
                 rest = STEPS[FIRST_STEPS:]
-                values = self._call(trial_model, pb.datafit, ws, self.ws_id, d, e, rest).values
+                values = self._call(trial_model, pb.datafit, ws, d, e, rest).values
                 t = self._armijo(values, rest, d, f0, pen, w_ws, decrease) or float(rest[-1])
             self.w[ws] = w_ws + t * d
             self.b += t * e
             sums = trial.model
             if t != 1.0:  # cut: the model at the step taken, from the parts before it
                 self.parts = before
-                sums = self._call(model_sums, pb.datafit, ws, self.ws_id, t * d, t * e)
+                sums = self._call(model_sums, pb.datafit, ws, t * d, t * e)
         return {"ws_size": int(ws.shape[0]), "newton_steps": steps, "cd_epochs": epochs}
 
     def _minimise(self, q: np.ndarray, h: np.ndarray, w: np.ndarray, pen: Any) -> int:
@@ -382,6 +379,27 @@ class _Run:
             return 0.0
         grad = np.abs(g + pen.alpha_l2 * f * w)[held] / (pen.alpha_l1 * f[held])
         return float(grad.max()) - 1.0
+
+    def _done(self, decrease: float, g: np.ndarray, w: np.ndarray, pen: Any,
+              target: float) -> bool:  # fmt: skip
+        """Whether the Newton steps stop at ``w``: the model's predicted ``decrease``, the
+        excess of its gradient ``g`` over the L1 bound and the nonzero coefficients'
+        deficit all below what ``target`` allows."""
+        return (decrease <= target and self._excess(g, w, pen) <= target / self.pb.p_zero
+                and self._deficit(g, w, pen) <= target)  # fmt: skip
+
+    @staticmethod
+    def _deficit(g: np.ndarray, w: np.ndarray, pen: Any) -> float:
+        """The gap the nonzero coefficients leave, to first order: ``sum_j |w_j| |g_j +
+        alpha_l2 f_j w_j + alpha_l1 f_j sign(w_j)|`` over those inside their bounds (the
+        residual's dual point pays it whole). A step's decrease is of second order in it:
+        a float32 model's last step can leave 1e-9 of the objective here, unseen."""
+        f = pen.factors if pen.factors.shape[0] else np.ones(w.shape[0])
+        live = w != 0
+        if pen.bounds.shape[1]:
+            live &= (w > pen.bounds[0]) & (w < pen.bounds[1])
+        dev = g + pen.alpha_l2 * f * w + pen.alpha_l1 * f * np.sign(w)
+        return float(np.abs(w[live]) @ np.abs(dev[live]))
 
     def _model(self, sums: ModelSums) -> tuple[np.ndarray, np.ndarray]:
         """The model's Hessian and gradient on the working set (``F``'s, divided by n),

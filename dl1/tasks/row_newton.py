@@ -33,7 +33,7 @@ Blocks = list[RowBlock | RowSource]
 class RowPart:
     """A partition's labels ``y``, weights ``s`` (None: unit) and predictions ``z`` (its
     row blocks, consecutive, are passed to each task beside it); ``cols`` the rows'
-    working-set columns (CSR, ``n_q x m``) for the working set numbered ``ws_id``;
+    columns ``ws`` (CSR, ``n_q x m``: those of the last working set it was sent);
     ``theta`` the partition's part of the last dual point; ``out`` the last task's small
     result."""
 
@@ -41,7 +41,7 @@ class RowPart:
     s: np.ndarray | None
     z: np.ndarray
     cols: Any = None
-    ws_id: int = -1
+    ws: np.ndarray | None = None
     theta: np.ndarray | None = None
     out: Any = None
 
@@ -197,14 +197,14 @@ def gap_sums(part: RowPart, blocks: Blocks, datafit: Any, sides: tuple[float, fl
     return replace(part, out=GapSums(value * n, tuple(c * n for c in conj)))
 
 
-def with_columns(part: RowPart, blocks: Blocks, ws: np.ndarray, ws_id: int) -> RowPart:
-    """The part holding its rows' columns ``ws`` (kept while the working set is
-    ``ws_id``)."""
-    if part.ws_id == ws_id:
+def with_columns(part: RowPart, blocks: Blocks, ws: np.ndarray) -> RowPart:
+    """The part holding its rows' columns ``ws`` (kept while the working set is the same,
+    compared by its columns: a part outlives its solve when a path keeps it)."""
+    if part.ws is not None and np.array_equal(part.ws, ws):
         return part
     cols = sp.vstack([_matrix(blk)[:, ws] for blk in map(loaded_rows, blocks)], "csr")
     cols.sort_indices()  # csr_weighted_gram pairs each entry with the ones after it
-    return replace(part, cols=cols, ws_id=ws_id)
+    return replace(part, cols=cols, ws=ws)
 
 
 def packed(A: np.ndarray) -> np.ndarray:
@@ -223,11 +223,11 @@ def unpacked(v: np.ndarray, m: int) -> np.ndarray:
     return A
 
 
-def model_sums(part: RowPart, blocks: Blocks, datafit: Any, ws: np.ndarray, ws_id: int,
+def model_sums(part: RowPart, blocks: Blocks, datafit: Any, ws: np.ndarray,
                step: np.ndarray | None, shift: float) -> RowPart:  # fmt: skip
     """The part after the step ``X_W step + shift`` (None: none), with the
     :class:`ModelSums` of the quadratic model at its new ``z`` (``out``)."""
-    part = with_columns(part, blocks, ws, ws_id)
+    part = with_columns(part, blocks, ws)
     z = part.z if step is None else part.z + (part.cols @ step + shift)
     g, h = _derivatives(part, datafit, z)
     A = np.empty((part.cols.shape[1],) * 2)
@@ -237,13 +237,14 @@ def model_sums(part: RowPart, blocks: Blocks, datafit: Any, ws: np.ndarray, ws_i
     return replace(part, z=z, theta=None, out=sums)
 
 
-def trial_model(part: RowPart, blocks: Blocks, datafit: Any, ws: np.ndarray, ws_id: int,
+def trial_model(part: RowPart, blocks: Blocks, datafit: Any, ws: np.ndarray,
                 d: np.ndarray, shift: float, steps: np.ndarray) -> RowPart:  # fmt: skip
     """The part after the full step ``X_W d + shift``; ``out``: :class:`TrialSums`, the
     loss sums ``n_q F_q(z + t (X_W d + shift))`` for each ``t`` of ``steps`` (a line
     search's ladder) and the model's sums at the full step."""
+    part = with_columns(part, blocks, ws)
     u = part.cols @ d + shift
     n = part.y.shape[0]
     values = np.array([datafit.value(part.y, part.z + t * u, part.s) * n for t in steps])
-    after = model_sums(part, blocks, datafit, ws, ws_id, d, shift)
+    after = model_sums(part, blocks, datafit, ws, d, shift)
     return replace(after, out=TrialSums(values, after.out))

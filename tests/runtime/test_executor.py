@@ -116,3 +116,43 @@ def test_solves_in_threads_leave_blas_as_they_found_it():
         assert _blas_threads() == 1
         second.__exit__(None, None, None)
         assert _blas_threads() == 2
+
+
+def _scheduler_gathers(client) -> int:
+    """Gathers the scheduler has relayed since :func:`_count_gathers`."""
+    return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.handlers["dl1_count"]())
+
+
+def _count_gathers(dask_scheduler) -> None:
+    """Wrap the scheduler's ``gather`` handler to count its calls (read by a handler)."""
+    original, count = dask_scheduler.handlers["gather"], [0]
+
+    async def counted(*args, **kwargs):
+        count[0] += 1
+        return await original(*args, **kwargs)
+
+    dask_scheduler.handlers["gather"] = counted
+    dask_scheduler.handlers["dl1_count"] = lambda: count[0]
+
+
+def test_results_come_from_the_workers_straight_when_they_answer(local_cluster, monkeypatch):
+    """Pass: on a cluster whose workers answer the client, a result is fetched from its
+    worker, the scheduler relays no gather; with ``direct_to_workers=False``, or a worker
+    that does not answer (a closed port in the list), the scheduler relays them. Before:
+    every result went through the scheduler (two hops, both on its link)."""
+    local_cluster.run_on_scheduler(_count_gathers)
+    ex = DistributedExecutor(local_cluster)
+    assert ex.direct
+    assert ex.gather([ex.submit_to(0, sum, [1, 2]), ex.submit_to(1, max, [3, 4])]) == [3, 4]
+    assert _scheduler_gathers(local_cluster) == 0
+
+    monkeypatch.setattr(local_cluster, "direct_to_workers", False)
+    ex = DistributedExecutor(local_cluster)
+    assert not ex.direct
+    assert ex.gather([ex.submit_to(0, sum, [5, 6])]) == [11]
+    assert _scheduler_gathers(local_cluster) == 1
+
+    monkeypatch.setattr(local_cluster, "direct_to_workers", None)
+    ex = DistributedExecutor(local_cluster)
+    ex.workers = [*ex.workers, "tcp://127.0.0.1:1"]
+    assert not ex.direct
