@@ -669,17 +669,28 @@ def row_call_seconds(rp: RowParams, workers: int, rows_w: float, link: Link) -> 
             + hops * link.rtt_s / 2)  # fmt: skip
 
 
+def row_bytes(pb: Problem, workers: int, model_calls: float) -> float:
+    """Bytes on a row-newton fit's critical path, each sent over one link: the labels
+    from the client through the scheduler to the workers (in and out of its link, once a
+    fit: a path's alphas keep them); the loading's column statistics (9 bytes a feature:
+    a float64 sum of squares and a nonzero flag) and each certificate's ``X^T theta``
+    (float64) up the ``depth`` levels of the tree and to the client; each model call's
+    packed float32 ``m x m`` Hessian the same way."""
+    hops = tree_depth(workers) + 1
+    passes, m = pb.rounds + 1, pb.ws_size
+    return (2 * VEC_BYTES * pb.n
+            + hops * (9 * pb.p + passes * VEC_BYTES * pb.p + model_calls * 2 * m * (m + 1)))
+
+
 def row_fit_time(pb: Problem, workers: int, rp: RowParams, link: Link, calls: float,
                  model_calls: float) -> float:  # fmt: skip
     """A row-newton fit of ``pb``: set-up (loading, parallel), ``calls`` calls, a pass for
-    each round's certificate and the final one, and the bytes through the busiest link
-    (the tree's root): ``depth + 1`` length-p vectors a pass, ``depth + 1`` ``m x m``
-    matrices a model call."""
-    rows_w, nnz_w, depth = pb.n / workers, pb.nnz / workers, tree_depth(workers)
+    each round's certificate and the final one, and :func:`row_bytes` at the link's rate."""
+    rows_w, nnz_w = pb.n / workers, pb.nnz / workers
     passes = pb.rounds + 1
-    bytes_ = (depth + 1) * VEC_BYTES * (passes * pb.p + model_calls * pb.ws_size**2)
     return (rp.setup_nnz_s * nnz_w + calls * row_call_seconds(rp, workers, rows_w, link)
-            + passes * rp.nnz_s * nnz_w + bytes_ / link.bytes_per_s)  # fmt: skip
+            + passes * rp.nnz_s * nnz_w
+            + row_bytes(pb, workers, model_calls) / link.bytes_per_s)  # fmt: skip
 
 
 def fit_row_params(timed: list[dict], nnz_s: float) -> RowParams:
@@ -717,9 +728,10 @@ def row_points(net: dict, timed: list[dict]) -> list[dict]:
         if work is None:
             continue
         c = cal[row["profile"]]
+        # a few-MiB result's measured rate (bench_network's message probe) when recorded
+        bps = c.get("message_bps", c["throughput_bps"])
         out.append({"profile": row["profile"], "seconds": row["seconds"],
-                    "rtt_s": c["rtt_s"], "bytes_per_s": c["throughput_bps"] / 8,
-                    "work": work})  # fmt: skip
+                    "rtt_s": c["rtt_s"], "bytes_per_s": bps / 8, "work": work})  # fmt: skip
     return out
 
 

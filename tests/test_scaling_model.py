@@ -221,13 +221,16 @@ def test_a_row_call_pays_its_tasks_rows_and_hops():
     assert [sm.tree_depth(w) for w in (1, 2, 3, 8, 64)] == [0, 1, 2, 3, 6]
 
 
-def test_row_fit_time_counts_the_tree_roots_bytes():
-    """Bytes through the busiest link: depth + 1 length-p vectors a pass (rounds + 1
-    passes) and depth + 1 m x m matrices a model call."""
+def test_row_fit_time_counts_the_bytes_on_its_critical_path():
+    """Bytes each over one link: the labels into and out of the scheduler (8 bytes a row
+    each way), and up the tree's 2 levels and to the client (3 hops): the column
+    statistics (9 bytes a feature), a length-p float64 vector a pass (rounds + 1 passes)
+    and a packed float32 m x m matrix a model call (m (m + 1) / 2 entries)."""
     pb = sm.Problem("t", n=1e6, p=1e5, nnz=1e8, rounds=2, ws_size=100)
     slow, fast = sm.Link(0.0, 1e6), sm.Link(0.0, 1e12)
     extra = sm.row_fit_time(pb, 4, ROWS, slow, 10, 3) - sm.row_fit_time(pb, 4, ROWS, fast, 10, 3)
-    bytes_ = 3 * 8 * (3 * 1e5 + 3 * 100**2)
+    bytes_ = 16 * 1e6 + 3 * (9 * 1e5 + 3 * 8 * 1e5 + 3 * 4 * 100 * 101 / 2)
+    assert sm.row_bytes(pb, 4, 3) == pytest.approx(bytes_, rel=1e-12)
     assert extra == pytest.approx(bytes_ / 1e6 - bytes_ / 1e12)
 
 
