@@ -135,12 +135,6 @@ def fold_scores(
     uncertified: list[int] = []
 
     def on_alpha(step: AlphaStep) -> None:
-        if step.state.z.shape[0] == 0:
-            raise ValidationError(
-                "cross-validation scores the held-out rows from the solver's predictions, "
-                "which this solver keeps on the workers (solver='row-newton'): use "
-                "solver='ws'"
-            )
         # the held-out predictions: the decision values through the loss's inverse link
         pred = datafit_class(step.result.loss).response(step.state.z[test_rows])
         out[step.k] = held_out_score(scoring, y[test_rows], pred, test_weight)
@@ -158,6 +152,12 @@ def path_runner(problem_for: Any, *, penalty: ElasticNet) -> Any:
 
     def run(view: Any, grid: np.ndarray, on_alpha: Any, weights: Any) -> None:
         solver, problem = problem_for(view, weights)
+        if not solver.returns_z:
+            problem.executor.close()
+            raise ValidationError(
+                "cross-validation scores the held-out rows from the solver's predictions, "
+                f"which solver={solver.name!r} keeps on the workers: use solver='ws'"
+            )
         try:
             walk(solver, problem, grid, penalty.at, on_alpha)
         finally:

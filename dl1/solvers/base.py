@@ -168,6 +168,9 @@ class Solver(Protocol):
     direct_calls: bool
     #: the data it reads: feature blocks (``"columns"``) or row blocks (``"rows"``)
     layout: str
+    #: whether its states carry ``z = X w + b`` on the coordinator (a data handle's
+    #: cross-validation scores the held-out rows from it)
+    returns_z: bool
 
     @classmethod
     def from_options(cls, options: SolverOptions) -> Solver:

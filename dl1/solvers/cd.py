@@ -70,6 +70,7 @@ class CoordinateDescentSolver:
 
     name = "cd"
     layout = "columns"
+    returns_z = True
     #: every round is partition tasks: direct calls would not shorten it
     direct_calls = False
 

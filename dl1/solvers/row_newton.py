@@ -100,6 +100,7 @@ class RowNewtonSolver:
 
     name = "row-newton"
     layout = "rows"
+    returns_z = False
     direct_calls = False
 
     @classmethod

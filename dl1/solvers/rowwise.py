@@ -77,6 +77,7 @@ class SampleWiseSolver:
     """
 
     layout = "rows"
+    returns_z = True
     direct_calls = False
     name = ""
     #: The step parameter calibrated when left at None ("": none to calibrate).

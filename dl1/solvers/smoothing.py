@@ -95,6 +95,7 @@ class SmoothingSolver:
 
     name = "smoothing"
     layout = "columns"
+    returns_z = True
     #: takes a loss without a curvature bound (the hinge), unlike the other column solvers
     smooths = True
 

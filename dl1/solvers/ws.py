@@ -122,6 +122,7 @@ class WorkingSetSolver:
 
     name = "ws"
     layout = "columns"
+    returns_z = True
 
     @classmethod
     def from_options(cls, o: SolverOptions) -> WorkingSetSolver:

@@ -267,11 +267,17 @@ def test_kept_partitions_serve_the_same_data_only():
     assert solver._kept(pb, state.reproducible()) == []
 
 
-def test_cross_validation_refuses_it_by_name():
+def test_cross_validation_refuses_it_by_name(monkeypatch):
     """A data handle's cross-validation scores held-out rows from the predictions, which
-    this solver does not bring back: refused with the solver to use instead."""
+    this solver does not bring back: refused with the solver to use instead, before any
+    alpha is solved."""
+
+    def solved(*args, **kwargs):
+        raise AssertionError("a fold's alpha was solved before the refusal")
+
+    monkeypatch.setattr(RowNewtonSolver, "solve", solved)
     X, y = make_regression(n=120, p=20, seed=2)
-    with pytest.raises(ValidationError, match="solver='ws'"):
+    with pytest.raises(ValidationError, match="solver='row-newton'.*solver='ws'"):
         dl1.estimators.LassoCV(alphas=3, cv=3, solver="row-newton").fit(X, y)
 
 
