@@ -92,6 +92,8 @@ class PassServer(Protocol):
 #: is warmed by the first solve that finds it listed, and later solves ask it nothing.
 _BASELINES: dict[tuple[str, str], int] = {}
 _BASELINES_LOCK = threading.Lock()
+#: Whether the client reached the workers directly, by (scheduler id, workers' addresses).
+_REACHED: dict[tuple[str, tuple[str, ...]], bool] = {}
 
 
 class LocalExecutor:
@@ -203,6 +205,13 @@ class DistributedExecutor:
         client outside the workers' network gathers through the scheduler)."""
         if self.client.direct_to_workers is not None:
             return bool(self.client.direct_to_workers)
+        key = (self.watch.first.scheduler_id, tuple(self.workers))
+        if key not in _REACHED:  # once a cluster and set of workers, not once a fit
+            _REACHED[key] = self._answer_directly()
+        return _REACHED[key]
+
+    def _answer_directly(self) -> bool:
+        """Whether every worker answers a direct identity call within :data:`PROBE_S`."""
 
         async def identities() -> None:
             await asyncio.gather(*(self.client.rpc(a).identity() for a in self.workers))

@@ -162,7 +162,7 @@ class RowNewtonSolver:
     def _kept(pb: Problem, warm: WarmState | None) -> list[Any]:
         """The partitions a warm state kept, when they hold this problem's rows, labels and
         weights (a path's next alpha: only the penalty changed); else none."""
-        if not isinstance(warm, RowNewtonState) or len(warm.data) != 3:
+        if not isinstance(warm, RowNewtonState) or not warm.parts:
             return []
         same = all(a is b for a, b in zip(warm.data, _data(pb), strict=True))
         return list(warm.parts) if same else []

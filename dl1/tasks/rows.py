@@ -73,11 +73,18 @@ class RowSource:
         if self.fmt == "csr":
             return self._stacked()
         chunks = [
-            as_csr(read_block_task(self.root, self.split, self.fmt, self.block, j, blk, shape,
-                                   "scipy"))[self.lo : self.lo + self.n_rows]
+            self._rows_of(read_block_task(self.root, self.split, self.fmt, self.block, j, blk,
+                                          shape, "scipy"))
             for j, blk, shape in self.reads
         ]  # fmt: skip
         return assemble_rows(self.i, self.r0, *chunks, verified=True)
+
+    def _rows_of(self, chunk: sp.spmatrix) -> sp.spmatrix:
+        """This source's rows of a chunk of its store block: the chunk itself when the
+        source is the whole block (no copy: out of core, every pass reads it)."""
+        if self.lo == 0 and self.n_rows == chunk.shape[0]:
+            return chunk
+        return as_csr(chunk)[self.lo : self.lo + self.n_rows]
 
     def _stacked(self) -> RowBlock:
         """The CSR chunks' rows placed one chunk at a time into preallocated arrays: besides
