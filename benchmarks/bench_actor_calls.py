@@ -7,7 +7,7 @@ Round-trip latency, on one LocalCluster of two single-threaded worker processes,
   ``tasks, direct gather`` sets ``direct_to_workers=True``);
 * ``dl1 direct``: dl1's own call, ``start_call(..., "dl1_call", ("call", (identity, [x])))``
   on a partition server opened with ``send_call(..., "dl1_open", ...)`` (as
-  ``RpcExecutor._invoke`` / ``_direct_open`` do);
+  ``RpcExecutor.invoke`` / ``_direct_open`` do);
 * ``actor sync`` / ``actor async``: ``actor.echo(x).result()`` of an Actor on worker A (a
   plain method, run in the worker's "actor" thread, and an ``async def`` one, run on the
   worker's event loop), with the client's default ``direct_to_workers=None`` (which makes

@@ -5,7 +5,7 @@ the blocks its worker holds and keeping the working set's columns between rounds
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,6 +24,7 @@ from dl1.runtime.wire import (
     SERVED,
     BlockMissing,
     BlockMoved,
+    RowPlan,
     ScanPlan,
     WireBlock,
     WireGroup,
@@ -40,10 +41,12 @@ class PartitionServer:
     """The server of one solve on one worker: runs routed task functions on the blocks held
     there, one method at a time, in a thread of its own (the worker's event loop goes on).
     ``client``: the id of the Dask client that opened it (its server lives as long);
-    ``sent``: where to count the calls it makes to peers, by method."""
+    ``sent`` and ``served``: where to count the calls it makes to peers and those it
+    serves, by method."""
 
     def __init__(
-        self, worker: Any, session: str, client: str | None = None, sent: Counter | None = None
+        self, worker: Any, session: str, client: str | None = None, sent: Counter | None = None,
+        served: Counter | None = None,
     ) -> None:
         warm_up()
         self._worker = worker
@@ -52,23 +55,27 @@ class PartitionServer:
         self.client = client
         #: calls made to peers, by method
         self.sent: Counter[str] = Counter() if sent is None else sent
+        #: calls served, by method
+        self.served: Counter[str] = Counter() if served is None else served
         # one method at a time, in the calls' thread
         self.calls = server_thread("dl1-server", worker.memory_manager.memory_limit)
         self._groups: dict[str, tuple] = {}
         self._values: dict[str, Any] = {}
+        self._rows: dict[str, HeldRows] = {}
 
     def serve(self, payload: Packed) -> Packed:
         """The packed result of the call ``payload`` packs: ``(method, args)``."""
         method, args = unpack(payload)
         if method not in SERVED:
             raise ValueError(f"a partition server has no method {method!r}")
+        self.served[method] += 1
         return pack_result(getattr(self, method)(*args))
 
     def close(self) -> None:
         """Let the thread and the caches go (a call running finishes first, calls waiting
         are cancelled)."""
         self.calls.shutdown(wait=False, cancel_futures=True)
-        self._groups, self._values = {}, {}
+        self._groups, self._values, self._rows = {}, {}, {}
 
     def held_groups(self) -> list[str]:
         """Ids of the column groups cached here (the last subproblem's)."""
@@ -206,6 +213,40 @@ class PartitionServer:
             done.update(zip(parts, call.result(), strict=True))
         return [done[q] for q in range(len(plan.holders))]
 
+    # -- row partitions (dl1.runtime.row_parts) ------------------------------------------
+    def row_start(self, plan: RowPlan, fn: Any, starts: dict[int, tuple], shared: tuple,
+                  version: int) -> None:  # fmt: skip
+        """Start this worker's partitions of ``plan``: partition ``q``'s part is ``fn(its
+        blocks, *starts[q], *shared)``, kept as ``version``."""
+        held = self._rows.setdefault(plan.key, HeldRows(plan))
+        held.keep(version, {q: fn(self._resolve(plan.blocks[q], {}), *args, *shared)
+                            for q, args in starts.items()})  # fmt: skip
+
+    def row_call(self, key: str, among: list[str], base: int, new: int, fn: Any,
+                 args: tuple) -> Any:  # fmt: skip
+        """``fn(part, blocks, *args)`` on the partitions of the workers ``among`` (this one
+        first), from their parts of version ``base``, kept as ``new``; the sum of their
+        small results. The peers' are asked of one head a subtree (:func:`broadcast_tree`),
+        which does the same: a call reaches every worker after ``ceil(log2 W)`` hops and
+        the sums come back the same way, each added on the way."""
+        held = self._rows.get(key)
+        if held is None:
+            raise BlockMissing(f"row partitions {key} are not on {self._worker.address}")
+        peers = [h for h in among if h != self._worker.address]
+        calls = [self._ask(sub[0], "row_call", key, sub, base, new, fn, args)
+                 for sub in broadcast_tree(peers)]  # fmt: skip
+        for call in calls:
+            call.wait_sent()
+        plan, parts = held.plan, {}
+        for q, part in held.version(base).items():
+            parts[q] = fn(part, self._resolve(plan.blocks[q], {}), *args)
+        held.keep(new, parts)
+        outs = [plan.out(parts[q]) for q in sorted(parts)] + [c.result() for c in calls]
+        total = outs[0]
+        for out in outs[1:]:
+            total = plan.add(total, out)
+        return total
+
     def _remote_groups(self, a: Any, remote: dict[str, list[WireGroup]]) -> None:
         """The uncached groups to extract from a peer's blocks, by the peer's address."""
         if isinstance(a, (list, tuple)):
@@ -255,6 +296,31 @@ class PartitionServer:
                 raise BlockMissing(f"constant {a.vid} is not on {self._worker.address}")
             return self._values[a.vid]
         return a
+
+
+#: Versions of its row partitions a server keeps (the most recent): a Newton step's line
+#: search goes back to the parts before the step at most three calls later.
+ROW_VERSIONS = 4
+
+
+class HeldRows:
+    """A server's row partitions of one :class:`RowPlan`: each version's parts, by
+    partition, the :data:`ROW_VERSIONS` latest kept."""
+
+    def __init__(self, plan: RowPlan) -> None:
+        self.plan = plan
+        self._versions: OrderedDict[int, dict[int, Any]] = OrderedDict()
+
+    def keep(self, version: int, parts: dict[int, Any]) -> None:
+        self._versions[version] = parts
+        while len(self._versions) > ROW_VERSIONS:
+            self._versions.popitem(last=False)
+
+    def version(self, version: int) -> dict[int, Any]:
+        """The parts of ``version``; BlockMissing when they were let go."""
+        if version not in self._versions:
+            raise BlockMissing(f"version {version} of row partitions {self.plan.key} is gone")
+        return self._versions[version]
 
 
 def server_thread(name: str, memory_limit: int | None) -> ThreadPoolExecutor:

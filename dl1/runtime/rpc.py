@@ -194,8 +194,9 @@ class RpcExecutor(DistributedExecutor):
         coro = send_call(self.client.rpc, addr, op, self._via(), **msg)
         return asyncio.run_coroutine_threadsafe(coro, self.client.loop.asyncio_loop)
 
-    def _invoke(self, addr: str, method: str, *args: Any) -> Call:
-        """A call of ``method(*args)`` of this solve's server on ``addr``."""
+    def invoke(self, addr: str, method: str, *args: Any) -> Call:
+        """A call of ``method(*args)`` of this solve's server on ``addr`` (its result:
+        :meth:`wait_call`)."""
         loop = self.client.loop.asyncio_loop
         msg = (method, args)
         via = self._via()
@@ -204,7 +205,7 @@ class RpcExecutor(DistributedExecutor):
     def ask(self, addr: str, method: str, *args: Any) -> Any:
         """The result of ``method(*args)`` of the server on ``addr`` (e.g. its
         ``held_groups``)."""
-        return self.wait_call(self._invoke(addr, method, *args))
+        return self.wait_call(self.invoke(addr, method, *args))
 
     def wait_call(self, call: Any) -> Any:
         """The result of a call to a server, or BlockMissing once the scheduler no longer
@@ -267,6 +268,21 @@ class RpcExecutor(DistributedExecutor):
                 addrs = [a for a in who.get(f.key, ()) if a in self._ready()]
                 self._holder[f.key] = addrs[0] if addrs else None
         return [self._holder[f.key] for f in futures]
+
+    def holder_of(self, blocks: list[Any]) -> str | None:
+        """The worker with a server holding every one of ``blocks`` (futures), or None when
+        they are not all on one such worker (or one is not a future)."""
+        # local: distributed (~0.3 s to import), which import dl1.runtime.rpc does without
+        from distributed import Future
+
+        if not blocks or not all(isinstance(b, Future) for b in blocks):
+            return None
+        where = set(self._holders(blocks))
+        return where.pop() if len(where) == 1 and None not in where else None
+
+    def wire_blocks(self, blocks: list[Any]) -> list[Any]:
+        """``blocks`` as a server names them: futures by their keys."""
+        return [self._wire(b, "") for b in blocks]
 
     def _block_futures(self, a: Any, out: list[Any]) -> None:
         # local: distributed (~0.3 s to import), which import dl1.runtime.rpc does without
@@ -360,7 +376,7 @@ class RpcExecutor(DistributedExecutor):
                     if len(holders) == 1 and None not in holders:
                         (addr,) = holders
                         wire = [self._wire(a, addr) for a in args]
-                        fut = self._invoke(addr, "call", fn, wire)
+                        fut = self.invoke(addr, "call", fn, wire)
                         return RpcFuture(self, fut, lambda: self.by_task(fn, *args))
                 except Exception:  # no server, or a block on none: tasks from now on
                     self.fall_back()
@@ -406,7 +422,7 @@ class RpcExecutor(DistributedExecutor):
             if plan is None:
                 return None
             home = min(self._ready())
-            return RpcFuture(self, self._invoke(home, method, *args(home, plan)), fallback)
+            return RpcFuture(self, self.invoke(home, method, *args(home, plan)), fallback)
         except Exception:  # no server, or a block on none: tasks from now on
             self.fall_back()
             return None
@@ -446,7 +462,7 @@ class RpcExecutor(DistributedExecutor):
     def broadcast(self, fn: Any, *args: Any) -> None:
         if not self.broken:
             try:
-                for fut in [self._invoke(a, "call", fn, list(args)) for a in self._ready()]:
+                for fut in [self.invoke(a, "call", fn, list(args)) for a in self._ready()]:
                     self.wait_call(fut)
                 return
             except Exception:

@@ -43,6 +43,8 @@ class PartitionServers(WorkerPlugin):
         self.calls_served = 0
         #: calls this worker's servers made to peers' servers, by method
         self.calls_sent: Counter[str] = Counter()
+        #: calls this worker's servers served, by method
+        self.methods_served: Counter[str] = Counter()
         self.worker: Any = None
         self._watcher: asyncio.Task | None = None
 
@@ -79,7 +81,8 @@ class PartitionServers(WorkerPlugin):
         await self._connect(peers or [])
         if session not in self.servers:
             server = await asyncio.to_thread(
-                PartitionServer, self.worker, session, client, self.calls_sent
+                PartitionServer, self.worker, session, client, self.calls_sent,
+                self.methods_served,
             )
             self.servers.setdefault(session, server)
             while len(self.servers) > MAX_SERVERS:

@@ -18,7 +18,7 @@ from dl1.tasks.subproblem import subproblem_task
 ROUTED = (scan_task, matvec_task, xt_theta_task, subproblem_task)
 
 #: Methods of a :class:`PartitionServer` a call may name.
-SERVED = frozenset({"call", "scan_pass", "extract", "held_groups"})
+SERVED = frozenset({"call", "scan_pass", "extract", "held_groups", "row_start", "row_call"})
 
 #: Name of the worker plugin holding the servers (see :mod:`dl1.runtime.servers`).
 PLUGIN_NAME = "dl1-partition-servers"
@@ -95,6 +95,20 @@ class ScanPlan:
         pick = [self.holders, self.blocks, self.bounds, self.alive]
         holders, blocks, bounds, alive = ([x[q] for q in parts] for x in pick)
         return replace(self, holders=holders, blocks=blocks, bounds=bounds, alive=alive)
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """Row partitions held by servers (:mod:`dl1.runtime.row_parts`): ``key`` names them
+    on every server; per partition, the worker holding its row blocks and the blocks (wire
+    forms, or sources a task reads); ``out`` and ``add``: a part's small result and the sum
+    of two, which each server applies to its partitions and adds up its subtree."""
+
+    key: str
+    holders: list[str]
+    blocks: list[list[Any]]
+    out: Any
+    add: Any
 
 
 @dataclass(frozen=True)

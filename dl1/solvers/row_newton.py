@@ -35,7 +35,7 @@ import numpy as np
 from dl1.errors import ValidationError
 from dl1.kernels.gram import gram_cd_epochs
 from dl1.objective.gap import dual_from_conjugates, dual_scales
-from dl1.runtime.tree import tree_reduce
+from dl1.runtime.row_parts import Partitions, PartsLost, RowParts, start_parts
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.numerics import check_round
 from dl1.solvers.options import SolverOptions
@@ -49,7 +49,6 @@ from dl1.tasks.row_newton import (
     model_sums,
     part_out,
     shift_sums,
-    shifted,
     start_part,
     sum_outs,
     trial_model,
@@ -101,7 +100,7 @@ class RowNewtonSolver:
     name = "row-newton"
     layout = "rows"
     returns_z = False
-    direct_calls = False
+    direct_calls = True
 
     @classmethod
     def from_options(cls, o: SolverOptions) -> RowNewtonSolver:
@@ -146,7 +145,11 @@ class RowNewtonSolver:
         t0 = time.perf_counter()
         converged, ws_size, r = False, 0, 0
         for r in range(self.max_rounds + 1):
-            cert, xt = run.certify()
+            try:
+                cert, xt = run.certify()
+            except PartsLost:  # once a solve at most: the parts again, by tasks
+                run.restart()
+                cert, xt = run.certify()
             history.append(self._entry(r, cert, pb, run, t0))
             converged = history[-1]["gap"] <= pb.tol
             if converged or r == self.max_rounds:
@@ -154,31 +157,35 @@ class RowNewtonSolver:
             ws, crowded = run.working_set(xt, ws_size)
             ws_size = ws.shape[0]
             target = cert.gap * self.inner_ratio if crowded else pb.tol * pb.p_zero
-            history[-1] |= run.subproblem(ws, target * self.inner_ratio)
+            try:
+                history[-1] |= run.subproblem(ws, target * self.inner_ratio)
+            except PartsLost:  # the steps taken are kept; the next round certifies them
+                run.restart()
         res = make_result(pb, run.w, run.b, cert, converged, r, history)
-        return res, RowNewtonState(run.w, run.b, np.zeros(0), tuple(run.parts), _data(pb))
+        return res, RowNewtonState(run.w, run.b, np.zeros(0), run.parts, _data(pb))
 
     @staticmethod
-    def _kept(pb: Problem, warm: WarmState | None) -> list[Any]:
+    def _kept(pb: Problem, warm: WarmState | None) -> RowParts | None:
         """The partitions a warm state kept, when they hold this problem's rows, labels and
         weights (a path's next alpha: only the penalty changed); else none."""
-        if not isinstance(warm, RowNewtonState) or not warm.parts:
-            return []
+        if not isinstance(warm, RowNewtonState) or warm.parts is None:
+            return None
         same = all(a is b for a, b in zip(warm.data, _data(pb), strict=True))
-        return list(warm.parts) if same else []
+        return warm.parts if same else None
 
-    def _start(self, pb: Problem, w: np.ndarray, b: float) -> list[Any]:
-        """Each partition with its rows' labels, weights and ``z = X_q w + b``."""
-        ex, rows = pb.executor, pb.rows
+    def _start(self, pb: Problem, w: np.ndarray, b: float) -> RowParts:
+        """Each partition with its rows' labels, weights and ``z = X_q w + b``: on the
+        partition servers when the executor has them, else by tasks."""
+        rows = pb.rows
         bounds = rows.row_bounds
         support = np.flatnonzero(w)
-        out = []
-        for q, part in enumerate(rows.parts):
+        blocks, starts = [], []
+        for part in rows.parts:
             lo, hi = int(bounds[part[0]]), int(bounds[part[-1] + 1])
-            s = pb.weights[lo:hi] if pb.weights is not None else None
-            out.append(ex.submit_to(q, start_part, [rows.blocks[i] for i in part],
-                                    pb.y[lo:hi], s, support, w[support], b))  # fmt: skip
-        return out
+            blocks.append([rows.blocks[i] for i in part])
+            starts.append((pb.y[lo:hi], pb.weights[lo:hi] if pb.weights is not None else None))
+        of = Partitions(pb.executor, blocks, part_out, sum_outs)
+        return start_parts(of, start_part, starts, (support, w[support], b))
 
     def _entry(self, r: int, cert: Certificate, pb: Problem, run: _Run, t0: float) -> dict:
         entry = {
@@ -219,46 +226,45 @@ class RowNewtonState(WarmState):
     (:func:`_data`): the next solve on the same data (a path's next alpha) starts from
     them, sending nothing as long as the rows."""
 
-    parts: tuple[Any, ...] = ()
+    parts: RowParts | None = None
     data: tuple[Any, ...] = ()
 
     def reproducible(self) -> RowNewtonState:
         # the kept z were updated step by step; a resumed run recomputes them as X w + b
-        return replace(self, parts=(), data=())
+        return replace(self, parts=None, data=())
 
 
 class _Run:
     """One solve's coefficients on the coordinator and partitions on the workers."""
 
-    def __init__(self, solver: RowNewtonSolver, pb: Problem, parts: list[Any], w: np.ndarray,
+    def __init__(self, solver: RowNewtonSolver, pb: Problem, parts: RowParts, w: np.ndarray,
                  b: float) -> None:  # fmt: skip
         self.solver, self.pb, self.parts = solver, pb, parts
-        self.blocks = [[pb.rows.blocks[i] for i in part] for part in pb.rows.parts]
         self.w, self.b = w, b
         # the columns' norms, for the working set's scores (from the loading's checks)
         self.norms = np.sqrt(pb.rows.col_sq)
-        #: calls so far (each: a task on every partition, their sums up a tree of tasks)
+        #: calls so far (each: every partition's task and their sums, or a direct call)
         self.calls = 0
 
     def _call(self, fn: Any, *args: Any) -> Any:
-        """``fn(part, *args)`` on every partition; the new parts kept, the sum of their
-        ``out`` returned. The sum is reduced along a binomial tree of tasks (each pair
-        added on the first one's worker): the coordinator receives one result, not one a
-        worker, and no worker more than ``ceil(log2 workers)``."""
-        ex = self.pb.executor
+        """``fn(part, blocks, *args)`` on every partition; the new parts kept, the sum of
+        their ``out`` returned (:mod:`dl1.runtime.row_parts`: the coordinator receives one
+        result, not one a worker)."""
         self.calls += 1
-        self.parts = [ex.submit_to(q, fn, part, self.blocks[q], *args)
-                      for q, part in enumerate(self.parts)]  # fmt: skip
-        outs = [(q, ex.submit_to(q, part_out, part)) for q, part in enumerate(self.parts)]
-        return ex.gather([tree_reduce(ex, outs, sum_outs)])[0]
+        self.parts, total = self.parts.call(fn, *args)
+        return total
+
+    def restart(self) -> None:
+        """The partitions started again at ``(w, b)`` (by tasks: the servers' were lost)."""
+        self.parts = self.solver._start(self.pb, self.w, self.b)
 
     # -- the certificate ------------------------------------------------------------------
-    def refit_intercept(self) -> None:
+    def refit_intercept(self) -> float:
         """Newton steps on the intercept (halved until the loss decreases; one exact step
-        for the squared loss), then the partitions' ``z`` moved by the total shift."""
+        for the squared loss): ``b`` moved, the shift the partitions' ``z`` must take."""
         pb = self.pb
         if not pb.fit_intercept:
-            return
+            return 0.0
         shift = 0.0
         at = self._call(shift_sums, pb.datafit, shift)
         for _ in range(INTERCEPT_STEPS):
@@ -274,16 +280,14 @@ class _Run:
                     break
                 step *= 0.5
             shift, at = shift + step, trial
-        if shift != 0.0:
-            self.parts = [pb.executor.submit_to(q, shifted, part, self.blocks[q], shift)
-                          for q, part in enumerate(self.parts)]  # fmt: skip
-            self.b += shift
+        self.b += shift
+        return shift
 
     def certify(self) -> tuple[Certificate, np.ndarray]:
         """The duality gap at ``(w, b)`` (the intercept refitted) and ``X^T theta``."""
         pb, n = self.pb, self.pb.n
-        self.refit_intercept()
-        sides = self._call(with_theta, pb.datafit)
+        shift = self.refit_intercept()
+        sides = self._call(with_theta, pb.datafit, shift)
         sides = sides if pb.fit_intercept else None
         xt = self._call(xt_theta, sides)
         absmax, excess = pb.penalty.xt_theta_stats(xt, n)

@@ -152,18 +152,15 @@ def shift_sums(part: RowPart, blocks: Blocks, datafit: Any, shift: float) -> Row
                                        float(h.sum())))
 
 
-def shifted(part: RowPart, blocks: Blocks, shift: float) -> RowPart:
-    """The part with ``z + shift`` (the intercept moved)."""
-    return replace(part, z=part.z + shift, theta=None, out=None)
-
-
-def with_theta(part: RowPart, blocks: Blocks, datafit: Any) -> RowPart:
-    """The part with its dual point ``theta_q = -n grad F(z)`` on its rows; ``out``: the
-    sums of its positive entries and of its negative entries' magnitudes (the balance of
-    an unpenalised intercept's constraint needs them over all rows)."""
-    theta = datafit.dual_point(part.y, part.z, part.s)
+def with_theta(part: RowPart, blocks: Blocks, datafit: Any, shift: float = 0.0) -> RowPart:
+    """The part with ``z + shift`` (the intercept moved) and its dual point ``theta_q = -n
+    grad F(z)`` on its rows; ``out``: the sums of its positive entries and of its negative
+    entries' magnitudes (the balance of an unpenalised intercept's constraint needs them
+    over all rows)."""
+    z = part.z + shift if shift else part.z
+    theta = datafit.dual_point(part.y, z, part.s)
     pos = float(theta[theta > 0].sum())
-    return replace(part, theta=theta, out=(pos, -float(theta[theta <= 0].sum())))
+    return replace(part, z=z, theta=theta, out=(pos, -float(theta[theta <= 0].sum())))
 
 
 def balanced_theta(part: RowPart, sides: tuple[float, float] | None) -> np.ndarray:

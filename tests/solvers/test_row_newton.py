@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections import Counter
 
 import dask
 import numpy as np
@@ -17,6 +18,7 @@ import dl1
 from dl1.errors import ValidationError
 from dl1.objective.datafits import Logistic, Quadratic
 from dl1.runtime.executor import LocalExecutor
+from dl1.runtime.wire import PLUGIN_NAME
 from dl1.solvers import row_newton
 from dl1.solvers.result import ConvergenceWarning
 from dl1.solvers.row_newton import RowNewtonSolver
@@ -93,17 +95,53 @@ def test_sample_weights_equal_repeated_rows():
 
 
 @pytest.mark.slow
-def test_cluster_fit_equals_in_process_fit(local_cluster):
-    """On two worker processes, the partitions' tasks (three partitions: the sums' tree
-    has one left over) give the in-process answer."""
+@pytest.mark.parametrize("direct", [True, False])
+def test_cluster_fit_equals_in_process_fit(local_cluster, direct):
+    """On two worker processes, the partitions (three: the sums' tree has one left over,
+    a server two of them) give the in-process answer, by direct calls and by tasks."""
     X, y = make_classification(n=300, p=60, seed=5)
     kw = dict(alpha=dl1.alpha_max(X, y, loss="logistic") / 20, loss="logistic",
               solver="row-newton", tol=1e-10, n_partitions=3)  # fmt: skip
     here = dl1.fit(X, y, **kw)
-    there = dl1.fit(X, y, client=local_cluster, **kw)
+    with dask.config.set({"dl1.one-piece": False, "dl1.direct-calls": direct}):
+        there = dl1.fit(X, y, client=local_cluster, **kw)
     assert there.converged_
     np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-9)
     assert there.n_rounds_ == here.n_rounds_
+
+
+def drop_servers(dask_worker) -> None:
+    """Close every partition server of a worker, as a worker restarted without them."""
+    servers = dask_worker.plugins[PLUGIN_NAME].servers
+    while servers:
+        servers.popitem()[1].close()
+
+
+@pytest.mark.slow
+def test_a_fit_whose_servers_are_lost_goes_on_by_tasks(local_cluster):
+    """The servers holding the partitions lost after the first certificate: the partitions are
+    started again by tasks from the coefficients so far, and the fit reaches the
+    in-process answer, certified."""
+    from distributed import get_task_stream
+
+    X, y = make_classification(n=300, p=60, seed=5)
+    alpha = dl1.alpha_max(X, y, loss="logistic") / 20
+    kw = dict(alpha=alpha, loss="logistic", tol=1e-10, n_partitions=3)
+    here = dl1.fit(X, y, solver="row-newton", **kw)
+    lost = []
+
+    def lose_servers(entry):
+        if entry["round"] == 0:
+            local_cluster.run(drop_servers)
+            lost.append(entry["calls"])
+
+    solver = RowNewtonSolver(callback=lose_servers)
+    with dask.config.set({"dl1.one-piece": False}), get_task_stream(local_cluster) as ts:
+        there = dl1.fit(X, y, client=local_cluster, solver=solver, **kw)
+    starts = [t for t in ts.data if str(t["key"]).startswith("start_part")]
+    assert lost and len(starts) == 3  # by tasks, once, after the servers were lost
+    assert there.converged_ and there.gap_ <= 1e-10 and there.n_rounds_ >= 2
+    np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-9)
 
 
 class RecordingExecutor(LocalExecutor):
@@ -207,6 +245,10 @@ def test_model_sums_and_trials_against_numpy(datafit):
     pos, neg = part_out(with_theta(moved, blocks, datafit))
     theta = -datafit.gradient(y, z, s) * 120
     np.testing.assert_allclose([pos, neg], [theta[theta > 0].sum(), -theta[theta <= 0].sum()])
+    # the intercept's shift taken by the same call
+    shifted = with_theta(moved, blocks, datafit, -0.2)
+    np.testing.assert_allclose(shifted.z, z - 0.2, rtol=1e-12)
+    np.testing.assert_allclose(shifted.theta, -datafit.gradient(y, z - 0.2, s) * 120, rtol=1e-10)
 
 
 @pytest.mark.parametrize(("n", "p", "tol"), [(200, 60, 1e-10), (200, 400, 1e-9)])
@@ -225,20 +267,43 @@ def test_a_path_is_certified_at_every_alpha(n, p, tol):
     np.testing.assert_allclose(path.coefs_.toarray(), ws.coefs_.toarray(), atol=1e-6)
 
 
+def methods_served(dask_worker) -> dict[str, int]:
+    """The calls the worker's partition servers served, by method."""
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    return {} if plugin is None else dict(plugin.methods_served)
+
+
+ROW_TASKS = ("start_part", "shift_sums", "with_theta", "xt_theta", "gap_sums", "model_sums",
+             "trial_model", "part_out", "sum_outs")  # fmt: skip
+
+
 @pytest.mark.slow
-def test_a_cluster_path_sends_the_labels_once(local_cluster):
-    """On two worker processes, a 5-alpha path starts its partitions once (one
-    ``start_part`` task a partition: the next alphas start from the kept predictions) and
-    gives the in-process path."""
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_cluster_path_sends_the_labels_once(local_cluster, direct):
+    """On two worker processes, a 5-alpha path starts its partitions once (the next
+    alphas start from the kept predictions) and gives the in-process path. By direct calls
+    (the default) no step is a task: one ``row_start`` a worker, and every call one
+    ``row_call`` a worker (the first forwards it to the second); by tasks (``dl1.direct-
+    calls: False``), one ``start_part`` task a partition."""
     from distributed import get_task_stream
 
     X, y = make_regression(n=400, p=50, seed=4)
     kw = dict(n_alphas=5, eps=0.05, solver="row-newton", tol=1e-10, n_partitions=2)
     here = dl1.path(X, y, **kw)
-    with dask.config.set({"dl1.one-piece": False}), get_task_stream(local_cluster) as ts:
+    before = local_cluster.run(methods_served)
+    config = {"dl1.one-piece": False, "dl1.direct-calls": direct}
+    with dask.config.set(config), get_task_stream(local_cluster) as ts:
         there = dl1.path(X, y, client=local_cluster, **kw)
-    starts = [t for t in ts.data if str(t["key"]).startswith("start_part")]
-    assert len(starts) == 2
+    served = [Counter(v) - Counter(before.get(k, {}))
+              for k, v in local_cluster.run(methods_served).items()]  # fmt: skip
+    steps = Counter(str(t["key"]).split("-")[0] for t in ts.data)
+    if direct:
+        assert not any(steps[name] for name in ROW_TASKS), steps
+        assert [c["row_start"] for c in served] == [1, 1]
+        assert served[0]["row_call"] == served[1]["row_call"] > 5
+    else:
+        assert steps["start_part"] == 2
+        assert not any(c["row_call"] + c["row_start"] for c in served)
     assert there.converged_.all()
     np.testing.assert_allclose(there.coefs_.toarray(), here.coefs_.toarray(), atol=1e-8)
 
@@ -260,12 +325,11 @@ def test_kept_partitions_serve_the_same_data_only():
     solver = Recording()
     dl1.fit(X, y, alpha=dl1.alpha_max(X, y) / 5, solver=solver)
     pb, state = solver.seen
-    assert len(state.parts) == len(pb.rows.parts) > 0
-    kept = solver._kept(pb.at(pb.penalty), state)
-    assert all(a is b for a, b in zip(kept, state.parts, strict=True))
-    assert solver._kept(dataclasses.replace(pb, y=pb.y.copy()), state) == []
-    assert solver._kept(dataclasses.replace(pb, sample_weight=np.ones(90)), state) == []
-    assert solver._kept(pb, state.reproducible()) == []
+    assert len(state.parts.parts) == len(pb.rows.parts) > 0
+    assert solver._kept(pb.at(pb.penalty), state) is state.parts
+    assert solver._kept(dataclasses.replace(pb, y=pb.y.copy()), state) is None
+    assert solver._kept(dataclasses.replace(pb, sample_weight=np.ones(90)), state) is None
+    assert solver._kept(pb, state.reproducible()) is None
 
 
 def test_cross_validation_refuses_it_by_name(monkeypatch):
