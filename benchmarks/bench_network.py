@@ -50,7 +50,9 @@ the machine's changing load falls on every profile alike); medians reported. Per
 ``--solvers ws row-newton`` runs each workload with both solvers, interleaved: the
 working-set solver's column blocks hold every row, so its rounds move vectors as long as
 the rows; row-newton's row partitions keep their predictions and send vectors as long as
-the features or the working set (no CV: it keeps the predictions on the workers).
+the features or the working set (no CV: it keeps the predictions on the workers);
+``row-newton-tasks`` is row-newton with its calls as Dask tasks (``dl1.direct-calls:
+False``) instead of direct calls to the partition servers.
 
 ``--workers`` (2) and ``--partitions`` (one a worker) size the cluster and dl1's
 ``n_partitions``; ``--scan-tree both`` runs every task with the servers forwarding a pass's
@@ -450,19 +452,25 @@ def store_for(name: str, loss: str, data_dir: Path, quick: bool) -> str:
 def _solve(task: str, store: str, amax: float, args: argparse.Namespace,
            client: Any, solver: str) -> tuple[int, float]:  # fmt: skip
     """Run ``task`` with ``solver``; its rounds and certified relative gap."""
+    import dask
+
     import dl1
 
-    kw = {"tol": args.tol, "loss": args.loss, "client": client, "solver": solver,
+    # row-newton-tasks: row-newton's calls as Dask tasks, not calls to the servers
+    direct = solver != "row-newton-tasks"
+    kw = {"tol": args.tol, "loss": args.loss, "client": client,
+          "solver": solver.removesuffix("-tasks"),
           "n_partitions": args.partitions or args.workers}  # fmt: skip
     grid = {"n_alphas": args.n_alphas, "eps": args.eps}
-    if task == "fit":
-        res = dl1.fit(store, alpha=amax / args.ratio, **kw)
-        return res.n_rounds_, res.gap_
-    if task == "path":
-        res = dl1.path(store, **grid, **kw)
-        return int(res.rounds_.sum()), float(res.gaps_.max())
-    res = dl1.fit_cv(store, cv=args.folds, **grid, **kw)
-    return res.fit.n_rounds_, res.fit.gap_
+    with dask.config.set({"dl1.direct-calls": direct}):
+        if task == "fit":
+            res = dl1.fit(store, alpha=amax / args.ratio, **kw)
+            return res.n_rounds_, res.gap_
+        if task == "path":
+            res = dl1.path(store, **grid, **kw)
+            return int(res.rounds_.sum()), float(res.gaps_.max())
+        res = dl1.fit_cv(store, cv=args.folds, **grid, **kw)
+        return res.fit.n_rounds_, res.fit.gap_
 
 
 def run_task(task: str, store: str, amax: float, args: argparse.Namespace,
@@ -558,7 +566,7 @@ def run_all(clusters: dict[str, Cluster], stores: dict[str, str], args: argparse
             amax = dl1.alpha_max(store, loss=args.loss, client=clients[names[0][0]])
             for task in args.tasks:
                 # a data handle's CV needs the predictions, which row-newton keeps
-                runs = [x for x in names if not (task == "cv" and x[2] == "row-newton")]
+                runs = [x for x in names if not (task == "cv" and x[2].startswith("row-newton"))]
                 for name, b, sv in runs:  # warm-up
                     _run_with(b, task, store, amax, args, clients[name], sv)
                 for k in range(args.repeat):
@@ -716,9 +724,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--scan-tree", default="on", choices=list(BROADCASTS),
                     help="dl1.scan-tree: the dual point along a tree of peers (on), straight "
                     "to each (off), or each run both ways (both)")  # fmt: skip
-    ap.add_argument("--solvers", nargs="+", default=["ws"], choices=["ws", "row-newton"],
+    ap.add_argument("--solvers", nargs="+", default=["ws"],
+                    choices=["ws", "row-newton", "row-newton-tasks"],
                     help="dl1's solvers, each run interleaved (row-newton: row partitions "
-                    "keeping their predictions; no CV)")  # fmt: skip
+                    "keeping their predictions, called directly; row-newton-tasks: the same "
+                    "by Dask tasks; no CV)")  # fmt: skip
     ap.add_argument("--memory-limit", default="3GiB")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--ratio", type=float, default=20.0)

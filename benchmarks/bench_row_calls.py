@@ -11,8 +11,10 @@ length-n work). This script times row-newton fits on a 2-worker cluster:
 - on ``--small`` with ``--partitions`` 2, 4, 8, 16 (the same rows in more partitions: the
   scheduler's cost a task),
 
-each after an untimed warm-up, ``--repeat`` times, interleaved; per run the seconds, rounds,
-calls, Newton steps, working sets, and the store's shape. ``--scheduler`` runs on an
+each after an untimed warm-up, ``--repeat`` times, interleaved, by each of ``--transports``:
+``direct`` (calls to the partition servers, the default) and ``tasks`` (``dl1.direct-calls:
+False``); per run the seconds, rounds, calls, Newton steps, working sets, and the store's
+shape. ``--scheduler`` runs on an
 existing cluster (``dask scheduler`` / ``dask worker --nthreads 1 --no-nanny`` on
 127.0.0.1, as ``bench_network.py``'s loopback); without it a LocalCluster of processes.
 
@@ -42,16 +44,20 @@ def shape(store: str) -> dict[str, int]:
 
 
 def one_fit(store: str, partitions: int, ratio: float, tol: float, client: Any,
-            series: str) -> dict:  # fmt: skip
-    """A timed row-newton fit at ``alpha_max / ratio``; its figures (``series``: "rows"
-    for ``--stores``, "partitions" for ``--small``)."""
+            series: str, transport: str = "direct") -> dict:  # fmt: skip
+    """A timed row-newton fit at ``alpha_max / ratio`` by ``transport``; its figures
+    (``series``: "rows" for ``--stores``, "partitions" for ``--small``)."""
+    import dask
+
     amax = dl1.alpha_max(store, client=client)
-    t0 = time.perf_counter()
-    res = dl1.fit(store, alpha=amax / ratio, tol=tol, solver="row-newton", client=client,
-                  n_partitions=partitions)  # fmt: skip
-    seconds = time.perf_counter() - t0
+    with dask.config.set({"dl1.direct-calls": transport == "direct"}):
+        t0 = time.perf_counter()
+        res = dl1.fit(store, alpha=amax / ratio, tol=tol, solver="row-newton", client=client,
+                      n_partitions=partitions)  # fmt: skip
+        seconds = time.perf_counter() - t0
     hist = res.history_
     return {"store": store, "series": series, "partitions": partitions, "seconds": seconds,
+            "transport": transport, "workers": len(client.scheduler_info()["workers"]),
             "rounds": res.n_rounds_, "gap": res.gap_, "calls": hist[-1]["calls"],
             "newton_steps": sum(h.get("newton_steps", 0) for h in hist),
             "ws_sizes": [h["ws_size"] for h in hist if "ws_size" in h],
@@ -67,13 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ratio", type=float, default=20.0)
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--scheduler", default=None)
+    ap.add_argument("--transports", nargs="+", choices=["direct", "tasks"],
+                    default=["direct", "tasks"])
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     import dask
     from distributed import Client, LocalCluster
 
-    plan = [(s, 2, "rows") for s in args.stores]
-    plan += [(args.small, q, "partitions") for q in args.partitions]
+    plan = [(s, 2, "rows", t) for t in args.transports for s in args.stores]
+    plan += [(args.small, q, "partitions", t) for t in args.transports for q in args.partitions]
     runs = []
     with contextlib.ExitStack() as stack:
         stack.enter_context(dask.config.set({"dl1.one-piece": False}))
@@ -84,18 +92,20 @@ def main(argv: list[str] | None = None) -> int:
                 n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                 host="127.0.0.1"))  # fmt: skip
             client = stack.enter_context(Client(cluster, set_as_default=False))
-        for store, q, series in plan:  # warm-up
-            one_fit(store, q, args.ratio, args.tol, client, series)
+        for store, q, series, how in plan:  # warm-up
+            one_fit(store, q, args.ratio, args.tol, client, series, how)
         for k in range(args.repeat):
-            for store, q, series in plan[k % len(plan) :] + plan[: k % len(plan)]:
-                run = one_fit(store, q, args.ratio, args.tol, client, series)
-                print(f"{Path(store).name} P={q}: {run['seconds']:.3f} s, {run['calls']} calls, "
-                      f"{run['rounds']} rounds", flush=True)  # fmt: skip
+            for store, q, series, how in plan[k % len(plan) :] + plan[: k % len(plan)]:
+                run = one_fit(store, q, args.ratio, args.tol, client, series, how)
+                print(f"{Path(store).name} P={q} {how}: {run['seconds']:.3f} s, "
+                      f"{run['calls']} calls, {run['rounds']} rounds", flush=True)  # fmt: skip
                 runs.append(run)
-    for store, q, series in plan:
-        mine = [r for r in runs if (r["store"], r["partitions"], r["series"]) == (store, q, series)]
+    for store, q, series, how in plan:
+        key = (store, q, series, how)
+        mine = [r for r in runs
+                if (r["store"], r["partitions"], r["series"], r["transport"]) == key]  # fmt: skip
         median = statistics.median(r["seconds"] for r in mine)
-        print(f"{Path(store).name} P={q}: median {median:.3f} s, calls {mine[0]['calls']}")
+        print(f"{Path(store).name} P={q} {how}: median {median:.3f} s, calls {mine[0]['calls']}")
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1))
     return 0

@@ -637,7 +637,14 @@ class RowParams:
         working-set solver's calibrated kernel figure.
     setup_nnz_s : the set-up's seconds per nonzero of the largest partition (loading).
     hops : one-way link latencies a call waits for on 2 workers (tree depth 1); each
-        further level of the tree adds :data:`HOPS_A_LEVEL`.
+        further level of the tree adds :data:`HOPS_A_LEVEL` (:data:`DIRECT_HOPS_A_LEVEL`
+        by direct calls).
+    part_s : by direct calls, a call's seconds per partition a server holds (it runs
+        them in turn; 0 by tasks, where ``task_s`` counts them).
+    direct : whether the calls are direct calls to the partition servers (the default;
+        ``dl1.direct-calls: False``: tasks). A direct call has no tasks; ``level_s`` is
+        then a further level of the servers' tree (a server's forward and sum: the
+        working-set calibration's ``ovh_worker``), which 2 workers cannot show.
     """
 
     task_s: float
@@ -647,12 +654,17 @@ class RowParams:
     nnz_s: float
     setup_nnz_s: float
     hops: float = 0.0
+    part_s: float = 0.0
+    direct: bool = False
 
 
-#: One-way latencies a level of the sums' tree adds to a call: the scheduler's dispatch of
-#: the sum, the transfer's request and reply, the sum's completion (an assumption: two
-#: workers have one level only, so it is not calibrated).
+#: One-way latencies a level of the sums' tree adds to a call by tasks: the scheduler's
+#: dispatch of the sum, the transfer's request and reply, the sum's completion (an
+#: assumption: two workers have one level only, so it is not calibrated).
 HOPS_A_LEVEL = 4
+
+#: The same by direct calls: the call forwarded to the subtree's head, its sum back.
+DIRECT_HOPS_A_LEVEL = 2
 
 
 def tree_depth(workers: int) -> int:
@@ -660,26 +672,35 @@ def tree_depth(workers: int) -> int:
     return math.ceil(math.log2(workers)) if workers > 1 else 0
 
 
-def row_call_seconds(rp: RowParams, workers: int, rows_w: float, link: Link) -> float:
-    """One call on ``workers`` partitions (one a worker) of ``rows_w`` rows each, without
-    its bytes: fixed + the scheduler's tasks + length-n work + latency hops."""
+def row_call_seconds(rp: RowParams, workers: int, rows_w: float, link: Link,
+                     partitions: int | None = None) -> float:  # fmt: skip
+    """One call on ``partitions`` partitions (default: one a worker) of ``workers``
+    workers, ``rows_w`` rows a worker, without its bytes: fixed + the scheduler's tasks
+    (by tasks) or the servers' partitions in turn (direct) + length-n work + the tree's
+    further levels + latency hops."""
+    parts = workers if partitions is None else partitions
     depth = tree_depth(workers)
-    hops = rp.hops + HOPS_A_LEVEL * max(depth - 1, 0)
-    return (rp.call_s + rp.task_s * (3 * workers - 1) + rp.level_s * depth + rp.row_s * rows_w
-            + hops * link.rtt_s / 2)  # fmt: skip
+    extra = max(depth - 1, 0)
+    if rp.direct:
+        hops = rp.hops + DIRECT_HOPS_A_LEVEL * extra
+        fixed = rp.call_s + rp.part_s * parts / workers + rp.level_s * extra
+    else:
+        hops = rp.hops + HOPS_A_LEVEL * extra
+        fixed = rp.call_s + rp.task_s * (3 * parts - 1) + rp.level_s * depth
+    return fixed + rp.row_s * rows_w + hops * link.rtt_s / 2
 
 
-def row_bytes(pb: Problem, workers: int, model_calls: float) -> float:
+def row_bytes(pb: Problem, workers: int, model_calls: float, direct: bool = False) -> float:
     """Bytes on a row-newton fit's critical path, each sent over one link: the labels
-    from the client through the scheduler to the workers (in and out of its link, once a
-    fit: a path's alphas keep them); the loading's column statistics (9 bytes a feature:
-    a float64 sum of squares and a nonzero flag) and each certificate's ``X^T theta``
-    (float64) up the ``depth`` levels of the tree and to the client; each model call's
-    packed float32 ``m x m`` Hessian the same way."""
+    from the client to the workers (by tasks through the scheduler: in and out of its
+    link; direct: straight; once a fit: a path's alphas keep them); the loading's column
+    statistics (9 bytes a feature: a float64 sum of squares and a nonzero flag) and each
+    certificate's ``X^T theta`` (float64) up the ``depth`` levels of the tree and to the
+    client; each model call's packed float32 ``m x m`` Hessian the same way."""
     hops = tree_depth(workers) + 1
     passes, m = pb.rounds + 1, pb.ws_size
-    return (2 * VEC_BYTES * pb.n
-            + hops * (9 * pb.p + passes * VEC_BYTES * pb.p + model_calls * 2 * m * (m + 1)))
+    labels = (1 if direct else 2) * VEC_BYTES * pb.n
+    return labels + hops * (9 * pb.p + passes * VEC_BYTES * pb.p + model_calls * 2 * m * (m + 1))
 
 
 def row_fit_time(pb: Problem, workers: int, rp: RowParams, link: Link, calls: float,
@@ -690,39 +711,56 @@ def row_fit_time(pb: Problem, workers: int, rp: RowParams, link: Link, calls: fl
     passes = pb.rounds + 1
     return (rp.setup_nnz_s * nnz_w + calls * row_call_seconds(rp, workers, rows_w, link)
             + passes * rp.nnz_s * nnz_w
-            + row_bytes(pb, workers, model_calls) / link.bytes_per_s)  # fmt: skip
+            + row_bytes(pb, workers, model_calls, rp.direct) / link.bytes_per_s)  # fmt: skip
 
 
-def fit_row_params(timed: list[dict], nnz_s: float) -> RowParams:
-    """:class:`RowParams` from ``bench_row_calls.py``'s runs, by least squares on every
-    run's solve seconds less its passes' kernel time against ``calls``, ``calls x rows a
-    partition``, ``calls x (3 P - 1)`` and ``calls x depth`` (the partitions series
-    separates the scheduler's cost a task and a tree level from the rest); the set-up from
-    the stores' seconds outside the solve."""
+def fit_row_params(timed: list[dict], nnz_s: float, direct: bool = False,
+                   message_s: float = 0.0) -> RowParams:  # fmt: skip
+    """:class:`RowParams` of one transport from ``bench_row_calls.py``'s runs, by least
+    squares on every run's solve seconds less its passes' kernel time. By tasks, against
+    ``calls``, ``calls x rows a partition``, ``calls x (3 P - 1)`` and ``calls x depth``
+    (the partitions series separates the scheduler's cost a task and a tree level from
+    the rest); direct, against ``calls``, ``calls x rows a worker`` and ``calls x
+    partitions a worker`` (``level_s``: ``message_s``). The set-up from the stores'
+    seconds outside the solve."""
     col = np.array
-    design = col([[r["calls"], r["calls"] * r["n"] / r["partitions"],
-                   r["calls"] * (3 * r["partitions"] - 1),
-                   r["calls"] * tree_depth(r["partitions"])] for r in timed])  # fmt: skip
+    mine = [r for r in timed if (r.get("transport", "tasks") == "direct") == direct]
+    if direct:
+        design = col([[r["calls"], r["calls"] * r["n"] / r.get("workers", 2),
+                       r["calls"] * r["partitions"] / r.get("workers", 2)] for r in mine])
+    else:
+        design = col([[r["calls"], r["calls"] * r["n"] / r["partitions"],
+                       r["calls"] * (3 * r["partitions"] - 1),
+                       r["calls"] * tree_depth(r["partitions"])] for r in mine])  # fmt: skip
     rest = col([r["fit_seconds"] - (r["rounds"] + 1) * nnz_s * r["nnz"] / r["partitions"]
-                for r in timed])  # fmt: skip
-    call_s, row_s, task_s, level_s = nonneg_lstsq(design, rest)
-    two = [r for r in timed if r["series"] == "rows"]
+                for r in mine])  # fmt: skip
+    got = nonneg_lstsq(design, rest)
+    two = [r for r in mine if r["series"] == "rows"]
     setup = nonneg_lstsq(col([[r["nnz"] / r["partitions"]] for r in two]),
                          col([r["seconds"] - r["fit_seconds"] for r in two]))[0]  # fmt: skip
-    return RowParams(float(task_s), float(level_s), float(call_s), float(row_s), nnz_s,
-                     float(setup))  # fmt: skip
+    if direct:
+        call_s, row_s, part_s = (float(x) for x in got)
+        return RowParams(0.0, message_s, call_s, row_s, nnz_s, float(setup), part_s=part_s,
+                         direct=True)  # fmt: skip
+    call_s, row_s, task_s, level_s = (float(x) for x in got)
+    return RowParams(task_s, level_s, call_s, row_s, nnz_s, float(setup))
 
 
-def row_points(net: dict, timed: list[dict]) -> list[dict]:
-    """The row-newton fits of ``bench_network.py``'s JSON (median seconds per profile),
-    with the solve's calls, Newton steps and working set from the timed run of the same
-    store's shape (same data, same calls)."""
-    by_rows = {r["n"]: r for r in timed if r["series"] == "rows"}
+#: bench_network.py's solver name of each transport's row-newton fits.
+NET_SOLVER = {True: "row-newton", False: "row-newton-tasks"}
+
+
+def row_points(net: dict, timed: list[dict], direct: bool = False) -> list[dict]:
+    """The row-newton fits of one transport in ``bench_network.py``'s JSON (median seconds
+    per profile), with the solve's calls, Newton steps and working set from the timed run
+    of the same store's shape and transport (same data, same calls)."""
+    by_rows = {r["n"]: r for r in timed if r["series"] == "rows"
+               and (r.get("transport", "tasks") == "direct") == direct}  # fmt: skip
     rows_of = dict(x.split("=", 1) for x in net["args"]["rows"])  # bench_network's --rows
     cal = {c["profile"]: c for c in net["calibration"]}
     out = []
     for row in net["runs"]:
-        if row.get("solver") != "row-newton" or row["task"] != "fit":
+        if row.get("solver") != NET_SOLVER[direct] or row["task"] != "fit":
             continue
         work = by_rows.get(int(rows_of.get(row["preset"], -1)))
         if work is None:
@@ -769,50 +807,45 @@ def row_calibration(points: list[dict], rp: RowParams, fit_on: str) -> tuple[Row
     return rp, rows
 
 
-def direct_row_params(rp: RowParams, message_s: float, workers: int) -> RowParams:
-    """The calls made as dl1's working-set rounds are, by direct calls to servers on the
-    workers (not built for row partitions): no scheduler tasks; a call's fixed cost the
-    messages its tree's root handles (``depth + 1``, ``message_s`` each, the working-set
-    calibration's ``ovh_worker``)."""
-    return dataclasses.replace(rp, task_s=0.0, level_s=message_s,
-                               call_s=message_s * (tree_depth(workers) + 1))  # fmt: skip
-
-
-def row_predictions(pb: Problem, rp: RowParams, link: Link, calls_per_round: float,
-                    model_calls_per_round: float, message_s: float) -> list[dict]:  # fmt: skip
-    """Row-newton's seconds and efficiency on :data:`WORKERS` (against 8): by tasks (as
-    built) and by direct calls (:func:`direct_row_params`)."""
+def row_predictions(pb: Problem, made: dict[str, RowParams], link: Link, calls_per_round: float,
+                    model_calls_per_round: float) -> list[dict]:  # fmt: skip
+    """Row-newton's seconds and efficiency on :data:`WORKERS` (against 8), one partition
+    a worker, with each transport's parameters (``made``, by name)."""
     calls, steps = calls_per_round * pb.rounds, model_calls_per_round * pb.rounds
     rows = []
-    for how in ("tasks (built)", "direct calls (not built)"):
-        made = {w: rp if how.startswith("tasks") else direct_row_params(rp, message_s, w)
-                for w in WORKERS}  # fmt: skip
-        t8 = row_fit_time(pb, WORKERS[0], made[WORKERS[0]], link, calls, steps)
+    for how, rp in made.items():
+        t8 = row_fit_time(pb, WORKERS[0], rp, link, calls, steps)
         for w in WORKERS:
-            t = row_fit_time(pb, w, made[w], link, calls, steps)
+            t = row_fit_time(pb, w, rp, link, calls, steps)
             rows.append({"problem": pb.name, "calls": how, "workers": w, "fit_s": t,
-                         "call_s": row_call_seconds(made[w], w, pb.n / w, link),
+                         "call_s": row_call_seconds(rp, w, pb.n / w, link),
                          "pass_s": rp.nnz_s * pb.nnz / w,
                          "efficiency": t8 * WORKERS[0] / (t * w)})  # fmt: skip
     return rows
 
 
 def rows_report(net: dict, timed: list[dict], params: dict, link: Link, fit_on: str) -> dict:
-    """Fit :class:`RowParams`, check them on the emulated points, predict the tall problem
-    (its rounds, calls and working set those of the largest timed store)."""
+    """Fit :class:`RowParams` of each transport, check them on its emulated points,
+    predict the tall problem (its rounds, calls and working set those of the largest
+    timed store, by direct calls)."""
     prm = Params(**params["params"])
-    rp = fit_row_params(timed, prm.nnz_s)
-    rp, cal = row_calibration(row_points(net, timed), rp, fit_on)
-    big = max((r for r in timed if r["series"] == "rows"), key=lambda r: r["n"])
+    made, cal = {}, []
+    for direct, how in ((False, "tasks"), (True, "direct calls")):
+        rp = fit_row_params(timed, prm.nnz_s, direct, prm.ovh_worker)
+        made[how], rows = row_calibration(row_points(net, timed, direct), rp, fit_on)
+        cal += [{"calls": how, **r} for r in rows]
+    big = max((r for r in timed if r["series"] == "rows" and r.get("transport") == "direct"),
+              key=lambda r: r["n"])  # fmt: skip
     per_round = max(big["rounds"], 1)
     tall = Problem("tall 100M x 1M", 1e8, 1e6, 2e9, float(big["rounds"]),
                    ws_size=float(np.mean(big["ws_sizes"] or [0])))  # fmt: skip
-    pred = row_predictions(tall, rp, link, big["calls"] / per_round,
-                           big["newton_steps"] / per_round, prm.ovh_worker)  # fmt: skip
-    print(_md(cal, ["profile", "measured_s", "predicted_s", "error_pct", "fitted_on"]))
+    pred = row_predictions(tall, made, link, big["calls"] / per_round,
+                           big["newton_steps"] / per_round)  # fmt: skip
+    print(_md(cal, ["calls", "profile", "measured_s", "predicted_s", "error_pct", "fitted_on"]))
     print()
     print(_md(pred, ["problem", "calls", "workers", "fit_s", "call_s", "pass_s", "efficiency"]))
-    return {"row_params": dataclasses.asdict(rp), "calibration": cal, "predictions": pred}
+    return {"row_params": {k: dataclasses.asdict(v) for k, v in made.items()},
+            "calibration": cal, "predictions": pred}
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -831,7 +864,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = sub.add_parser("predict", help="predictions from a `calibrate --params` file")
     p.add_argument("--params", required=True)
     r = sub.add_parser("rows", help="solver='row-newton': fit, check and predict")
-    r.add_argument("--net", required=True, help="bench_network.py --solvers row-newton JSON")
+    r.add_argument("--net", required=True,
+                   help="bench_network.py --solvers row-newton row-newton-tasks JSON")
     r.add_argument("--timed", required=True, help="bench_row_calls.py --json output")
     r.add_argument("--params", required=True, help="a `calibrate --params` file (nnz_s)")
     r.add_argument("--fit-on", default="1ms-1Gbit", help="the profile the hops are fitted on")

@@ -6,6 +6,10 @@ as long as the rows (``theta``, ``X d``) between workers: 800 MB a round at 100M
 (``docs/scaling.md``). Here each worker holds row blocks and its rows' predictions
 (:mod:`dl1.tasks.row_newton`); what travels is as long as the features or the working set:
 
+Each call applies a step to every partition and returns the sum of their small results:
+by one direct call to the partition servers holding the parts, forwarded along a tree of
+peers, or by Dask tasks (:mod:`dl1.runtime.row_parts`).
+
 * **Certificate** (each round). The intercept is refitted by Newton steps on the
   partitions' derivative sums; each partition forms its part of the dual point
   ``theta = -n grad F(z)`` and sends its sign sums (the balance an intercept needs),
@@ -93,8 +97,9 @@ class RowNewtonSolver:
     Notes
     -----
     A round's history entry has, beside the gap and objective, ``calls`` (the partition
-    calls made so far: every one a task per partition and a tree of sums), ``ws_size``,
-    ``newton_steps`` and ``cd_epochs``.
+    calls made so far: every one a step on every partition and their sums, by a direct
+    call to the partition servers or by tasks, :mod:`dl1.runtime.row_parts`),
+    ``ws_size``, ``newton_steps`` and ``cd_epochs``.
     """
 
     name = "row-newton"
