@@ -215,7 +215,8 @@ class RowNewtonSolver:
         return WarmState(arrays["w"], intercept, np.zeros(0))
 
     def release(self, problem: Problem, state: WarmState | None) -> None:
-        """Nothing is cached beside the state: its partitions are released with it."""
+        """Nothing is cached beside the state: its partitions go with it (futures) or
+        with the solve's partition servers, closed at its end."""
 
 
 def _data(pb: Problem) -> tuple[Any, Any, Any]:
