@@ -230,3 +230,27 @@ def test_bench_network_quick_runs_in_namespaces(tmp_path):
                 assert r["bytes_per_round_per_worker"] > 0, r
     assert "| preset | task | profile |" in proc.stdout
     assert set(_dl1n_namespaces()) - before == set()  # torn down
+
+
+@pytest.mark.parametrize(("solver", "direct"), [("row-newton", True),
+                                                ("row-newton-tasks", False), ("ws", True)])
+def test_each_solver_runs_as_named(monkeypatch, solver, direct):
+    """``--solvers row-newton-tasks`` runs row-newton with its calls as Dask tasks
+    (``dl1.direct-calls: False``); the others with dl1's default, direct calls."""
+    import types
+
+    import dask
+
+    import dl1
+
+    seen = {}
+
+    def fit(store, **kw):
+        seen.update(solver=kw["solver"], direct=dask.config.get("dl1.direct-calls"))
+        return types.SimpleNamespace(n_rounds_=1, gap_=0.0)
+
+    monkeypatch.setattr(dl1, "fit", fit)
+    args = types.SimpleNamespace(tol=1e-6, loss="squared", partitions=None, workers=2,
+                                 n_alphas=3, eps=0.1, ratio=20.0, folds=2)  # fmt: skip
+    assert bench_network._solve("fit", "S", 1.0, args, None, solver) == (1, 0.0)
+    assert seen == {"solver": solver.removesuffix("-tasks"), "direct": direct}
