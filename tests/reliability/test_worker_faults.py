@@ -14,6 +14,7 @@ import time
 import dask
 import numpy as np
 import pytest
+from distributed import get_task_stream
 
 import dl1
 from dl1.errors import ClusterStalledError
@@ -285,3 +286,34 @@ def test_a_direct_call_to_a_lost_worker_fails_within_the_connect_bound(monkeypat
     finally:
         loop.close()
     assert seconds < 1.0 + 3.0, seconds
+
+
+def test_sigkill_a_worker_holding_row_partitions_mid_path(tmp_path):
+    """``solver="row-newton"`` keeps its partitions on the partition servers across a
+    path's alphas; SIGKILL one of the two workers after alpha 3.
+
+    Pass: the next alpha's direct call fails, the partitions are started again by tasks
+    from the coefficients (the rows recomputed from their lineage), and every alpha is
+    certified with the undisturbed path's coefficients (to the tolerance's accuracy: the
+    predictions restarted from ``X w + b`` round otherwise than those updated step by
+    step), within twice its time plus ``RECOVERY_S``."""
+    X, y = make_regression(n=4000, p=300, density=0.05, seed=4)
+    store = tmp_path / "tall.zarr"
+    dl1.from_scipy(X, y, store, n_feature_blocks=2)
+    kw = dict(n_alphas=8, eps=0.05, tol=1e-10, solver="row-newton", n_partitions=2)
+    with nanny_cluster(2) as (_, client), dask.config.set({"dl1.one-piece": False}):
+        dl1.path(store, client=client, **kw)  # warm: kernels loaded, timings fair
+        ref, t_ref = timed(lambda: dl1.path(store, client=client, **kw))
+
+        def kill_at_alpha_3(k, alpha, res):
+            if k == 3:
+                os.kill(list(worker_pids(client).values())[-1], signal.SIGKILL)
+
+        with get_task_stream(client) as ts:
+            got, s_got = timed(lambda: dl1.path(store, client=client,
+                                                callback=kill_at_alpha_3, **kw))  # fmt: skip
+    # the partitions started again by tasks, once: the servers' parts were lost
+    assert sum(str(t["key"]).startswith("start_part") for t in ts.data) == 2
+    assert got.converged_.all() and (got.gaps_ <= 1e-10).all()
+    np.testing.assert_allclose(got.coefs_.toarray(), ref.coefs_.toarray(), atol=1e-6)
+    assert s_got < 2 * t_ref + RECOVERY_S, (s_got, t_ref)
