@@ -35,7 +35,8 @@ class RowPart:
     row blocks, consecutive, are passed to each task beside it); ``cols`` the rows'
     columns ``ws`` (CSR, ``n_q x m``: those of the last working set it was sent);
     ``theta`` the partition's part of the last dual point; ``out`` the last task's small
-    result."""
+    result; ``gram`` the packed model Hessian on ``ws`` when it does not move with ``z``
+    (the squared loss's, ``X_W^T diag(s) X_W``: computed once a working set)."""
 
     y: np.ndarray
     s: np.ndarray | None
@@ -44,6 +45,7 @@ class RowPart:
     ws: np.ndarray | None = None
     theta: np.ndarray | None = None
     out: Any = None
+    gram: np.ndarray | None = None
 
     @property
     def sw(self) -> np.ndarray:
@@ -54,7 +56,7 @@ class RowPart:
 @sizeof.register(RowPart)
 def _row_part_sizeof(part: RowPart) -> int:
     """What a part holds (its row blocks are their own keys)."""
-    arrays = [part.y, part.s, part.z, part.theta]
+    arrays = [part.y, part.s, part.z, part.theta, part.gram]
     held = sum(a.nbytes for a in arrays if a is not None)
     if part.cols is not None:
         held += part.cols.data.nbytes + part.cols.indices.nbytes + part.cols.indptr.nbytes
@@ -201,7 +203,7 @@ def with_columns(part: RowPart, blocks: Blocks, ws: np.ndarray) -> RowPart:
         return part
     cols = sp.vstack([_matrix(blk)[:, ws] for blk in map(loaded_rows, blocks)], "csr")
     cols.sort_indices()  # csr_weighted_gram pairs each entry with the ones after it
-    return replace(part, cols=cols, ws=ws)
+    return replace(part, cols=cols, ws=ws, gram=None)
 
 
 def packed(A: np.ndarray) -> np.ndarray:
@@ -227,11 +229,18 @@ def model_sums(part: RowPart, blocks: Blocks, datafit: Any, ws: np.ndarray,
     part = with_columns(part, blocks, ws)
     z = part.z if step is None else part.z + (part.cols @ step + shift)
     g, h = _derivatives(part, datafit, z)
-    A = np.empty((part.cols.shape[1],) * 2)
-    csr_weighted_gram(part.cols.indptr, part.cols.indices, part.cols.data, h, A)
-    sums = ModelSums(packed(A), part.cols.T @ h, part.cols.T @ g, float(g.sum()), float(h.sum()),
+    A = part.gram if part.gram is not None else _packed_gram(part.cols, h)
+    sums = ModelSums(A, part.cols.T @ h, part.cols.T @ g, float(g.sum()), float(h.sum()),
                      datafit.value(part.y, z, part.s) * z.shape[0])  # fmt: skip
-    return replace(part, z=z, theta=None, out=sums)
+    # the squared loss's h is the weights: its model Hessian is the working set's for good
+    return replace(part, z=z, theta=None, out=sums, gram=A if datafit.quadratic else None)
+
+
+def _packed_gram(cols: sp.csr_matrix, h: np.ndarray) -> np.ndarray:
+    """:func:`packed` ``X_W^T diag(h) X_W`` of the rows' working-set columns ``cols``."""
+    A = np.empty((cols.shape[1],) * 2)
+    csr_weighted_gram(cols.indptr, cols.indices, cols.data, h, A)
+    return packed(A)
 
 
 def trial_model(part: RowPart, blocks: Blocks, datafit: Any, ws: np.ndarray,

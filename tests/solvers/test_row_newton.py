@@ -251,6 +251,26 @@ def test_model_sums_and_trials_against_numpy(datafit):
     np.testing.assert_allclose(shifted.theta, -datafit.gradient(y, z - 0.2, s) * 120, rtol=1e-10)
 
 
+def test_the_squared_loss_model_hessian_is_computed_once_a_working_set():
+    """The squared loss's model Hessian is the working set's weighted Gram matrix whatever
+    ``z``: a part keeps it across steps on the same working set (the same array, equal to
+    a fresh computation after a step), computes it again for another set, and a
+    logistic part keeps none (its curvature moves with ``z``)."""
+    X, y = make_classification(n=120, p=30, seed=6)
+    s = np.random.default_rng(2).uniform(0.5, 2, size=120)
+    part, blocks = _part(X, y, s)
+    ws, d = np.array([1, 4, 5, 17, 29]), np.random.default_rng(4).standard_normal(5)
+    first = model_sums(part, blocks, Quadratic(), ws, None, 0.0)
+    stepped = trial_model(first, blocks, Quadratic(), ws, d, 0.1, np.array([1.0]))
+    assert stepped.gram is first.gram is part_out(stepped).model.A
+    fresh = model_sums(dataclasses.replace(stepped, gram=None), blocks, Quadratic(), ws, None,
+                       0.0)  # fmt: skip
+    np.testing.assert_array_equal(fresh.gram, first.gram)
+    other = model_sums(stepped, blocks, Quadratic(), ws[:3], None, 0.0)
+    assert other.gram.shape == (6,) and other.gram is not first.gram
+    assert model_sums(part, blocks, Logistic(), ws, None, 0.0).gram is None
+
+
 @pytest.mark.parametrize(("n", "p", "tol"), [(200, 60, 1e-10), (200, 400, 1e-9)])
 def test_a_path_is_certified_at_every_alpha(n, p, tol):
     """Warm starts along a path (each alpha from the partitions the last one kept): every
