@@ -99,6 +99,7 @@ class RowNewtonSolver:
     A round's history entry has, beside the gap and objective, ``calls`` (the partition
     calls made so far: every one a step on every partition and their sums, by a direct
     call to the partition servers or by tasks, :mod:`dl1.runtime.row_parts`),
+    ``transport`` (``"direct"`` or ``"tasks"``, as the working-set solver's entries),
     ``ws_size``, ``newton_steps`` and ``cd_epochs``.
     """
 
@@ -196,6 +197,7 @@ class RowNewtonSolver:
         entry = {
             "round": r,
             "calls": run.calls,
+            "transport": run.parts.transport,
             "objective": cert.primal,
             "gap": pb.relative_gap(cert.gap),
             "nnz": int(np.count_nonzero(run.w)),

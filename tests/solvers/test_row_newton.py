@@ -140,6 +140,8 @@ def test_a_fit_whose_servers_are_lost_goes_on_by_tasks(local_cluster):
         there = dl1.fit(X, y, client=local_cluster, solver=solver, **kw)
     starts = [t for t in ts.data if str(t["key"]).startswith("start_part")]
     assert lost and len(starts) == 3  # by tasks, once, after the servers were lost
+    assert [h["transport"] for h in there.history_][:1] == ["direct"]
+    assert there.history_[-1]["transport"] == "tasks"
     assert there.converged_ and there.gap_ <= 1e-10 and there.n_rounds_ >= 2
     np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-9)
 
