@@ -21,8 +21,9 @@ the parts before a step).
 
 from __future__ import annotations
 
+import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -76,37 +77,26 @@ class TaskParts:
         return replace(self, parts=parts), ex.gather([tree_reduce(ex, outs, self.of.add)])[0]
 
 
-class Versions:
-    """Numbers of a plan's versions, each handed out once (0: the parts started)."""
-
-    def __init__(self) -> None:
-        self.last = 0
-
-    def next(self) -> int:
-        self.last += 1
-        return self.last
-
-
 @dataclass(frozen=True)
 class ServerParts:
     """Parts held by the partition servers, version ``version`` of the plan ``plan``
-    (see the module); ``root`` receives the calls, ``versions`` numbers new ones."""
+    (see the module); ``versions`` numbers new ones (0: the parts started). The first
+    partition's worker receives the calls."""
 
     of: Partitions
     plan: RowPlan
-    root: str
     version: int
-    versions: Versions
+    versions: Iterator[int]
     transport: str = "direct"
 
     def call(self, fn: Callable, *args: Any) -> tuple[ServerParts, Any]:
         ex: RpcExecutor = self.of.ex
         if ex.broken:
             raise PartsLost("the partition servers were let go")
-        new = self.versions.next()
-        among = list(dict.fromkeys([self.root, *self.plan.holders]))
+        new = next(self.versions)
+        among = list(dict.fromkeys(self.plan.holders))  # the first partition's worker first
         try:
-            total = ex.ask(self.root, "row_call", self.plan.key, among, self.version, new, fn,
+            total = ex.ask(among[0], "row_call", self.plan.key, among, self.version, new, fn,
                            args)  # fmt: skip
         except Exception as exc:
             if ex.watch.failed is not None:  # a stalled cluster: its error stands
@@ -162,4 +152,4 @@ def _start_on_servers(of: Partitions, plan: RowPlan, start: Callable, starts: li
     calls = [ex.invoke(h, "row_start", plan, start, qs, shared, 0) for h, qs in mine.items()]
     for call in calls:
         ex.wait_call(call)
-    return ServerParts(of, plan, plan.holders[0], 0, Versions())
+    return ServerParts(of, plan, 0, itertools.count(1))

@@ -40,13 +40,17 @@ class PartitionServers(WorkerPlugin):
 
     def __init__(self) -> None:
         self.servers: OrderedDict[str, PartitionServer] = OrderedDict()
-        self.calls_served = 0
         #: calls this worker's servers made to peers' servers, by method
         self.calls_sent: Counter[str] = Counter()
         #: calls this worker's servers served, by method
         self.methods_served: Counter[str] = Counter()
         self.worker: Any = None
         self._watcher: asyncio.Task | None = None
+
+    @property
+    def calls_served(self) -> int:
+        """Calls this worker's servers have served (taken up), all methods."""
+        return sum(self.methods_served.values())
 
     def setup(self, worker: Any) -> None:
         self.worker = worker
@@ -143,7 +147,6 @@ class PartitionServers(WorkerPlugin):
             result = await asyncio.wrap_future(server.calls.submit(server.serve, payload))
         except BlockMoved as exc:  # an answer, not an error to log (see BlockMoved)
             return {"moved": str(exc)}
-        self.calls_served += 1
         return {"result": to_serialize(result)}
 
     async def close(self, session: str) -> dict:

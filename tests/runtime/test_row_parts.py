@@ -17,8 +17,7 @@ from dl1.runtime.row_parts import (
     TaskParts,
     start_parts,
 )
-from tests.runtime.test_rpc import drop_server, rpc  # noqa: F401 (a fixture)
-from tests.solvers.test_row_newton import methods_served
+from tests.runtime.test_rpc import drop_server, methods_served, rpc  # noqa: F401 (a fixture)
 
 N_PARTS = 5
 

@@ -56,6 +56,12 @@ def calls_served(dask_worker) -> int:
     return 0 if plugin is None else plugin.calls_served
 
 
+def methods_served(dask_worker) -> dict[str, int]:
+    """The calls a worker's partition servers have served, by method."""
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    return {} if plugin is None else dict(plugin.methods_served)
+
+
 def servers_held(dask_worker) -> list[str]:
     """The sessions of the partition servers a worker holds."""
     plugin = dask_worker.plugins.get(PLUGIN_NAME)

@@ -31,6 +31,7 @@ from dl1.tasks.row_newton import (
     with_theta,
 )
 from dl1.tasks.rows import assemble_rows
+from tests.runtime.test_rpc import methods_served
 from tests.test_penalised import (
     logistic_reference,
     make_classification,
@@ -287,12 +288,6 @@ def test_a_path_is_certified_at_every_alpha(n, p, tol):
     ws = dl1.path(X, y, n_alphas=10, eps=0.05, tol=tol)
     assert path.converged_.all()
     np.testing.assert_allclose(path.coefs_.toarray(), ws.coefs_.toarray(), atol=1e-6)
-
-
-def methods_served(dask_worker) -> dict[str, int]:
-    """The calls the worker's partition servers served, by method."""
-    plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    return {} if plugin is None else dict(plugin.methods_served)
 
 
 ROW_TASKS = ("start_part", "shift_sums", "with_theta", "xt_theta", "gap_sums", "model_sums",
