@@ -5,6 +5,7 @@ a class count that disagrees, a NaN or an edited value is refused, naming file a
 
 from __future__ import annotations
 
+import copy
 import json
 
 import dask
@@ -251,6 +252,15 @@ def test_a_multinomial_model_saved_before_one_vs_rest_loads(tmp_path, models, da
     back = dl1.load_model(d)
     assert (back.multi_class, back.loss, back.gaps_) == ("multinomial", "multinomial", None)
     assert np.array_equal(back.predict_proba(data[0]), models["l1", 1.0].predict_proba(data[0]))
+
+
+def test_a_gap_rounded_below_zero_round_trips(tmp_path, ovr_models):
+    """A class's certified gap computed in floating point can be -2e-16 at an exact answer:
+    saved as computed and read back (a gap of -1, tampering, is refused below)."""
+    model = copy.copy(ovr_models["squared_hinge"])  # the fixture's, untouched
+    model.gaps_ = np.array([-2.220446049250313e-16, *model.gaps_[1:]])
+    back = dl1.load_model(model.save(tmp_path / "m"))
+    assert np.array_equal(back.gaps_, model.gaps_)
 
 
 OVR_TAMPERING = [

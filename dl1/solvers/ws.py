@@ -45,6 +45,7 @@ from dl1.solvers.scans import (
 )
 from dl1.solvers.subproblems import (
     SHARE_FRACTION,
+    WHOLE_RATIO,
     CachedGroup,
     SpreadGramHandle,
     SubproblemReport,
@@ -544,7 +545,7 @@ class Run:
         ratio, gap = self.solver.inner_ratio, self.cert.gap
         tight = self.solver.tight_inner or spread
         return Targets(ratio * (min(gap, final) if tight else gap), ratio * min(gap, final),
-                       ratio * gap)  # fmt: skip
+                       ratio * gap, WHOLE_RATIO * final)  # fmt: skip
 
     def subproblem_call(
         self, ws: np.ndarray, targets: Targets, r: int, gram_max: int

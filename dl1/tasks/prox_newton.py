@@ -22,6 +22,10 @@ the restricted duality gap is computed exactly from the columns at the dual poin
 (the coordinator's pass certifies the fit, not this gap); the solve stops at
 ``target_gap``. A step costs one pass over the samples with ``exp`` (two when the full step
 is refused), one with ``log`` (the gap's conjugate) and light ones, besides its epochs.
+Where Newton's steps stop decreasing the objective (:data:`STALLED`) with the gap still
+above target, block steps (:mod:`dl1.tasks.block_newton`) solve the model exactly on the
+worst violators and the columns sharing their rows, until they stop cutting the gap.
+
 Any datafit exposing ``grad_hess``, ``value_along`` (with ``g`` and ``h``) and ``beta``
 (bound on the loss's second derivative) besides the usual methods can use it.
 """
@@ -40,6 +44,7 @@ from dl1.kernels.margins import NO_WEIGHTS as NO_U
 from dl1.kernels.margins import balance, move_along
 from dl1.objective.gap import dual_from_stats
 from dl1.tasks.anderson import anderson_point
+from dl1.tasks.block_newton import Layout, block_step, violations
 from dl1.tasks.damping import next_damping
 from dl1.tasks.records import SubproblemInfo
 
@@ -69,6 +74,19 @@ NO_DAMPING = np.zeros(0)
 ANDERSON = 5
 #: A column's curvature is at least this fraction of its bound ``beta ||x_j||_s^2``.
 CURVATURE_FLOOR = 1e-4
+#: A Newton step that decreased the objective by at most this fraction of it, 100 times
+#: its rounding (:data:`VALUE_ROUNDING`), with the restricted gap still above target, has
+#: stalled: the gap is then a few columns' violations of their dual constraints, in a
+#: valley the model's coordinate descent crawls along (at weak regularisation, the
+#: objective flat to 1e-11 while the gap stays at 1e-3 of it for hundreds of steps);
+#: block steps follow (:func:`_block_phase`). Before, Newton's steps still cut the gap,
+#: and blocks between them cost more than they gain: the next step's truncated coordinate
+#: descent moves the valley's columns again (benchmarks/RESULTS.md, "block Newton steps").
+STALLED = 100 * VALUE_ROUNDING
+#: A block step that does not cut the restricted gap to this fraction ends a block phase.
+BLOCK_GAIN = 0.97
+#: Block steps at most in a row.
+MAX_BLOCKS = 50
 #: The model is minimised until its remaining decrease is estimated below this fraction of
 #: its decrease so far (the forcing term of inexact Newton: each step gains about three
 #: orders of magnitude in suboptimality near the solution, where the quadratic term is
@@ -157,7 +175,8 @@ def prox_newton(
     dw, lj, hx = np.empty(m), np.empty(m), np.empty(m)
     hdata = np.empty(cols.indices.shape[0], dtype=np.float32)  # see weighted_cd_epochs
     shift = np.zeros(2)
-    db_total, epochs, steps = 0.0, 0, 0
+    db_total, epochs, steps, blocks = 0.0, 0, 0, 0
+    layout = None  # the working set as SciPy matrices, for block steps (built on first use)
     # the first step is taken without a check: the caller's pass found the gap above target
     gap, checked = np.inf, True
     damping = 0.0  # Levenberg-Marquardt's, in units of the columns' curvature bounds
@@ -189,11 +208,77 @@ def prox_newton(
             gap = _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, u)
             if gap <= target_gap or not np.isfinite(gap):  # the coordinator names a NaN
                 break
+            if decrease <= STALLED * abs(primal):  # Newton's steps gain nothing now
+                layout = layout or Layout.of(cols, n)
+                sub = Subproblem(cols, layout, y, sw, s, datafit, penalty, fit_intercept)
+                gap, db, primal, k = _block_phase(sub, w, z, primal, gap, target_gap,
+                                                  (g, h, u, dw, shift))  # fmt: skip
+                db_total, blocks = db_total + db, blocks + k
+                if gap <= target_gap:
+                    break
     if not checked:  # the point's gap, for the caller (g may hold a refused trial's)
         datafit.grad_hess(y, z, sw, g, h)
         gap = _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, u)
     np.subtract(z, z_start, out=z)
-    return w, z, db_total, SubproblemInfo(epochs, float(gap), time.perf_counter() - t0, steps)
+    info = SubproblemInfo(epochs, float(gap), time.perf_counter() - t0, steps, blocks)
+    return w, z, db_total, info
+
+
+class Subproblem(NamedTuple):
+    """What a block step needs of the subproblem: its columns (and :class:`~dl1.tasks.
+    block_newton.Layout`), labels, weights (normalised, and None for unit) and problem."""
+
+    cols: Columns
+    layout: Layout
+    y: np.ndarray
+    sw: np.ndarray
+    s: np.ndarray | None
+    datafit: Any
+    penalty: Any
+    intercept: bool
+
+
+def _block_phase(sub, w, z, primal, gap, target_gap, bufs):
+    """Block Newton steps (:mod:`dl1.tasks.block_newton`) while each cuts the restricted
+    gap by :data:`BLOCK_GAIN` at least, up to :data:`MAX_BLOCKS`: the gap, the intercept's
+    change, the objective and the steps taken. Newton steps resume after: their truncated
+    coordinate descent undoes part of a block's gain, but finds what no block holds."""
+    g, h, u, dw, shift = bufs
+    db_total = 0.0
+    for k in range(MAX_BLOCKS):
+        moved = _block_step(sub, w, z, primal, (g, h, dw, shift))
+        if moved is None:
+            return gap, db_total, primal, k
+        db, primal = moved
+        db_total += db
+        before, gap = gap, _restricted_gap(sub.cols, w, sub.y, g, sub.s, sub.datafit,
+                                           sub.penalty, sub.intercept, primal, u)  # fmt: skip
+        if gap <= target_gap or gap > BLOCK_GAIN * before:
+            return gap, db_total, primal, k + 1
+    return gap, db_total, primal, MAX_BLOCKS
+
+
+def _block_step(sub, w, z, primal, bufs):
+    """A block Newton step at the current point, ``w`` and ``z`` moved along it as far as
+    the line search takes it: the intercept's change and the new objective, or None (no
+    violator, or no decrease). ``bufs`` are ``g`` and ``h`` at the point (updated to the
+    new one), and scratch of lengths m and 2."""
+    g, h, dw, shift = bufs
+    excess = violations(sub.cols, g, sub.penalty, dw)
+    model_shift(g, h, sub.intercept, shift)
+    step = block_step(sub.layout, w, g, h, shift, sub.penalty, excess, dw)
+    if step is None:
+        return None
+    dw[:] = 0.0
+    dw[step.cols] = step.d
+    t, f_t = line_search(sub.datafit, sub.penalty, sub.y, z, sub.sw, w, dw, g, h, step.u,
+                         step.e, primal)  # fmt: skip
+    if t == 0.0:  # g, h hold a refused trial's: back to the point's
+        sub.datafit.grad_hess(sub.y, z, sub.sw, g, h)
+        return None
+    w += t * dw
+    move_along(z, step.u, step.e, t)
+    return t * step.e, f_t
 
 
 def model_shift(g: np.ndarray, h: np.ndarray, intercept: bool, out: np.ndarray) -> None:

@@ -108,12 +108,13 @@ class SpreadRoundOutput(NamedTuple):
 class SubproblemInfo(NamedTuple):
     """How a working-set subproblem went: its epochs, its restricted duality gap, the
     seconds its kernels took and, for proximal Newton, its Newton steps (None for the
-    methods that take none)."""
+    methods that take none) and block steps (:mod:`dl1.tasks.block_newton`)."""
 
     epochs: int
     gap: float
     kernel_s: float
     newton_steps: int | None = None
+    block_steps: int = 0
 
 
 class SubproblemOutput(NamedTuple):

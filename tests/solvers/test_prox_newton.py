@@ -17,7 +17,9 @@ from dl1.kernels.linalg import csc_col_sqnorms
 from dl1.objective.datafits import Logistic, Quadratic, SquaredHinge
 from dl1.objective.penalties import ElasticNet
 from dl1.solvers.base import WorkingSetBudget
+from dl1.solvers.scans import WS_START
 from dl1.solvers.subproblems import (
+    WHOLE_RATIO,
     ColumnCD,
     GatheredGram,
     GatheredProxNewton,
@@ -26,14 +28,25 @@ from dl1.solvers.subproblems import (
     SpreadNewton,
     choose_mode,
 )
+from dl1.solvers.ws import WorkingSetSolver
 from dl1.tasks.prox_newton import Columns, _restricted_gap, prox_newton
 from tests.test_penalised import as_dask, make_classification, objective
+
+
+class NewtonCalls(list):
+    """The proximal Newton solves' reports, with ``targets``: each call's working-set size
+    and target gap."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.targets: list[tuple[int, float]] = []
 
 
 @pytest.fixture
 def newton_calls(monkeypatch):
     """Counts the proximal Newton solves of the in-process fits of a test."""
-    calls = []
+    calls = NewtonCalls()
+    targets = calls.targets
     real = subproblem_module.prox_newton
 
     def counted(*args):
@@ -41,6 +54,7 @@ def newton_calls(monkeypatch):
         if args[8] > 0.0:  # a fit's call (not the executor's warm-up, to target 0)
             assert out[3].gap <= args[8]  # stopped at its target
             calls.append(out[3])
+            targets.append((args[0].indptr.shape[0] - 1, args[8]))
         return out
 
     monkeypatch.setattr(subproblem_module, "prox_newton", counted)
@@ -148,14 +162,25 @@ def test_squared_hinge_matches_liblinear(newton_calls):
     np.testing.assert_allclose(res.coef_, coef, atol=1e-4)
 
 
-def test_subproblem_goes_to_the_final_target_in_few_rounds(newton_calls):
-    """Each subproblem stops once its restricted gap meets the final target (a fraction of
-    ``tol * P(0)``), so the fit ends at the pass after the working set is right."""
-    X, y = make_classification(n=300, p=120, seed=6)
+@pytest.mark.parametrize("p", [120, 400])
+def test_subproblem_goes_to_the_final_target_in_few_rounds(newton_calls, p):
+    """Each subproblem stops once its restricted gap meets its target (the fixture checks
+    it), so the fit ends at the pass after the working set is right: at least
+    ``inner_ratio * tol * P(0)`` for a working set of some features, exactly
+    ``WHOLE_RATIO * tol * P(0)`` for one of every feature (the whole problem: the
+    next pass certifies it)."""
+    X, y = make_classification(n=300, p=p, seed=6)
     alpha = dl1.alpha_max(X, y, loss="logistic") / 20
     res = dl1.fit(X, y, alpha=alpha, loss="logistic", tol=1e-6, client=None)
-    assert res.converged_ and res.n_rounds_ <= 3
-    assert all(call.gap <= 0.3 * 1e-6 * res.p0_ for call in newton_calls)
+    assert res.converged_ and res.n_rounds_ <= 3 and res.dual_gap_ <= 1e-6 * res.p0_
+    final = 1e-6 * res.p0_
+    ratio = WorkingSetSolver().inner_ratio
+    for size, target in newton_calls.targets:
+        if size == p:
+            assert target == pytest.approx(WHOLE_RATIO * final, rel=1e-12)
+        else:  # the final target's fraction, or the current gap's while violators wait
+            assert target >= ratio * final * (1 - 1e-12)
+    assert {size == p for size, _ in newton_calls.targets} == ({True} if p < WS_START else {False})
 
 
 def test_cluster_gives_the_in_process_answer(local_cluster):
