@@ -133,6 +133,7 @@ def _dl1(X, y, alpha, tol, workers):
         "ws_sizes": [h.get("ws_size") for h in hist if h.get("ws_size")],
         "newton_steps": sum(h.get("newton_steps") or 0 for h in hist),
         "inner_epochs": sum(h.get("inner_epochs") or 0 for h in hist),
+        "block_steps": sum(h.get("block_steps") or 0 for h in hist),
     }
     return res.coef_, res.intercept_, info
 
@@ -261,7 +262,8 @@ def summary(solver: str, C: float, runs: list[dict]) -> dict:
     if "rounds" in ok[0]:
         r = ok[0]
         notes.append(f"{r['rounds']} rounds, working sets {r['ws_sizes']}, "
-                     f"{r['newton_steps']} Newton steps, {r['inner_epochs']} epochs")  # fmt: skip
+                     f"{r['newton_steps']} Newton steps, {r.get('block_steps', 0)} block steps, "
+                     f"{r['inner_epochs']} epochs")  # fmt: skip
     if "tol" in ok[0]:
         notes.append(f"tol {max(r['tol'] for r in ok):g}")
     notes += [r["note"] for r in ok if "note" in r][:1]
