@@ -213,7 +213,8 @@ class ColumnCD(GatheredGram):
 #: so proximal Newton steps on it go to this fraction of ``tol``, not to ``inner_ratio`` of
 #: it; the rest keeps the next pass under ``tol`` through rounding. At weak regularisation
 #: the gap falls slowly in the last steps (benchmarks/RESULTS.md, "Weakly regularised
-#: L1-logistic: a working set of every feature"; at C = 1e4, tol 0.18: 4.8 -> 3.1 s).
+#: L1-logistic: block Newton steps, and a working set of every feature"; at C = 1e4,
+#: tol 0.18: 4.8 -> 3.1 s).
 WHOLE_RATIO = 0.9
 
 
