@@ -12,7 +12,7 @@ from scipy.special import expit
 import dl1
 from dl1.solvers import subproblems
 from dl1.solvers.scans import WS_FAST_GROWTH, WS_FILLED, next_ws_size, violators_left_out
-from dl1.solvers.subproblems import GatheredGram, SpreadNewton
+from dl1.solvers.subproblems import WHOLE_RATIO, GatheredGram, SpreadNewton
 from dl1.tasks.records import BlockScan, GapStats
 from tests.test_penalised import as_dask
 
@@ -112,6 +112,29 @@ def _reference(X, y, alpha):
     out = minimize(f, np.zeros(2 * p + 1), jac=True, method="L-BFGS-B", bounds=bounds,
                    options={"maxiter": 100_000, "ftol": 1e-15, "gtol": 1e-12})  # fmt: skip
     return out.x[:p] - out.x[p : 2 * p], out.x[-1]
+
+
+def test_a_crowded_subproblem_is_not_solved_past_the_fits_target(monkeypatch):
+    """At a loose ``tol`` a crowded round's inner_ratio times the current gap can be tighter
+    than the fit needs: its target is then WHOLE_RATIO times the final one (its solution
+    only starts the next round). The fit still stops certified at ``tol``."""
+    X, y = _weak_problem()
+    n, tol = X.shape[0], 0.2
+    targets = []
+    real = GatheredGram.run_call
+
+    def spy(run, ws, call, r):
+        targets.append((run.crowded, call.settings.target_gap, run.cert.gap))
+        return real(run, ws, call, r)
+
+    monkeypatch.setattr(GatheredGram, "run_call", staticmethod(spy))
+    res = dl1.fit(X, y, alpha=1.0 / (10.0 * n), loss="logistic", tol=tol)
+    assert res.converged_ and res.gap_ <= tol
+    final = tol * res.p0_
+    crowded = [(target, gap) for is_crowded, target, gap in targets if is_crowded]
+    for target, gap in crowded:
+        assert target == pytest.approx(max(0.3 * gap, WHOLE_RATIO * final), rel=1e-12)
+    assert any(0.3 * gap < WHOLE_RATIO * final for _, gap in crowded)  # the rule ran
 
 
 def test_a_path_solves_crowded_working_sets_loosely(monkeypatch):
