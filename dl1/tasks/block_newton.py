@@ -39,19 +39,30 @@ BLOCK_CHECK = 50
 
 
 class Layout(NamedTuple):
-    """The working set's columns (scaled) as SciPy matrices: by columns, and by rows (to
-    find the columns sharing a column's rows)."""
+    """The working set's columns as a SciPy matrix over the gathered arrays (no copy) and
+    their scaling (empty for none), applied to the few columns a block takes."""
 
     csc: sp.csc_matrix
-    csr: sp.csr_matrix
+    scale: np.ndarray
 
     @classmethod
     def of(cls, cols: Any, n: int) -> Layout:
         m = cols.indptr.shape[0] - 1
-        x = sp.csc_matrix((cols.data, cols.indices, cols.indptr), shape=(n, m))
-        if cols.scale.shape[0]:
-            x = (x @ sp.diags(cols.scale)).tocsc()
-        return cls(x, x.tocsr())
+        return cls(sp.csc_matrix((cols.data, cols.indices, cols.indptr), shape=(n, m)),
+                   cols.scale)  # fmt: skip
+
+    def take(self, idx: np.ndarray) -> sp.csc_matrix:
+        """Columns ``idx``, scaled."""
+        x = self.csc[:, idx]
+        return (x @ sp.diags(self.scale[idx])).tocsc() if self.scale.shape[0] else x
+
+    def sharing(self, rows: np.ndarray) -> np.ndarray:
+        """The columns with a nonzero in one of ``rows``, sorted (one pass over the
+        indices: no row-major copy of the working set)."""
+        hit = np.zeros(self.csc.shape[0], dtype=bool)
+        hit[rows] = True
+        at = np.flatnonzero(hit[self.csc.indices])
+        return np.unique(np.searchsorted(self.csc.indptr, at, side="right") - 1)
 
 
 class Block(NamedTuple):
@@ -82,11 +93,11 @@ def choose_block(layout: Layout, excess: np.ndarray, h: np.ndarray) -> np.ndarra
     seeds = seeds[excess[seeds] > 0.0]
     if seeds.shape[0] == 0:
         return seeds
-    x = layout.csc
-    seed_rows = np.unique(x[:, seeds].indices)
-    near = np.union1d(seeds, layout.csr[seed_rows].indices)
+    seed_rows = np.unique(layout.csc[:, seeds].indices)
+    near = np.union1d(seeds, layout.sharing(seed_rows))
     if near.shape[0] > BLOCK_MAX:
-        coupling = abs(x[:, near].T @ x[:, seeds].multiply(h[:, None]).tocsc()).max(axis=1)
+        weighted = layout.take(seeds).multiply(h[:, None]).tocsc()
+        coupling = abs(layout.take(near).T @ weighted).max(axis=1)
         coupling = np.asarray(coupling.todense()).ravel()
         coupling[np.isin(near, seeds)] = np.inf
         near = near[np.argsort(-coupling, kind="stable")[:BLOCK_MAX]]
@@ -107,7 +118,7 @@ def block_step(layout: Layout, w: np.ndarray, g: np.ndarray, h: np.ndarray,
     if block.shape[0] == 0:
         return None
     n = g.shape[0]
-    xb = layout.csc[:, block]
+    xb = layout.take(block)
     hessian = (xb.T @ xb.multiply(h[:, None])).toarray()
     grad = xtg[block].copy()
     h_sum = float(shift[1])
