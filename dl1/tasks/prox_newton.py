@@ -176,7 +176,7 @@ def prox_newton(
     hdata = np.empty(cols.indices.shape[0], dtype=np.float32)  # see weighted_cd_epochs
     shift = np.zeros(2)
     db_total, epochs, steps, blocks = 0.0, 0, 0, 0
-    layout = None  # the working set as SciPy matrices, for block steps (built on first use)
+    layout = None  # the working set as a SciPy matrix for block steps (at the first stall)
     # the first step is taken without a check: the caller's pass found the gap above target
     gap, checked = np.inf, True
     damping = 0.0  # Levenberg-Marquardt's, in units of the columns' curvature bounds

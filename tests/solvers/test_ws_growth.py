@@ -51,14 +51,8 @@ def _weak_problem(seed=0, n=400, p=800):
     return X, y
 
 
-def test_a_filled_working_set_grows_faster_and_the_fit_is_certified(monkeypatch):
-    """At weak regularisation each round's solution fills its working set; the next one
-    is WS_FAST_GROWTH times its support. While the pass finds more violators than join,
-    the subproblem's target is inner_ratio times the current gap (not the final one),
-    and the last subproblems go to the final target. The answer is scikit-learn's."""
-    X, y = _weak_problem()
-    n = X.shape[0]
-    C = 10.0
+def _record_targets(monkeypatch) -> list:
+    """Each gathered subproblem's ``(crowded, target gap, current gap)``, as it runs."""
     targets = []
     real = GatheredGram.run_call
 
@@ -67,6 +61,18 @@ def test_a_filled_working_set_grows_faster_and_the_fit_is_certified(monkeypatch)
         return real(run, ws, call, r)
 
     monkeypatch.setattr(GatheredGram, "run_call", staticmethod(spy))
+    return targets
+
+
+def test_a_filled_working_set_grows_faster_and_the_fit_is_certified(monkeypatch):
+    """At weak regularisation each round's solution fills its working set; the next one
+    is WS_FAST_GROWTH times its support. While the pass finds more violators than join,
+    the subproblem's target is inner_ratio times the current gap (not the final one),
+    and the last subproblems go to the final target. The answer is scikit-learn's."""
+    X, y = _weak_problem()
+    n = X.shape[0]
+    C = 10.0
+    targets = _record_targets(monkeypatch)
     res = dl1.fit(X, y, alpha=1.0 / (C * n), loss="logistic", tol=1e-8)
     assert res.converged_ and res.gap_ <= 1e-8
     hist = [h for h in res.history_ if "ws_size" in h]
@@ -120,14 +126,7 @@ def test_a_crowded_subproblem_is_not_solved_past_the_fits_target(monkeypatch):
     only starts the next round). The fit still stops certified at ``tol``."""
     X, y = _weak_problem()
     n, tol = X.shape[0], 0.2
-    targets = []
-    real = GatheredGram.run_call
-
-    def spy(run, ws, call, r):
-        targets.append((run.crowded, call.settings.target_gap, run.cert.gap))
-        return real(run, ws, call, r)
-
-    monkeypatch.setattr(GatheredGram, "run_call", staticmethod(spy))
+    targets = _record_targets(monkeypatch)
     res = dl1.fit(X, y, alpha=1.0 / (10.0 * n), loss="logistic", tol=tol)
     assert res.converged_ and res.gap_ <= tol
     final = tol * res.p0_
