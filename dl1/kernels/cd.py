@@ -291,15 +291,15 @@ def weighted_col_stats(indptr, indices, data, col_scale, h, lj, hx, hdata):
 
 @njit(nogil=True, cache=True)
 def weighted_cd_epochs(
-    indptr, indices, data, col_scale, w, dw, r, hdata, lj, hx, floor, damping, n, alpha_l1,
-    alpha_l2, factors, bounds, shift, order, max_epochs, rtol, progress,
+    indptr, indices, data, col_scale, w, dw, r, hdata, lj, hx, floor, damping, reach, n,
+    alpha_l1, alpha_l2, factors, bounds, shift, order, max_epochs, rtol, progress,
 ):  # fmt: skip
     """Cyclic coordinate descent on the proximal Newton model of a working set.
 
     Minimises over ``d`` (and an intercept step ``e`` when ``shift[1] > 0``)
 
         (1/n) (g^T v + v^T H v / 2 + sum_j E_j d_j^2 / 2) + sum_j pen(w_j + d_j),
-        v = X d + e,
+        v = X d + e,   |d_j| <= reach_j,
 
     ``H = diag(h)``, ``pen(x) = alpha_l1 |x| + alpha_l2 x^2 / 2``. The intercept is profiled
     out as in :func:`cd_block_epochs`: with ``sum_i (g + H v)_i = 0`` kept, every step is exact
@@ -336,6 +336,10 @@ def weighted_cd_epochs(
     damping : ndarray of float64, shape (m,) or (0,)
         ``E``, the Levenberg-Marquardt term's curvature per column (times ``n``; empty for
         none), added to the floored curvature.
+    reach : ndarray of float64, shape (m,) or (0,)
+        The trust region's box on the step, ``|d_j| <= reach_j`` (empty for none): each
+        coordinate's step is the model's exact minimiser on its interval (the model is
+        convex in ``d_j``), so the box only stops a step short.
     n, alpha_l1, alpha_l2 : float
     factors, bounds : per-column penalty factors (empty for 1) and bounds (empty for none), as
         in :func:`cd_block_epochs`.
@@ -361,6 +365,7 @@ def weighted_cd_epochs(
     """
     has_scale = col_scale.shape[0] > 0
     damped = damping.shape[0] > 0
+    boxed = reach.shape[0] > 0
     profile = shift[1] > 0.0
     epochs = 0
     prev = progress[0]
@@ -394,6 +399,8 @@ def weighted_cd_epochs(
             v_new = penalised_step(curv * v_old - grad, curv, alpha_l1, alpha_l2, factors, j,
                                    bounds)  # fmt: skip
             delta = v_new - v_old
+            if boxed:
+                delta = min(max(dw[j] + delta, -reach[j]), reach[j]) - dw[j]
             if delta == 0.0:
                 continue
             dw[j] += delta

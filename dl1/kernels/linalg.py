@@ -71,6 +71,18 @@ def csc_rmatvec(indptr, indices, data, col_scale, v, out):
 
 
 @njit(nogil=True, cache=True)
+def csc_col_absmax(indptr, data, col_scale, out):
+    """``out[j] = max_i |x_ij col_scale_j|``, the largest entry of each column (0 for an
+    empty one)."""
+    has_scale = col_scale.shape[0] > 0
+    for j in range(indptr.shape[0] - 1):
+        top = 0.0
+        for k in range(indptr[j], indptr[j + 1]):
+            top = max(top, abs(np.float64(data[k])))
+        out[j] = top * abs(col_scale[j]) if has_scale else top
+
+
+@njit(nogil=True, cache=True)
 def csc_col_sqnorms(indptr, indices, data, col_scale, sw):
     """Weighted squared column norms ``sum_i sw_i (x_ij col_scale_j)^2``.
 

@@ -10,7 +10,8 @@ models with skglm", NeurIPS 2022; after Lee, Sun & Saunders, SIAM J. Optim. 2014
 2. the quadratic model ``(g^T v + v^T diag(h) v / 2) / n + pen(w + d)``, ``v = X_W d + e``,
    minimised approximately by cyclic coordinate descent on the columns
    (:func:`dl1.kernels.cd.weighted_cd_epochs`), the intercept step ``e`` profiled out,
-   damped after a shortened step (Levenberg-Marquardt, :mod:`dl1.tasks.damping`);
+   damped after a shortened step (Levenberg-Marquardt, :mod:`dl1.tasks.damping`), each
+   coordinate's step kept in a trust region (:mod:`dl1.tasks.trust`);
 3. a backtracking line search on the true objective along ``(d, e)`` (Armijo's rule with the
    model's predicted decrease), the trial points never formed; each trial's pass also
    writes ``g`` and ``h`` there
@@ -47,6 +48,7 @@ from dl1.tasks.anderson import anderson_point
 from dl1.tasks.block_newton import Layout, block_step, violations
 from dl1.tasks.damping import next_damping
 from dl1.tasks.records import SubproblemInfo
+from dl1.tasks.trust import NO_REACH, TrustBox
 
 #: Armijo's constant of the line search.
 ARMIJO = 1e-4
@@ -99,9 +101,10 @@ class Model(NamedTuple):
     """The proximal Newton model at a point: ``g`` and ``h`` (``n`` times the datafit's
     per-sample gradient and diagonal Hessian), the columns' statistics of ``h``
     (:func:`~dl1.kernels.cd.weighted_col_stats`), their curvature floor, ``shift``
-    (the intercept step and ``sum(h)``; see :func:`~dl1.kernels.cd.weighted_cd_epochs`)
-    and ``extra``, the damping's curvature per column (empty for none: the model is
-    ``... + sum_j extra_j d_j^2 / (2 n)``; :mod:`dl1.tasks.damping`)."""
+    (the intercept step and ``sum(h)``; see :func:`~dl1.kernels.cd.weighted_cd_epochs`),
+    ``extra``, the damping's curvature per column (empty for none: the model is
+    ``... + sum_j extra_j d_j^2 / (2 n)``; :mod:`dl1.tasks.damping`) and ``reach``, the
+    trust region's bound on each ``|d_j|`` (empty for none; :mod:`dl1.tasks.trust`)."""
 
     g: np.ndarray
     h: np.ndarray
@@ -111,6 +114,7 @@ class Model(NamedTuple):
     floor: np.ndarray
     shift: np.ndarray
     extra: np.ndarray
+    reach: np.ndarray = NO_REACH
 
 
 class Columns(NamedTuple):
@@ -182,6 +186,7 @@ def prox_newton(
     damping = 0.0  # Levenberg-Marquardt's, in units of the columns' curvature bounds
     primal = datafit.value_along(y, z, NO_U, 0.0, 0.0, sw, g, h) / n + penalty.value(w)
     floor = CURVATURE_FLOOR * curvature_bound(datafit, h, sw) * cols.sqnorm
+    trust = TrustBox.of(cols.indptr, cols.data, cols.scale, datafit)
     while epochs < max_epochs and steps < MAX_NEWTON:
         # g, h: n grad F and n diag(hess F) at z, from the last accepted trial point
         weighted_col_stats(cols.indptr, cols.indices, cols.data, cols.scale, h, lj, hx, hdata)
@@ -189,7 +194,7 @@ def prox_newton(
         dw[:] = 0.0
         r[:] = g
         extra = (damping / CURVATURE_FLOOR) * floor if damping else NO_DAMPING
-        model = Model(g, h, hdata, lj, hx, floor, shift, extra)
+        model = Model(g, h, hdata, lj, hx, floor, shift, extra, trust.reach())
         epochs += minimise_model(cols, w, model, penalty, dw, r, u, tmp,
                                  min(MAX_INNER, max_epochs - epochs))  # fmt: skip
         u[:] = 0.0  # the step's X d, from the columns it moved
@@ -198,6 +203,7 @@ def prox_newton(
         if t == 0.0:  # no decrease along the model's step: rounding level reached
             break
         damping = next_damping(damping, t)
+        trust.update(t)
         w += t * dw
         move_along(z, u, shift[0], t)  # the accepted trial point, rounded alike
         db_total += t * shift[0]
@@ -325,9 +331,9 @@ def minimise_model(
         check_cancelled("Newton subproblem", epochs)
         epochs += weighted_cd_epochs(
             cols.indptr, cols.indices, cols.data, cols.scale, w, dw, r, model.hdata, model.lj,
-            model.hx, model.floor, model.extra, float(r.shape[0]), penalty.alpha_l1,
-            penalty.alpha_l2, penalty.factors, penalty.bounds, model.shift, order, 1,
-            INNER_RTOL, progress,
+            model.hx, model.floor, model.extra, model.reach, float(r.shape[0]),
+            penalty.alpha_l1, penalty.alpha_l2, penalty.factors, penalty.bounds, model.shift,
+            order, 1, INNER_RTOL, progress,
         )  # fmt: skip
         full = order is every
         if progress[2] != 0.0:
@@ -358,6 +364,8 @@ def _extrapolate(cols, w, model, penalty, hist, dw, r, u, tmp) -> None:
     if ext is None:
         return
     d_e, e_e = ext[:-1], float(ext[-1])
+    if model.reach.shape[0]:  # an extrapolation may leave the trust region's box
+        np.clip(d_e, -model.reach, model.reach, out=d_e)
     now = _model_value(cols, w, model, penalty, dw, float(model.shift[0]), u)
     if _model_value(cols, w, model, penalty, d_e, e_e, tmp) < now:
         dw[:] = d_e

@@ -15,7 +15,7 @@ from dl1.kernels import (
     csc_xt_theta_stats,
     soft_threshold,
 )
-from dl1.kernels.linalg import DUAL_SIDES
+from dl1.kernels.linalg import DUAL_SIDES, csc_col_absmax
 from tests.kernel_helpers import (
     DTYPES,
     EMPTY,
@@ -76,6 +76,21 @@ def test_csc_col_sqnorms(shape, dtype, use_scale, use_sw):
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
     assert got[0] == 0.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("use_scale", [False, True])
+def test_csc_col_absmax(shape, dtype, use_scale):
+    n, p = shape
+    rng = np.random.default_rng(4)
+    X = make_csc(n, p, 0.4, dtype, 3)
+    col_scale = maybe_scale(p, use_scale, rng)
+    out = np.full(p, -1.0)
+    csc_col_absmax(X.indptr, X.data, col_scale, out)
+    np.testing.assert_allclose(out, np.abs(scaled_dense(X, col_scale)).max(axis=0),
+                               rtol=1e-12, atol=0.0)  # fmt: skip
+    assert out[0] == 0.0
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

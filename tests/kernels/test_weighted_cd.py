@@ -15,10 +15,11 @@ def fresh() -> np.ndarray:
 
 
 def reference_epochs(dense, w, g, h, floor, n, a1, a2, e, h_sum, n_epochs, order=None,
-                     extra=None):  # fmt: skip
+                     extra=None, reach=None):  # fmt: skip
     """Cyclic coordinate descent on ``(g^T v + v^T H v / 2 + sum_j E_j d_j^2 / 2) / n +
     pen(w + d)``, ``v = X d + e`` (``E``: ``extra``, zero by default), the intercept step
-    ``e`` profiled out when ``h_sum > 0``, over the columns ``order`` (all by default)."""
+    ``e`` profiled out when ``h_sum > 0``, over the columns ``order`` (all by default), each
+    ``|d_j| <= reach_j`` (no box by default)."""
     d, u = np.zeros_like(w), np.zeros(dense.shape[0])
     extra = np.zeros_like(w) if extra is None else extra
     for _ in range(n_epochs):
@@ -35,6 +36,8 @@ def reference_epochs(dense, w, g, h, floor, n, a1, a2, e, h_sum, n_epochs, order
             v = w[j] + d[j]
             t = lc / n * v - grad
             new = np.sign(t) * max(abs(t) - a1, 0.0) / (lc / n + a2)
+            if reach is not None:  # the convex model's minimiser on the box's interval
+                new = w[j] + np.clip(new - w[j], -reach[j], reach[j])
             u += x * (new - v)
             if h_sum > 0:
                 e -= (new - v) * (h @ x) / h_sum
@@ -46,8 +49,9 @@ def reference_epochs(dense, w, g, h, floor, n, a1, a2, e, h_sum, n_epochs, order
 @pytest.mark.parametrize("hdtype", [np.float64, np.float32])
 @pytest.mark.parametrize(("use_scale", "profile", "a2"), [(False, False, 0.0), (True, True, 0.0),
                                                           (False, True, 0.05), (True, False, 0.1)])
-@pytest.mark.parametrize("damped", [False, True])
-def test_weighted_cd_epochs_match_reference(dtype, hdtype, use_scale, profile, a2, damped):
+@pytest.mark.parametrize(("damped", "boxed"), [(False, False), (True, False), (False, True)])
+def test_weighted_cd_epochs_match_reference(dtype, hdtype, use_scale, profile, a2, damped,
+                                            boxed):  # fmt: skip
     n, p = 50, 12
     rng = np.random.default_rng(2)
     X = make_csc(n, p, 0.4, dtype, 7)
@@ -65,16 +69,21 @@ def test_weighted_cd_epochs_match_reference(dtype, hdtype, use_scale, profile, a
     np.testing.assert_array_equal(hdata, (h[ix] * data.astype(np.float64)).astype(hdtype))
     floor = 1e-4 * (dense**2).sum(axis=0)
     damping = 0.3 * (dense**2).sum(axis=0) if damped else EMPTY
+    reach = rng.uniform(0.0, 0.2, p) if boxed else EMPTY
     h_sum = float(h.sum()) if profile else 0.0
     e0 = -g.sum() / h_sum if profile else 0.0
     shift = np.array([e0, h_sum])
     dw, r = np.zeros(p), g.copy()
     epochs = weighted_cd_epochs(ip, ix, data, scale, w, dw, r, hdata, lj, hx, floor, damping,
-                                float(n), 0.02, a2, EMPTY, NO_BOX, shift, np.arange(p), 3, 0.0,
-                                fresh())  # fmt: skip
-    assert epochs == 3
+                                reach, float(n), 0.02, a2, EMPTY, NO_BOX, shift, np.arange(p), 3,
+                                0.0, fresh())  # fmt: skip
+    # a box can stop every column: an epoch moving nothing ends the descent (a fixed point)
+    assert epochs == 3 or (boxed and epochs < 3)
     d, u_ref, e = reference_epochs(dense, w, g, h, floor, n, 0.02, a2, e0, h_sum, 3,
-                                   extra=damping if damped else None)  # fmt: skip
+                                   extra=damping if damped else None,
+                                   reach=reach if boxed else None)  # fmt: skip
+    if boxed:
+        assert np.all(np.abs(dw) <= reach) and np.any(np.abs(dw) == reach)  # the box binds
     # float32 Hessian weights perturb the model by float32's rounding only
     tol = 1e-5 if np.float32 in (dtype, hdtype) else 1e-10
     np.testing.assert_allclose(dw, d, rtol=tol, atol=tol)
@@ -101,7 +110,7 @@ def test_weighted_cd_epochs_stop_at_rtol_and_reach_the_model_minimum(damped):
     def run(rtol, max_epochs=10_000):
         dw, r = np.zeros(p), g.copy()
         k = weighted_cd_epochs(ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, extra,
-                               float(n), 0.0, 0.0, EMPTY, NO_BOX, np.zeros(2), np.arange(p),
+                               EMPTY, float(n), 0.0, 0.0, EMPTY, NO_BOX, np.zeros(2), np.arange(p),
                                max_epochs, rtol, fresh())  # fmt: skip
         return k, dw
 
@@ -134,9 +143,8 @@ def test_epochs_one_at_a_time_carry_the_stopping_rule():
 
     def call(dw, r, shift, progress, max_epochs):
         return weighted_cd_epochs(
-            ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, EMPTY, float(n), 0.01, 0.0,
-            EMPTY, NO_BOX, shift,
-            np.arange(p), max_epochs, 1e-6, progress,
+            ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, EMPTY, EMPTY, float(n), 0.01,
+            0.0, EMPTY, NO_BOX, shift, np.arange(p), max_epochs, 1e-6, progress,
         )  # fmt: skip
 
     dw, r, shift, progress = state()
@@ -169,7 +177,7 @@ def test_weighted_cd_epochs_visit_only_the_columns_in_order():
     shift = np.array([-g.sum() / h.sum(), h.sum()])
     e0 = float(shift[0])
     dw, r = np.zeros(p), g.copy()
-    weighted_cd_epochs(ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, EMPTY, float(n),
+    weighted_cd_epochs(ip, ix, data, EMPTY, w, dw, r, hdata, lj, hx, floor, EMPTY, EMPTY, float(n),
                        0.01, 0.0, EMPTY, NO_BOX, shift, order, 4, 0.0, fresh())  # fmt: skip
     d, u_ref, e = reference_epochs(dense, w, g, h, floor, n, 0.01, 0.0, e0, float(h.sum()), 4,
                                    order)  # fmt: skip
@@ -191,7 +199,8 @@ def test_an_epoch_after_one_that_moved_nothing_goes_on():
     weighted_col_stats(ip, ix, data, EMPTY, h, lj, hx, EMPTY)
     dw, r, progress = np.zeros(p), g.copy(), np.array([0.0, 1.0, 0.0])
     k = weighted_cd_epochs(ip, ix, data, EMPTY, np.zeros(p), dw, r, h[ix] * data, lj, hx,
-                           np.zeros(p), EMPTY, float(n), 0.0, 0.0, EMPTY, NO_BOX, np.zeros(2),
+                           np.zeros(p), EMPTY, EMPTY, float(n), 0.0, 0.0, EMPTY, NO_BOX,
+                           np.zeros(2),
                            np.arange(p), 1, 1e-3,
                            progress)  # fmt: skip
     assert k == 1 and dw.any() and progress[2] == 0.0

@@ -343,3 +343,79 @@ def test_a_shortened_step_damps_the_next_model(monkeypatch):
     np.testing.assert_allclose(extras[1], 2e-3 * bound, rtol=1e-12)  # MIN_DAMPING / 0.5
     np.testing.assert_allclose(extras[2], 5e-4 * bound, rtol=1e-12)  # a full step: / 4
     assert extras[3].shape == (0,)  # another: below MIN_DAMPING, dropped
+
+
+def test_trust_box_rule():
+    """The box is the radius over each column's largest entry (inf for an empty column),
+    doubled after a full step and halved after a shortened one; an infinite first radius
+    (every loss but the logistic) is no box."""
+    from dl1.tasks.trust import TrustBox
+
+    X = sp.csc_matrix(np.array([[0.5, 0.0, -2.0], [0.25, 0.0, 1.0]]))
+    ip, data = X.indptr.astype(np.int64), X.data.astype(np.float64)
+    box = TrustBox.of(ip, data, np.zeros(0), Logistic())
+    np.testing.assert_array_equal(box.reach(), [8.0, np.inf, 2.0])
+    box.update(1.0)
+    np.testing.assert_array_equal(box.reach(), [16.0, np.inf, 4.0])
+    box.update(0.5)
+    box.update(0.25)
+    np.testing.assert_array_equal(box.reach(), [4.0, np.inf, 1.0])
+    scaled = TrustBox.of(ip, data, np.array([2.0, 1.0, 0.5]), Logistic())
+    np.testing.assert_array_equal(scaled.reach(), [4.0, np.inf, 4.0])
+    assert TrustBox.of(ip, data, np.zeros(0), SquaredHinge()).reach().shape == (0,)
+
+
+def _deep_rows_problem():
+    """Columns 0 and 1 reach only two positive rows, which ``w_1 = -12`` puts 9 deep on the
+    wrong side (``p (1 - p)`` about 1e-4, the logistic loss's linear part); the other rows
+    use the other columns."""
+    X, y = make_classification(n=200, p=30, seed=3)
+    X = X.tolil()
+    X[:, :2] = 0.0
+    deep = sp.lil_matrix((2, 30))
+    deep[:, 0] = deep[:, 1] = np.array([[0.75], [0.7]])
+    X = sp.vstack([X.tocsc(), deep.tocsc()]).tocsc()
+    X.sort_indices()
+    w0 = np.zeros(30)
+    w0[1] = -12.0
+    return X, np.r_[y, 1.0, 1.0], w0
+
+
+def test_the_trust_box_keeps_the_first_step_whole(monkeypatch):
+    """From the point above, the unboxed model moves columns 0 and 1 by hundreds and the
+    line search cuts the whole step to 1/8 or less; in the trust region's box every step is
+    whole, fewer are taken, and both reach the restricted problem's answer (columns 0 and 1
+    are equal: only their sum is determined)."""
+    import math
+
+    import dl1.tasks.prox_newton as pn
+
+    class Unboxed(Logistic):
+        newton_reach = math.inf
+
+    X, y, w0 = _deep_rows_problem()
+    ip, ix = X.indptr.astype(np.int64), X.indices.astype(np.int32)
+    data, empty = X.data.astype(np.float64), np.zeros(0)
+    cols = Columns(ip, ix, data, empty, csc_col_sqnorms(ip, ix, data, empty, empty))
+    penalty = ElasticNet(dl1.alpha_max(X, y, loss="logistic") / 50, 1.0)
+    real_search = pn.line_search
+    runs = {}
+    for datafit in (Logistic(), Unboxed()):
+        steps = []
+
+        def search(*args, steps=steps):
+            t, f = real_search(*args)
+            steps.append(t)
+            return t, f
+
+        monkeypatch.setattr(pn, "line_search", search)
+        z0 = X @ w0 + datafit.initial_intercept(y)
+        w, dz, _, info = prox_newton(cols, w0, y, z0, empty, datafit, penalty, True, 1e-10,
+                                     10_000)  # fmt: skip
+        assert info.gap <= 1e-10
+        runs[type(datafit).__name__] = (w, z0 + dz, steps)
+    (w, z, steps), (w_u, z_u, steps_u) = runs["Logistic"], runs["Unboxed"]
+    assert steps_u[0] <= 1 / 8 and all(t == 1.0 for t in steps) and len(steps) < len(steps_u)
+    assert w[0] + w[1] == pytest.approx(w_u[0] + w_u[1], abs=1e-6)
+    np.testing.assert_allclose(w[2:], w_u[2:], atol=1e-6)
+    np.testing.assert_allclose(z, z_u, atol=1e-6)

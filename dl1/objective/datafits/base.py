@@ -33,6 +33,8 @@ class Datafit(Protocol):
         curvature has no bound, as Poisson's).
     smooth : differentiable (proximal Newton fits it; a finite ``beta`` is what the
         solvers taking fixed steps need besides).
+    newton_reach : the margin change a coordinate of a proximal Newton step may make at
+        first (:mod:`dl1.tasks.trust`; inf for no bound).
     """
 
     name: ClassVar[str]
@@ -43,6 +45,7 @@ class Datafit(Protocol):
     row_steps: ClassVar[bool]
     beta: float
     smooth: bool
+    newton_reach: float
 
     def validate_y(self, y: ArrayLike) -> NDArray[np.float64]: ...
     def value(self, y: ArrayLike, z: ArrayLike, s: ArrayLike | None = None) -> float: ...

@@ -48,6 +48,9 @@ class Logistic(MarginLoss):
     row_steps = True
     beta: float = 0.25
     """Upper bound of ``loss''`` (Shalev-Shwartz & Tewari 2011, Eq. (7))."""
+    newton_reach: float = 4.0
+    """Within a margin change of 4, ``loss''`` changes by at most ``e^4`` (``|loss'''| <=
+    loss''``): the trust region's first radius (:mod:`dl1.tasks.trust`)."""
 
     def __repr__(self) -> str:
         return "Logistic()"

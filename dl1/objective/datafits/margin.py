@@ -63,6 +63,7 @@ class MarginLoss:
     code: int
     gamma: float = 0.0
     quadratic = False
+    newton_reach: float = math.inf
 
     @property
     def smooth(self) -> bool:

@@ -50,6 +50,7 @@ class PointwiseLoss:
     smooth: ClassVar[bool] = True
     quadratic = False
     beta: float = math.inf
+    newton_reach: float = math.inf
 
     # -- what a loss defines ---------------------------------------------------------------
     def terms(self, y: NDArray, z: NDArray) -> Terms:

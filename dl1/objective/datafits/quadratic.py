@@ -135,6 +135,7 @@ class Quadratic:
     metrics = ("mse",)
     row_steps = True
     beta: float = 1.0
+    newton_reach: float = math.inf
     """Upper bound of ``loss''`` (Shalev-Shwartz & Tewari 2011, Eq. (7))."""
     smooth = True
     quadratic = True

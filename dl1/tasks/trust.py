@@ -1,0 +1,59 @@
+"""A trust region for proximal Newton steps on the margin losses: a box on each coordinate's
+step, in units of the largest margin change it makes.
+
+Rows deep in the logistic loss's linear part (misclassified by a margin of 9: ``p (1 - p)``
+about 1e-4) give a column holding only such rows a curvature 1e4 times too small where the
+step leads: the model's minimiser moves that column by thousands, and the line search cuts
+the whole step, every other coordinate's progress with it, by 2^8 (Debian's descriptions at
+C = 1, the first step after the working set grew). Damping (:mod:`dl1.tasks.damping`) reacts
+after such a cut, uniformly; the box prevents it: a coordinate's step is kept to margin
+changes of at most ``radius`` (``|d_j| max_i |x_ij| <= radius``), where the logistic loss's
+curvature changes by at most ``e^radius`` (its third derivative is bounded by its second:
+Bach, "Self-concordant analysis for logistic regression", EJS 2010). The radius starts at
+the loss's :attr:`~dl1.objective.datafits.base.Datafit.newton_reach` for each subproblem,
+doubles after a full step and halves after a shortened one (the classical trust-region
+update, Nocedal & Wright, "Numerical Optimization", Alg. 4.1): near the solution no box
+binds and Newton's steps are unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dl1.kernels.linalg import csc_col_absmax
+
+#: The radius's factor after a full step (up) and after a shortened one (down).
+TRUST_FACTOR = 2.0
+#: No box (the kernels' empty array).
+NO_REACH = np.zeros(0)
+
+
+class TrustBox:
+    """The box of one subproblem's Newton steps: ``radius`` over each column's largest
+    entry (``inv_top``, the inverse; inf for an empty column). An infinite radius is no
+    box."""
+
+    def __init__(self, radius: float, inv_top: np.ndarray) -> None:
+        self.radius = radius
+        self.inv_top = inv_top
+
+    @classmethod
+    def of(cls, indptr: np.ndarray, data: np.ndarray, scale: np.ndarray, datafit) -> TrustBox:
+        """The box of a working set's columns for ``datafit``'s first radius."""
+        radius = float(datafit.newton_reach)
+        if math.isinf(radius):
+            return cls(radius, NO_REACH)
+        top = np.empty(indptr.shape[0] - 1)
+        csc_col_absmax(indptr, data, scale, top)
+        with np.errstate(divide="ignore"):
+            return cls(radius, 1.0 / top)
+
+    def reach(self) -> np.ndarray:
+        """Each column's bound on ``|d_j|`` (empty: none)."""
+        return NO_REACH if math.isinf(self.radius) else self.radius * self.inv_top
+
+    def update(self, t: float) -> None:
+        """After a step whose line search accepted ``t``."""
+        self.radius *= TRUST_FACTOR if t == 1.0 else 1.0 / TRUST_FACTOR
