@@ -10,10 +10,12 @@ after such a cut, uniformly; the box prevents it: a coordinate's step is kept to
 changes of at most ``radius`` (``|d_j| max_i |x_ij| <= radius``), where the logistic loss's
 curvature changes by at most ``e^radius`` (its third derivative is bounded by its second:
 Bach, "Self-concordant analysis for logistic regression", EJS 2010). The radius starts at
-the loss's :attr:`~dl1.objective.datafits.base.Datafit.newton_reach` for each subproblem,
-doubles after a full step and halves after a shortened one (the classical trust-region
-update, Nocedal & Wright, "Numerical Optimization", Alg. 4.1): near the solution no box
-binds and Newton's steps are unchanged.
+the loss's :attr:`~dl1.objective.datafits.base.Datafit.newton_reach` for each subproblem
+(where the columns the working set gained start at 0), halves after a shortened step and
+is dropped after the first whole one: the model then holds where its steps lead. A box
+kept on (doubled after each whole step, the classical trust-region update) cost more than
+it saved at weak regularisation (Debian's descriptions, 5 folds: C = 100 and 1,000 at tol
+1e-5, 19.1 and 79.5 s against 17.6 and 75.8 s without a box; dropped: 17.2 and 58.0 s).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 from dl1.kernels.linalg import csc_col_absmax
 
-#: The radius's factor after a full step (up) and after a shortened one (down).
+#: The radius's divisor after a shortened step.
 TRUST_FACTOR = 2.0
 #: No box (the kernels' empty array).
 NO_REACH = np.zeros(0)
@@ -55,5 +57,6 @@ class TrustBox:
         return NO_REACH if math.isinf(self.radius) else self.radius * self.inv_top
 
     def update(self, t: float) -> None:
-        """After a step whose line search accepted ``t``."""
-        self.radius *= TRUST_FACTOR if t == 1.0 else 1.0 / TRUST_FACTOR
+        """After a step whose line search accepted ``t``: a whole step drops the box, a
+        shortened one halves it."""
+        self.radius = math.inf if t == 1.0 else self.radius / TRUST_FACTOR

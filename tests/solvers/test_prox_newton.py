@@ -347,7 +347,7 @@ def test_a_shortened_step_damps_the_next_model(monkeypatch):
 
 def test_trust_box_rule():
     """The box is the radius over each column's largest entry (inf for an empty column),
-    doubled after a full step and halved after a shortened one; an infinite first radius
+    halved after a shortened step and dropped after a whole one; an infinite first radius
     (every loss but the logistic) is no box."""
     from dl1.tasks.trust import TrustBox
 
@@ -355,11 +355,13 @@ def test_trust_box_rule():
     ip, data = X.indptr.astype(np.int64), X.data.astype(np.float64)
     box = TrustBox.of(ip, data, np.zeros(0), Logistic())
     np.testing.assert_array_equal(box.reach(), [8.0, np.inf, 2.0])
-    box.update(1.0)
-    np.testing.assert_array_equal(box.reach(), [16.0, np.inf, 4.0])
     box.update(0.5)
     box.update(0.25)
-    np.testing.assert_array_equal(box.reach(), [4.0, np.inf, 1.0])
+    np.testing.assert_array_equal(box.reach(), [2.0, np.inf, 0.5])
+    box.update(1.0)
+    assert box.reach().shape == (0,)
+    box.update(0.5)
+    assert box.reach().shape == (0,)
     scaled = TrustBox.of(ip, data, np.array([2.0, 1.0, 0.5]), Logistic())
     np.testing.assert_array_equal(scaled.reach(), [4.0, np.inf, 4.0])
     assert TrustBox.of(ip, data, np.zeros(0), SquaredHinge()).reach().shape == (0,)
