@@ -21,6 +21,7 @@ it saved at weak regularisation (Debian's descriptions, 5 folds: C = 100 and 1,0
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,8 @@ class TrustBox:
         self.inv_top = inv_top
 
     @classmethod
-    def of(cls, indptr: np.ndarray, data: np.ndarray, scale: np.ndarray, datafit) -> TrustBox:
+    def of(cls, indptr: np.ndarray, data: np.ndarray, scale: np.ndarray,
+           datafit: Any) -> TrustBox:  # fmt: skip
         """The box of a working set's columns for ``datafit``'s first radius."""
         radius = float(datafit.newton_reach)
         if math.isinf(radius):

@@ -135,8 +135,8 @@ class Quadratic:
     metrics = ("mse",)
     row_steps = True
     beta: float = 1.0
-    newton_reach: float = math.inf
     """Upper bound of ``loss''`` (Shalev-Shwartz & Tewari 2011, Eq. (7))."""
+    newton_reach: float = math.inf
     smooth = True
     quadratic = True
     """The loss is a quadratic: a Gram matrix gives its exact local model."""
