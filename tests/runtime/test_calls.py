@@ -247,7 +247,7 @@ def test_calls_in_turn_write_one_after_the_other_and_read_their_own_replies():
     thread.start()
     try:
         log: list = []
-        pool = _SlowPool(log, {"a": 0.3, "b": 0.0, "c": 0.1})
+        pool = _SlowPool(log, {"a": 1.0, "b": 0.0, "c": 0.3})  # replies 0.35 s apart at least
         targets = [("a", ("m", 1)), ("bad", ("m", 2)), ("b", ("m", 3)), ("c", ("m", 4))]
         calls = start_calls_in_turn(loop, pool, targets, "dl1_call", session="s")
         assert calls[0].result(timeout=10) == ("answer of", "a", ("m", 1))
