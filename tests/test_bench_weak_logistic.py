@@ -32,3 +32,21 @@ def test_dl1_is_timed_again_at_a_looser_peers_gap(monkeypatch):
     assert bw.at_peer_gap(peer | {"gap": "-"}, 100.0, args) == []
     off = argparse.Namespace(**vars(args) | {"equal_gap": False})
     assert bw.at_peer_gap(peer, 100.0, off) == []
+
+
+def test_the_grid_table_counts_looser_fits_and_chooses_by_mean_score(capsys):
+    """Per C: seconds summed over folds, the largest gaps, and the dl1 fits looser than
+    liblinear's on their fold; the last row the totals and each grid's best C."""
+    cells = {  # (fold, C, [seconds, gap, held-out score])
+        "liblinear": [[[1.0, 1e-3, 0.5], [2.0, 1e-2, 0.9]], [[1.5, 2e-3, 0.6], [2.5, 3e-2, 0.8]]],
+        "path": [[[0.1, 1e-5, 0.0], [0.2, 2e-5, 0.0]], [[0.1, 3e-5, 0.0], [0.3, 1e-5, 0.0]]],
+        "at_gap": [[[0.2, 2e-3, 0.7], [0.3, 1e-2, 0.6]], [[0.2, 1e-3, 0.7], [0.4, 2e-2, 0.6]]],
+    }
+    bw.print_grid({"Cs": [1.0, 100.0], **cells})
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| ")]
+    first, second, total = rows[-3], rows[-2], rows[-1]
+    assert first.split(" | ")[1:4] == ["2.50", "2.0e-03", "0.20"]
+    assert first.endswith("| 1 |")  # fold 0's 2e-3 against liblinear's 1e-3
+    assert second.split(" | ")[5:7] == ["0.70", "2.0e-02"] and second.endswith("| 0 |")
+    assert total.split(" | ")[1:6] == ["7.00", "", "0.70", "", "1.10"]
+    assert total.endswith("best C: liblinear 100, dl1 1 |")
