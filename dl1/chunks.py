@@ -113,9 +113,38 @@ def column_range(local: Any, lo: int, hi: int) -> Any:
     if not sp.issparse(local):
         return local[:, lo:hi]
     s, e = int(local.indptr[lo]), int(local.indptr[hi])
-    indptr = local.indptr[lo : hi + 1] - s
-    return sp.csc_matrix((local.data[s:e], local.indices[s:e], indptr),
-                         shape=(local.shape[0], hi - lo), copy=False)  # fmt: skip
+    m = sp.csc_matrix((local.shape[0], hi - lo), dtype=local.dtype)
+    # the arrays set, not passed to the constructor: its format check copies a slice of
+    # less than half an array ("pruning" it)
+    m.indptr = local.indptr[lo : hi + 1] - s
+    m.indices, m.data = local.indices[s:e], local.data[s:e]
+    return m
+
+
+class ColumnSliced:
+    """An in-memory matrix (CSC or NumPy) as :func:`dask.array.from_array` slices it,
+    without copying: its column ranges over all rows are :func:`column_range` views
+    (``from_array`` copies an array that has a ``copy`` method, and SciPy's slicing copies
+    each chunk again: twice the caller's matrix for nothing, a fit's blocks being
+    read-only)."""
+
+    def __init__(self, local: Any) -> None:
+        self.local = local
+        self.shape = local.shape
+        self.dtype = local.dtype
+        self.ndim = 2
+
+    def __getitem__(self, index: Any) -> Any:
+        rows, cols = index if isinstance(index, tuple) and len(index) == 2 else (None, None)
+        if _whole(rows, self.shape[0]) and isinstance(cols, slice) and cols.step in (None, 1):
+            lo, hi, _ = cols.indices(self.shape[1])
+            return column_range(self.local, lo, max(lo, hi))
+        return self.local[index]
+
+
+def _whole(rows: Any, n: int) -> bool:
+    """Whether ``rows`` is a slice over all ``n`` rows."""
+    return isinstance(rows, slice) and rows.step in (None, 1) and rows.indices(n)[:2] == (0, n)
 
 
 def matrix_nbytes(local: Any) -> int:

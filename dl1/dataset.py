@@ -24,6 +24,7 @@ import numbers
 from typing import Any, NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 from dask.sizeof import sizeof
 
 from dl1.errors import ValidationError
@@ -327,8 +328,10 @@ def persist(
                     {"n_partitions": n_partitions, "client": client}, "dl1.persist()")  # fmt: skip
     if isinstance(X, Dataset):
         raise ValidationError("X is a Dataset already")
-    inputs = read_inputs(X, y, sample_weight, "squared", split, y_optional=True)
     ex = executor_for(client)
+    if ex.in_process and (sp.issparse(X) or isinstance(X, np.ndarray)):
+        X = X.copy()  # held here, the blocks would be views of the caller's matrix
+    inputs = read_inputs(X, y, sample_weight, "squared", split, y_optional=True)
     ex.check_memory(memory_floor(inputs, False, n_partitions))
     blocks, cb = load_blocks(ex, inputs.X, np.zeros(0), False, False, n_partitions,
                              inputs.store, split, stream=False, local=inputs.local)  # fmt: skip

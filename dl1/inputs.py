@@ -16,7 +16,7 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
-from dl1.chunks import as_csc, is_pydata_sparse
+from dl1.chunks import ColumnSliced, as_csc, is_pydata_sparse
 from dl1.errors import ValidationError
 from dl1.objective.datafits import make_datafit, normalize_sample_weight
 from dl1.runtime.compute import computed
@@ -69,7 +69,12 @@ def as_dask(X: Any, split: str) -> tuple[da.Array, np.ndarray | None, np.ndarray
             )
         n, p = X.shape
         X = np.asarray(X) if isinstance(X, np.ndarray) else as_csc(X)
-        return da.from_array(X, chunks=(n, max(1, -(-p // 4))), asarray=False), None, None, X
+        meta = np.empty((0, 0), X.dtype) if isinstance(X, np.ndarray) else sp.csc_matrix(
+            (0, 0), dtype=X.dtype)  # fmt: skip
+        # name=False: a random name, the matrix's values not hashed
+        Xd = da.from_array(ColumnSliced(X), chunks=(n, max(1, -(-p // 4))), asarray=False,
+                           meta=meta, name=False)  # fmt: skip
+        return Xd, None, None, X
     raise ValidationError(
         f"X must be a dask array, a dl1 Store, store path or URL, a dl1 Dataset, a scipy.sparse "
         f"or pydata sparse matrix or a NumPy array; got {type(X).__name__}"
