@@ -89,12 +89,16 @@ STALLED = 100 * VALUE_ROUNDING
 BLOCK_GAIN = 0.97
 #: Block steps at most in a row.
 MAX_BLOCKS = 50
-#: The model is minimised until its remaining decrease is estimated below this fraction of
-#: its decrease so far (the forcing term of inexact Newton: each step gains about three
-#: orders of magnitude in suboptimality near the solution, where the quadratic term is
-#: smaller). A fraction of the current gap is no measure: the gap is linear in the
-#: optimality violation, the suboptimality quadratic.
+#: The model is minimised until its remaining decrease is estimated below a fraction of its
+#: decrease so far, the forcing term of inexact Newton (:func:`forcing_term`): at most this
+#: one near the target, where each step gains about three orders of magnitude in
+#: suboptimality (the quadratic term smaller).
 INNER_RTOL = 1e-3
+#: The forcing term while the gap is far from the target (a step's decrease above
+#: :data:`CHECK_DECREASE` times it): a model minimised further there is a step the next
+#: model replaces, and at weak regularisation on hundreds of thousands of columns the
+#: epochs are the fit (benchmarks/RESULTS.md, "shortclf").
+INNER_RTOL_FAR = 1e-1
 
 
 class Model(NamedTuple):
@@ -196,7 +200,8 @@ def prox_newton(
         extra = (damping / CURVATURE_FLOOR) * floor if damping else NO_DAMPING
         model = Model(g, h, hdata, lj, hx, floor, shift, extra, trust.reach())
         epochs += minimise_model(cols, w, model, penalty, dw, r, u, tmp,
-                                 min(MAX_INNER, max_epochs - epochs))  # fmt: skip
+                                 min(MAX_INNER, max_epochs - epochs),
+                                 forcing_term(gap if checked else np.inf, target_gap))  # fmt: skip
         u[:] = 0.0  # the step's X d, from the columns it moved
         csc_matvec(cols.indptr, cols.indices, cols.data, cols.scale, dw, u)
         t, f_t = line_search(datafit, penalty, y, z, sw, w, dw, g, h, u, shift[0], primal)
@@ -306,13 +311,26 @@ def curvature_bound(datafit: Any, h: np.ndarray, sw: np.ndarray) -> float:
     return top if np.isfinite(top) and top > 0.0 else 1.0
 
 
+def forcing_term(gap: float, target_gap: float) -> float:
+    """The model's relative accuracy for the next Newton step: the reduction the gap still
+    needs (``target_gap / gap``) within ``[INNER_RTOL, INNER_RTOL_FAR]``, and the loosest
+    while the gap is not known (far from the target). A step need only gain what is left
+    to gain (Dembo, Eisenstat & Steihaug, SIAM J. Numer. Anal. 1982: inexact Newton
+    converges for any forcing term below 1, faster as it falls)."""
+    if not gap > 0.0 or not np.isfinite(gap):
+        return INNER_RTOL_FAR
+    return min(INNER_RTOL_FAR, max(INNER_RTOL, target_gap / gap))
+
+
 def minimise_model(
     cols: Columns, w: np.ndarray, model: Model, penalty: Any, dw: np.ndarray, r: np.ndarray,
-    u: np.ndarray, tmp: np.ndarray, max_epochs: int,
+    u: np.ndarray, tmp: np.ndarray, max_epochs: int, rtol: float | None = None,
 ) -> int:  # fmt: skip
     """Minimise the model over the step ``dw`` (zeros on entry) by coordinate descent
     (:func:`~dl1.kernels.cd.weighted_cd_epochs`, ``r`` = ``g`` on entry), one epoch at a time
-    up to ``max_epochs`` or its stopping rule, and return the epochs run.
+    up to ``max_epochs`` or its stopping rule (the model's remaining decrease at most
+    ``rtol`` times its decrease so far; None: :data:`INNER_RTOL`), and return the epochs
+    run.
 
     After an epoch over every column, epochs visit only the active ones (``w + d != 0``)
     until the rule stops them, then one over every column decides (glmnet's active-set
@@ -333,7 +351,7 @@ def minimise_model(
             cols.indptr, cols.indices, cols.data, cols.scale, w, dw, r, model.hdata, model.lj,
             model.hx, model.floor, model.extra, model.reach, float(r.shape[0]),
             penalty.alpha_l1, penalty.alpha_l2, penalty.factors, penalty.bounds, model.shift,
-            order, 1, INNER_RTOL, progress,
+            order, 1, INNER_RTOL if rtol is None else rtol, progress,
         )  # fmt: skip
         full = order is every
         if progress[2] != 0.0:

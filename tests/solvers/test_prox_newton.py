@@ -421,3 +421,16 @@ def test_the_trust_box_keeps_the_first_step_whole(monkeypatch):
     assert w[0] + w[1] == pytest.approx(w_u[0] + w_u[1], abs=1e-6)
     np.testing.assert_allclose(w[2:], w_u[2:], atol=1e-6)
     np.testing.assert_allclose(z, z_u, atol=1e-6)
+
+
+def test_forcing_term_is_the_reduction_left_within_its_bounds():
+    """The model's accuracy for the next Newton step: the loosest while the gap is not
+    known, ``target / gap`` between INNER_RTOL and INNER_RTOL_FAR otherwise."""
+    from dl1.tasks.prox_newton import INNER_RTOL, INNER_RTOL_FAR, forcing_term
+
+    assert forcing_term(np.inf, 1e-3) == INNER_RTOL_FAR
+    assert forcing_term(np.nan, 1e-3) == INNER_RTOL_FAR
+    assert forcing_term(2e-3, 1e-3) == INNER_RTOL_FAR  # half the gap to go: a loose model
+    assert forcing_term(5e-2, 1e-3) == pytest.approx(2e-2)
+    assert forcing_term(1.0, 1e-8) == INNER_RTOL  # many digits to go: the tightest
+    assert INNER_RTOL < 2e-2 < INNER_RTOL_FAR
