@@ -104,6 +104,16 @@ def choose_working_set(
     return np.union1d(support, cand).astype(np.int64)
 
 
+def every_column_joined(per_block: list[BlockScan], ws_size: int, joined: int) -> bool:
+    """Whether the ``joined`` candidates that entered the working set are every column a
+    pass could offer (alive, not empty, not in the support): each block offered fewer than
+    its ``ws_size`` candidates, hence all it had, and all of them joined. The working set
+    is then the whole problem (empty and screened columns stay at 0), though it holds
+    fewer than ``p`` features."""
+    offered = sum(int(blk.candidates.shape[0]) for blk in per_block)
+    return joined >= offered and all(blk.candidates.shape[0] < ws_size for blk in per_block)
+
+
 def violators_left_out(per_block: list[BlockScan], joined: int) -> bool:
     """Whether a pass found more KKT violators (positive scores) than the ``joined``
     candidates that entered the working set: some were left out, so the working set's

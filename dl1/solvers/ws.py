@@ -38,6 +38,7 @@ from dl1.solvers.scans import (
     LastScan,
     SphereSeed,
     choose_working_set,
+    every_column_joined,
     next_ws_size,
     scan_pass,
     sequential_sphere,
@@ -185,7 +186,10 @@ class WorkingSetSolver:
                 run.support, scan.per_block, problem.col_bounds, scan.ws_size,
                 problem.budget.col_bytes, problem.budget.cache_max,
             )  # fmt: skip
-            run.crowded = violators_left_out(scan.per_block, ws.shape[0] - run.support.shape[0])
+            joined = ws.shape[0] - run.support.shape[0]
+            run.crowded = violators_left_out(scan.per_block, joined)
+            run.whole = ws.shape[0] >= problem.p or every_column_joined(
+                scan.per_block, scan.ws_size, joined)  # fmt: skip
             run.cache_columns(ws)
             t0 = time.perf_counter()
             mode = choose_mode(self.spread, problem, ws, self.gram_max)
@@ -293,6 +297,7 @@ class Run:
         self.spent: list[tuple[np.ndarray, bool]] = []
         # whether the round's working set left out violators its pass found
         self.crowded = False
+        self.whole = False  # the working set holds every column that can move
 
     def _start_point(self, warm: WarmState | None) -> None:
         """``w``, ``b`` and ``z = X w + b`` of the warm start (zero: the intercept of

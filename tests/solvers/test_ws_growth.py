@@ -11,7 +11,13 @@ from scipy.special import expit
 
 import dl1
 from dl1.solvers import subproblems
-from dl1.solvers.scans import WS_FAST_GROWTH, WS_FILLED, next_ws_size, violators_left_out
+from dl1.solvers.scans import (
+    WS_FAST_GROWTH,
+    WS_FILLED,
+    every_column_joined,
+    next_ws_size,
+    violators_left_out,
+)
 from dl1.solvers.subproblems import WHOLE_RATIO, GatheredGram, SpreadNewton
 from dl1.tasks.records import BlockScan, GapStats
 from tests.test_penalised import as_dask
@@ -39,6 +45,39 @@ def test_violators_left_out_counts_positive_scores_over_blocks():
     assert violators_left_out(blocks, 2)  # 3 violators, 2 joined
     assert not violators_left_out(blocks, 3)
     assert not violators_left_out(blocks, 10)  # the rest of the set: non-violators
+
+
+def test_every_column_joined_when_each_block_offered_all_it_had():
+    blocks = [_scan([0.3, 0.1, -0.2]), _scan([-0.5]), _scan([])]
+    assert every_column_joined(blocks, 4, 4)  # 3 and 1 offered, under the quota of 4
+    assert not every_column_joined(blocks, 4, 3)  # one offered column left out
+    assert not every_column_joined(blocks, 3, 4)  # a block offered its quota: maybe more
+
+
+def test_a_working_set_of_every_nonempty_column_is_the_whole_problem(monkeypatch):
+    """Empty columns never join a working set: one holding every other column is the
+    whole problem, and its subproblem goes to WHOLE_RATIO times the final target, not
+    past it. The fit stops certified."""
+    X, y = _weak_problem()
+    n, tol = X.shape[0], 1e-2
+    X = sp.hstack([X, sp.csc_matrix((n, 40))], format="csc")  # 40 empty columns
+    movable = int(np.count_nonzero(np.diff(X.indptr)))
+    seen = []
+    real = GatheredGram.run_call
+
+    def spy(run, ws, call, r):
+        seen.append((run.whole, ws.shape[0], call.settings.target_gap, run.cert.gap))
+        return real(run, ws, call, r)
+
+    monkeypatch.setattr(GatheredGram, "run_call", staticmethod(spy))
+    res = dl1.fit(X, y, alpha=1.0 / (100.0 * n), loss="logistic", tol=tol)
+    assert res.converged_ and res.gap_ <= tol
+    whole = [(size, target, gap) for is_whole, size, target, gap in seen if is_whole]
+    assert whole and all(size == movable < X.shape[1] for size, _, _ in whole)
+    for _, target, gap in whole:
+        assert target == pytest.approx(max(0.3 * min(gap, tol * res.p0_),
+                                           WHOLE_RATIO * tol * res.p0_), rel=1e-12)  # fmt: skip
+    assert not any(is_whole for is_whole, size, _, _ in seen if size < movable)
 
 
 def _weak_problem(seed=0, n=400, p=800):
