@@ -37,20 +37,22 @@ def in_process():
         yield
 
 
-def _expected_failures(estimator):
+def _borderline(estimator, check) -> bool:
     """LinearSVC's weight checks at the default tol: on the checks' three classes the
     one-vs-rest fit certifies each class's objective to a relative 1e-4, which leaves its
-    decision values ~1e-7 apart between the weighted and the repeated-rows fits (the
-    checks' rtol is 1e-7); they pass at a tight tol (test_sample_weight_equivalence_at_a_
+    decision values about 1e-7 apart between the weighted and the repeated-rows fits, the
+    checks' rtol: whether they pass depends on the Newton steps' trajectory, not on the
+    weights. They are run at a tight tol instead (test_sample_weight_equivalence_at_a_
     tight_tol, below)."""
-    if not isinstance(estimator, LinearSVC):
-        return {}
-    return {check: "tol=1e-4 certifies the objective, not decisions to 1e-7; passes at "
-            "tol=1e-8 below" for check in WEIGHT_CHECKS}  # fmt: skip
+    name = getattr(getattr(check, "func", check), "__name__", "")
+    return isinstance(estimator, LinearSVC) and name in WEIGHT_CHECKS
 
 
-@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failures)
+@parametrize_with_checks(ESTIMATORS)
 def test_sklearn_compatible_estimator(estimator, check):
+    if _borderline(estimator, check):
+        pytest.skip("decisions within the check's rtol only by the trajectory at tol=1e-4; "
+                    "checked at tol=1e-8 below")  # fmt: skip
     check(estimator)
 
 
