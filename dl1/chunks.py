@@ -41,6 +41,9 @@ def as_scipy(chunk: Any, fmt: Literal["csc", "csr"]) -> sp.csc_matrix | sp.csr_m
         chunk = _check_2d(np.asarray(chunk))
     else:
         check_structure(chunk)
+        kind = sp.csc_matrix if fmt == "csc" else sp.csr_matrix
+        if type(chunk) is kind:  # the constructor would copy ("prune") a sliced chunk
+            return chunk
     return sp.csc_matrix(chunk) if fmt == "csc" else sp.csr_matrix(chunk)
 
 

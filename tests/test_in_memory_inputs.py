@@ -10,6 +10,8 @@ import scipy.sparse as sp
 import dl1
 from dl1.chunks import ColumnSliced
 from dl1.inputs import as_dask
+from dl1.loading import load_blocks
+from dl1.runtime.executor import LocalExecutor
 from tests.helpers import random_csr
 
 
@@ -29,6 +31,9 @@ def test_the_dask_array_of_a_matrix_in_memory_slices_it_without_copies(kind):
     assert all(np.shares_memory(data(c), data(X)) for c in pieces if c.shape[1])
     whole = np.hstack(pieces) if kind == "dense" else sp.hstack(pieces).toarray()
     np.testing.assert_array_equal(whole, X if kind == "dense" else X.toarray())
+    if kind == "csc":  # and the fit's blocks made of them
+        blocks, _ = load_blocks(LocalExecutor(), Xd, np.zeros(0), False, False, 2, local=local)
+        assert all(np.shares_memory(b.data, X.data) for b in blocks)
 
 
 def test_other_slices_than_column_ranges_are_scipys():
