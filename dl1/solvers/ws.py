@@ -34,6 +34,7 @@ from dl1.solvers.result import (
     make_result,
 )
 from dl1.solvers.scans import (
+    WS_SLOW_GAP,
     WS_START,
     LastScan,
     SphereSeed,
@@ -183,7 +184,8 @@ class WorkingSetSolver:
                 entry["stopped"] = why
                 break
             ws = choose_working_set(
-                run.support, scan.per_block, problem.col_bounds, scan.ws_size,
+                run.support, scan.per_block, problem.col_bounds,
+                min(scan.ws_size, run.ws_size(run.gap_fell_little())),
                 problem.budget.col_bytes, problem.budget.cache_max,
             )  # fmt: skip
             joined = ws.shape[0] - run.support.shape[0]
@@ -337,7 +339,7 @@ class Run:
         self.by_server = False
         # the round's support: w moves only in the subproblem (an O(p) scan, once a round)
         self.support = np.flatnonzero(self.w)
-        ws_size = self._ws_size()
+        ws_size = self.ws_size(slow=True)
         if r == 0 and self.reuse is not None and self.reuse.ws_size == ws_size:
             last = self._shifted(self.reuse, ws_size)
             self.scan_kernel = 0.0
@@ -345,7 +347,7 @@ class Run:
             if self.free is not None:  # their constraints x_j^T theta = 0, met exactly
                 self.b = self.free.refit(self.problem, self.z, self.w, self.b)
                 self.support = np.flatnonzero(self.w)
-                ws_size = self._ws_size()
+                ws_size = self.ws_size(slow=True)
             db, theta = pass_dual_point(
                 self.problem.datafit, self.problem.y, self.z, self.problem.weights,
                 self.problem.fit_intercept,
@@ -368,11 +370,19 @@ class Run:
         self.last = last
         return last
 
-    def _ws_size(self) -> int:
+    def ws_size(self, slow: bool) -> int:
         """This round's working-set size (:func:`~dl1.solvers.scans.next_ws_size`), from
-        the support and the last round's working set."""
+        the support, the last round's working set and ``slow``. The pass's quota of
+        candidates per block is the size with ``slow`` (the largest): whether the gap fell
+        little is known once the pass has certified the last round."""
         last = self.spent[-1][0].shape[0] if self.spent else 0
-        return next_ws_size(self.support.shape[0], last, self.solver.ws_start)
+        return next_ws_size(self.support.shape[0], last, self.solver.ws_start, slow)
+
+    def gap_fell_little(self) -> bool:
+        """Whether the last round cut the gap to more than :data:`~dl1.solvers.scans.
+        WS_SLOW_GAP` of the one before (the history's last two entries)."""
+        gaps = [entry["gap"] for entry in self.history[-2:]]
+        return len(gaps) == 2 and gaps[1] > WS_SLOW_GAP * gaps[0]
 
     def _shifted(self, reuse: LastScan, ws_size: int) -> LastScan:
         """The previous alpha's last pass at this alpha: scores shift with the threshold

@@ -375,37 +375,50 @@ def _extrapolate(cols, w, model, penalty, hist, dw, r, u, tmp) -> None:
     """Replace the step ``(dw, e)`` (``e = model.shift[0]``) and ``r = g + H X dw`` by the
     Anderson extrapolation of the iterates in ``hist`` (rows ``(d, e)``) if it lowers the
     model. The model is a quadratic plus the penalty and ``e`` and ``r`` are affine in
-    ``d``, so the extrapolation keeps the intercept step optimal; ``r`` is recomputed from
-    ``X d`` (``tmp``) rather than extrapolated from stored copies (no history of length
-    n)."""
+    ``d``, so the extrapolation keeps the intercept step optimal. The model's change is
+    taken along ``delta = d_e - dw`` from ``r`` (:func:`_model_change`): one product ``X
+    delta`` (``tmp``), no history of length n; ``u`` is scratch."""
     ext = anderson_point(hist)
     if ext is None:
         return
     d_e, e_e = ext[:-1], float(ext[-1])
     if model.reach.shape[0]:  # an extrapolation may leave the trust region's box
         np.clip(d_e, -model.reach, model.reach, out=d_e)
-    now = _model_value(cols, w, model, penalty, dw, float(model.shift[0]), u)
-    if _model_value(cols, w, model, penalty, d_e, e_e, tmp) < now:
+    delta = d_e - dw
+    tmp[:] = 0.0
+    csc_matvec(cols.indptr, cols.indices, cols.data, cols.scale, delta, tmp)
+    if _model_change(model, r, tmp, e_e - float(model.shift[0]), u) + (
+        penalty.value(w + d_e) - penalty.value(w + dw)
+    ) + _damping_change(model, dw, d_e) < 0.0:
         dw[:] = d_e
-        np.multiply(model.h, tmp, out=r)
-        r += model.g
+        np.multiply(model.h, tmp, out=u)
+        r += u
         # the intercept step optimal for d_e (sum(r + h e) = 0), which the extrapolated e_e
         # is up to rounding, amplified by ill-conditioned coefficients c: the model only
         # falls further
         model.shift[0] = -float(r.sum()) / model.shift[1] if model.shift[1] > 0.0 else e_e
 
 
-def _model_value(cols, w, model, penalty, d, e, u) -> float:
-    """``(g^T v + v^T H v / 2) / n + pen(w + d)``, ``v = X d + e``; ``u`` gets ``X d``."""
-    u[:] = 0.0
-    csc_matvec(cols.indptr, cols.indices, cols.data, cols.scale, d, u)
-    g, h = model.g, model.h
-    quad = float(g @ u) + 0.5 * float(u @ (h * u))
-    if model.extra.shape[0]:  # the damping's proximal term
-        quad += 0.5 * float(model.extra @ (d * d))
-    if model.shift[1] > 0.0:  # v = u + e
-        quad += e * (float(g.sum()) + float(h @ u)) + 0.5 * e * e * float(model.shift[1])
-    return quad / u.shape[0] + penalty.value(w + d)
+def _model_change(model, r, xd, de, hxd) -> float:
+    """The quadratic part's change ``(q(v + dv) - q(v)) / n``, ``q(v) = g^T v + v^T H v /
+    2``, from ``v = X d + e`` (``r = g + H X d``, ``e = model.shift[0]``) along ``dv = xd +
+    de`` (``xd = X delta``): ``(r + h e)^T dv + dv^T H dv / 2``; ``hxd`` gets ``H xd``."""
+    h, e, h_sum = model.h, float(model.shift[0]), float(model.shift[1])
+    np.multiply(h, xd, out=hxd)
+    h_xd = float(hxd.sum())
+    first = float(r @ xd) + e * h_xd
+    second = float(hxd @ xd)
+    if h_sum > 0.0:  # the intercept's terms (without one, e and de are 0)
+        first += de * (float(r.sum()) + e * h_sum)
+        second += 2.0 * de * h_xd + de * de * h_sum
+    return (first + 0.5 * second) / r.shape[0]
+
+
+def _damping_change(model, d, d_new) -> float:
+    """The damping's proximal term's change ``sum_j E_j (d_new_j^2 - d_j^2) / (2 n)``."""
+    if not model.extra.shape[0]:
+        return 0.0
+    return 0.5 * float(model.extra @ (d_new * d_new - d * d)) / model.g.shape[0]
 
 
 def _restricted_gap(cols, w, y, g, s, datafit, penalty, fit_intercept, primal, out):

@@ -33,6 +33,10 @@ def test_next_ws_size():
     edge = int(np.ceil(WS_FILLED * 1000))
     assert next_ws_size(edge, 1000, 1) == WS_FAST_GROWTH * edge
     assert next_ws_size(edge - 1, 1000, 1) == 2 * (edge - 1)
+    # a filled set whose round cut the gap little: the fast growth squared
+    assert next_ws_size(120, 128, 128, slow=True) == WS_FAST_GROWTH**2 * 120
+    assert next_ws_size(100, 128, 128, slow=True) == 200  # not filled: as before
+    assert next_ws_size(300, 0, 128, slow=True) == 600
 
 
 def _scan(scores):
@@ -132,6 +136,37 @@ def test_a_filled_working_set_grows_faster_and_the_fit_is_certified(monkeypatch)
     assert abs(obj(res.coef_, res.intercept_) - obj(w_ref, b_ref)) <= 1e-8 * res.p0_
 
 
+def test_a_filled_set_whose_gap_fell_little_grows_fastest(monkeypatch):
+    """The fit reads WS_SLOW_GAP against its last two gaps: with 0 every round from the
+    second is slow, and a filled set grows WS_FAST_GROWTH**2 times its support (or to every
+    column a pass offers); with inf none is, and it grows WS_FAST_GROWTH times. Either
+    way the fit is certified and is the L-BFGS-B reference's."""
+    import dl1.solvers.ws as ws
+
+    X, y = _weak_problem(seed=2, n=600, p=2500)
+    n = X.shape[0]
+    alpha = 1.0 / (1e4 * n)
+    movable = int(np.count_nonzero(np.diff(X.indptr)))
+    obj = _objective(X, y, alpha)
+    best = obj(*_reference(X, y, alpha))
+    sizes = {}
+    for slow_gap in (0.0, np.inf):
+        monkeypatch.setattr(ws, "WS_SLOW_GAP", slow_gap)
+        res = dl1.fit(X, y, alpha=alpha, loss="logistic", tol=1e-6)
+        assert res.converged_ and res.gap_ <= 1e-6
+        assert abs(obj(res.coef_, res.intercept_) - best) <= 1e-6 * res.p0_
+        hist = [h for h in res.history_ if "ws_size" in h]
+        filled = [i for i in range(1, len(hist))
+                  if hist[i]["nnz"] >= WS_FILLED * hist[i - 1]["ws_size"]]  # fmt: skip
+        assert 1 in filled  # the test's point: a filled set after two gaps
+        for i in filled:
+            growth = WS_FAST_GROWTH**2 if slow_gap == 0.0 else WS_FAST_GROWTH
+            want = min(growth * hist[i]["nnz"], movable)
+            assert want * 0.99 <= hist[i]["ws_size"] <= growth * hist[i]["nnz"]
+        sizes[slow_gap] = hist[1]["ws_size"]
+    assert sizes[0.0] > sizes[np.inf]  # the rule made a difference here
+
+
 def _objective(X, y, alpha):
     def f(w, b):
         return float(np.logaddexp(0, -y * (X @ w + b)).mean() + alpha * np.abs(w).sum())
@@ -177,14 +212,15 @@ def test_a_crowded_subproblem_is_not_solved_past_the_fits_target(monkeypatch):
 
 def test_a_path_solves_crowded_working_sets_loosely(monkeypatch):
     """Paths solve their subproblems to the final target (tight), except while a working
-    set leaves violators out: then to inner_ratio times the current gap, as fits do."""
+    set leaves violators out: then to inner_ratio times the current gap, as fits do; and
+    a working set of every column that can move to WHOLE_RATIO of the final target."""
     X, y = _weak_problem(seed=1)
     targets = []
     real = GatheredGram.run_call
 
     def spy(run, ws, call, r):
         targets.append((run.crowded, call.settings.target_gap, run.cert.gap,
-                        run.problem.tol * run.problem.p_zero))  # fmt: skip
+                        run.problem.tol * run.problem.p_zero, run.whole))  # fmt: skip
         return real(run, ws, call, r)
 
     monkeypatch.setattr(GatheredGram, "run_call", staticmethod(spy))
@@ -192,8 +228,10 @@ def test_a_path_solves_crowded_working_sets_loosely(monkeypatch):
     res = dl1.path(X, y, alphas=amax * np.array([0.5, 0.05, 0.005]), loss="logistic", tol=1e-8)
     assert all(g <= 1e-8 for g in res.gaps_)
     assert any(t[0] for t in targets) and not all(t[0] for t in targets)
-    for is_crowded, target, gap, final in targets:
+    for is_crowded, target, gap, final, whole in targets:
         expected = 0.3 * (gap if is_crowded else min(gap, final))
+        if whole or is_crowded:
+            expected = max(expected, WHOLE_RATIO * final)
         assert target == pytest.approx(expected, rel=1e-12)
 
 
