@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -35,17 +36,26 @@ def test_dl1_is_timed_again_at_a_looser_peers_gap(monkeypatch):
 
 
 def test_the_grid_table_counts_looser_fits_and_chooses_by_mean_score(capsys):
-    """Per C: seconds summed over folds, the largest gaps, and the dl1 fits looser than
-    liblinear's on their fold; the last row the totals and each grid's best C."""
+    """Per C and code: seconds summed over folds, the largest gap, and for dl1's the fits
+    looser than liblinear's on their fold; the last row the totals, looser fits and each
+    grid's best C by mean held-out score."""
     cells = {  # (fold, C, [seconds, gap, held-out score])
         "liblinear": [[[1.0, 1e-3, 0.5], [2.0, 1e-2, 0.9]], [[1.5, 2e-3, 0.6], [2.5, 3e-2, 0.8]]],
-        "path": [[[0.1, 1e-5, 0.0], [0.2, 2e-5, 0.0]], [[0.1, 3e-5, 0.0], [0.3, 1e-5, 0.0]]],
+        "path 0.0001": [[[0.1, 1e-5, 0.8], [0.2, 2e-5, 0.6]],
+                        [[0.1, 3e-5, 0.8], [0.3, 1e-5, 0.6]]],  # fmt: skip
         "at_gap": [[[0.2, 2e-3, 0.7], [0.3, 1e-2, 0.6]], [[0.2, 1e-3, 0.7], [0.4, 2e-2, 0.6]]],
     }
-    bw.print_grid({"Cs": [1.0, 100.0], **cells})
+    bw.print_grid({"Cs": [1.0, 100.0], "names": list(cells), **cells})
     rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| ")]
     first, second, total = ([c.strip() for c in r.strip("|").split("|")] for r in rows[-3:])
     # fold 0's 2e-3 at C = 1 is looser than liblinear's 1e-3 there
-    assert first == ["1", "2.50", "2.0e-03", "0.20", "3.0e-05", "0.40", "2.0e-03", "1"]
-    assert second == ["100", "4.50", "3.0e-02", "0.50", "2.0e-05", "0.70", "2.0e-02", "0"]
-    assert total == ["all", "7.00", "", "0.70", "", "1.10", "", "best C: liblinear 100, dl1 1"]
+    assert first == ["1", "2.50, 2.0e-03", "0.20, 3.0e-05, 0", "0.40, 2.0e-03, 1"]
+    assert second == ["100", "4.50, 3.0e-02", "0.50, 2.0e-05, 0", "0.70, 2.0e-02, 0"]
+    assert total == ["all (looser fits of 50, chosen C)", "**7.00**, C 100", "**0.70**, 0, C 1",
+                     "**1.10**, 1, C 1"]  # fmt: skip
+
+
+def test_held_out_accuracy_maps_the_larger_label_to_positive_margins():
+    X = np.array([[1.0], [-1.0], [2.0]])
+    assert bw.held_out(X, np.array([3, 0, 0]), np.array([1.0]), 0.0) == 2 / 3
+    assert bw.held_out(X, np.array([1, -1, 1]), np.array([1.0]), 0.0) == 1.0
