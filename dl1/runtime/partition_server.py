@@ -33,6 +33,7 @@ from dl1.runtime.wire import (
 )
 from dl1.tasks.columns import compact_task, extract_task
 from dl1.tasks.gram import SERVER_MEMORY_LIMIT
+from dl1.tasks.growth import next_ws_size
 from dl1.tasks.passes import coef_parts, pass_dual_point, scan_task
 from dl1.tasks.records import SubproblemCall
 
@@ -158,8 +159,10 @@ class PartitionServer:
             self._groups = used
         if then_scan is not None:
             t0 = time.perf_counter()
-            # the working set holds every nonzero: the coordinator's next size
-            ws_size = max(then_scan.ws_start, 2 * int(np.count_nonzero(out.w_ws)))
+            # the working set holds every nonzero: the coordinator's quota for its next
+            # round (the largest size it may choose, :meth:`dl1.solvers.ws.Run.ws_size`)
+            ws_size = next_ws_size(int(np.count_nonzero(out.w_ws)), out.w_ws.shape[0],
+                                   then_scan.ws_start, slow=True)  # fmt: skip
             scans = self._scan_after(out, resolved, then_scan, ws_size)
             out = (out, scans, time.perf_counter() - t0)
         return out

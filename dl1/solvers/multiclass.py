@@ -41,7 +41,7 @@ from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.objective.penalties.group import GroupElasticNet
 from dl1.solvers.class_start import WarmStart, decisions_at, gather_ws_columns
 from dl1.solvers.multinomial_newton import MultinomialNewton, Restricted, block_penalty
-from dl1.solvers.scans import WS_START, next_ws_size
+from dl1.tasks.growth import WS_START, next_ws_size
 from dl1.tasks.multiclass import excess_sq, group_norms, mc_scan_task
 
 
@@ -269,7 +269,7 @@ class MulticlassWorkingSetSolver:
         return primal, dual_from_conjugates(pen, scales, conj, excess, n)
 
     def _ws_size(self, pt: _Point, last_ws: int) -> int:
-        """The next working set's size (:func:`~dl1.solvers.scans.next_ws_size`, the binary
+        """The next working set's size (:func:`~dl1.tasks.growth.next_ws_size`, the binary
         rule), from the support and the last working set's size."""
         return next_ws_size(pt.support.shape[0], last_ws, self.ws_start)
 

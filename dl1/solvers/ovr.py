@@ -46,12 +46,13 @@ from dl1.solvers.base import Problem
 from dl1.solvers.class_start import WarmStart, decisions_at, gather_ws_columns
 from dl1.solvers.numerics import Progress, check_round, check_update
 from dl1.solvers.result import UNCERTIFIED, Certificate
-from dl1.solvers.scans import WS_START, choose_working_set, next_ws_size, violators_left_out
+from dl1.solvers.scans import choose_working_set, violators_left_out
 from dl1.solvers.subproblems import CachedGroup
 from dl1.solvers.ws import STALL_ROUNDS
 from dl1.tasks.blocks import BlockSource, identity
 from dl1.tasks.columns import compact_task, extract_task
 from dl1.tasks.gram import GRAM_DENSE_MAX
+from dl1.tasks.growth import WS_START, next_ws_size
 from dl1.tasks.hinge_lp import hinge_lp_task
 from dl1.tasks.ovr import ovr_scan_task
 from dl1.tasks.passes import pass_dual_point
@@ -162,7 +163,7 @@ class _Class:
     def ws_size(self, ws_start: int, hinge: bool) -> int:
         """The working set's size, its binary solver's rule: ``max(ws_start, 2 |support|)``
         for the hinge (:class:`~dl1.solvers.smoothing.SmoothingSolver`), else
-        :func:`~dl1.solvers.scans.next_ws_size` (growing faster after a filled set)."""
+        :func:`~dl1.tasks.growth.next_ws_size` (growing faster after a filled set)."""
         if hinge:
             return max(ws_start, 2 * self.support.shape[0])
         last = 0 if self.last_ws is None else self.last_ws.shape[0]

@@ -17,7 +17,7 @@ peers, or by Dask tasks (:mod:`dl1.runtime.row_parts`).
   sums at the scales that make the dual point feasible (:mod:`dl1.objective.gap`).
 * **Working set**: the support and the features closest to violating ``|x_j^T theta| <=
   n alpha`` (celer's rule, Massias, Gramfort & Salmon, ICML 2018), grown as
-  :func:`~dl1.solvers.scans.next_ws_size` says, at most ``max_ws`` features.
+  :func:`~dl1.tasks.growth.next_ws_size` says, at most ``max_ws`` features.
 * **Subproblem**: proximal Newton steps (glmnet's quadratic approximation, Friedman,
   Hastie & Tibshirani 2010, Sec. 3). Each partition sends its part of the model's
   Hessian on the working set, ``X_W^T diag(h) X_W`` (``m x m``), with the model's
@@ -44,7 +44,7 @@ from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.numerics import check_round
 from dl1.solvers.options import SolverOptions
 from dl1.solvers.result import Certificate, FitResult, make_result
-from dl1.solvers.scans import WS_START, next_ws_size
+from dl1.tasks.growth import WS_START, next_ws_size
 from dl1.tasks.row_newton import (
     GapSums,
     ModelSums,

@@ -48,11 +48,12 @@ from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.numerics import check_round
 from dl1.solvers.options import SolverOptions
 from dl1.solvers.result import Certificate, ConvergenceWarning, FitResult, make_result
-from dl1.solvers.scans import WS_START, choose_working_set, scan_pass
+from dl1.solvers.scans import choose_working_set, scan_pass
 from dl1.solvers.subproblems import CachedGroup
 from dl1.solvers.ws import WorkingSetSolver, WorkingSetState
 from dl1.tasks.blocks import identity
 from dl1.tasks.columns import extract_task
+from dl1.tasks.growth import WS_START
 from dl1.tasks.hinge_lp import hinge_lp_task
 
 

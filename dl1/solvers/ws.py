@@ -34,13 +34,10 @@ from dl1.solvers.result import (
     make_result,
 )
 from dl1.solvers.scans import (
-    WS_SLOW_GAP,
-    WS_START,
     LastScan,
     SphereSeed,
     choose_working_set,
     every_column_joined,
-    next_ws_size,
     scan_pass,
     sequential_sphere,
     violators_left_out,
@@ -59,6 +56,7 @@ from dl1.solvers.unpenalised import FreeColumns
 from dl1.tasks.blocks import identity
 from dl1.tasks.columns import compact_task, extract_task
 from dl1.tasks.gram import GRAM_MAX, drop_gram
+from dl1.tasks.growth import WS_SLOW_GAP, WS_START, next_ws_size
 from dl1.tasks.passes import matvec_task, pass_dual_point
 from dl1.tasks.records import PartitionScan, SubproblemCall, SubproblemOutput
 from dl1.tasks.subproblem import SubproblemSettings, subproblem_task
@@ -371,7 +369,7 @@ class Run:
         return last
 
     def ws_size(self, slow: bool) -> int:
-        """This round's working-set size (:func:`~dl1.solvers.scans.next_ws_size`), from
+        """This round's working-set size (:func:`~dl1.tasks.growth.next_ws_size`), from
         the support, the last round's working set and ``slow``. The pass's quota of
         candidates per block is the size with ``slow`` (the largest): whether the gap fell
         little is known once the pass has certified the last round."""
@@ -379,7 +377,7 @@ class Run:
         return next_ws_size(self.support.shape[0], last, self.solver.ws_start, slow)
 
     def gap_fell_little(self) -> bool:
-        """Whether the last round cut the gap to more than :data:`~dl1.solvers.scans.
+        """Whether the last round cut the gap to more than :data:`~dl1.tasks.growth.
         WS_SLOW_GAP` of the one before (the history's last two entries)."""
         gaps = [entry["gap"] for entry in self.history[-2:]]
         return len(gaps) == 2 and gaps[1] > WS_SLOW_GAP * gaps[0]

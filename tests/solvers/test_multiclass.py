@@ -214,7 +214,7 @@ def test_the_working_set_doubles_past_each_blocks_first_candidates():
 def test_a_working_set_its_solution_filled_grows_fourfold():
     """The binary growth rule: ``next_ws_size`` of the support and the last working set,
     4 times the support after a working set whose solution filled it, else twice."""
-    from dl1.solvers.scans import next_ws_size
+    from dl1.tasks.growth import next_ws_size
 
     X, y = _problem(n=300, p=600, K=3, seed=11)
     data = load_labelled(as_dask(X, 2), y, None, "train", None, 2, None)

@@ -17,7 +17,6 @@ from dl1.kernels.linalg import csc_col_sqnorms
 from dl1.objective.datafits import Logistic, Quadratic, SquaredHinge
 from dl1.objective.penalties import ElasticNet
 from dl1.solvers.base import WorkingSetBudget
-from dl1.solvers.scans import WS_START
 from dl1.solvers.subproblems import (
     WHOLE_RATIO,
     ColumnCD,
@@ -29,6 +28,7 @@ from dl1.solvers.subproblems import (
     choose_mode,
 )
 from dl1.solvers.ws import WorkingSetSolver
+from dl1.tasks.growth import WS_START
 from dl1.tasks.prox_newton import Columns, _restricted_gap, prox_newton
 from tests.test_penalised import as_dask, make_classification, objective
 

@@ -11,14 +11,9 @@ from scipy.special import expit
 
 import dl1
 from dl1.solvers import subproblems
-from dl1.solvers.scans import (
-    WS_FAST_GROWTH,
-    WS_FILLED,
-    every_column_joined,
-    next_ws_size,
-    violators_left_out,
-)
+from dl1.solvers.scans import every_column_joined, violators_left_out
 from dl1.solvers.subproblems import WHOLE_RATIO, GatheredGram, SpreadNewton
+from dl1.tasks.growth import WS_FAST_GROWTH, WS_FILLED, next_ws_size
 from dl1.tasks.records import BlockScan, GapStats
 from tests.test_penalised import as_dask
 
