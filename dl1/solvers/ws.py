@@ -181,11 +181,7 @@ class WorkingSetSolver:
             if why is not None:
                 entry["stopped"] = why
                 break
-            ws = choose_working_set(
-                run.support, scan.per_block, problem.col_bounds,
-                min(scan.ws_size, run.ws_size(run.gap_fell_little())),
-                problem.budget.col_bytes, problem.budget.cache_max,
-            )  # fmt: skip
+            ws = self._next_working_set(run, scan)
             joined = ws.shape[0] - run.support.shape[0]
             run.crowded = violators_left_out(scan.per_block, joined)
             run.whole = ws.shape[0] >= problem.p or every_column_joined(
@@ -200,6 +196,24 @@ class WorkingSetSolver:
             run.account(entry, ws, report, t0)
             run.spent.append((ws, report.epochs >= self.max_inner_epochs))
         return run.finish()
+
+    def _next_working_set(self, run: Run, scan: LastScan) -> np.ndarray:
+        """The round's working set (:func:`~dl1.solvers.scans.choose_working_set`) at the
+        size the growth rule gives; the faster growth after a round that cut the gap
+        little only while its set still gathers on one worker (a spread subproblem costs
+        a round of tasks per step, and its shares follow the cached groups)."""
+        pb = run.problem
+
+        def choose(size: int) -> np.ndarray:
+            return choose_working_set(run.support, scan.per_block, pb.col_bounds,
+                                      min(scan.ws_size, size), pb.budget.col_bytes,
+                                      pb.budget.cache_max)  # fmt: skip
+
+        ws = choose(run.ws_size(run.gap_fell_little()))
+        plain = run.ws_size(False)
+        if ws.shape[0] > plain and choose_mode(self.spread, pb, ws, self.gram_max).spread:
+            ws = choose(plain)
+        return ws
 
     def patience(self, problem: Problem) -> int:
         """Rounds without progress before a solve stops: :data:`STALL_ROUNDS`, plus the
@@ -338,7 +352,7 @@ class Run:
         # the round's support: w moves only in the subproblem (an O(p) scan, once a round)
         self.support = np.flatnonzero(self.w)
         ws_size = self.ws_size(slow=True)
-        if r == 0 and self.reuse is not None and self.reuse.ws_size == ws_size:
+        if r == 0 and self.reuse is not None and self.reuse.ws_size >= ws_size:
             last = self._shifted(self.reuse, ws_size)
             self.scan_kernel = 0.0
         else:
@@ -384,11 +398,15 @@ class Run:
 
     def _shifted(self, reuse: LastScan, ws_size: int) -> LastScan:
         """The previous alpha's last pass at this alpha: scores shift with the threshold
-        (``|c_j| - n alpha_l1``); the order and ``||X^T theta||_inf`` do not."""
+        (``|c_j| - n alpha_l1``); the order and ``||X^T theta||_inf`` do not. Each block's
+        candidates are cut to ``ws_size`` (best first, ties to the lower position: the
+        pass a quota of ``ws_size`` gives, as a checkpoint's restored pass has it)."""
         shift = reuse.threshold - self.threshold
         per_block = [
-            blk._replace(scores=blk.scores + shift, visited=0) for blk in reuse.per_block
-        ]
+            blk._replace(candidates=blk.candidates[:ws_size],
+                         scores=blk.scores[:ws_size] + shift, visited=0)
+            for blk in reuse.per_block
+        ]  # fmt: skip
         self.block_nnz = reuse.block_nnz.copy()
         return LastScan(per_block, reuse.theta, self.threshold, ws_size, self.block_nnz)
 

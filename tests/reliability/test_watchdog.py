@@ -83,9 +83,7 @@ def _statuses(client) -> set[str]:
     return {w["status"] for w in client.scheduler_info()["workers"].values()}
 
 
-def test_workers_paused_for_memory_stall_the_path_and_its_checkpoint_resumes(
-    tmp_path, local_cluster
-):
+def test_workers_paused_for_memory_stall_the_path_and_its_checkpoint_resumes(tmp_path):
     """A streamed path (every step a task) with a checkpoint on two workers of 600 MiB;
     after alpha 3 each worker's memory is filled past Dask's pause threshold (80%) by
     memory Dask cannot spill, so the workers pause and run no task.
@@ -93,16 +91,18 @@ def test_workers_paused_for_memory_stall_the_path_and_its_checkpoint_resumes(
     Pass: ClusterStalledError within ``STALL_S`` (the stall timeout set) + ``SLACK_S`` of
     the pause (Dask alone waits for ever), naming the paused workers and their memory;
     once the memory is freed the workers resume and the checkpoint, resumed on the same
-    cluster, gives the uninterrupted path (computed on a healthy cluster) bit for bit.
+    cluster, gives the uninterrupted path bit for bit (computed first on the same cluster:
+    the workers' memory limit sets the column budget, hence the working sets, so a
+    cluster of other limits may take another certified trajectory).
     """
     store = tmp_path / "small.zarr"
     make_e2006_like(store, preset="small", seed=5)
     kw = dict(n_alphas=8, tol=1e-8, stream=True)
-    ref = dl1.path(store, client=local_cluster, checkpoint=tmp_path / "ref", **kw)
     limit = 600 * 2**20
     ck = tmp_path / "ck"
     paused_at: list[float] = []
     with nanny_cluster(2, memory_limit=limit) as (_, client):
+        ref = dl1.path(store, client=client, checkpoint=tmp_path / "ref", **kw)
 
         def pause_workers(k, alpha, res):
             if k == 3:
