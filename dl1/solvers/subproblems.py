@@ -215,8 +215,8 @@ class ColumnCD(GatheredGram):
 #: ``tol`` through rounding (the last tenth of the gap cost 90 s of 256 on shortclf at
 #: C = 1e4, benchmarks/RESULTS.md, "grow faster where the gap stalls"). A crowded working
 #: set's steps (``inner_ratio`` times the current gap) stop there too: at a loose ``tol``
-#: that gap's fraction can be tighter than
-#: the fit needs (C = 1e4, tol 0.18: 3.1 -> 2.2 s). At weak regularisation the gap falls
+#: that gap's fraction can be tighter than the fit needs (C = 1e4, tol 0.18: 3.1 -> 2.2
+#: s). At weak regularisation the gap falls
 #: slowly in the last steps (benchmarks/RESULTS.md, "Weakly regularised L1-logistic: block
 #: Newton steps, and a working set of every feature"; at C = 1e4, tol 0.18: 4.8 -> 3.1 s;
 #: shortclf's 5,315 empty columns of 400,000, "shortclf").
