@@ -288,3 +288,28 @@ def test_spread_newton_steps_stop_loosely_while_crowded(monkeypatch):
     obj = _objective(X, y, alpha)
     w_ref, b_ref = _reference(X, y, alpha)
     assert abs(obj(res.coef_, res.intercept_) - obj(w_ref, b_ref)) <= 1e-8 * res.p0_
+
+
+def test_a_path_resumed_from_its_checkpoint_is_the_uninterrupted_one(tmp_path):
+    """In memory, at weak regularisation (filled working sets, the faster growth), a path
+    stopped after its second alpha and resumed from its checkpoint is the uninterrupted
+    path, bit for bit."""
+    X, y = _weak_problem(seed=2, n=600, p=2500)
+    n = X.shape[0]
+    kw = dict(alphas=1.0 / (np.array([10.0, 100.0, 1e3, 1e4]) * n), loss="logistic",
+              tol=1e-6)  # fmt: skip
+    ref = dl1.path(X, y, checkpoint=tmp_path / "ref", **kw)
+
+    class Stop(Exception):
+        pass
+
+    def stop(k, alpha, res):
+        if k == 1:
+            raise Stop
+
+    with pytest.raises(Stop):
+        dl1.path(X, y, checkpoint=tmp_path / "ck", callback=stop, **kw)
+    resumed = dl1.path(X, y, checkpoint=tmp_path / "ck", **kw)
+    assert (resumed.coefs_ != ref.coefs_).nnz == 0
+    np.testing.assert_array_equal(resumed.intercepts_, ref.intercepts_)
+    np.testing.assert_array_equal(resumed.gaps_, ref.gaps_)
