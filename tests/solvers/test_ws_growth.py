@@ -11,8 +11,10 @@ from scipy.special import expit
 
 import dl1
 from dl1.solvers import subproblems
-from dl1.solvers.scans import every_column_joined, violators_left_out
+from dl1.solvers import ws as ws_module
+from dl1.solvers.scans import every_column_joined, scan_pass, violators_left_out
 from dl1.solvers.subproblems import WHOLE_RATIO, GatheredGram, SpreadNewton
+from dl1.solvers.ws import WorkingSetSolver
 from dl1.tasks.growth import WS_FAST_GROWTH, WS_FILLED, next_ws_size
 from dl1.tasks.records import BlockScan, GapStats
 from tests.test_penalised import as_dask
@@ -313,3 +315,31 @@ def test_a_path_resumed_from_its_checkpoint_is_the_uninterrupted_one(tmp_path):
     assert (resumed.coefs_ != ref.coefs_).nnz == 0
     np.testing.assert_array_equal(resumed.intercepts_, ref.intercepts_)
     np.testing.assert_array_equal(resumed.gaps_, ref.gaps_)
+
+
+def test_an_alphas_reused_pass_cut_to_its_quota_is_a_fresh_pass(monkeypatch):
+    """A path's next alpha starts from the last alpha's certifying pass, each block's
+    candidates cut to the new, smaller quota: the same candidates, in the same order, and
+    the same scores as a pass run afresh at that alpha with that quota. (A small first
+    working set, filled and certified at once, leaves a pass with the filled set's
+    larger quota.)"""
+    X, y = _weak_problem(seed=0, n=600, p=2500)
+    real = ws_module.Run._shifted
+    seen = []
+
+    def checked(run, reuse, ws_size):
+        out = real(run, reuse, ws_size)
+        fresh = scan_pass(run.problem, reuse.theta, run.threshold, run.w, ws_size,
+                          [None] * len(run.problem.blocks), None, False, run.support)  # fmt: skip
+        blocks = [blk for part in fresh for blk in part.blocks]
+        for cut, new in zip(out.per_block, blocks, strict=True):
+            np.testing.assert_array_equal(cut.candidates, new.candidates)
+            np.testing.assert_allclose(cut.scores, new.scores, rtol=1e-12, atol=1e-12)
+        seen.append((reuse.ws_size, ws_size, max(len(b.candidates) for b in blocks)))
+        return out
+
+    monkeypatch.setattr(ws_module.Run, "_shifted", checked)
+    dl1.path(X, y, n_alphas=12, eps=1e-3, loss="logistic", tol=1e-2,
+             solver=WorkingSetSolver(ws_start=8))  # fmt: skip
+    # the cut mattered: a quota below the reused pass's, blocks holding more violators
+    assert any(old > new and most == new for old, new, most in seen), seen
