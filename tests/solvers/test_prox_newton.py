@@ -347,7 +347,7 @@ def test_a_shortened_step_damps_the_next_model(monkeypatch):
 
 def test_trust_box_rule():
     """The box is the radius over each column's largest entry (inf for an empty column),
-    halved after a shortened step and dropped after a whole one; an infinite first radius
+    halved after a shortened step and doubled after a whole one; an infinite first radius
     (every loss but the logistic) is no box."""
     from dl1.tasks.trust import TrustBox
 
@@ -359,9 +359,10 @@ def test_trust_box_rule():
     box.update(0.25)
     np.testing.assert_array_equal(box.reach(), [2.0, np.inf, 0.5])
     box.update(1.0)
-    assert box.reach().shape == (0,)
+    np.testing.assert_array_equal(box.reach(), [4.0, np.inf, 1.0])
+    box.update(1.0)
     box.update(0.5)
-    assert box.reach().shape == (0,)
+    np.testing.assert_array_equal(box.reach(), [4.0, np.inf, 1.0])
     scaled = TrustBox.of(ip, data, np.array([2.0, 1.0, 0.5]), Logistic())
     np.testing.assert_array_equal(scaled.reach(), [4.0, np.inf, 4.0])
     assert TrustBox.of(ip, data, np.zeros(0), SquaredHinge()).reach().shape == (0,)
