@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
+
+import dl1
 
 
 def random_csr(n, p, density, seed, dtype=np.float64, empty_rows=(), empty_cols=()):
@@ -100,3 +103,18 @@ def fit_in_mode(client: Any, tmp_path: Any, mode: str, X: Any, y: Any, **kw: Any
         extra = {"stream": True}
     with dask.config.set({"dl1.one-piece": mode == "one piece"}):
         return dl1.fit(data, None if mode == "streamed" else y, client=client, **kw, **extra)
+
+
+class PathStopped(Exception):
+    """Raised by :func:`stop_path_after`'s callback."""
+
+
+def stop_path_after(k: int, *args: Any, **kw: Any) -> None:
+    """Run ``dl1.path(*args, **kw)`` and interrupt it after its alpha ``k`` (from 0) has
+    been fitted and checkpointed, as a job killed there would be; check it stopped there."""
+    def stop(i, alpha, res):
+        if i == k:
+            raise PathStopped
+
+    with pytest.raises(PathStopped):
+        dl1.path(*args, callback=stop, **kw)

@@ -14,6 +14,7 @@ import scipy.sparse as sp
 from sklearn.linear_model import LogisticRegression, enet_path, lasso_path
 
 import dl1
+from tests.helpers import stop_path_after
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -284,16 +285,8 @@ def test_screened_path_resumes_bit_identical(tmp_path):
     # rounding only; compared below)
     reference = dl1.path(X, y, checkpoint=tmp_path / "ref.zarr", **kw)
 
-    class Stop(Exception):
-        pass
-
-    def stop_at_5(k, alpha, res):
-        if k == 5:
-            raise Stop
-
     ck = tmp_path / "ck.zarr"
-    with pytest.raises(Stop):
-        dl1.path(X, y, checkpoint=ck, callback=stop_at_5, **kw)
+    stop_path_after(5, X, y, checkpoint=ck, **kw)
     resumed = dl1.path(X, y, checkpoint=ck, **kw)
     assert (resumed.coefs_ != reference.coefs_).nnz == 0
     np.testing.assert_array_equal(resumed.intercepts_, reference.intercepts_)

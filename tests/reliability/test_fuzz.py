@@ -23,6 +23,7 @@ import dl1
 from dl1.paths.checkpoint_format import IDENTITY, PROGRESS
 from dl1.store.arrays import read_array
 from dl1.store.format import MANIFEST
+from tests.helpers import stop_path_after
 from tests.reliability.untrusted import make_store, rewrite_array, run_child
 
 HEAVY = os.environ.get("DL1_HEAVY") == "1"
@@ -252,15 +253,7 @@ def data(tmp_path_factory):
     store = make_store(base / "s", formats=("csc", "csr"), weighted=True)
     dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(base / "ref"))
 
-    class Stop(Exception):
-        pass
-
-    def stop(k, alpha, res):
-        if k == 2:
-            raise Stop
-
-    with pytest.raises(Stop):
-        dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(base / "partial"), callback=stop)
+    stop_path_after(2, str(store), n_alphas=N_ALPHAS, checkpoint=str(base / "partial"))
     return base, store
 
 

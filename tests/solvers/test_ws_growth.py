@@ -17,6 +17,7 @@ from dl1.solvers.subproblems import WHOLE_RATIO, GatheredGram, SpreadNewton
 from dl1.solvers.ws import WorkingSetSolver
 from dl1.tasks.growth import WS_FAST_GROWTH, WS_FILLED, next_ws_size
 from dl1.tasks.records import BlockScan, GapStats
+from tests.helpers import stop_path_after
 from tests.test_penalised import as_dask
 
 
@@ -301,16 +302,7 @@ def test_a_path_resumed_from_its_checkpoint_is_the_uninterrupted_one(tmp_path):
     kw = dict(alphas=1.0 / (np.array([10.0, 100.0, 1e3, 1e4]) * n), loss="logistic",
               tol=1e-6)  # fmt: skip
     ref = dl1.path(X, y, checkpoint=tmp_path / "ref", **kw)
-
-    class Stop(Exception):
-        pass
-
-    def stop(k, alpha, res):
-        if k == 1:
-            raise Stop
-
-    with pytest.raises(Stop):
-        dl1.path(X, y, checkpoint=tmp_path / "ck", callback=stop, **kw)
+    stop_path_after(1, X, y, checkpoint=tmp_path / "ck", **kw)
     resumed = dl1.path(X, y, checkpoint=tmp_path / "ck", **kw)
     assert (resumed.coefs_ != ref.coefs_).nnz == 0
     np.testing.assert_array_equal(resumed.intercepts_, ref.intercepts_)
