@@ -212,14 +212,11 @@ class ColumnCD(GatheredGram):
 #: is the whole problem: its restricted gap is the fit's (the coordinator's certificate, at
 #: the intercept's optimal shift, is at most it), so proximal Newton steps on it go to this
 #: fraction of ``tol``, not to ``inner_ratio`` of it; the rest keeps the next pass under
-#: ``tol`` through rounding (the last tenth of the gap cost 90 s of 256 on shortclf at
-#: C = 1e4, benchmarks/RESULTS.md, "grow faster where the gap stalls"). A crowded working
-#: set's steps (``inner_ratio`` times the current gap) stop there too: at a loose ``tol``
-#: that gap's fraction can be tighter than the fit needs (C = 1e4, tol 0.18: 3.1 -> 2.2
-#: s). At weak regularisation the gap falls
-#: slowly in the last steps (benchmarks/RESULTS.md, "Weakly regularised L1-logistic: block
-#: Newton steps, and a working set of every feature"; at C = 1e4, tol 0.18: 4.8 -> 3.1 s;
-#: shortclf's 5,315 empty columns of 400,000, "shortclf").
+#: ``tol`` through rounding. A crowded working set's steps (``inner_ratio`` times the
+#: current gap) stop there too: at a loose ``tol`` that fraction of the gap can be tighter
+#: than the fit needs. At weak regularisation the gap falls slowly in the last steps, so
+#: each step spared counts (benchmarks/RESULTS.md, "a working set of every feature" and
+#: "grow faster where the gap stalls").
 WHOLE_RATIO = 0.99
 
 
