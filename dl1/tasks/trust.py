@@ -14,11 +14,10 @@ the loss's :attr:`~dl1.objective.datafits.base.Datafit.newton_reach` for each su
 (where the columns the working set gained start at 0), halves after a shortened step and
 doubles after a whole one (the classical trust-region update; Nocedal & Wright, "Numerical
 Optimization", 2006, Alg. 4.1, with the step's acceptance for the ratio of actual to
-predicted decrease). A box dropped after the first whole step let the next step overshoot
-again: at weak regularisation the line search then alternated whole steps and steps cut to
-1/4 or 1/8, each gaining a few parts in a million, for dozens of steps (``shortclf`` at C
-= 2.78, warm from C = 0.36: 38 Newton steps on 159,904 columns; benchmarks/RESULTS.md,
-"a trust region kept").
+predicted decrease). Widened rather than dropped, the box keeps the step after a whole
+one from overshooting: without it, at weak regularisation, the line search alternates whole
+steps and steps cut to 1/4 or 1/8 that gain a few parts in a million each
+(benchmarks/RESULTS.md, "a trust region kept").
 """
 
 from __future__ import annotations
