@@ -19,6 +19,7 @@ from distributed import get_task_stream
 import dl1
 from dl1.errors import ClusterStalledError
 from tests.reliability.faults import (
+    CONNECT_TIMEOUT_S,
     RECOVERY_S,
     assert_same_path,
     nanny_cluster,
@@ -45,11 +46,19 @@ def fit_data():
     return make_regression(n=3000, p=4000, density=0.01, seed=9)
 
 
+@pytest.fixture
+def slow_connect():
+    """Dask's connect timeout at ``CONNECT_TIMEOUT_S``: a stall on a dead worker shows."""
+    with dask.config.set({"distributed.comm.timeouts.connect": f"{CONNECT_TIMEOUT_S}s"}):
+        yield
+
+
 class Interrupted(Exception):
     """Raised by a callback to stop a path as a killed coordinator would."""
 
 
 @pytest.mark.parametrize("n_workers", [2, 3])
+@pytest.mark.usefixtures("slow_connect")
 def test_sigkill_one_worker_mid_fit_and_mid_path(n_workers, store, fit_data):
     """SIGKILL one of ``n_workers`` worker processes at round 3 of a fit and after alpha 3
     of a path (on a nanny LocalCluster, so it comes back).
@@ -59,13 +68,14 @@ def test_sigkill_one_worker_mid_fit_and_mid_path(n_workers, store, fit_data):
     block is recomputed from its task, and direct calls fall back to the same task
     functions); each disturbed run takes at most twice the undisturbed one plus
     ``RECOVERY_S`` (Dask's recovery: noticing the loss and recomputing the lost blocks),
-    which a 30 s stall (Dask's connect timeout, waited out on the dead worker) fails.
+    which a stall waited out on the dead worker (Dask's connect timeout, 60 s here) fails.
     """
     X, y = fit_data
     with nanny_cluster(n_workers) as (_, client):
         dl1.fit(as_dask(X, 4), y, client=client, **FIT)  # warm: kernels loaded, timings fair
         ref_fit, t_fit = timed(lambda: dl1.fit(as_dask(X, 4), y, client=client, **FIT))
-        ref_path, t_path = timed(lambda: dl1.path(store, client=client, **PATH))
+        with dask.config.set({"dl1.one-piece": False}):  # the path's own tasks are lost
+            ref_path, t_path = timed(lambda: dl1.path(store, client=client, **PATH))
         assert ref_fit.n_rounds_ > 3
 
         def kill_at_round_3(entry):
@@ -79,7 +89,10 @@ def test_sigkill_one_worker_mid_fit_and_mid_path(n_workers, store, fit_data):
         got_fit, s_fit = timed(
             lambda: dl1.fit(as_dask(X, 4), y, client=client, callback=kill_at_round_3, **FIT)
         )
-        with dask.config.set({"dl1.one-piece": False}):  # the path's own tasks are lost
+        # the killed worker's replacement joins first: the path loses one of n_workers, not
+        # the only one left while its nanny is still starting the other
+        client.wait_for_workers(n_workers, timeout=120)
+        with dask.config.set({"dl1.one-piece": False}):
             got_path, s_path = timed(
                 lambda: dl1.path(store, client=client, callback=kill_at_alpha_3, **PATH)
             )
@@ -91,6 +104,7 @@ def test_sigkill_one_worker_mid_fit_and_mid_path(n_workers, store, fit_data):
     assert s_path < 2 * t_path + RECOVERY_S, (s_path, t_path)
 
 
+@pytest.mark.usefixtures("slow_connect")
 def test_all_workers_killed_mid_fit_and_restarted_by_their_nannies(fit_data):
     """SIGKILL both workers at round 3 of a fit; their nannies start new ones.
 
@@ -288,6 +302,7 @@ def test_a_direct_call_to_a_lost_worker_fails_within_the_connect_bound(monkeypat
     assert seconds < 1.0 + 3.0, seconds
 
 
+@pytest.mark.usefixtures("slow_connect")
 def test_sigkill_a_worker_holding_row_partitions_mid_path(tmp_path):
     """``solver="row-newton"`` keeps its partitions on the partition servers across a
     path's alphas; SIGKILL one of the two workers after alpha 3.
