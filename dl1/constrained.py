@@ -30,7 +30,7 @@ from dl1.penalised import alpha_max, fit
 from dl1.runtime.executor import coordinating, executor_for
 from dl1.solvers.fw import ConstrainedProblem, FrankWolfeSolver
 from dl1.solvers.fw_problem import FWProblem, FWResult, sample_size
-from dl1.solvers.result import ConvergenceWarning
+from dl1.solvers.result import convergence_warning
 from dl1.store.reader import block_memory
 
 #: Default relative FW gap ``gap / f(0)`` at which a fit stops.
@@ -193,7 +193,7 @@ def fit_constrained(
     res.load_seconds_ = t_load
     why = solver.shortfall(res)
     if why is not None:
-        warnings.warn(f"Frank-Wolfe {why}", ConvergenceWarning, stacklevel=3)
+        warnings.warn(f"Frank-Wolfe {why}", convergence_warning(), stacklevel=3)
     return res
 
 
@@ -303,7 +303,7 @@ def warn_misses(misses: Sequence[Miss], n: int, tol: float) -> None:
     listed = "; ".join(f"delta[{m.k}] = {m.delta:.4g} {m.why}" for m in misses)
     warnings.warn(
         f"Frank-Wolfe path: {len(misses)} of {n} radii missed tol {tol:.0e}: {listed}",
-        ConvergenceWarning,
+        convergence_warning(),
         stacklevel=4,
     )
 

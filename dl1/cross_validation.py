@@ -64,7 +64,7 @@ from dl1.solvers.base import Problem
 from dl1.solvers.multiclass import MulticlassResult, MulticlassWorkingSetSolver
 from dl1.solvers.options import SolverOptions
 from dl1.solvers.registry import make_solver
-from dl1.solvers.result import ConvergenceWarning, FitResult
+from dl1.solvers.result import FitResult, convergence_warning
 from dl1.specs import Call, Data, Execution, Grid, Model
 
 
@@ -518,7 +518,7 @@ def _multiclass_folds(rows: _CVRows, folds: list[Fold], grid: MulticlassGrid, l1
             warnings.warn(
                 f"cross-validation fold {k}: {len(bad)} alpha(s) not certified (first: "
                 f"alpha[{bad[0]}] = {grids[k][bad[0]]:.6g}); raise max_iter or tol",
-                ConvergenceWarning, stacklevel=4,
+                convergence_warning(), stacklevel=4,
             )  # fmt: skip
         per_fold.append(scores)
     scores = np.column_stack(per_fold)
@@ -546,7 +546,7 @@ def _fold_path_scores(rows: _CVRows, fold: Fold, grid: np.ndarray, l1_ratio: flo
     train = np.zeros(rows.labels.shape[0])
     train[fold.train] = 1.0 if sw is None else sw[fold.train]
     with warnings.catch_warnings():  # reported by fold, as the binary folds'
-        warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.simplefilter("ignore", convergence_warning())
         path = path_labelled(rows.data.reweighted(train), PathGrid(alphas=grid),
                              l1_ratio=l1_ratio, **opts.keywords())  # fmt: skip
     codes = np.searchsorted(path.classes_, rows.labels[fold.test])

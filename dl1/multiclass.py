@@ -10,7 +10,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils.multiclass import type_of_target
 
 from dl1.entry_labels import stored_labels
 from dl1.errors import ValidationError
@@ -30,7 +29,7 @@ from dl1.solvers.multiclass import (
     MulticlassWorkingSetSolver,
 )
 from dl1.solvers.ovr import OneVsRestSolver, OvrProblem, OvrResult
-from dl1.solvers.result import ConvergenceWarning
+from dl1.solvers.result import convergence_warning
 
 
 @coordinating
@@ -263,7 +262,7 @@ def warn_unconverged(res: MulticlassResult, max_rounds: int, max_epochs: int,
         warnings.warn(
             f"the multinomial fit{where} stopped at relative duality gap {res.gap_:.3g} > tol "
             f"{res.tol:g} after {res.n_rounds_} rounds (max_rounds={max_rounds}, "
-            f"max_epochs={max_epochs})", ConvergenceWarning, stacklevel=stacklevel + 1,
+            f"max_epochs={max_epochs})", convergence_warning(), stacklevel=stacklevel + 1,
         )  # fmt: skip
 
 
@@ -297,6 +296,9 @@ def class_labels(X: Any, y: Any, loss: str, split: str) -> np.ndarray | None:
         given = given.ravel()
     if given.ndim != 1 or given.dtype.kind == "f" and not np.isfinite(given).all():
         return None  # the binary labels' reading names the bad value
+    # local: scikit-learn takes about a second to import, which `dl1 --help` would pay
+    from sklearn.utils.multiclass import type_of_target
+
     return given if type_of_target(given) == "multiclass" else None
 
 
@@ -351,7 +353,7 @@ def _warned(res: OvrResult, classes: np.ndarray, max_rounds: int,
             f"the one-vs-rest fit stopped with {bad.shape[0]} of {classes.shape[0]} classes "
             f"above tol {res.tol:g} (relative duality gaps: {named}) after {res.n_rounds_} "
             f"rounds (max_rounds={max_rounds}); see history_",
-            ConvergenceWarning, stacklevel=stacklevel,
+            convergence_warning(), stacklevel=stacklevel,
         )  # fmt: skip
     return res
 

@@ -40,7 +40,7 @@ from dl1.solvers.alpha_max import problem_alpha_max
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.options import DEFAULT_MAX_ROUNDS, SolverOptions
 from dl1.solvers.registry import make_solver
-from dl1.solvers.result import ConvergenceWarning
+from dl1.solvers.result import convergence_warning
 from dl1.specs import Call, Data, Execution, Grid, Model
 
 
@@ -318,7 +318,7 @@ def _report(step: AlphaStep, rec: dict[str, Any], tol: float, execution: Executi
             f"alpha[{step.k}] = {step.alpha:.6g} is not certified: relative duality gap "
             f"{res.gap_:.3e} > tol {tol:.3e} after {res.n_rounds_} rounds"
             + ("" if why is None else f"; {why}"),
-            ConvergenceWarning,
+            convergence_warning(),
             stacklevel=4,
         )
     if execution.verbose:

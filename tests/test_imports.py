@@ -51,6 +51,14 @@ def test_the_package_loads_its_api_on_first_use():
     assert {"dl1.penalised", "dl1.convert", "dask.array"} <= loaded
 
 
+def test_the_command_line_loads_scikit_learn_and_scipy_optimize_only_when_used():
+    """``dl1 --help`` and a refused option pay neither import (about a second each): the
+    warning class, the multiclass label check and the hinge's LP load them on first use."""
+    later = {"sklearn", "scipy.optimize"}
+    assert not _loaded("import dl1.cli") & later
+    assert "sklearn" in _loaded("import dl1.cli, dl1\ndl1.ConvergenceWarning")
+
+
 def test_the_api_names_are_the_functions_whatever_was_imported_first():
     code = (
         "import dl1.penalised\nimport dl1\n"

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
-from scipy.optimize import brentq
 from scipy.special import expit
 
 from dl1.datasets.e2006_model import E2006Preset, _zipf_consts, draws_median
@@ -244,5 +243,8 @@ def _intercept(logits: np.ndarray, positive_fraction: float) -> float:
     """``b`` with ``mean(sigmoid(logits + b)) = positive_fraction`` (``-median`` for 1/2)."""
     if positive_fraction == 0.5:
         return -float(np.median(logits))
+    # local: scipy.optimize takes about a second to import, which `dl1 --help` would pay
+    from scipy.optimize import brentq
+
     lo, hi = -float(logits.max()) - 50.0, -float(logits.min()) + 50.0
     return float(brentq(lambda b: expit(logits + b).mean() - positive_fraction, lo, hi))

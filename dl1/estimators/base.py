@@ -49,7 +49,7 @@ from dl1.penalised import fit as dl1_fit
 from dl1.predict import as_input, decision_function
 from dl1.runtime.compute import computed as compute_here
 from dl1.saving import save_model
-from dl1.solvers.result import ConvergenceWarning
+from dl1.solvers.result import convergence_warning
 from dl1.store import Store
 from dl1.store.location import is_store_source
 
@@ -361,7 +361,7 @@ def in_estimator_terms() -> Iterator[None]:
             caught = list(caught)
     for w in caught:
         message = str(w.message)
-        if issubclass(w.category, ConvergenceWarning):
+        if issubclass(w.category, convergence_warning()):
             message = message.replace("max_rounds", "max_iter")
         warnings.warn_explicit(message, w.category, w.filename, w.lineno)
 

@@ -25,7 +25,7 @@ from dl1.errors import GridEdgeWarning, ValidationError
 from dl1.objective.datafits import datafit_class
 from dl1.objective.penalties.elastic_net import ElasticNet
 from dl1.paths.loop import AlphaStep, walk
-from dl1.solvers.result import ConvergenceWarning
+from dl1.solvers.result import convergence_warning
 
 #: Held-out metrics, by name: ``(function of (y, z, weights), larger_is_better)``.
 SCORINGS = ("mse", "accuracy", "neg_log_loss")
@@ -240,7 +240,7 @@ def cross_validate(
     # Each path silences its alphas' warnings (collected and reported below, from this
     # thread): with threads, one filter set for all of them, restored once at the end.
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.simplefilter("ignore", convergence_warning())
         if in_one_piece is not None:
             per_fold = in_one_piece(jobs)
         elif concurrent and len(folds) > 1:
@@ -253,7 +253,7 @@ def cross_validate(
             warnings.warn(
                 f"cross-validation fold {k}: {len(bad)} alpha(s) not certified (first: "
                 f"alpha[{bad[0]}] = {grids[k][bad[0]]:.6g}); raise max_iter or tol",
-                ConvergenceWarning,
+                convergence_warning(),
                 stacklevel=3,
             )
     scores = np.column_stack([sc for sc, _ in per_fold])

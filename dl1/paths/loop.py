@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from dl1.solvers.base import Problem, Solver, WarmState
-from dl1.solvers.result import ConvergenceWarning, FitResult
+from dl1.solvers.result import FitResult, convergence_warning
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def walk(
                 state = state.reproducible()
             t0 = time.perf_counter()
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
+                warnings.simplefilter("ignore", convergence_warning())
                 res, state = solver.solve(problem.at(penalty_at(alpha)), state)
             on_alpha(AlphaStep(k, alpha, res, state, time.perf_counter() - t0))
     finally:

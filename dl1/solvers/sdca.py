@@ -40,7 +40,7 @@ import numpy as np
 from dl1.kernels.sdca import lasso_ridge, primal_from_dual
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.options import SolverOptions
-from dl1.solvers.result import ConvergenceWarning
+from dl1.solvers.result import convergence_warning
 from dl1.solvers.rowwise import SampleWiseSolver, rows_xt_theta
 from dl1.tasks.stochastic import SDCAOutput, SDCASettings, sdca_round_task
 
@@ -126,7 +126,7 @@ class SDCASolver(SampleWiseSolver):
                 f"(Shalev-Shwartz & Zhang, Sec. 3.1), which needs about {rounds:.3g} rounds "
                 f"for tol={pb.tol:g}, more than max_epochs={self.max_epochs}; the "
                 "working-set solver ('ws') is the one for the Lasso",
-                ConvergenceWarning,
+                convergence_warning(),
                 stacklevel=6,
             )
 

@@ -47,7 +47,7 @@ from dl1.objective.gap import duality_gap_from_stats
 from dl1.solvers.base import Problem, WarmState
 from dl1.solvers.numerics import check_round
 from dl1.solvers.options import SolverOptions
-from dl1.solvers.result import Certificate, ConvergenceWarning, FitResult, make_result
+from dl1.solvers.result import Certificate, FitResult, convergence_warning, make_result
 from dl1.solvers.scans import choose_working_set, scan_pass
 from dl1.solvers.subproblems import CachedGroup
 from dl1.solvers.ws import WorkingSetSolver, WorkingSetState
@@ -186,7 +186,7 @@ class SmoothingSolver:
         if isinstance(warm, WorkingSetState):
             warm = replace(warm, last_scan=None, sphere=None)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
+            warnings.simplefilter("ignore", convergence_warning())
             res, state = self.inner.solve(smooth, warm)
         last = state.last_scan
         point = self._certify(

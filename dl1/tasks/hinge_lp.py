@@ -22,7 +22,6 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import linprog
 
 from dl1.errors import NumericalError
 from dl1.kernels.margins import balance
@@ -69,6 +68,9 @@ def hinge_lp_task(
     n_b = int(fit_intercept)
     cost = np.concatenate([np.full(2 * m, alpha_l1), np.zeros(n_b), s / n])
     bounds = [(0, None)] * (2 * m) + [(None, None)] * n_b + [(0, None)] * n
+    # local: scipy.optimize takes about a second to import, paid by the hinge's LP only
+    from scipy.optimize import linprog
+
     res = linprog(
         cost, A_ub=a_ub, b_ub=-np.ones(n), bounds=bounds, method="highs-ipm",
         options={"primal_feasibility_tolerance": LP_TOLERANCE,
