@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 #: Seconds Dask may take to recover from a SIGKILLed worker: notice the loss and recompute
 #: its blocks on the workers left while its nanny starts a new process, whose imports and
 #: kernel loading compete for the same cores. Well under a second on a quiet machine; up to
-#: 17 s measured with four busy processes on two cores (a loaded CI machine).
+#: 15 s beyond twice the undisturbed run with four busy processes on two cores (a loaded CI
+#: machine).
 RECOVERY_S = 25.0
 #: Dask's connect timeout in the kill tests (``slow_connect``): a call that waits out a dead
 #: worker stalls this long, beyond twice an undisturbed run plus ``RECOVERY_S``.

@@ -14,21 +14,12 @@ import dl1
 from dl1.errors import CheckpointLockedError
 from dl1.paths.checkpoint import PathCheckpoint
 from dl1.paths.checkpoint_format import PROGRESS, CheckpointMismatchError
-from tests.helpers import random_csr
+from tests.helpers import random_csr, stop_path_after
 from tests.reliability.faults import assert_same_path
 
 N_ALPHAS = 4
 #: A few sgd epochs per alpha certify no alpha: the warnings are expected.
 pytestmark = pytest.mark.filterwarnings("ignore:alpha.*is not certified")
-
-
-class Stop(Exception):
-    pass
-
-
-def stop_after_first(k, alpha, res):
-    if k == 1:
-        raise Stop
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +51,7 @@ def test_resume_with_another_setting_is_refused_and_the_same_resumes_bit_for_bit
     X, y = problem
     ref = dl1.path(X, y, n_alphas=N_ALPHAS, checkpoint=str(tmp_path / "ref"), **settings)
     ck = tmp_path / "ck"
-    with pytest.raises(Stop):
-        dl1.path(X, y, n_alphas=N_ALPHAS, checkpoint=str(ck), callback=stop_after_first,
-                 **settings)  # fmt: skip
+    stop_path_after(1, X, y, n_alphas=N_ALPHAS, checkpoint=str(ck), **settings)
     before = (ck / PROGRESS).read_bytes()
     with pytest.raises(CheckpointMismatchError, match=f"settings.solver_options.*{field}"):
         dl1.path(X, y, n_alphas=N_ALPHAS, checkpoint=str(ck), **{**settings, **changed})

@@ -22,6 +22,7 @@ import dl1
 from dl1.errors import CheckpointCorruptError, CheckpointLockedError
 from dl1.paths.checkpoint_format import LOCK, PROGRESS
 from dl1.store.arrays import read_array
+from tests.helpers import PathStopped, stop_path_after
 from tests.reliability.faults import assert_same_path
 from tests.reliability.untrusted import (
     ROOT,
@@ -36,23 +37,13 @@ N_ALPHAS = 8
 STOP_AT = 3  # the partial checkpoint holds alphas 0..STOP_AT
 
 
-class Stop(Exception):
-    pass
-
-
-def _stop(k, alpha, res):
-    if k == STOP_AT:
-        raise Stop
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """A store, the uninterrupted checkpointed path, and a checkpoint stopped after alpha 3."""
     base = tmp_path_factory.mktemp("ck")
     store = make_store(base / "s")
     ref = dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(base / "ref"))
-    with pytest.raises(Stop):
-        dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(base / "partial"), callback=_stop)
+    stop_path_after(STOP_AT, str(store), n_alphas=N_ALPHAS, checkpoint=str(base / "partial"))
     return store, ref, base / "partial"
 
 
@@ -395,9 +386,9 @@ def test_lock_is_released_on_return_and_taken_over_by_a_retry(setup, tmp_path):
     def probe(k, alpha, res):
         seen.append(_lock_is_free(ck))
         if k == 2:
-            raise Stop
+            raise PathStopped
 
-    with pytest.raises(Stop) as info:
+    with pytest.raises(PathStopped) as info:
         dl1.path(str(store), n_alphas=N_ALPHAS, checkpoint=str(ck), callback=probe)
     assert seen == [False, False, False]
     assert info.traceback  # the frames holding the interrupted run's checkpoint are alive

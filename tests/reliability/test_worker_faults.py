@@ -18,6 +18,7 @@ from distributed import get_task_stream
 
 import dl1
 from dl1.errors import ClusterStalledError
+from tests.helpers import stop_path_after
 from tests.reliability.faults import (
     CONNECT_TIMEOUT_S,
     RECOVERY_S,
@@ -51,10 +52,6 @@ def slow_connect():
     """Dask's connect timeout at ``CONNECT_TIMEOUT_S``: a stall on a dead worker shows."""
     with dask.config.set({"distributed.comm.timeouts.connect": f"{CONNECT_TIMEOUT_S}s"}):
         yield
-
-
-class Interrupted(Exception):
-    """Raised by a callback to stop a path as a killed coordinator would."""
 
 
 @pytest.mark.parametrize("n_workers", [2, 3])
@@ -249,14 +246,8 @@ def test_a_path_started_on_two_workers_resumes_on_three(tmp_path, store, local_c
     partitions, not the workers, fix the arithmetic).
     """
     ref = dl1.path(store, client=local_cluster, **PATH)
-
-    def interrupt(k, alpha, res):
-        if k == 4:
-            raise Interrupted
-
     ck = tmp_path / "ck"
-    with pytest.raises(Interrupted):
-        dl1.path(store, client=local_cluster, checkpoint=ck, callback=interrupt, **PATH)
+    stop_path_after(4, store, client=local_cluster, checkpoint=ck, **PATH)
     with nanny_cluster(3) as (_, client):
         resumed = dl1.path(store, client=client, checkpoint=ck, **PATH)
     assert_same_path(resumed, ref)
